@@ -1,0 +1,1 @@
+"""Deep-learning backends behind one small interface (see :mod:`nnlo.backends.base`)."""

@@ -1,0 +1,76 @@
+"""The backend interface: everything the runtime needs from a deep-learning framework.
+
+The runtime only ever sees flat, contiguous float32 numpy arrays of all trainable parameters (in a fixed
+order), so update rules and MPI transport are framework-independent. A backend wraps one model instance
+plus its *worker* optimizer (the local optimizer a worker trains with); the master's optimizer is a pure
+numpy rule in :mod:`nnlo.algorithms`.
+
+Implementations: :mod:`nnlo.backends.torch_backend` (PyTorch), :mod:`nnlo.backends.keras_backend`
+(Keras 3 on TensorFlow). Changes to this interface must be additive.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+
+class Backend(abc.ABC):
+    """One model replica and its local optimizer."""
+
+    name: str = "base"
+
+    # -- weights -----------------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def n_params(self) -> int:
+        """Number of trainable scalars (the length of the flat weight vector)."""
+
+    @abc.abstractmethod
+    def get_weights(self) -> np.ndarray:
+        """A new flat float32 C-contiguous copy of all trainable parameters."""
+
+    @abc.abstractmethod
+    def set_weights(self, flat: np.ndarray) -> None:
+        """Load a flat float32 vector (length ``n_params``) into the model."""
+
+    # -- training ----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def compute_gradients(self, x: Any, y: Any) -> tuple[np.ndarray, dict[str, float]]:
+        """Flat float32 gradient of the mean loss over the batch, and batch metrics (``loss``, ...)."""
+
+    @abc.abstractmethod
+    def apply_gradients(self, flat_grad: np.ndarray) -> None:
+        """One step of the worker optimizer with the given flat gradient."""
+
+    def train_on_batch(self, x: Any, y: Any) -> dict[str, float]:
+        """compute_gradients then apply_gradients; backends may fuse the two."""
+        grad, metrics = self.compute_gradients(x, y)
+        self.apply_gradients(grad)
+        return metrics
+
+    @abc.abstractmethod
+    def evaluate_batch(self, x: Any, y: Any) -> dict[str, float]:
+        """Sums over the batch, so batches and ranks can be added up: ``loss_sum``, ``count`` and, for
+        classification, ``correct``."""
+
+    # -- state -------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def optimizer_state(self) -> dict[str, Any]:
+        """The worker optimizer's complete state, as picklable numpy/python values."""
+
+    @abc.abstractmethod
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`optimizer_state` returned."""
+
+    @abc.abstractmethod
+    def save_model(self, path: str) -> str:
+        """Write the model in the framework's native format; returns the path written."""
+
+    def rng_state(self) -> dict[str, Any]:
+        """Framework RNG state (dropout etc.); default: none."""
+        return {}
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`rng_state` returned."""

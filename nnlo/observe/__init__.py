@@ -1,0 +1,1 @@
+"""Observability: timeline tracing, resource monitor, per-rank logs, progress and plots."""

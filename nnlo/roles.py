@@ -1,0 +1,373 @@
+"""Who does what: the role of every rank, for a run shape and a world size.
+
+This module is the single source of truth for the process hierarchy. It is pure (no MPI, no I/O): the
+runtime uses it to split communicators, the scheduler side uses it to size jobs and print rank maps.
+
+The hierarchy, outermost first::
+
+    world
+    ├── coordinator                 (rank 0, optimization runs only)
+    └── blocks                      (optimization: ``block_size`` consecutive ranks each; training: one block)
+        └── fold groups             (``n_fold`` equal parts of a block; each is one *training group*)
+            ├── uber-master         (only with n_masters > 1)
+            └── masters             (1, or n_masters - 1 under the uber-master; 0 in pure all-reduce mode)
+                └── workers         (logical workers; each is ``n_processes`` consecutive ranks, leader first)
+
+Ranks of a training group are contiguous: [uber-master] then, for each master, the master followed by its
+workers' ranks. In pure all-reduce mode (``n_masters == 0``) every rank of the group is a replica and the
+whole group is a single all-reduce group.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Iterator
+
+
+class RoleError(ValueError):
+    """A shape that cannot be laid out; the message names the problem and a fix."""
+
+
+class Role(str, enum.Enum):
+    COORDINATOR = "coordinator"
+    UBER_MASTER = "uber-master"
+    MASTER = "master"
+    WORKER = "worker"
+
+    def __str__(self) -> str:  # "worker", not "Role.WORKER"
+        return self.value
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a run asks for, independent of the world size.
+
+    n_masters: 0 = pure all-reduce (no parameter server), 1 = one master, M > 1 = an uber-master above
+        M - 1 masters.
+    n_processes: ranks per logical worker (an all-reduce worker group); ignored when n_masters == 0.
+    block_size: ranks per optimization block; None for a plain training run.
+    n_fold: fold groups per block (optimization only).
+    """
+
+    n_masters: int = 1
+    n_processes: int = 1
+    block_size: int | None = None
+    n_fold: int = 1
+
+    def __post_init__(self) -> None:
+        if self.n_masters < 0:
+            raise RoleError(f"--n-masters must be 0 or more, got {self.n_masters}")
+        if self.n_processes < 1:
+            raise RoleError(f"--n-processes must be at least 1, got {self.n_processes}")
+        if self.n_fold < 1:
+            raise RoleError(f"--n-fold must be at least 1, got {self.n_fold}")
+        if self.block_size is not None and self.block_size < 1:
+            raise RoleError(f"--block-size must be at least 1, got {self.block_size}")
+        if self.block_size is None and self.n_fold != 1:
+            raise RoleError("--n-fold needs --block-size: folds split an optimization block")
+
+    @property
+    def optimization(self) -> bool:
+        return self.block_size is not None
+
+    @property
+    def allreduce(self) -> bool:
+        return self.n_masters == 0
+
+    @property
+    def ranks_per_worker(self) -> int:
+        return 1 if self.allreduce else self.n_processes
+
+    @property
+    def server_ranks(self) -> int:
+        """Ranks of a training group that are not workers: 0, 1, or an uber-master + (M - 1) masters."""
+        return self.n_masters
+
+    @property
+    def masters_with_workers(self) -> int:
+        """How many masters have workers of their own (0 in all-reduce mode)."""
+        return 0 if self.n_masters == 0 else max(1, self.n_masters - 1)
+
+    # -- sizes -------------------------------------------------------------------------------------
+    def group_size(self, n_workers: int) -> int:
+        """Ranks of one training group holding ``n_workers`` logical workers."""
+        return self.server_ranks + n_workers * self.ranks_per_worker
+
+    def workers_in_group(self, group_size: int) -> int:
+        """Workers in a training group of ``group_size`` ranks (raises if it does not fit).
+
+        In pure all-reduce mode this counts replicas (one rank each), which together form the group's
+        single all-reduce group.
+        """
+        rest = group_size - self.server_ranks
+        k = self.ranks_per_worker
+        need = self.masters_with_workers if not self.allreduce else 1
+        smallest = self.group_size(need)
+        if rest < need * k or rest % k:
+            what = self._describe_servers()
+            hint = _nearest(group_size, smallest, k)
+            raise RoleError(
+                f"{group_size} ranks cannot hold {what} plus workers of {k} rank(s) each "
+                f"(need at least {smallest}, then steps of {k}); use {hint} ranks"
+            )
+        return rest // k
+
+    def world_size(self, n_workers: int, n_blocks: int = 1) -> int:
+        """World size for ``n_workers`` logical workers per training group (and ``n_blocks`` blocks)."""
+        if n_workers < 1:
+            raise RoleError("a run needs at least 1 worker")
+        group = self.group_size(n_workers)
+        if not self.optimization:
+            return group
+        return 1 + n_blocks * self.n_fold * group
+
+    def _describe_servers(self) -> str:
+        if self.n_masters == 0:
+            return "an all-reduce group"
+        if self.n_masters == 1:
+            return "1 master"
+        return f"1 uber-master and {self.n_masters - 1} masters"
+
+
+def _nearest(n: int, smallest: int, step: int) -> int:
+    if n <= smallest:
+        return smallest
+    return smallest + ((n - smallest + step - 1) // step) * step
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """The role of one world rank."""
+
+    rank: int
+    role: Role
+    block: int | None = None  # optimization block (None for the coordinator); 0 in a training run
+    fold: int | None = None  # fold group within the block
+    group: int | None = None  # training-group index in the world (block * n_fold + fold)
+    master: int | None = None  # index of this rank's master in its group (own index for masters)
+    worker: int | None = None  # logical-worker index in its group (workers only)
+    member: int | None = None  # rank inside its all-reduce worker group, 0 = leader (workers only)
+    parent: int | None = None  # world rank this rank reports to inside its training group
+
+    @property
+    def needs_device(self) -> bool:
+        """Only workers compute gradients; masters and coordinators run on a CPU core."""
+        return self.role is Role.WORKER
+
+    @property
+    def is_leader(self) -> bool:
+        """A worker that talks to its master for its group (always True for non-workers)."""
+        return self.role is not Role.WORKER or self.member == 0
+
+    def label(self) -> str:
+        parts = [str(self.role)]
+        if self.role is Role.MASTER and self.master is not None:
+            parts.append(f"m{self.master}")
+        if self.role is Role.WORKER:
+            parts.append(f"w{self.worker}" + (f".{self.member}" if self.member else ""))
+        if self.block is not None and self.role is not Role.COORDINATOR:
+            parts.insert(0, f"b{self.block}" + (f"f{self.fold}" if self.fold else ""))
+        return ":".join(parts)
+
+
+@dataclass(frozen=True)
+class TrainingGroup:
+    """One training: a parameter-server tree (or an all-reduce group) over contiguous world ranks."""
+
+    index: int
+    block: int
+    fold: int
+    ranks: tuple[int, ...]
+    uber_master: int | None
+    masters: tuple[int, ...]
+    workers: tuple[tuple[int, ...], ...]  # each logical worker's world ranks, leader first
+    master_of_worker: tuple[int | None, ...]  # index into ``masters`` per logical worker
+
+    @property
+    def top(self) -> int:
+        """The rank that owns the group's result (uber-master, master, or the first replica)."""
+        return self.ranks[0]
+
+    def local(self, world_rank: int) -> int:
+        """Rank inside the group's communicator (split with key = world rank)."""
+        return self.ranks.index(world_rank)
+
+    def worker_leaders(self, master_index: int | None = None) -> tuple[int, ...]:
+        return tuple(
+            w[0]
+            for w, m in zip(self.workers, self.master_of_worker)
+            if master_index is None or m == master_index
+        )
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    world_size: int
+    shape: Shape
+    coordinator: int | None
+    blocks: tuple[tuple[int, ...], ...]
+    groups: tuple[TrainingGroup, ...]
+    ranks: tuple[RankInfo, ...] = field(repr=False)
+
+    def __getitem__(self, rank: int) -> RankInfo:
+        return self.ranks[rank]
+
+    def __iter__(self) -> Iterator[RankInfo]:
+        return iter(self.ranks)
+
+    def group_of(self, rank: int) -> TrainingGroup | None:
+        g = self.ranks[rank].group
+        return None if g is None else self.groups[g]
+
+    def block_leader(self, block: int) -> int:
+        return self.blocks[block][0]
+
+    def count(self, role: Role) -> int:
+        return sum(1 for r in self.ranks if r.role is role)
+
+    @property
+    def workers_per_group(self) -> int:
+        return len(self.groups[0].workers)
+
+    def colors(self, rank: int) -> dict[str, int | None]:
+        """Split colors for this rank's communicators (None = not a member).
+
+        block: all ranks of its optimization block; group: its training group; worker: its all-reduce
+        worker group (the ranks of one logical worker, or all replicas in pure all-reduce mode).
+        """
+        info = self.ranks[rank]
+        worker_color = None
+        if info.role is Role.WORKER:
+            assert info.group is not None and info.worker is not None
+            worker_color = info.group * max(1, self.workers_per_group) + info.worker
+        return {"block": info.block, "group": info.group, "worker": worker_color}
+
+    def summary(self) -> str:
+        counts = [f"{self.count(r)} {r}" for r in Role if self.count(r)]
+        head = f"{self.world_size} ranks: " + ", ".join(counts)
+        if self.shape.optimization:
+            head += (
+                f"; {len(self.blocks)} block(s) of {self.shape.block_size}"
+                f" x {self.shape.n_fold} fold(s)"
+            )
+        if self.shape.n_processes > 1 and not self.shape.allreduce:
+            head += f"; {self.shape.n_processes} ranks per worker"
+        return head
+
+    def rank_map(self) -> str:
+        """Compact one-line-per-run map, e.g. ``0 master | 1-2 worker``."""
+        out: list[str] = []
+        start = 0
+        for i in range(1, self.world_size + 1):
+            if i == self.world_size or _kind(self.ranks[i]) != _kind(self.ranks[start]):
+                span = f"{start}" if i - 1 == start else f"{start}-{i - 1}"
+                out.append(f"{span} {_kind(self.ranks[start])}")
+                start = i
+        return " | ".join(out)
+
+
+def _kind(info: RankInfo) -> str:
+    if info.role is Role.WORKER and info.member:
+        return "worker(member)"
+    return str(info.role)
+
+
+def _layout_group(
+    shape: Shape, index: int, block: int, fold: int, first: int, size: int
+) -> tuple[TrainingGroup, list[RankInfo]]:
+    n_workers = shape.workers_in_group(size)
+    ranks = tuple(range(first, first + size))
+    infos: list[RankInfo] = []
+    workers: list[tuple[int, ...]] = []
+    master_of: list[int | None] = []
+    masters: list[int] = []
+    uber: int | None = None
+    k = shape.ranks_per_worker
+
+    def add_worker(start: int, master_idx: int | None, master_rank: int | None, ranks_: int) -> None:
+        w = len(workers)
+        members = tuple(range(start, start + ranks_))
+        workers.append(members)
+        master_of.append(master_idx)
+        for m, r in enumerate(members):
+            parent = master_rank if m == 0 else members[0]
+            infos.append(
+                RankInfo(r, Role.WORKER, block, fold, index, master_idx, w, m, parent)
+            )
+
+    if shape.allreduce:
+        add_worker(first, None, None, size)
+    else:
+        pos = first
+        n_sub = shape.masters_with_workers
+        if shape.n_masters > 1:
+            uber = pos
+            infos.append(RankInfo(pos, Role.UBER_MASTER, block, fold, index))
+            pos += 1
+        base, extra = divmod(n_workers, n_sub)
+        for m in range(n_sub):
+            mrank = pos
+            masters.append(mrank)
+            infos.append(RankInfo(mrank, Role.MASTER, block, fold, index, m, parent=uber))
+            pos += 1
+            for _ in range(base + (1 if m < extra else 0)):
+                add_worker(pos, m, mrank, k)
+                pos += k
+        assert pos == first + size
+    group = TrainingGroup(
+        index, block, fold, ranks, uber, tuple(masters), tuple(workers), tuple(master_of)
+    )
+    return group, infos
+
+
+def describe(world_size: int, shape: Shape | None = None) -> Hierarchy:
+    """The role of every rank of a ``world_size``-rank run of ``shape``. Raises RoleError if impossible."""
+    shape = shape or Shape()
+    if world_size < 1:
+        raise RoleError(f"the world size must be at least 1, got {world_size}")
+    infos: list[RankInfo] = []
+    groups: list[TrainingGroup] = []
+    blocks: list[tuple[int, ...]] = []
+    coordinator: int | None = None
+    if not shape.optimization:
+        if world_size < 2 and not shape.allreduce:
+            raise RoleError(
+                "1 rank cannot hold a master and a worker; use -n 2 or more "
+                "(or --mode allreduce for a single process)"
+            )
+        g, gi = _layout_group(shape, 0, 0, 0, 0, world_size)
+        groups.append(g)
+        infos.extend(gi)
+        blocks.append(g.ranks)
+    else:
+        bs = shape.block_size
+        assert bs is not None
+        if bs % shape.n_fold:
+            raise RoleError(
+                f"--block-size {bs} does not divide into --n-fold {shape.n_fold} equal fold groups; "
+                f"use a block size that is a multiple of {shape.n_fold}"
+            )
+        fold_size = bs // shape.n_fold
+        shape.workers_in_group(fold_size)  # validates the fold group's shape with a clear message
+        if world_size < 1 + bs or (world_size - 1) % bs:
+            n_blocks = max(1, (world_size - 1) // bs)
+            raise RoleError(
+                f"{world_size} ranks do not make 1 coordinator + blocks of {bs}; "
+                f"use -n {1 + n_blocks * bs} ({n_blocks} block(s))"
+                + (f" or -n {1 + (n_blocks + 1) * bs}" if world_size > 1 + bs else "")
+            )
+        coordinator = 0
+        infos.append(RankInfo(0, Role.COORDINATOR))
+        n_blocks = (world_size - 1) // bs
+        for b in range(n_blocks):
+            start = 1 + b * bs
+            blocks.append(tuple(range(start, start + bs)))
+            for f in range(shape.n_fold):
+                g, gi = _layout_group(
+                    shape, len(groups), b, f, start + f * fold_size, fold_size
+                )
+                groups.append(g)
+                infos.extend(gi)
+    infos.sort(key=lambda r: r.rank)
+    assert [r.rank for r in infos] == list(range(world_size))
+    return Hierarchy(world_size, shape, coordinator, tuple(blocks), tuple(groups), tuple(infos))

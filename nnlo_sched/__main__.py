@@ -1,0 +1,3 @@
+from nnlo_sched.cli import main
+
+main()

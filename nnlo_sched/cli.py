@@ -1,0 +1,92 @@
+"""The ``nnlo`` command line.
+
+Each sub-command lives in its own module under ``nnlo_sched/commands/`` and is imported only when it is
+run, so ``nnlo --help`` and ``nnlo status`` never import torch or MPI. Errors a user can act on
+(:class:`nnlo.errors.NnloError`, :class:`nnlo.roles.RoleError`) print as one line, never a traceback.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+# name -> (module defining a click command called ``command``, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("nnlo_sched.commands.train", "Train one model with a master and workers (or all-reduce)."),
+    "optimize": ("nnlo_sched.commands.optimize", "Search hyperparameters with a coordinator and blocks."),
+    "layout": ("nnlo_sched.commands.layout", "Show the resource layout of a run on a cluster."),
+    "clusters": ("nnlo_sched.commands.clusters", "List cluster profiles, or show one."),
+    "submit": ("nnlo_sched.commands.submit", "Submit a run as a batch job (or --dry-run to print it)."),
+    "status": ("nnlo_sched.commands.status", "Show runs, their jobs and progress."),
+    "cancel": ("nnlo_sched.commands.control", "Cancel a run and its queued successors."),
+    "logs": ("nnlo_sched.commands.control", "Show or follow a run's logs."),
+    "resume": ("nnlo_sched.commands.control", "Resubmit a stopped run from its newest checkpoint."),
+    "run": ("nnlo_sched.commands.run", "Run a run directory's job inside an allocation (used by batch scripts)."),
+    "timeline": ("nnlo_sched.commands.timeline", "Merge a run's per-rank trace into one Chrome trace."),
+    "plot": ("nnlo_sched.commands.plot", "Write PNG plots of a run's history, trials and timeline."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, (module, _) in COMMANDS.items() if _available(module)]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module_name, short = COMMANDS[name]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name == module_name:
+                return None
+            raise
+        cmd = getattr(module, name.replace("-", "_") + "_command", None) or getattr(module, "command")
+        if cmd.short_help is None:
+            cmd.short_help = short
+        return cmd
+
+
+def _available(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="nnlo", prog_name="nnlo")
+def cli() -> None:
+    """nnlo: distributed training and hyperparameter search across an HPC allocation.
+
+    Typical use: ``nnlo train -n 3 --model examples/mnist_torch.py --train train.list --val val.list``
+    locally, ``nnlo submit --cluster summit ...`` on a cluster, ``nnlo status`` to follow runs.
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    from nnlo.errors import NnloError
+    from nnlo.roles import RoleError
+
+    try:
+        rv = cli.main(args=argv, prog_name="nnlo", standalone_mode=False)
+        if isinstance(rv, int) and rv:
+            sys.exit(rv)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except (NnloError, RoleError) as e:
+        click.echo(f"nnlo: error: {e}", err=True)
+        sys.exit(getattr(e, "exit_code", 2))
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up .venv with nnlo, PyTorch (CPU build, pinned), MPICH and mpi4py. Idempotent and quiet when done.
+# Usage: scripts/setup.sh [extra,extra...]   (default: torch,mpi; the test script adds test,tf)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras=${1:-torch,mpi}
+py=${PYTHON:-python3}
+if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "nnlo needs Python 3.11 or newer ($py is $("$py" --version 2>&1)); set PYTHON=python3.11" >&2
+  exit 2
+fi
+[ -x .venv/bin/python ] || "$py" -m venv .venv
+stamp=".venv/.nnlo-setup-$(cat setup.cfg setup.py | sha1sum | cut -c1-12)-${extras//,/_}"
+if [ ! -e "$stamp" ]; then
+  echo "setup: installing nnlo[$extras] into .venv (first run takes a few minutes)"
+  export PIP_DISABLE_PIP_VERSION_CHECK=1
+  # The CPU build of torch, pinned: an unpinned torch would pull gigabytes of CUDA packages.
+  case ",$extras," in *,torch,*) .venv/bin/pip install -q "torch==2.13.0" ;; esac
+  .venv/bin/pip install -q -e ".[$extras]"
+  touch "$stamp"
+fi

@@ -1,0 +1,178 @@
+"""The role hierarchy: explicit upstream shapes, every rejection, and invariants over all small shapes."""
+import itertools
+
+import pytest
+from hypothesis import given, strategies as st
+
+from nnlo.roles import Role, RoleError, Shape, describe
+
+
+def roles(h):
+    return [r.role for r in h]
+
+
+def test_three_ranks_is_one_master_two_workers():
+    h = describe(3)
+    assert roles(h) == [Role.MASTER, Role.WORKER, Role.WORKER]
+    assert [r.parent for r in h] == [None, 0, 0]
+    assert h.groups[0].workers == ((1,), (2,))
+    assert h.rank_map() == "0 master | 1-2 worker"
+    assert not h[0].needs_device and h[1].needs_device
+
+
+def test_upstream_optimization_example_13_ranks():
+    # mpirun -np 13 --block-size 6 --n-fold 2 = 1 coordinator + 2 blocks x 2 folds x (1 master + 2 workers)
+    h = describe(13, Shape(block_size=6, n_fold=2))
+    assert h.coordinator == 0 and h[0].role is Role.COORDINATOR
+    assert h.blocks == ((1, 2, 3, 4, 5, 6), (7, 8, 9, 10, 11, 12))
+    assert len(h.groups) == 4
+    assert [g.masters for g in h.groups] == [(1,), (4,), (7,), (10,)]
+    assert [(g.block, g.fold) for g in h.groups] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert h.count(Role.MASTER) == 4 and h.count(Role.WORKER) == 8
+    assert h[5].label() == "b0f1:worker:w0"
+    assert h.block_leader(1) == 7
+
+
+def test_sub_masters_spread_workers_evenly():
+    # 1 uber-master + 2 masters + 5 workers
+    h = describe(8, Shape(n_masters=3))
+    g = h.groups[0]
+    assert g.uber_master == 0
+    assert g.masters == (1, 5)
+    assert g.workers == ((2,), (3,), (4,), (6,), (7,))
+    assert g.master_of_worker == (0, 0, 0, 1, 1)
+    assert h[1].parent == 0 and h[6].parent == 5
+    assert h[0].role is Role.UBER_MASTER
+
+
+def test_allreduce_worker_groups_under_a_master():
+    h = describe(5, Shape(n_processes=2))
+    g = h.groups[0]
+    assert g.workers == ((1, 2), (3, 4))
+    assert [h[r].member for r in (1, 2, 3, 4)] == [0, 1, 0, 1]
+    assert h[2].parent == 1 and h[1].parent == 0
+    assert g.worker_leaders() == (1, 3)
+    assert h.colors(2)["worker"] == h.colors(1)["worker"] != h.colors(3)["worker"]
+    assert h.colors(0)["worker"] is None
+
+
+def test_pure_allreduce_mode_one_group_of_replicas():
+    h = describe(3, Shape(n_masters=0))
+    assert roles(h) == [Role.WORKER] * 3
+    assert h.groups[0].workers == ((0, 1, 2),)
+    assert describe(1, Shape(n_masters=0)).groups[0].workers == ((0,),)
+    assert Shape(n_masters=0).world_size(4) == 4
+
+
+@pytest.mark.parametrize(
+    "world, shape, message",
+    [
+        (1, Shape(), "use -n 2"),
+        (4, Shape(n_processes=2), "use 5 ranks"),
+        (2, Shape(n_masters=3), "1 uber-master and 2 masters"),
+        (14, Shape(block_size=6, n_fold=2), "use -n 13"),
+        (13, Shape(block_size=6, n_fold=4), "multiple of 4"),
+        (5, Shape(block_size=4, n_fold=4), "cannot hold 1 master"),
+        (3, Shape(block_size=3), "use -n 4"),
+        (0, Shape(), "at least 1"),
+    ],
+)
+def test_impossible_shapes_name_the_problem_and_a_fix(world, shape, message):
+    with pytest.raises(RoleError, match=message):
+        describe(world, shape)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(n_masters=-1), dict(n_processes=0), dict(n_fold=0), dict(block_size=0), dict(n_fold=2)],
+)
+def test_invalid_shape_values(kwargs):
+    with pytest.raises(RoleError):
+        Shape(**kwargs)
+
+
+def test_world_size_for_workers():
+    assert Shape().world_size(2) == 3
+    assert Shape(n_processes=2).world_size(2) == 5
+    assert Shape(n_masters=3).world_size(4) == 7
+    assert Shape(block_size=6, n_fold=2).world_size(2, n_blocks=2) == 13
+    with pytest.raises(RoleError, match="at least 1 worker"):
+        Shape().world_size(0)
+
+
+shapes = st.builds(
+    Shape,
+    n_masters=st.integers(0, 4),
+    n_processes=st.integers(1, 3),
+    block_size=st.one_of(st.none(), st.integers(1, 12)),
+    n_fold=st.just(1),
+).filter(lambda s: True)
+
+
+def check_invariants(h):
+    seen = set()
+    for g in h.groups:
+        # every group rank is either a server or in exactly one worker
+        server = set(g.masters) | ({g.uber_master} if g.uber_master is not None else set())
+        worker_ranks = [r for w in g.workers for r in w]
+        assert len(worker_ranks) == len(set(worker_ranks))
+        assert server.isdisjoint(worker_ranks)
+        assert sorted(server | set(worker_ranks)) == list(g.ranks)
+        assert list(g.ranks) == list(range(g.ranks[0], g.ranks[-1] + 1))  # contiguous
+        assert seen.isdisjoint(g.ranks)
+        seen |= set(g.ranks)
+        for w, m in zip(g.workers, g.master_of_worker):
+            if g.masters:
+                assert h[w[0]].parent == g.masters[m]
+            for member in w[1:]:
+                assert h[member].parent == w[0]
+        for m in g.masters:
+            assert h[m].parent == g.uber_master
+            if not h.shape.allreduce:
+                assert g.worker_leaders(h[m].master), "every master has a worker"
+    coord = {h.coordinator} if h.coordinator is not None else set()
+    assert seen | coord == set(range(h.world_size))
+    assert len(h.ranks) == h.world_size
+    for r in h:
+        assert r.role in Role
+        assert (r.role is Role.COORDINATOR) == (r.rank == h.coordinator)
+
+
+@given(shape=shapes, world=st.integers(1, 40))
+def test_invariants_or_clear_error(shape, world):
+    try:
+        h = describe(world, shape)
+    except RoleError as e:
+        assert "use" in str(e) or "need" in str(e)
+        return
+    check_invariants(h)
+    # The sizing function used by the scheduler side agrees with the runtime's description.
+    n_workers = shape.workers_in_group(len(h.groups[0].ranks))
+    assert shape.world_size(n_workers, n_blocks=len(h.blocks)) == world
+
+
+def test_exhaustive_small_shapes_round_trip():
+    """Every shape the scheduler can size is laid out by the runtime with the same rank count."""
+    for n_masters, n_proc, n_workers, folds in itertools.product(
+        range(0, 4), range(1, 4), range(1, 6), range(1, 4)
+    ):
+        if n_masters > 1 and n_workers < n_masters - 1:
+            continue
+        for block in (False, True):
+            if folds > 1 and not block:
+                continue
+            base = Shape(n_masters=n_masters, n_processes=n_proc)
+            group = base.group_size(n_workers)
+            shape = Shape(
+                n_masters=n_masters,
+                n_processes=n_proc,
+                block_size=group * folds if block else None,
+                n_fold=folds if block else 1,
+            )
+            for n_blocks in (1, 2) if block else (1,):
+                world = shape.world_size(n_workers, n_blocks)
+                h = describe(world, shape)
+                check_invariants(h)
+                assert len(h.groups) == (n_blocks * folds if block else 1)
+                expected_workers = n_workers * (n_proc if n_masters else 1)
+                assert sum(len(w) for w in h.groups[0].workers) == expected_workers
