@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("nnlo_sched.commands.control", "Cancel a run and its queued successors."),
     "logs": ("nnlo_sched.commands.control", "Show or follow a run's logs."),
     "resume": ("nnlo_sched.commands.control", "Resubmit a stopped run from its newest checkpoint."),
+    "job": ("nnlo_sched.commands.job", "Chain bookkeeping inside a batch job (internal)."),
     "run": ("nnlo_sched.commands.run", "Run a run directory's job inside an allocation (used by batch scripts)."),
     "timeline": ("nnlo_sched.commands.timeline", "Merge a run's per-rank trace into one Chrome trace."),
     "plot": ("nnlo_sched.commands.plot", "Write PNG plots of a run's history, trials and timeline."),
