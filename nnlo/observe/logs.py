@@ -1,0 +1,150 @@
+"""Per-rank log files and the merged log of all ranks.
+
+Every rank writes ``<out_dir>/logs/rank-<r>.log`` (all ``nnlo.*`` loggers, at ``--log-level``). Lines start
+with a UTC timestamp with milliseconds, so the files of all ranks merge into one time-ordered
+``<out_dir>/logs/all-ranks.log`` by a streaming k-way merge (rank 0 does it at the end; :func:`merge_logs`
+does it on demand, e.g. for ``nnlo logs``). Multi-line records (tracebacks) stay with their first line.
+
+On the console, rank 0 shows its records at the chosen level and the other ranks only warnings and errors,
+each prefixed with the rank and role, so eight ranks do not print eight copies of every message.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Iterator
+
+LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_DIR = "logs"
+MERGED_NAME = "all-ranks.log"
+
+
+def parse_level(level: str | int) -> int:
+    """``"info"`` -> ``logging.INFO``; anything else is a one-line :class:`ConfigError`."""
+    if isinstance(level, int) and level in (10, 20, 30, 40, 50):
+        return level
+    name = str(level).strip().lower()
+    if name not in LEVELS:
+        from nnlo.errors import ConfigError
+
+        raise ConfigError(f"--log-level {level!r} is not a level; use one of {', '.join(LEVELS)}")
+    return getattr(logging, name.upper())
+
+
+class RankFormatter(logging.Formatter):
+    """``2026-11-21T09:30:01.123Z rank 3 worker:w2 INFO nnlo.training: message``."""
+
+    def __init__(self, rank: int, role: str, prefix_only: bool = False) -> None:
+        super().__init__()
+        self.rank, self.role, self.prefix_only = rank, role, prefix_only
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        if self.prefix_only:
+            return f"[rank {self.rank} {self.role}] {record.levelname.lower()}: {message}"
+        return f"{self.formatTime(record)} rank {self.rank} {self.role} {record.levelname} {record.name}: {message}"
+
+
+class RankLogging:
+    """The handlers one rank installed on the ``nnlo`` logger; :meth:`close` removes exactly those."""
+
+    def __init__(
+        self,
+        out_dir: str | Path | None,
+        rank: int,
+        role: str,
+        level: str | int = "info",
+        console: bool = True,
+        stream: IO[str] | None = None,
+    ) -> None:
+        self.level = parse_level(level)
+        self.rank, self.role = rank, role
+        self.path: Path | None = None
+        self._handlers: list[logging.Handler] = []
+        self.logger = logging.getLogger("nnlo")
+        self.logger.setLevel(self.level)
+        if out_dir is not None:
+            self.path = Path(out_dir) / LOG_DIR / f"rank-{rank}.log"
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handler: logging.Handler = logging.FileHandler(self.path, mode="a", encoding="utf-8", delay=False)
+            handler.setFormatter(RankFormatter(rank, role))
+            handler.setLevel(self.level)
+            self._add(handler)
+        if console and not _has_console_handler(self.logger):
+            handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+            handler.setFormatter(RankFormatter(rank, role, prefix_only=True))
+            handler.setLevel(self.level if rank == 0 else max(self.level, logging.WARNING))
+            handler._nnlo_console = True  # type: ignore[attr-defined]
+            self._add(handler)
+
+    def _add(self, handler: logging.Handler) -> None:
+        self.logger.addHandler(handler)
+        self._handlers.append(handler)
+
+    def close(self) -> None:
+        for handler in self._handlers:
+            self.logger.removeHandler(handler)
+            try:
+                handler.close()
+            except Exception:
+                pass
+        self._handlers.clear()
+
+
+def _has_console_handler(logger: logging.Logger) -> bool:
+    return any(
+        isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler) for h in logger.handlers
+    )
+
+
+def _records(path: Path) -> Iterator[tuple[str, int, str]]:
+    """(timestamp, rank, text) per record; lines that do not start with a timestamp continue the record."""
+    rank = int(path.stem.removeprefix("rank-")) if path.stem.removeprefix("rank-").isdigit() else -1
+    current: list[str] = []
+    stamp = ""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if _starts_with_stamp(line):
+                if current:
+                    yield stamp, rank, "".join(current)
+                stamp, current = line[:24], [line]
+            elif current:
+                current.append(line)
+            else:  # text before the first record (e.g. a crash dump): keep it, at the start
+                stamp, current = "", [line]
+    if current:
+        text = "".join(current)
+        yield stamp, rank, text if text.endswith("\n") else text + "\n"
+
+
+def _starts_with_stamp(line: str) -> bool:
+    return len(line) >= 24 and line[4] == "-" and line[10] == "T" and line[23] == "Z" and line[:4].isdigit()
+
+
+def rank_logs(log_dir: str | Path) -> list[Path]:
+    files = [p for p in Path(log_dir).glob("rank-*.log") if p.stem.removeprefix("rank-").isdigit()]
+    return sorted(files, key=lambda p: int(p.stem.removeprefix("rank-")))
+
+
+def merge_logs(out_dir: str | Path, out: str | Path | None = None) -> Path | None:
+    """Merge ``<out_dir>/logs/rank-*.log`` by time into ``all-ranks.log`` (atomic); None if no logs."""
+    log_dir = Path(out_dir) / LOG_DIR
+    files = rank_logs(log_dir)
+    if not files:
+        return None
+    out_path = Path(out) if out is not None else log_dir / MERGED_NAME
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for _, _, text in heapq.merge(*(_records(p) for p in files), key=lambda r: (r[0], r[1])):
+            f.write(text)
+    os.replace(tmp, out_path)
+    return out_path

@@ -1,0 +1,338 @@
+"""The recording tracer and the merge into one Chrome trace (``timeline.json``).
+
+Why streamed lines: a job killed at its walltime never runs its clean-up, so a trace kept in memory and
+written at the end would be lost exactly when it is most wanted. Each rank therefore appends one JSON
+object per line to ``<out_dir>/trace/rank-<r>.jsonl`` with a single ``write(2)`` per event (no user-space
+buffer), so a SIGKILL loses at most the line being written. :func:`merge` turns those files into one valid
+trace at the end of a run or on demand (``nnlo timeline RUN``), dropping torn lines.
+
+Each line is already a Chrome trace event (``pid`` = rank, ``ts``/``dur`` in microseconds since the Unix
+epoch) or a private bookkeeping record ``{"nnlo": "start" | "closed", ...}`` that the merge consumes.
+Timestamps come from ``perf_counter`` anchored once to the wall clock, so spans are precise within a rank
+and comparable across ranks as far as the nodes' clocks agree (NTP keeps cluster nodes within ~1 ms).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from nnlo.observe.summary import TimeAccount
+from nnlo.observe.trace import Tracer
+
+log = logging.getLogger("nnlo.observe")
+
+TRACE_DIR = "trace"
+MERGED_NAME = "timeline.json"
+
+
+def trace_path(out_dir: str | Path, rank: int) -> Path:
+    return Path(out_dir) / TRACE_DIR / f"rank-{rank}.jsonl"
+
+
+class _Span:
+    """One timed block. A class with ``__enter__``/``__exit__`` is cheaper than a generator context."""
+
+    __slots__ = ("_tracer", "_name", "_cat", "_args", "_t0", "_children")
+
+    def __init__(self, tracer: "RecordingTracer", name: str, cat: str, args: dict[str, Any]) -> None:
+        self._tracer, self._name, self._cat, self._args = tracer, name, cat, args
+
+    def __enter__(self) -> None:
+        self._children = 0
+        stack = self._tracer._stack()
+        stack.append(self)
+        self._t0 = time.perf_counter_ns()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        t1 = time.perf_counter_ns()
+        dur = t1 - self._t0
+        tracer = self._tracer
+        stack = tracer._stack()
+        if stack and stack[-1] is self:
+            stack.pop()
+        if stack:
+            stack[-1]._children += dur
+        if tracer._main is None or threading.get_ident() == tracer._main:
+            tracer.account.add(self._cat, dur - self._children)
+        if tracer._fd is not None:
+            if exc_type is not None:
+                self._args = {**self._args, "error": exc_type.__name__}
+            tracer._event(
+                {"name": self._name, "cat": self._cat, "ph": "X", "ts": tracer._us(self._t0),
+                 "dur": round(dur / 1000, 3), "tid": tracer._tid(), "args": self._args}
+            )
+
+
+class RecordingTracer(Tracer):
+    """Accounts time per category (for the summary) and, given a path, streams Chrome trace events.
+
+    With ``path=None`` nothing is written: only the per-category totals are kept (about 1 µs per span).
+    Write errors (a full disk) switch the event stream off with one warning; training goes on.
+    """
+
+    enabled = True
+
+    def __init__(self, path: str | Path | None, rank: int, role: str) -> None:
+        self.rank, self.role = rank, role
+        self.path = Path(path) if path is not None else None
+        self.account = TimeAccount()
+        self._local = threading.local()
+        self._main = threading.main_thread().ident
+        self._tids: dict[int, int] = {}
+        self._tid_lock = threading.Lock()
+        self._wall0_ns = time.time_ns()
+        self._perf0_ns = time.perf_counter_ns()
+        self._fd: int | None = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._record({"nnlo": "start", "rank": rank, "role": role, "host": socket.gethostname(),
+                          "os_pid": os.getpid(), "unix_us": self._wall0_ns // 1000})
+            self._event({"name": "process_name", "ph": "M", "args": {"name": f"rank {rank} {role}"}})
+            self._event({"name": "process_sort_index", "ph": "M", "args": {"sort_index": rank}})
+            self._event({"name": "process_labels", "ph": "M",
+                         "args": {"labels": f"{socket.gethostname()} pid {os.getpid()}"}})
+            self._tid()
+
+    # -- the Tracer API ----------------------------------------------------------------------------
+    def span(self, name: str, cat: str = "compute", **args: Any) -> _Span:  # type: ignore[override]
+        return _Span(self, name, cat, args)
+
+    def instant(self, name: str, **args: Any) -> None:
+        if self._fd is not None:
+            self._event({"name": name, "ph": "i", "s": "p", "ts": self._us(time.perf_counter_ns()),
+                         "tid": self._tid(), "args": args})
+
+    def counter(self, name: str, values: dict[str, float]) -> None:
+        if self._fd is not None:
+            self._event({"name": name, "ph": "C", "ts": self._us(time.perf_counter_ns()), "args": values})
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.write(fd, _line({"nnlo": "closed", "rank": self.rank, "unix_us": time.time_ns() // 1000}))
+            except OSError:
+                pass
+            os.close(fd)
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _stack(self) -> list[_Span]:
+        try:
+            return self._local.stack
+        except AttributeError:
+            self._local.stack = []
+            return self._local.stack
+
+    def _tid(self) -> int:
+        ident = threading.get_ident()
+        tid = self._tids.get(ident)
+        if tid is None:
+            with self._tid_lock:
+                tid = self._tids.setdefault(ident, len(self._tids))
+            name = "main" if threading.current_thread() is threading.main_thread() else threading.current_thread().name
+            self._event({"name": "thread_name", "ph": "M", "tid": tid, "args": {"name": name}})
+        return tid
+
+    def _us(self, perf_ns: int) -> float:
+        return round((self._wall0_ns + perf_ns - self._perf0_ns) / 1000, 3)
+
+    def _event(self, event: dict[str, Any]) -> None:
+        event["pid"] = self.rank
+        event.setdefault("tid", 0)
+        self._record(event)
+
+    def _record(self, obj: dict[str, Any]) -> None:
+        fd = self._fd
+        if fd is None:
+            return
+        try:
+            os.write(fd, _line(obj))
+        except OSError as e:
+            self._fd = None
+            log.warning("timeline: cannot write %s (%s); tracing stopped for rank %d", self.path, e, self.rank)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()
+
+
+# -- reading and merging ---------------------------------------------------------------------------
+@dataclass
+class RankStream:
+    """What one rank's line file holds, after dropping torn or corrupt lines."""
+
+    rank: int
+    path: Path
+    events: list[dict[str, Any]] = field(default_factory=list)
+    role: str | None = None
+    closed: bool = False
+    dropped: int = 0
+    #: [start_us, end_us] per job that appended to this file (a restarted chain appends a new session)
+    sessions: list[list[float]] = field(default_factory=list)
+
+
+def read_stream(path: str | Path) -> RankStream:
+    """Parse one ``rank-<r>.jsonl``; a torn last line (the job was killed mid-write) is dropped, not fatal."""
+    path = Path(path)
+    rank = _rank_of(path)
+    stream = RankStream(rank=rank if rank is not None else -1, path=path)
+    with open(path, "rb") as f:
+        data = f.read()
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            stream.dropped += 1
+            continue
+        if not isinstance(obj, dict):
+            stream.dropped += 1
+            continue
+        marker = obj.get("nnlo")
+        if marker == "start":
+            stream.role, stream.closed = obj.get("role"), False
+            stream.sessions.append([float(obj.get("unix_us", 0)), float(obj.get("unix_us", 0))])
+        elif marker == "closed":
+            stream.closed = True
+            if stream.sessions:
+                stream.sessions[-1][1] = max(stream.sessions[-1][1], float(obj.get("unix_us", 0)))
+        elif "ph" in obj:
+            stream.events.append(obj)
+            ts = obj.get("ts")
+            if isinstance(ts, (int, float)) and obj["ph"] != "M":
+                end = ts + float(obj.get("dur", 0) or 0)
+                if not stream.sessions:
+                    stream.sessions.append([float(ts), end])
+                stream.sessions[-1][1] = max(stream.sessions[-1][1], end)
+        else:
+            stream.dropped += 1
+    return stream
+
+
+def rank_files(trace_dir: str | Path) -> list[Path]:
+    files = [p for p in Path(trace_dir).glob("rank-*.jsonl") if _rank_of(p) is not None]
+    return sorted(files, key=lambda p: _rank_of(p) or 0)
+
+
+def _rank_of(path: Path) -> int | None:
+    stem = path.name.removeprefix("rank-").removesuffix(".jsonl")
+    return int(stem) if stem.isdigit() else None
+
+
+@dataclass
+class MergeResult:
+    path: Path
+    ranks: list[int]
+    events: int
+    dropped_lines: int
+    unclosed: list[int]
+
+    def describe(self) -> str:
+        text = f"wrote {self.path} ({self.events} events from {len(self.ranks)} ranks)"
+        if self.dropped_lines:
+            text += f"; dropped {self.dropped_lines} torn line(s)"
+        if self.unclosed:
+            shown = ", ".join(map(str, self.unclosed[:10])) + (" ..." if len(self.unclosed) > 10 else "")
+            text += f"; rank(s) {shown} did not end cleanly (killed?)"
+        return text
+
+
+def load_events(trace_dir: str | Path) -> tuple[list[RankStream], int]:
+    """All ranks' streams of ``trace_dir`` and the earliest timestamp (µs), the trace's time zero."""
+    streams = [read_stream(p) for p in rank_files(trace_dir)]
+    t0 = min((e["ts"] for s in streams for e in s.events if e.get("ph") != "M" and "ts" in e), default=0)
+    return streams, t0
+
+
+def iter_merged(streams: list[RankStream], t0: float) -> Iterator[dict[str, Any]]:
+    """Events of all ranks with ``ts`` shifted so the trace starts at 0; metadata first."""
+    for s in streams:
+        for e in s.events:
+            if e.get("ph") == "M":
+                yield e
+    for s in streams:
+        for e in s.events:
+            if e.get("ph") != "M":
+                e = dict(e)
+                e["ts"] = round(e.get("ts", t0) - t0, 3)
+                yield e
+
+
+def merge(trace_dir: str | Path, out: str | Path | None = None) -> MergeResult:
+    """Merge ``trace_dir/rank-*.jsonl`` into one Chrome trace, written atomically (temp file + rename).
+
+    The result opens in https://ui.perfetto.dev and chrome://tracing: one process per rank named by its
+    role, complete ("X") spans, instants and counters. Safe to run while a job is still writing.
+    """
+    trace_dir = Path(trace_dir)
+    files = rank_files(trace_dir)
+    if not files:
+        from nnlo.errors import ConfigError
+
+        raise ConfigError(f"no rank-*.jsonl trace files in {trace_dir}: run with --timeline to record one")
+    out_path = Path(out) if out is not None else trace_dir.parent / MERGED_NAME
+    streams, t0 = load_events(trace_dir)
+    other = {"start_unix_us": t0, "generator": "nnlo", "ranks": len(streams),
+             "roles": {str(s.rank): s.role for s in streams}}
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
+    n = 0
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "w") as f:
+        f.write('{"displayTimeUnit":"ms","otherData":' + json.dumps(other) + ',"traceEvents":[\n')
+        for event in iter_merged(streams, t0):
+            f.write((",\n" if n else "") + json.dumps(event, separators=(",", ":"), default=str))
+            n += 1
+        f.write("\n]}\n")
+    os.replace(tmp, out_path)
+    return MergeResult(
+        path=out_path,
+        ranks=[s.rank for s in streams],
+        events=n,
+        dropped_lines=sum(s.dropped for s in streams),
+        unclosed=[s.rank for s in streams if not s.closed],
+    )
+
+
+def wait_closed(trace_dir: str | Path, ranks: list[int] | None, timeout: float) -> list[int]:
+    """Wait up to ``timeout`` s until the given ranks' streams (all present if None) end with "closed".
+
+    Rank 0 calls this before merging at the end of a run so the other ranks' last spans are included;
+    ranks that never close (they died) only delay the merge by ``timeout``. Returns the ranks still open.
+    """
+    trace_dir = Path(trace_dir)
+    deadline = time.monotonic() + timeout
+    while True:
+        if ranks is None:
+            files = rank_files(trace_dir)
+        else:
+            files = [trace_dir / f"rank-{r}.jsonl" for r in ranks]
+        still_open = [_rank_of(p) or 0 for p in files if not _ends_closed(p)]
+        if not still_open or time.monotonic() >= deadline:
+            return still_open
+        time.sleep(0.05)
+
+
+def _ends_closed(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 512))
+            tail = f.read()
+    except OSError:
+        return False
+    lines = [ln for ln in tail.split(b"\n") if ln.strip()]
+    return bool(lines) and b'"nnlo":"closed"' in lines[-1]
