@@ -1,0 +1,90 @@
+"""One worker's view of the data: its shard of each epoch's shuffled order, in batches.
+
+Every rank builds the same global order from ``(seed, epoch)`` (:func:`~nnlo.data.sampling.epoch_order`)
+and takes its own contiguous shard, so the shards of an epoch are disjoint and complete without any
+communication, and a restored run that knows ``(epoch, batch)`` continues exactly where it stopped.
+
+With ``equal_batches=True`` (default) every shard of an epoch yields the *same number* of batches: shards
+differ by at most one sample, and when that sample would open an extra batch of one it joins the last batch
+instead. A synchronous or all-reduce step therefore never waits for a peer that has one batch more.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from nnlo.data.h5dataset import H5Dataset
+from nnlo.data.sampling import _bounds, batches, epoch_order, n_batches, shard
+from nnlo.errors import ConfigError, DataError
+
+
+class ShardedLoader:
+    """Batches of shard ``shard_index`` of ``n_shards`` over ``indices`` (a subset such as a k-fold's
+    training samples; None = the whole dataset).
+
+    ``shuffle=False`` keeps the subset's order every epoch (validation). ``epoch(e, start_batch=b)``
+    yields ``(x, y)`` from batch ``b`` on; ``batch_indices(e)`` gives the global sample indices without
+    reading anything.
+    """
+
+    def __init__(self, dataset: H5Dataset, indices: Sequence[int] | np.ndarray | None, n_shards: int,
+                 shard_index: int, batch_size: int, seed: int = 0, shuffle: bool = True,
+                 equal_batches: bool = True) -> None:
+        if n_shards < 1 or not 0 <= shard_index < n_shards:
+            raise ValueError(f"shard index {shard_index} is not in [0, {n_shards})")
+        if batch_size < 1:
+            raise ConfigError(f"--batch must be >= 1, got {batch_size}")
+        self.dataset = dataset
+        if indices is None:
+            self.indices = np.arange(len(dataset), dtype=np.int64)
+        else:
+            self.indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+            if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= len(dataset)):
+                raise IndexError(f"sample indices must lie in [0, {len(dataset)})")
+        n = self.indices.size
+        if n < n_shards:
+            raise DataError(
+                f"{n} samples cannot be shared by {n_shards} workers; use more data or fewer workers"
+            )
+        self.n_shards, self.shard_index = n_shards, shard_index
+        self.batch_size, self.seed = batch_size, seed
+        self.shuffle, self.equal_batches = shuffle, equal_batches
+
+    @property
+    def n_samples(self) -> int:
+        """Samples in this shard (the same every epoch)."""
+        start, end = _bounds(self.indices.size, self.n_shards, self.shard_index)
+        return end - start
+
+    def n_batches(self, epoch: int = 0) -> int:
+        """Batches this shard yields in ``epoch`` (with ``equal_batches``, the same on every shard)."""
+        if self.equal_batches:
+            smallest = self.indices.size // self.n_shards
+            return n_batches(smallest, self.batch_size)
+        return n_batches(self.n_samples, self.batch_size)
+
+    def __len__(self) -> int:
+        return self.n_batches(0)
+
+    def shard_indices(self, epoch: int) -> np.ndarray:
+        """The global sample indices of this shard in ``epoch``, in the order they are served."""
+        order = epoch_order(self.indices.size, epoch, self.seed) if self.shuffle else None
+        ordered = self.indices[order] if order is not None else self.indices
+        return shard(ordered, self.n_shards, self.shard_index)
+
+    def batch_indices(self, epoch: int) -> list[np.ndarray]:
+        """The global sample indices of every batch of ``epoch``."""
+        result = batches(self.shard_indices(epoch), self.batch_size)
+        want = self.n_batches(epoch)
+        if len(result) > want:  # one leftover sample: it joins the last batch
+            result = result[:want - 1] + [np.concatenate(result[want - 1:])]
+        return result
+
+    def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[Any, Any]]:
+        """Yield ``(x, y)`` for the batches of ``epoch`` from ``start_batch`` on (to resume mid-epoch)."""
+        plan = self.batch_indices(epoch)
+        if not 0 <= start_batch <= len(plan):
+            raise ValueError(f"start_batch {start_batch} is not in [0, {len(plan)}] for epoch {epoch}")
+        for idx in plan[start_batch:]:
+            yield self.dataset.read(idx)
