@@ -1,0 +1,342 @@
+"""PNG plots of a run: learning curves, optimization progress, per-rank utilisation.
+
+Everything is read from files a run leaves behind (``history.json``, ``trials.json``/``best.json``, the
+trace), so plots can be made on a login node, after the fact, from a killed run. Missing keys are tolerated:
+a curve that has no data is left out, a plot with nothing to draw is not written. matplotlib runs with the
+Agg backend: no display needed.
+
+Files written into the output folder (default ``<run>/plots``)::
+
+    loss.png            train and validation loss per epoch            (history.json)
+    metrics.png         every other numeric per-epoch series, one panel each
+    convergence.png     fom of each trial and the best so far          (trials.json)
+    parameters.png      each hyperparameter against the fom, one panel each
+    utilisation.png     per-rank fraction of time per category, and the spans over time  (trace)
+
+An optimization run with per-trial histories gets ``<trial dir>-loss.png`` etc. for each (at most 50).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from nnlo.observe.trace import CATEGORIES  # noqa: E402
+
+COLORS = {"compute": "#2ca02c", "comm": "#1f77b4", "wait": "#d62728", "io": "#9467bd", "validate": "#ff7f0e",
+          "other": "#c7c7c7"}
+_LOSS_KEYS = ("train_loss", "loss", "val_loss")
+_NOT_METRICS = {"epoch", "time", "timestamp", "wall_time", "t", "step"}
+_MAX_HISTORIES = 50
+
+
+# -- reading ---------------------------------------------------------------------------------------
+def load_json(path: Path) -> Any:
+    """Parsed JSON, or None for a missing/half-written file (plots are best effort per file)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def history_entries(data: Any) -> list[dict[str, Any]]:
+    """The per-epoch list from ``history.json``: a list, or a dict holding one under a usual key."""
+    if isinstance(data, dict):
+        for key in ("history", "epochs", "entries"):
+            if isinstance(data.get(key), list):
+                data = data[key]
+                break
+    if not isinstance(data, list):
+        return []
+    return [d for d in data if isinstance(d, dict)]
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _series(entries: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for i, entry in enumerate(entries):
+        y = _num(entry.get(key))
+        if y is None:
+            continue
+        x = _num(entry.get("epoch"))
+        xs.append(x if x is not None else float(i + 1))
+        ys.append(y)
+    return xs, ys
+
+
+# -- learning curves -------------------------------------------------------------------------------
+def plot_history(entries: list[dict[str, Any]], out_dir: Path, prefix: str = "") -> list[Path]:
+    """``loss.png`` (train/val loss per epoch) and ``metrics.png`` (other numeric series)."""
+    written: list[Path] = []
+    curves = {k: _series(entries, k) for k in _LOSS_KEYS}
+    if curves["train_loss"][0]:
+        curves.pop("loss")
+    curves = {k: v for k, v in curves.items() if v[0]}
+    if curves:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for key, (xs, ys) in curves.items():
+            ax.plot(xs, ys, marker="o", ms=3, label=key.replace("_", " "))
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("loss")
+        if all(y > 0 for _, ys in curves.values() for y in ys) and _spread(curves) > 30:
+            ax.set_yscale("log")
+        ax.set_title(f"{prefix or 'training'}: loss per epoch")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        written.append(_save(fig, out_dir / f"{prefix}{'-' if prefix else ''}loss.png"))
+    keys = []
+    for entry in entries:
+        for key, value in entry.items():
+            if key not in keys and key not in _LOSS_KEYS and key not in _NOT_METRICS and _num(value) is not None:
+                keys.append(key)
+    if keys:
+        cols = min(3, len(keys))
+        rows = math.ceil(len(keys) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+        for ax, key in zip(axes.flat, keys):
+            xs, ys = _series(entries, key)
+            ax.plot(xs, ys, marker="o", ms=3, color="#1f77b4")
+            ax.set_title(key.replace("_", " "), fontsize=10)
+            ax.set_xlabel("epoch")
+            ax.grid(alpha=0.3)
+        for ax in list(axes.flat)[len(keys):]:
+            ax.axis("off")
+        fig.suptitle(f"{prefix or 'training'}: metrics per epoch")
+        written.append(_save(fig, out_dir / f"{prefix}{'-' if prefix else ''}metrics.png"))
+    return written
+
+
+def _spread(curves: dict[str, tuple[list[float], list[float]]]) -> float:
+    ys = [y for _, v in curves.values() for y in v]
+    return max(ys) / min(ys) if ys and min(ys) > 0 else 1.0
+
+
+# -- optimization ----------------------------------------------------------------------------------
+def plot_trials(trials: list[dict[str, Any]], out_dir: Path, direction: str = "min", fom_name: str = "fom") -> list[Path]:
+    """``convergence.png`` (fom per trial, best so far) and ``parameters.png`` (each parameter vs fom)."""
+    done = [t for t in trials if isinstance(t, dict) and _num(t.get("fom")) is not None
+            and t.get("status", "ok") in ("ok", "done", "finished")]
+    failed = [t for t in trials if isinstance(t, dict) and t not in done]
+    if not done:
+        return []
+    done.sort(key=lambda t: _num(t.get("id")) if _num(t.get("id")) is not None else 0)
+    better = min if direction != "max" else max
+    ids = [(_num(t.get("id")) if _num(t.get("id")) is not None else i) for i, t in enumerate(done)]
+    foms = [float(t["fom"]) for t in done]
+    best, best_so_far = None, []
+    for f in foms:
+        best = f if best is None else better(best, f)
+        best_so_far.append(best)
+    written = []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    errs = [_num(t.get("fom_std")) or 0.0 for t in done]
+    ax.errorbar(ids, foms, yerr=errs if any(errs) else None, fmt="o", ms=4, alpha=0.6, label=f"trial {fom_name}")
+    ax.step(ids, best_so_far, where="post", color="#d62728", lw=2, label=f"best so far ({direction})")
+    for t in failed:
+        if _num(t.get("id")) is not None:
+            ax.axvline(float(t["id"]), color="#7f7f7f", alpha=0.3, lw=1)
+    ax.set_xlabel("trial")
+    ax.set_ylabel(fom_name)
+    ax.set_title(f"optimization: {len(done)} finished" + (f", {len(failed)} failed (grey lines)" if failed else ""))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    written.append(_save(fig, out_dir / "convergence.png"))
+
+    names: list[str] = []
+    for t in done:
+        for name in (t.get("params") or {}):
+            if name not in names:
+                names.append(name)
+    if names:
+        cols = min(3, len(names))
+        rows = math.ceil(len(names) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+        best_i = foms.index(best_so_far[-1])
+        for ax, name in zip(axes.flat, names):
+            values = [(t.get("params") or {}).get(name) for t in done]
+            _param_panel(ax, name, values, foms, best_i)
+            ax.set_ylabel(fom_name)
+        for ax in list(axes.flat)[len(names):]:
+            ax.axis("off")
+        fig.suptitle(f"each parameter against {fom_name} (best trial in red)")
+        written.append(_save(fig, out_dir / "parameters.png"))
+    return written
+
+
+def _param_panel(ax: Any, name: str, values: Sequence[Any], foms: Sequence[float], best_i: int) -> None:
+    numeric = [_num(v) for v in values]
+    if all(v is not None for v in numeric):
+        xs: list[float] = [float(v) for v in numeric]  # type: ignore[arg-type]
+        ax.scatter(xs, foms, s=18, alpha=0.7)
+        ax.scatter([xs[best_i]], [foms[best_i]], s=60, color="#d62728", zorder=3)
+        if min(xs) > 0 and max(xs) / min(xs) > 100:
+            ax.set_xscale("log")
+    else:  # categorical: one column per category, in first-seen order
+        cats: list[str] = []
+        for v in values:
+            if str(v) not in cats:
+                cats.append(str(v))
+        xs = [float(cats.index(str(v))) for v in values]
+        ax.scatter(xs, foms, s=18, alpha=0.7)
+        ax.scatter([xs[best_i]], [foms[best_i]], s=60, color="#d62728", zorder=3)
+        ax.set_xticks(range(len(cats)))
+        ax.set_xticklabels(cats, rotation=30, ha="right", fontsize=8)
+    ax.set_title(name, fontsize=10)
+    ax.grid(alpha=0.3)
+
+
+# -- utilisation -----------------------------------------------------------------------------------
+def plot_utilisation(streams: list[Any], out_dir: Path, max_gantt_ranks: int = 64) -> list[Path]:
+    """``utilisation.png``: per-rank stacked fractions (exclusive time per category) and a Gantt of spans.
+
+    ``streams`` are :class:`nnlo.observe.timeline.RankStream` (see :func:`nnlo.observe.timeline.load_events`).
+    """
+    from nnlo.observe import summary
+
+    streams = [s for s in streams if any(e.get("ph") == "X" for e in s.events)]
+    if not streams:
+        return []
+    ranks = summary.from_streams(streams)
+    t0 = min(e["ts"] for s in streams for e in s.events if e.get("ph") == "X")
+    height = max(4.0, 0.35 * len(streams) + 2)
+    fig, (bars, gantt) = plt.subplots(1, 2, figsize=(14, min(height, 30)), gridspec_kw={"width_ratios": [1, 2.2]})
+    labels = [f"{r['rank']} {r['role']}" for r in ranks]
+    y = range(len(ranks))
+    left = [0.0] * len(ranks)
+    for cat in summary.COLUMNS:
+        widths = [r["fractions"].get(cat, 0.0) for r in ranks]
+        bars.barh(list(y), widths, left=left, color=COLORS.get(cat, "#8c564b"), label=cat)
+        left = [a + b for a, b in zip(left, widths)]
+    bars.set_yticks(list(y))
+    bars.set_yticklabels(labels, fontsize=8)
+    bars.invert_yaxis()
+    bars.set_xlim(0, 1)
+    bars.set_xlabel("fraction of wall time")
+    bars.set_title("where the time went, per rank")
+    bars.legend(fontsize=8, loc="lower right")
+    shown = streams[:max_gantt_ranks]
+    for i, s in enumerate(shown):
+        layers: dict[tuple[int, str], list[tuple[float, float]]] = {}
+        for depth, start, dur, cat in _nesting(s.events):
+            layers.setdefault((depth, cat), []).append(((start - t0) / 1e6, dur / 1e6))
+        for (depth, cat), spans in sorted(layers.items()):  # parents first, nested spans drawn on top
+            gantt.broken_barh(spans, (i - 0.4, 0.8), facecolors=COLORS.get(cat if cat in CATEGORIES else "other"))
+    gantt.set_yticks(range(len(shown)))
+    gantt.set_yticklabels([f"{s.rank} {s.role or ''}" for s in shown], fontsize=8)
+    gantt.invert_yaxis()
+    gantt.set_xlabel("seconds since the first span")
+    gantt.set_title("spans over time (main thread)" + (f", first {max_gantt_ranks} ranks" if len(streams) > len(shown) else ""))
+    gantt.grid(axis="x", alpha=0.3)
+    return [_save(fig, out_dir / "utilisation.png")]
+
+
+def _nesting(events: list[dict[str, Any]]) -> list[tuple[int, float, float, str]]:
+    """(depth, start, dur, cat) of the main thread's spans; depth 0 = outermost."""
+    spans = sorted(
+        ((float(e["ts"]), float(e.get("dur", 0) or 0), str(e.get("cat", "other")))
+         for e in events if e.get("ph") == "X" and e.get("tid", 0) == 0 and "ts" in e),
+        key=lambda x: (x[0], -x[1]),
+    )
+    out, ends = [], []  # ends: end times of the open ancestors
+    for start, dur, cat in spans:
+        while ends and ends[-1] <= start:
+            ends.pop()
+        out.append((len(ends), start, dur, cat))
+        ends.append(start + dur)
+    return out
+
+
+def streams_from_trace_json(path: Path) -> list[Any]:
+    """RankStreams rebuilt from a merged ``timeline.json`` (when the per-rank lines are gone)."""
+    from nnlo.observe.timeline import RankStream
+
+    data = load_json(path)
+    events = data.get("traceEvents", []) if isinstance(data, dict) else data if isinstance(data, list) else []
+    by_rank: dict[int, RankStream] = {}
+    for e in events:
+        if not isinstance(e, dict) or not isinstance(e.get("pid"), int):
+            continue
+        s = by_rank.setdefault(e["pid"], RankStream(rank=e["pid"], path=path))
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            s.role = str((e.get("args") or {}).get("name", "")).removeprefix(f"rank {e['pid']} ") or None
+        elif e.get("ph") == "X" and isinstance(e.get("ts"), (int, float)):
+            s.events.append(e)
+            end = e["ts"] + float(e.get("dur", 0) or 0)
+            if not s.sessions:
+                s.sessions.append([float(e["ts"]), end])
+            s.sessions[0][0] = min(s.sessions[0][0], float(e["ts"]))
+            s.sessions[0][1] = max(s.sessions[0][1], end)
+    return [by_rank[r] for r in sorted(by_rank)]
+
+
+# -- a whole run -----------------------------------------------------------------------------------
+def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+    """Every plot the files under ``run_dir`` allow; returns the PNGs written (maybe none)."""
+    from nnlo.observe import timeline
+
+    run_dir = Path(run_dir)
+    out = Path(out_dir) if out_dir is not None else run_dir / "plots"
+    written: list[Path] = []
+    histories = _find(run_dir, "history.json")
+    for path in histories[:_MAX_HISTORIES]:
+        rel = path.parent.relative_to(run_dir)
+        prefix = "" if rel == Path(".") or len(histories) == 1 else "-".join(rel.parts)
+        written += plot_history(history_entries(load_json(path)), out, prefix)
+    trials_path = run_dir / "trials.json"
+    if trials_path.exists():
+        best = load_json(run_dir / "best.json")
+        best = best if isinstance(best, dict) else {}
+        trials = load_json(trials_path)
+        if isinstance(trials, list):
+            written += plot_trials(trials, out, str(best.get("direction") or "min"), str(best.get("fom_name") or "fom"))
+    trace_dirs = [d for d in find_dirs(run_dir, timeline.TRACE_DIR) if timeline.rank_files(d)]
+    if trace_dirs:
+        streams, _ = timeline.load_events(trace_dirs[0])
+        written += plot_utilisation(streams, out)
+    elif (run_dir / timeline.MERGED_NAME).exists():
+        written += plot_utilisation(streams_from_trace_json(run_dir / timeline.MERGED_NAME), out)
+    return written
+
+
+def _find(root: Path, name: str, depth: int = 3) -> list[Path]:
+    found = [root / name] if (root / name).is_file() else []
+    level = [root]
+    for _ in range(depth):
+        level = sorted(p for d in level for p in _subdirs(d))
+        found += [d / name for d in level if (d / name).is_file()]
+    return found
+
+
+def find_dirs(root: Path, name: str, depth: int = 3) -> list[Path]:
+    found = [root / name] if (root / name).is_dir() else []
+    level = [root]
+    for _ in range(depth):
+        level = sorted(p for d in level for p in _subdirs(d) if p.name != name)
+        found += [d / name for d in level if (d / name).is_dir()]
+    return found
+
+
+def _subdirs(d: Path) -> list[Path]:
+    try:
+        return [p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != "plots"]
+    except OSError:
+        return []
+
+
+def _save(fig: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

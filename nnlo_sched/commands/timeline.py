@@ -1,0 +1,63 @@
+"""``nnlo timeline RUN``: merge a run's per-rank trace lines into one Chrome trace and print where time went.
+
+Works on a finished run, on a run still going (a snapshot) and on a run killed at its walltime (torn last
+lines are dropped). Open the result in https://ui.perfetto.dev or chrome://tracing.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from nnlo_sched.commands.plot import resolve_run_dir
+
+
+@click.command("timeline")
+@click.argument("run", metavar="RUN_OR_DIR")
+@click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the merged trace [default: RUN/timeline.json].")
+@click.option("--summary/--no-summary", default=True, show_default=True,
+              help="Print the per-role time breakdown computed from the trace.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (paths, ranks, summary).")
+def timeline_command(run: str, out: Path | None, summary: bool, as_json: bool) -> None:
+    """Merge RUN's trace/rank-*.jsonl (written with --timeline) into one Chrome trace file."""
+    from nnlo.errors import ConfigError
+    from nnlo.observe import summary as summ
+    from nnlo.observe import timeline
+
+    run_dir = resolve_run_dir(run)
+    trace_dir = find_trace_dir(run_dir)
+    if trace_dir is None:
+        raise ConfigError(
+            f"no trace in {run_dir}: the run was not started with --timeline (add --timeline to nnlo train/optimize)"
+        )
+    result = timeline.merge(trace_dir, out)
+    streams, _ = timeline.load_events(trace_dir)
+    ranks = summ.from_streams(streams)
+    roles = summ.by_role(ranks)
+    if as_json:
+        click.echo(json.dumps({"path": str(result.path), "ranks": result.ranks, "events": result.events,
+                               "dropped_lines": result.dropped_lines, "unclosed": result.unclosed,
+                               "roles": roles}, indent=1))
+        return
+    click.echo(result.describe())
+    if summary and ranks:
+        click.echo(summ.format_table(roles))
+    click.echo(f"open it in https://ui.perfetto.dev (or chrome://tracing): {result.path}")
+
+
+def find_trace_dir(run_dir: Path) -> Path | None:
+    """RUN/trace, RUN itself when it holds rank-*.jsonl, or the first trace/ folder up to 3 levels down."""
+    from nnlo.observe import timeline
+    from nnlo.observe.plots import find_dirs
+
+    if timeline.rank_files(run_dir):
+        return run_dir
+    for d in find_dirs(run_dir, timeline.TRACE_DIR):
+        if timeline.rank_files(d):
+            return d
+    return None
+
+
+command = timeline_command
