@@ -1,0 +1,63 @@
+"""A block: ``block_size`` ranks that evaluate one parameter set at a time, split into fold groups.
+
+Every rank of a block runs :func:`run_block`. The block leader (its first rank) receives a trial from the
+coordinator and broadcasts it over the block communicator; each fold group evaluates it with the runner on
+its own communicator (the fold groups of a block run concurrently); the outcomes are gathered on the
+leader and sent back as one result. Exceptions are caught on every rank and reported as the fold's error,
+so a trial whose model raises is recorded as failed and the block takes the next trial. A rank that dies
+hard (segfault, MPI abort) ends the MPI job: that cannot be survived inside one job, and the chain's
+resubmission restarts the search from the coordinator's state.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
+from nnlo.optimize.runners import FoldOutcome, Runner, describe_error
+from nnlo.roles import Hierarchy
+
+log = logging.getLogger("nnlo.optimize.block")
+
+
+def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any, runner: Runner,
+              out_dir: Path) -> int:
+    """Serve trials until the coordinator says stop; returns the exit code it sends."""
+    rank = world.Get_rank()
+    info = hierarchy[rank]
+    n_fold = hierarchy.shape.n_fold
+    leader = block_comm.Get_rank() == 0
+    while True:
+        msg = world.recv(source=hierarchy.coordinator, tag=TAG_TASK) if leader else None
+        msg = block_comm.bcast(msg, root=0)
+        if msg.get("stop"):
+            return int(msg.get("code", 0))
+        trial_id, params = int(msg["trial"]), dict(msg["params"])
+        t0 = time.time()
+        outcome: FoldOutcome | None
+        try:
+            outcome = runner.run(group_comm, trial_id, params, int(info.fold or 0), n_fold, out_dir)
+        except Exception as e:  # noqa: BLE001 - a trial may fail in any way; the search must go on
+            log.warning("trial %d fold %s failed on rank %d: %s", trial_id, info.fold, rank, describe_error(e))
+            outcome = FoldOutcome(error=describe_error(e))
+        is_top = group_comm.Get_rank() == 0
+        report = (int(info.fold or 0), is_top, None if outcome is None else outcome.to_dict())
+        gathered = block_comm.gather(report, root=0)
+        if leader:
+            world.send({"trial": trial_id, "block": info.block, "folds": merge_folds(gathered, n_fold),
+                        "elapsed": time.time() - t0}, dest=hierarchy.coordinator, tag=TAG_RESULT)
+
+
+def merge_folds(reports: list[tuple[int, bool, dict[str, Any] | None]], n_fold: int) -> list[dict[str, Any]]:
+    """One outcome per fold: the top rank's, unless any rank of the fold group reported an error."""
+    folds: list[dict[str, Any]] = [{"metrics": None, "error": "no result from the fold group", "interrupted": False}
+                                   for _ in range(n_fold)]
+    for fold, is_top, outcome in reports:
+        if is_top and outcome is not None:
+            folds[fold] = dict(outcome)
+    for fold, is_top, outcome in reports:
+        if not is_top and outcome is not None and outcome.get("error") and not folds[fold].get("error"):
+            folds[fold] = {**folds[fold], "error": outcome["error"]}
+    return folds

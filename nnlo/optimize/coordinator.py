@@ -1,0 +1,183 @@
+"""The coordinator (world rank 0): hands trials to blocks as they free up and records their results.
+
+No block ever waits for another: the coordinator sends a trial to every idle block, then takes whichever
+result arrives first (``Iprobe`` on any source), records it, saves the state and the tables atomically,
+and gives that block its next trial - proposed with the still-running trials as pending points.
+
+Stopping: at ``--deadline``/``NNLO_DEADLINE`` or on SIGUSR1/SIGUSR2/SIGTERM it stops handing out trials
+(also when the typical trial would not finish before the deadline), collects running trials for up to
+``grace`` seconds (trainings stop themselves at the deadline and report "interrupted": they re-run after
+resubmission), saves, stops the blocks and returns 75. If blocks are still busy after the grace period the
+state is already saved, so it aborts the MPI job with code 75.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import statistics
+import sys
+import time
+from typing import Any
+
+from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
+from nnlo.optimize.search import Search
+from nnlo.roles import Hierarchy
+
+log = logging.getLogger("nnlo.optimize.coordinator")
+
+EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_RESUBMIT = 0, 1, 2, 75
+SAFETY_S = 10.0  # stop handing out trials this long before the deadline
+BAD_INPUT_ERRORS = ("ConfigError", "ModelError", "DataError", "RoleError")
+
+
+class StopRequest:
+    """Deadline and stop signals, checked by the coordinator between messages."""
+
+    SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGTERM")
+
+    def __init__(self, deadline: float | None):
+        self.deadline = deadline
+        self.signal: str | None = None
+
+    def install(self) -> None:
+        for name in self.SIGNALS:
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signal = signal.Signals(signum).name
+
+    def reason(self, now: float) -> str | None:
+        if self.signal:
+            return f"signal {self.signal}"
+        if self.deadline is not None and now >= self.deadline - SAFETY_S:
+            return "deadline"
+        return None
+
+    def no_time_for(self, typical_s: float | None, now: float) -> bool:
+        return self.deadline is not None and typical_s is not None and now + typical_s > self.deadline - SAFETY_S
+
+
+def deadline_from_env(explicit: float | None) -> float | None:
+    if explicit:
+        return float(explicit)
+    raw = os.environ.get("NNLO_DEADLINE", "").strip()
+    try:
+        return float(raw) if raw else None
+    except ValueError:
+        from nnlo.errors import ConfigError
+
+        raise ConfigError(f"NNLO_DEADLINE={raw!r} is not unix seconds; unset it or export a number") from None
+
+
+class Coordinator:
+    def __init__(self, world: Any, hierarchy: Hierarchy, search: Search, stop: StopRequest, *,
+                 grace_s: float = 60.0, poll_s: float = 0.02, progress: Any = None):
+        self.world = world
+        self.hierarchy = hierarchy
+        self.search = search
+        self.stop = stop
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self.progress = progress
+        self.busy: dict[int, int] = {}  # block -> trial id
+        self.idle: list[int] = list(range(len(hierarchy.blocks)))
+
+    def run(self) -> int:
+        from mpi4py import MPI
+
+        search = self.search
+        search.save()  # the run directory shows the search from its first second (and after a restore)
+        stop_reason: str | None = None
+        give_up_at: float | None = None
+        while True:
+            now = time.time()
+            if stop_reason is None:
+                stop_reason = self.stop.reason(now)
+                if stop_reason is not None:
+                    give_up_at = now + self.grace_s
+                    log.warning("stopping (%s): waiting for %d running trial(s)", stop_reason, len(self.busy))
+            if stop_reason is None and not self.stop.no_time_for(self._typical_s(), now):
+                self._dispatch(now)
+            if not self.busy:
+                break
+            if give_up_at is not None and now > give_up_at:
+                log.error("trials still running %ds after the stop; state saved, aborting with %d",
+                          self.grace_s, EXIT_RESUBMIT)
+                search.save()
+                self._close_progress()
+                self.world.Abort(EXIT_RESUBMIT)
+            status = MPI.Status()
+            if self.world.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_RESULT, status=status):
+                msg = self.world.recv(source=status.Get_source(), tag=TAG_RESULT)
+                self._on_result(msg)
+            else:
+                time.sleep(self.poll_s)
+        code = self._exit_code(stop_reason)
+        for b in range(len(self.hierarchy.blocks)):
+            self.world.send({"stop": True, "code": code}, dest=self.hierarchy.block_leader(b), tag=TAG_TASK)
+        self._close_progress()
+        return code
+
+    # -- steps ---------------------------------------------------------------------------------------
+    def _dispatch(self, now: float) -> None:
+        while self.idle:
+            block = self.idle[0]
+            trial = self.search.next_trial(block, now)
+            if trial is None:
+                return
+            self.idle.pop(0)
+            self.busy[block] = trial.id
+            self.world.send({"trial": trial.id, "params": trial.params},
+                            dest=self.hierarchy.block_leader(block), tag=TAG_TASK)
+            log.info("trial %d -> block %d: %s", trial.id, block, trial.params)
+        # also persist the hand-out so a kill now re-runs exactly these trials
+        self.search.save()
+
+    def _on_result(self, msg: dict[str, Any]) -> None:
+        block, trial_id = int(msg["block"]), int(msg["trial"])
+        self.busy.pop(block, None)
+        self.idle.append(block)
+        folds = msg["folds"]
+        if any(f.get("interrupted") for f in folds) and not any(f.get("error") for f in folds):
+            self.search.interrupted(trial_id)
+            log.warning("trial %d was interrupted by the deadline; it re-runs after resubmission", trial_id)
+            self.search.save()
+            return
+        trial = self.search.record(trial_id, folds, block)
+        self.search.save()
+        self._report(trial)
+
+    def _report(self, trial: Any) -> None:
+        search = self.search
+        best = search.best()
+        fom = f"{search.objective.name}={trial.fom:.6g}" if trial.fom is not None else f"FAILED ({trial.error})"
+        if trial.fom is not None and search.n_fold > 1:
+            fom += f" ±{trial.fom_std:.3g}"
+        log.info("trial %d [block %d] %s %s", trial.id, trial.block, fom, trial.params)
+        if self.progress is not None:
+            self.progress.update(trial=len(search.finished), fom=trial.fom, running=len(self.busy),
+                                 failed=search.n_failed or None,
+                                 best_fom=best.fom if best else None, best_trial=best.id if best else None)
+
+    def _typical_s(self) -> float | None:
+        durations = [t.duration_s for t in self.search.finished.values() if t.duration_s]
+        return statistics.median(durations) if durations else None
+
+    def _exit_code(self, stop_reason: str | None) -> int:
+        search = self.search
+        broken = search.broken()
+        if broken:
+            print(f"nnlo: error: the first {search.n_failed} trial(s) all failed; first error: {broken}",
+                  file=sys.stderr)
+            return EXIT_BAD_INPUT if broken.startswith(BAD_INPUT_ERRORS) else EXIT_FAILED
+        if search.done() and not search.requeue:
+            return EXIT_DONE
+        log.warning("search stopped (%s) with %d/%d trials done; state saved in %s - resubmit to resume",
+                    stop_reason or "deadline", len(search.finished), search.num_iterations, search.out_dir)
+        return EXIT_RESUBMIT
+
+    def _close_progress(self) -> None:
+        if self.progress is not None:
+            self.progress.close()

@@ -1,0 +1,84 @@
+"""Bayesian optimisation with scikit-optimize: the ONLY module of nnlo that imports skopt.
+
+scikit-optimize 0.10 is unmaintained; with numpy 2.x and scikit-learn 1.6+ its ``GBRT`` and ``dummy``
+estimators are broken, so only ``GP`` (Gaussian process, default), ``RF`` (random forest) and ``ET``
+(extra trees) are offered - each is covered by a test.
+
+Asynchrony with a constant liar: for every ``ask`` a fresh ``skopt.Optimizer`` is told the observations
+plus the pending points with the lie ``min(observed)`` (skopt's ``cl_min``), so parallel blocks get
+different points. Rebuilding per ask also makes the engine's state just its observations (JSON), not a
+pickled skopt object that might not load in another version. Failed trials are told as the worst value
+seen so far (see :meth:`Engine.imputed`). The first ``n_initial_points`` proposals are random.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from nnlo.errors import ConfigError
+from nnlo.optimize.engines.base import Engine, Point
+from nnlo.optimize.space import Categorical, Integer, Real, Space
+
+ESTIMATORS = ("GP", "RF", "ET")
+
+
+def _skopt_dimensions(space: Space) -> list[Any]:
+    from skopt import space as sk
+
+    out: list[Any] = []
+    for d in space:
+        if isinstance(d, Categorical):
+            out.append(sk.Categorical(list(d.categories), name=d.name))
+        elif isinstance(d, Integer):
+            out.append(sk.Integer(d.low, d.high, prior=d.prior, name=d.name))
+        elif isinstance(d, Real):
+            out.append(sk.Real(d.low, d.high, prior=d.prior, name=d.name))
+    return out
+
+
+class BayesianEngine(Engine):
+    name = "bayesian"
+
+    def __init__(self, space: Space, seed: int = 0, *, estimator: str = "GP", n_initial_points: int = 10):
+        super().__init__(space, seed)
+        est = estimator.upper()
+        if est not in ESTIMATORS:
+            raise ConfigError(
+                f"--estimator {estimator!r} is not offered; use one of {', '.join(ESTIMATORS)} "
+                "(GBRT and dummy are broken in scikit-optimize 0.10 with current scikit-learn)"
+            )
+        self.estimator = est
+        self.n_initial_points = max(1, int(n_initial_points))
+        self._dims = _skopt_dimensions(space)
+
+    def _propose(self, pending: list[Point], rng: np.random.Generator) -> Point:
+        told = self.imputed()
+        if len(told) < self.n_initial_points:
+            return self.fresh_sample(pending, rng)
+        from skopt import Optimizer
+
+        lie = min(v for _, v in told)
+        xs = [self.space.as_list(p) for p, _ in told] + [self.space.as_list(p) for p in pending]
+        ys = [v for _, v in told] + [lie] * len(pending)
+        opt = Optimizer(
+            self._dims,
+            base_estimator=self.estimator,
+            n_initial_points=self.n_initial_points,
+            random_state=int(rng.integers(2**31 - 1)),
+        )
+        with warnings.catch_warnings():
+            # "The objective has been evaluated at this point before": harmless with lies and retries.
+            warnings.simplefilter("ignore")
+            opt.tell(xs, ys)
+            x = opt.ask()
+        point = self.space.point(x)
+        if self.space.key(point) in self.seen(pending):
+            return self.fresh_sample(pending, rng)
+        return point
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state.update(estimator=self.estimator, n_initial_points=self.n_initial_points)
+        return state

@@ -1,0 +1,179 @@
+"""Trials and the results table: ``trials.json``, ``trials.csv`` and ``best.json`` in the run directory.
+
+``trials.json`` is a list of finished trials (``id, params, status, fom, fom_std, fold_foms, metrics,
+duration_s, block, error``) that ``nnlo status`` and ``nnlo plot`` read; ``best.json`` holds the best
+finished trial and counts. Files are replaced atomically, so a reader never sees half a table.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nnlo.optimize.state import atomic_write_json, atomic_write_text
+
+OK = "ok"
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The figure of merit: a metric name and its direction (``--fom NAME[:min|max]``)."""
+
+    name: str = "val_loss"
+    direction: str = "min"
+
+    @classmethod
+    def parse(cls, text: str) -> "Objective":
+        from nnlo.errors import ConfigError
+
+        name, _, direction = text.partition(":")
+        name = name.strip()
+        direction = (direction or _default_direction(name)).strip().lower()
+        if not name or direction not in ("min", "max"):
+            raise ConfigError(f"--fom {text!r}: use NAME or NAME:min / NAME:max, e.g. val_loss or val_accuracy:max")
+        return cls(name, direction)
+
+    def value(self, fom: float) -> float:
+        """What engines minimise."""
+        return fom if self.direction == "min" else -fom
+
+    def better(self, a: float, b: float) -> bool:
+        return a < b if self.direction == "min" else a > b
+
+    def reached(self, fom: float, target: float | None) -> bool:
+        return target is not None and (fom <= target if self.direction == "min" else fom >= target)
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.direction}"
+
+
+def _default_direction(name: str) -> str:
+    return "max" if any(k in name.lower() for k in ("acc", "auc", "precision", "recall", "f1", "r2")) else "min"
+
+
+@dataclass
+class Trial:
+    """One parameter set and, once finished, its result over all folds of a block."""
+
+    id: int
+    params: dict[str, Any]
+    status: str = "pending"
+    fom: float | None = None
+    fom_std: float | None = None
+    fold_foms: list[float | None] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)  # per fold, the final metrics reported
+    duration_s: float | None = None
+    block: int | None = None
+    error: str | None = None
+    started: float | None = None
+    finished: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Trial":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def finish(self, fold_results: list[dict[str, Any]], objective: Objective, block: int, now: float | None = None) -> None:
+        """Fill in the result from each fold's ``{"metrics": {...}} or {"error": "..."}``.
+
+        The trial fails if any fold failed or lacks a finite figure of merit; otherwise ``fom`` is the mean
+        over folds and ``fom_std`` their population standard deviation.
+        """
+        self.block = block
+        self.finished = now if now is not None else time.time()
+        if self.started is not None:
+            self.duration_s = round(self.finished - self.started, 6)
+        self.metrics = [_plain_metrics(r.get("metrics") or {}) for r in fold_results]
+        foms: list[float | None] = []
+        errors: list[str] = []
+        for f, r in enumerate(fold_results):
+            if r.get("error"):
+                foms.append(None)
+                errors.append(f"fold {f}: {r['error']}" if len(fold_results) > 1 else str(r["error"]))
+                continue
+            m = r.get("metrics") or {}
+            v = m.get(objective.name)
+            if v is None:
+                foms.append(None)
+                have = ", ".join(sorted(m)) or "nothing"
+                errors.append(f"fold {f}: no metric {objective.name!r} (reported: {have}); choose --fom from those")
+            elif not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+                foms.append(None)
+                errors.append(f"fold {f}: {objective.name} is {v} (diverged)")
+            else:
+                foms.append(float(v))
+        self.fold_foms = foms
+        if errors:
+            self.status, self.error = FAILED, "; ".join(errors)
+            self.fom = self.fom_std = None
+            return
+        vals = [v for v in foms if v is not None]
+        self.status, self.error = OK, None
+        self.fom = statistics.fmean(vals)
+        self.fom_std = statistics.pstdev(vals) if len(vals) > 1 else 0.0
+
+
+def _plain_metrics(m: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in m.items():
+        if hasattr(v, "item"):
+            v = v.item()
+        if isinstance(v, float) and not math.isfinite(v):
+            v = str(v)  # JSON has no NaN; keep it readable
+        if isinstance(v, (int, float, str, bool)) or v is None:
+            out[str(k)] = v
+    return out
+
+
+def best_trial(trials: list[Trial], objective: Objective) -> Trial | None:
+    best: Trial | None = None
+    for t in trials:
+        if t.status == OK and t.fom is not None and (best is None or objective.better(t.fom, best.fom)):  # type: ignore[arg-type]
+            best = t
+    return best
+
+
+def write_results(out_dir: Path, trials: list[Trial], objective: Objective, param_names: list[str],
+                  n_fold: int, total: int | None = None) -> None:
+    """(Re)write trials.json, trials.csv and best.json atomically."""
+    done = sorted(trials, key=lambda t: t.id)
+    atomic_write_json(out_dir / "trials.json", [t.to_dict() for t in done])
+    atomic_write_text(out_dir / "trials.csv", _csv(done, param_names, n_fold))
+    best = best_trial(done, objective)
+    atomic_write_json(out_dir / "best.json", {
+        "fom_name": objective.name,
+        "direction": objective.direction,
+        "trials_done": sum(1 for t in done if t.status == OK),
+        "trials_failed": sum(1 for t in done if t.status == FAILED),
+        "trials_total": total,
+        "best_trial": best.id if best else None,
+        "best_fom": best.fom if best else None,
+        "best_fom_std": best.fom_std if best else None,
+        "best_params": best.params if best else None,
+        "updated": time.time(),
+    })
+
+
+def _csv(trials: list[Trial], param_names: list[str], n_fold: int) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    folds = [f"fom_fold{f}" for f in range(n_fold)]
+    w.writerow(["trial", "status", *param_names, "fom", "fom_std", *folds, "duration_s", "block", "error"])
+    for t in trials:
+        ff = list(t.fold_foms) + [None] * (n_fold - len(t.fold_foms))
+        w.writerow([t.id, t.status, *(t.params.get(n) for n in param_names), _num(t.fom), _num(t.fom_std),
+                    *(_num(v) for v in ff[:n_fold]), _num(t.duration_s), t.block, t.error or ""])
+    return buf.getvalue()
+
+
+def _num(v: float | None) -> str:
+    return "" if v is None else repr(v)

@@ -1,0 +1,159 @@
+"""The entry every rank of ``nnlo optimize`` calls: roles, communicators, then coordinator or block.
+
+Input is checked identically on every rank before any communicator exists (so bad input gives every rank
+the same one-line error and nobody hangs); checks only the coordinator can do (the saved state) are
+broadcast, so blocks stop with the coordinator's error instead of waiting for work.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nnlo.errors import ConfigError, NnloError
+from nnlo.optimize import space as space_mod
+from nnlo.optimize.coordinator import Coordinator, StopRequest, deadline_from_env
+from nnlo.optimize.engines import ENGINES, make_engine
+from nnlo.optimize.results import Objective
+from nnlo.optimize.search import Search
+from nnlo.optimize.state import STATE_FILE
+from nnlo.roles import Role, Shape, describe
+
+log = logging.getLogger("nnlo.optimize")
+
+
+@dataclass
+class OptimizeOptions:
+    """Options of the search itself (the training options live in the TrainConfig)."""
+
+    out_dir: Path
+    block_size: int
+    n_fold: int = 1
+    hyper_opt: str = "bayesian"
+    estimator: str = "GP"
+    num_iterations: int = 10
+    target_objective: float | None = None
+    fom: str = "val_loss"
+    space: str | None = None
+    ga_populations: int = 10
+    n_initial_points: int | None = None
+    seed: int = 0
+    restore: bool = False
+    deadline: float | None = None
+    grace_s: float = 60.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def initial_points(self) -> int:
+        """Random proposals before the model is used: 10 (skopt's default), at most a third of the budget."""
+        if self.n_initial_points is not None:
+            return self.n_initial_points
+        return max(2, min(10, self.num_iterations // 3))
+
+
+def default_out_dir(model: str) -> Path:
+    """``$NNLO_RUN_DIR`` inside a submitted run, else ``./optimize-<model stem>``."""
+    run_dir = os.environ.get("NNLO_RUN_DIR")
+    if run_dir:
+        return Path(run_dir)
+    return Path(f"optimize-{Path(model).stem or 'run'}")
+
+
+def build_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
+    if opts.hyper_opt not in ENGINES:
+        raise ConfigError(f"--hyper-opt {opts.hyper_opt!r} is unknown; use one of {', '.join(ENGINES)}")
+    engine = make_engine(opts.hyper_opt, space, opts.seed, estimator=opts.estimator,
+                         n_initial_points=opts.initial_points(), population=opts.ga_populations)
+    return Search(engine, Objective.parse(opts.fom), num_iterations=opts.num_iterations, out_dir=opts.out_dir,
+                  target=opts.target_objective, n_fold=opts.n_fold)
+
+
+def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
+    """The coordinator's search, restored when asked (or inside a chained job) and refused over old data."""
+    search = build_search(opts, space)
+    has_state = (opts.out_dir / STATE_FILE).exists()
+    resume = opts.restore or bool(os.environ.get("NNLO_RUN_DIR"))
+    if has_state and not resume:
+        raise ConfigError(
+            f"{opts.out_dir} already holds a search ({STATE_FILE}); pass --opt-restore to resume it "
+            "or choose another --output"
+        )
+    if resume and search.restore():
+        log.info("resumed the search in %s: %d trial(s) done, %d to re-run", opts.out_dir,
+                 len(search.finished), len(search.requeue))
+    elif opts.restore:
+        log.warning("--opt-restore: no %s in %s yet; starting a new search", STATE_FILE, opts.out_dir)
+    return search
+
+
+def load_space(opts: OptimizeOptions, module: Any) -> space_mod.Space:
+    if opts.space:
+        return space_mod.from_toml(opts.space)
+    return space_mod.from_model(module)
+
+
+def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: Any = None) -> int:
+    """Run the search in ``world``; every rank calls it and gets the same exit code."""
+    from nnlo.models import load_model_source
+    from nnlo.optimize.block import run_block
+    from nnlo.optimize.runners import HookRunner, TrainRunner
+
+    rank = world.Get_rank()
+    shape = Shape(n_masters=config.n_masters, n_processes=config.n_processes, block_size=opts.block_size,
+                  n_fold=opts.n_fold)
+    hierarchy = describe(world.Get_size(), shape)
+    source = load_model_source(config.model)
+    module = source.module
+    space = load_space(opts, module)
+    Objective.parse(opts.fom)
+    hook = module is not None and callable(getattr(module, "evaluate", None))
+    if not hook:
+        config.validate()
+    if opts.n_fold > 1 and not hook and not config.train:
+        raise ConfigError("--n-fold needs --train LIST (the samples that the folds split)")
+
+    from mpi4py import MPI
+
+    info = hierarchy[rank]
+    undefined = MPI.UNDEFINED
+    block_comm = world.Split(undefined if info.block is None else info.block, rank)
+    group_comm = world.Split(undefined if info.group is None else info.group, rank)
+
+    search: Search | None = None
+    error: str | None = None
+    if info.role is Role.COORDINATOR:
+        try:
+            opts.out_dir.mkdir(parents=True, exist_ok=True)
+            search = prepare_search(opts, space)
+        except NnloError as e:
+            error = str(e)
+        except OSError as e:
+            error = f"cannot write the output directory {opts.out_dir}: {e.strerror}; choose another --output"
+    error = world.bcast(error, root=0)
+    if error:
+        raise ConfigError(error)
+
+    stop = StopRequest(deadline_from_env(opts.deadline))
+    stop.install()
+    if info.role is Role.COORDINATOR:
+        assert search is not None
+        log.info("%s; %s search of %d trial(s) over %s, fom %s; results in %s", hierarchy.summary(),
+                 opts.hyper_opt, opts.num_iterations, ", ".join(space.names), search.objective, opts.out_dir)
+        progress = _progress(opts.num_iterations, progress_stream)
+        return Coordinator(world, hierarchy, search, stop, grace_s=opts.grace_s, progress=progress).run()
+    if hook:
+        runner = HookRunner(module, Objective.parse(opts.fom).name)
+    else:
+        group_shape = Shape(n_masters=config.n_masters, n_processes=config.n_processes)
+        runner = TrainRunner(config, group_shape, opts.seed)
+    return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
+
+
+def _progress(total: int, stream: Any) -> Any:
+    try:
+        from nnlo.observe.progress import Progress
+    except ImportError:  # observability is optional for the search
+        return None
+    return Progress("optimize", stream=stream if stream is not None else sys.stderr, total=total)

@@ -1,0 +1,158 @@
+"""How a fold group evaluates one parameter set: real training, or a model module's objective hook.
+
+:class:`TrainRunner` is the normal path: every rank of the fold group calls
+``nnlo.training.driver.train`` on the group's communicator, with the trial's hyperparameters routed into
+the training configuration (see :func:`split_params`), the fold's samples, and an output directory of its
+own (``<out>/trials/<trial-id>/fold-<f>/``), so nothing collides between folds, blocks and trials.
+
+:class:`HookRunner` is for synthetic objectives (benchmarks of the search itself, tests): a model module
+that defines ``evaluate(params, *, fold, n_fold)`` returning a float (the figure of merit) or a dict of
+metrics is evaluated on the group's top rank without training. ``examples/branin.py`` is one.
+
+Routing of hyperparameters (documented in docs/optimization.md): a parameter named like a tunable training
+option (:data:`TRAINING_PARAMS`, e.g. ``batch``, ``epochs``, ``worker_optimizer``, ``gem_lr``) sets that
+option; ``worker_lr`` sets the learning rate inside ``--worker-optimizer``; every other parameter is a
+keyword argument of ``get_model``.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+TRAINING_PARAMS = frozenset({
+    "loss", "epochs", "batch", "optimizer", "worker_optimizer", "mode", "sync_every", "synchronous",
+    "elastic_force", "gem_lr", "gem_momentum", "gem_kappa", "early_stopping",
+})
+WORKER_LR = "worker_lr"
+
+
+@dataclass
+class FoldOutcome:
+    """What a fold group's top rank reports: final metrics, or why it failed / was interrupted."""
+
+    metrics: dict[str, Any] | None = None
+    error: str | None = None
+    interrupted: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metrics": self.metrics, "error": self.error, "interrupted": self.interrupted}
+
+
+class Runner(Protocol):
+    def run(self, comm: Any, trial_id: int, params: dict[str, Any], fold: int, n_fold: int,
+            out_dir: Path) -> FoldOutcome | None:
+        """Called by every rank of a fold group; the group's top rank returns the outcome, others None."""
+        ...
+
+
+def trial_dir(out_dir: Path, trial_id: int, fold: int) -> Path:
+    return Path(out_dir) / "trials" / f"{trial_id:04d}" / f"fold-{fold}"
+
+
+def describe_error(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+class HookRunner:
+    """Evaluates ``module.evaluate(params, fold=, n_fold=)`` on the fold group's top rank."""
+
+    def __init__(self, module: Any, fom_name: str):
+        self.evaluate = module.evaluate
+        self.fom_name = fom_name
+
+    def run(self, comm: Any, trial_id: int, params: dict[str, Any], fold: int, n_fold: int,
+            out_dir: Path) -> FoldOutcome | None:
+        if comm.Get_rank() != 0:
+            return None
+        value = self.evaluate(dict(params), fold=fold, n_fold=n_fold)
+        if isinstance(value, dict):
+            return FoldOutcome(metrics=dict(value))
+        if isinstance(value, numbers.Real):
+            return FoldOutcome(metrics={self.fom_name: float(value)})
+        raise TypeError(f"evaluate() returned {type(value).__name__}; return a float or a dict of metrics")
+
+
+def split_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(training-option overrides, get_model keyword arguments) of a trial's parameters."""
+    overrides = {k: v for k, v in params.items() if k in TRAINING_PARAMS or k == WORKER_LR}
+    model_args = {k: v for k, v in params.items() if k not in overrides}
+    return overrides, model_args
+
+
+def with_lr(spec: str, lr: float) -> str:
+    """``adam:lr=0.001`` -> ``adam:lr=<lr>`` (other parameters kept)."""
+    from nnlo.algorithms.optimizers import parse_optimizer_spec
+
+    name, opts = parse_optimizer_spec(spec)
+    opts = {**opts, "lr": lr}
+    return name + ":" + ",".join(f"{k}={v}" for k, v in opts.items())
+
+
+class TrainRunner:
+    """Trains the trial's model on the fold group's communicator with the real runtime."""
+
+    def __init__(self, config: Any, group_shape: Any, seed: int):
+        self.config = config
+        self.group_shape = group_shape
+        self.seed = seed
+        self._n_samples: int | None = None
+
+    def config_for(self, params: dict[str, Any], out: Path) -> Any:
+        overrides, model_args = split_params(params)
+        lr = overrides.pop(WORKER_LR, None)
+        cfg = self.config.replace(
+            **overrides,
+            model_args={**self.config.model_args, **model_args},
+            checkpoint=str(out / "checkpoints") if self.config.checkpoint else None,
+            restore=None,
+            trial_name=out.parent.name + "-" + out.name,
+        )
+        if lr is not None:
+            cfg = cfg.replace(worker_optimizer=with_lr(cfg.worker_optimizer, float(lr)))
+        return cfg
+
+    def n_samples(self) -> int:
+        """Samples of the training list (the k-fold splits them; every rank computes the same number)."""
+        if self._n_samples is None:
+            from nnlo.data import H5Dataset, read_list_file
+
+            if not self.config.train:
+                from nnlo.errors import ConfigError
+
+                raise ConfigError("--n-fold needs --train LIST (the samples that the folds split)")
+            ds = H5Dataset(read_list_file(self.config.train),
+                           features=self.config.features_name or "features",
+                           labels=self.config.labels_name or "labels")
+            self._n_samples = len(ds)
+        return self._n_samples
+
+    def run(self, comm: Any, trial_id: int, params: dict[str, Any], fold: int, n_fold: int,
+            out_dir: Path) -> FoldOutcome | None:
+        from nnlo.training.driver import train
+
+        out = trial_dir(out_dir, trial_id, fold)
+        cfg = self.config_for(params, out)
+        train_idx = val_idx = None
+        if n_fold > 1:
+            from nnlo.data import kfold
+
+            train_idx, val_idx = kfold(self.n_samples(), n_fold, self.seed)[fold]
+            cfg = cfg.replace(val=cfg.train)  # validate on the held-out fold of the training samples
+        result = train(comm, cfg, shape=self.group_shape, train_indices=train_idx, val_indices=val_idx,
+                       out_dir=out)
+        if comm.Get_rank() != 0:
+            return None
+        if result is None:
+            return FoldOutcome(error="training returned no result on the group's top rank")
+        metrics = dict(getattr(result, "final", None) or {})
+        reason = str(getattr(result, "stopped_reason", "") or "")
+        if reason in ("deadline", "signal"):
+            return FoldOutcome(metrics=metrics, interrupted=True)
+        for k, v in metrics.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                return FoldOutcome(metrics=metrics, error=f"{k} is {v} (training diverged)")
+        return FoldOutcome(metrics=metrics)

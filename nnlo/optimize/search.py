@@ -1,0 +1,159 @@
+"""The search's bookkeeping, free of MPI: budget, hand-out, pending points, failures, results, state.
+
+The coordinator asks :meth:`Search.next_trial` whenever a block is idle and passes each block's answer to
+:meth:`Search.record`; everything else (which points are pending, when the search is over, what goes into
+the checkpoint) lives here, so it can be tested without MPI and reused by the serial path of the tests.
+
+Budget: ``num_iterations`` finished trials, failed ones included (a model that fails everywhere must not
+loop forever). ``target`` ends the search once a trial's figure of merit reaches it; trials already running
+are still collected. If the first ``max_failures_at_start`` trials all fail, the search stops with the first
+error: the model is broken, not the parameters, and the allocation should not be burnt.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from nnlo.errors import ConfigError
+from nnlo.optimize.engines import Engine, engine_options
+from nnlo.optimize.results import FAILED, OK, Objective, Trial, best_trial, write_results
+from nnlo.optimize.state import load_state, save_state
+
+
+class Search:
+    def __init__(
+        self,
+        engine: Engine,
+        objective: Objective,
+        *,
+        num_iterations: int,
+        out_dir: Path,
+        target: float | None = None,
+        n_fold: int = 1,
+        max_failures_at_start: int = 3,
+    ):
+        if num_iterations < 1:
+            raise ConfigError(f"--num-iterations must be at least 1, got {num_iterations}")
+        self.engine = engine
+        self.objective = objective
+        self.num_iterations = num_iterations
+        self.target = target
+        self.n_fold = n_fold
+        self.out_dir = Path(out_dir)
+        self.max_failures_at_start = max_failures_at_start
+        self.finished: dict[int, Trial] = {}
+        self.in_flight: dict[int, Trial] = {}
+        self.requeue: list[Trial] = []  # restored in-flight trials: re-run first, same id and parameters
+        self.next_id = 0
+        self.resumed = False
+
+    # -- hand-out ------------------------------------------------------------------------------------
+    @property
+    def n_ok(self) -> int:
+        return sum(1 for t in self.finished.values() if t.status == OK)
+
+    @property
+    def n_failed(self) -> int:
+        return sum(1 for t in self.finished.values() if t.status == FAILED)
+
+    def broken(self) -> str | None:
+        """The first error, if every one of the first trials failed (the model, not the point, is bad)."""
+        if self.n_ok == 0 and self.n_failed >= min(self.max_failures_at_start, self.num_iterations):
+            first = min(self.finished.values(), key=lambda t: t.id)
+            return first.error or "unknown error"
+        return None
+
+    def target_reached(self) -> bool:
+        best = self.best()
+        return best is not None and best.fom is not None and self.objective.reached(best.fom, self.target)
+
+    def done(self) -> bool:
+        """Nothing more to hand out or wait for."""
+        return not self.in_flight and (not self.can_hand_out())
+
+    def can_hand_out(self) -> bool:
+        if self.target_reached() or self.broken():
+            return False
+        return len(self.finished) + len(self.in_flight) < self.num_iterations
+
+    def next_trial(self, block: int, now: float | None = None) -> Trial | None:
+        """A trial for an idle block, or None when the budget is spent / the target reached."""
+        if not self.can_hand_out():
+            return None
+        if self.requeue:
+            trial = self.requeue.pop(0)
+        else:
+            pending = [t.params for t in self.in_flight.values()] + [t.params for t in self.requeue]
+            trial = Trial(self.next_id, self.engine.ask(pending))
+            self.next_id += 1
+        trial.status, trial.block, trial.started = "running", block, now if now is not None else time.time()
+        self.in_flight[trial.id] = trial
+        return trial
+
+    # -- results -------------------------------------------------------------------------------------
+    def record(self, trial_id: int, fold_results: list[dict[str, Any]], block: int, now: float | None = None) -> Trial:
+        """Finish a trial from its folds' results; tell the engine; caller then :meth:`save`."""
+        trial = self.in_flight.pop(trial_id)
+        trial.finish(fold_results, self.objective, block, now)
+        self.finished[trial.id] = trial
+        self.engine.tell(trial.params, None if trial.fom is None else self.objective.value(trial.fom))
+        return trial
+
+    def interrupted(self, trial_id: int) -> None:
+        """A trial stopped by the deadline: it is neither finished nor lost; it re-runs after resubmission."""
+        trial = self.in_flight.pop(trial_id)
+        trial.status, trial.block, trial.started = "pending", None, None
+        self.requeue.append(trial)
+
+    def best(self) -> Trial | None:
+        return best_trial(list(self.finished.values()), self.objective)
+
+    # -- persistence ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "space": self.engine.space.to_dict(),
+            "engine_options": engine_options(self.engine),
+            "engine_state": self.engine.state_dict(),
+            "objective": {"name": self.objective.name, "direction": self.objective.direction},
+            "n_fold": self.n_fold,
+            "next_id": self.next_id,
+            "finished": [t.to_dict() for t in sorted(self.finished.values(), key=lambda t: t.id)],
+            # in-flight and re-queued trials are stored as "to re-run": their results never arrived
+            "rerun": [{"id": t.id, "params": t.params} for t in
+                      sorted([*self.in_flight.values(), *self.requeue], key=lambda t: t.id)],
+        }
+
+    def save(self) -> None:
+        """State first, then the tables: the state is the checkpoint, the tables are derived from it."""
+        save_state(self.out_dir, self.state_dict())
+        write_results(self.out_dir, list(self.finished.values()), self.objective, self.engine.space.names,
+                      self.n_fold, self.num_iterations)
+
+    def restore(self) -> bool:
+        """Load the state in ``out_dir`` if there is one; refuse one made for a different search."""
+        state = load_state(self.out_dir)
+        if state is None:
+            return False
+        path = self.out_dir / "optimizer-state.json"
+        mismatch = []
+        if state["space"] != self.engine.space.to_dict():
+            mismatch.append("search space")
+        if state["engine_options"] != engine_options(self.engine):
+            mismatch.append(f"engine ({state['engine_options']})")
+        if state["objective"] != {"name": self.objective.name, "direction": self.objective.direction}:
+            mismatch.append(f"--fom ({state['objective']['name']}:{state['objective']['direction']})")
+        if state["n_fold"] != self.n_fold:
+            mismatch.append(f"--n-fold ({state['n_fold']})")
+        if mismatch:
+            raise ConfigError(
+                f"{path} was written by a search with a different {', '.join(mismatch)}; "
+                "rerun with the same options, or use a new --output directory"
+            )
+        self.engine.load_state_dict(state["engine_state"])
+        self.next_id = int(state["next_id"])
+        self.finished = {t.id: t for t in (Trial.from_dict(d) for d in state["finished"])}
+        self.requeue = [Trial(int(d["id"]), self.engine.space.point(d["params"])) for d in state["rerun"]]
+        self.in_flight = {}
+        self.resumed = True
+        return True
