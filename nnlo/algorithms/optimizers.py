@@ -301,7 +301,8 @@ class FlatOptimizer:
                 f"but the weights have {size}; use one optimizer per weight vector"
             )
         for key in self.state_names:
-            self.state.setdefault(key, np.zeros(size, dtype=np.float32))
+            if key not in self.state:
+                self.state[key] = np.zeros(size, dtype=np.float32)
         if not self._scratch or self._scratch[0].size != size:
             self._scratch = [np.empty(size, dtype=np.float32) for _ in range(self.n_scratch)]
             self._grad = None

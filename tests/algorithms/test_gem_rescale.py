@@ -1,0 +1,86 @@
+"""GEM against values worked out by hand from pi = clip((kappa*|proxy| - |central_delta|) / |update|, 0, 5)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nnlo.algorithms.gem import GEMState
+from nnlo.errors import ConfigError
+
+
+def f32(*values):
+    return np.array(values, dtype=np.float32)
+
+
+def test_two_steps_by_hand():
+    gem = GEMState(4, lr=0.01, momentum=0.5, kappa=2.0)
+    # step 1: proxy = update
+    out = gem.rescale(f32(0.1, -0.2, 0.0, 0.3), f32(0.05, 0.5, 0.1, -0.1))
+    # pi = (0.2-0.05)/0.1 = 1.5 | (0.4-0.5)/0.2 < 0 -> 0 | (0-0.1)/eps < 0 -> 0 | (0.6-0.1)/0.3 = 5/3
+    np.testing.assert_allclose(out, [0.15, 0.0, 0.0, 0.5], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(gem.proxy, [0.1, -0.2, 0.0, 0.3], rtol=1e-7)
+    # step 2: proxy = 0.5*proxy + update = [0.15, 0.0, 0.01, 0.45]; the center did not move
+    out = gem.rescale(f32(0.1, 0.1, 0.01, 0.3), f32(0, 0, 0, 0))
+    # pi = 0.3/0.1 = 3 | 0/0.1 = 0 | 0.02/0.01 = 2 | 0.9/0.3 = 3
+    np.testing.assert_allclose(out, [0.3, 0.0, 0.02, 0.9], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(gem.proxy, [0.15, 0.0, 0.01, 0.45], rtol=1e-6)
+    assert gem.steps == 2
+
+
+def test_scale_is_capped_and_sign_kept():
+    gem = GEMState(2, momentum=0.9, kappa=2.0)
+    gem.rescale(f32(1.0, -1.0), f32(0, 0))
+    # proxy = 0.9*[1,-1] + [0.001,-0.001]; pi = 2*0.901/0.001 = 1802 -> capped at 5
+    out = gem.rescale(f32(0.001, -0.001), f32(0, 0))
+    np.testing.assert_allclose(out, [0.005, -0.005], rtol=1e-6)
+
+
+def test_rescale_gradient_uses_minus_lr_times_grad_and_out_buffer():
+    gem = GEMState(2, lr=0.1, momentum=0.0, kappa=3.0)
+    out = np.empty(2, np.float32)
+    result = gem.rescale_gradient(f32(1.0, -2.0), f32(0.1, 0.0), out=out)
+    assert result is out
+    # update = [-0.1, 0.2]; pi = (0.3-0.1)/0.1 = 2 | 0.6/0.2 = 3
+    np.testing.assert_allclose(out, [-0.2, 0.6], rtol=1e-6)
+
+
+def test_in_place_on_the_update_itself():
+    gem = GEMState(2, momentum=0.0, kappa=2.0)
+    u = f32(0.5, -0.5)
+    assert gem.rescale(u, f32(0.5, 0.0), out=u) is u
+    np.testing.assert_allclose(u, [0.5, -1.0])  # pi = (1-0.5)/0.5 = 1 | (1-0)/0.5 = 2
+
+
+def test_state_dict_round_trip_continues_identically():
+    rng = np.random.default_rng(0)
+    steps = [(rng.normal(size=5).astype(np.float32), rng.normal(size=5).astype(np.float32)) for _ in range(6)]
+    a = GEMState(5)
+    outs_a = [a.rescale(u, c) for u, c in steps]
+    b = GEMState(5)
+    for u, c in steps[:3]:
+        b.rescale(u, c)
+    c_state = GEMState(5)
+    c_state.load_state_dict(b.state_dict())
+    outs_c = [c_state.rescale(u, c) for u, c in steps[3:]]
+    for x, y in zip(outs_a[3:], outs_c):
+        np.testing.assert_array_equal(x, y)
+    assert c_state.steps == 6
+    with pytest.raises(ConfigError, match="has 5 values but the model has 4"):
+        GEMState(4).load_state_dict(a.state_dict())
+    with pytest.raises(ConfigError, match="malformed"):
+        GEMState(4).load_state_dict({})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(lr=0.0), "--gem-lr must be > 0"),
+    (dict(momentum=1.0), r"--gem-momentum must be in \[0, 1\)"),
+    (dict(kappa=-1.0), "--gem-kappa must be > 0"),
+])
+def test_bad_hyperparameters(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        GEMState(3, **kwargs)
+
+
+def test_shape_mismatch_is_refused():
+    with pytest.raises(ValueError, match="expected \\(3,\\)"):
+        GEMState(3).rescale(f32(1, 2), f32(1, 2))
