@@ -1,0 +1,66 @@
+"""What every launcher needs to start the ranks of a layout, and the interface each launcher implements.
+
+A launcher turns a uniform placement (the same number of ranks on every node but perhaps the last, each rank
+with the same cores and GPUs) into an argument vector. Keeping placements uniform is what lets one launch line
+serve jsrun resource sets, aprun's ``-N``, srun's ``--ntasks-per-node`` and mpirun alike; the layout decides
+where non-GPU ranks (masters, coordinator) sit within that uniform grid.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+from nnlo_sched.profiles.schema import Profile
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Rank counts for one launch.
+
+    ranks_per_node: ranks on each node (the last node may hold fewer).
+    gpus_per_rank: GPUs each GPU-using rank gets (a Fraction below 1 when ranks share a GPU; 0: CPU only).
+    unbound: the launcher binds no GPUs and every rank sees all of its node's GPUs; each rank then picks
+        the device the layout names (used when masters sit on a node's spare cores beside its workers).
+    """
+
+    ranks: int
+    nodes: int
+    ranks_per_node: int
+    cores_per_rank: int
+    gpus_per_rank: Fraction
+    unbound: bool = False
+
+    @property
+    def ranks_per_gpu(self) -> int:
+        return int(1 / self.gpus_per_rank) if 0 < self.gpus_per_rank < 1 else 1
+
+
+class Launcher(ABC):
+    """Builds the argv that starts ``plan.ranks`` ranks of a program."""
+
+    name: str = ""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+
+    def program(self) -> str:
+        cmd = self.profile.launcher_command or self.name
+        if cmd == "auto":
+            local = Path(sys.executable).parent / self.name
+            return str(local) if local.exists() else (shutil.which(self.name) or self.name)
+        return cmd
+
+    @abstractmethod
+    def argv(self, plan: LaunchPlan) -> list[str]:
+        """The launcher command up to (not including) the program it runs."""
+
+    def check(self, plan: LaunchPlan) -> None:
+        """Raise :class:`nnlo.errors.ConfigError` for a plan this launcher cannot express."""
+
+
+def whole(x: Fraction) -> int:
+    return int(x) if x.denominator == 1 else int(x) + 1

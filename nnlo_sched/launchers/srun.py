@@ -1,0 +1,23 @@
+"""Slurm's ``srun``: ``-n --nodes --ntasks-per-node --cpus-per-task [--gpus-per-task]`` plus site MPI flags."""
+from __future__ import annotations
+
+from nnlo_sched.launchers.base import LaunchPlan, Launcher
+
+
+class Srun(Launcher):
+    name = "srun"
+
+    def argv(self, plan: LaunchPlan) -> list[str]:
+        out = [
+            self.program(),
+            *self.profile.launcher_flags,
+            "-n", str(plan.ranks),
+            f"--nodes={plan.nodes}",
+            f"--ntasks-per-node={plan.ranks_per_node}",
+            f"--cpus-per-task={plan.cores_per_rank}",
+        ]
+        # Whole GPUs per task are bound by Slurm; shared or layout-chosen GPUs stay visible to all tasks
+        # (the job's --gres/--gpus-per-node) and each rank selects its device from the layout.
+        if plan.gpus_per_rank >= 1 and not plan.unbound:
+            out.append(f"--gpus-per-task={int(plan.gpus_per_rank)}")
+        return out

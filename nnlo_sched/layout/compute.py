@@ -1,0 +1,320 @@
+"""Sizing a run for a cluster: from workers/blocks to nodes, or from nodes to as many workers/blocks as fit.
+
+The process hierarchy itself comes from :func:`nnlo.roles.describe` (the same function the runtime uses to
+split its communicators), so a layout's world size is, by construction, one the runtime accepts. This module
+only decides how many ranks, on how many nodes, with which cores and GPUs, and refuses what cannot run
+(too many GPUs per rank, a walltime past the queue's limit, more processes than the site allows...), each
+time with the reason and a way out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from nnlo.errors import ConfigError
+from nnlo.roles import RoleError, Shape, describe
+from nnlo_sched.launchers import LaunchPlan, launcher_for
+from nnlo_sched.layout.model import Layout
+from nnlo_sched.profiles.schema import Profile
+from nnlo_sched.spec import RunSpec
+
+
+class LayoutError(ConfigError):
+    """A request that cannot be placed on the cluster; the message says why and what would work."""
+
+
+def _hours(seconds: int) -> str:
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"
+
+
+def gpu_fraction(profile: Profile, requested: float | None) -> Fraction:
+    """GPUs per worker rank: a whole number, or 1/k for k ranks sharing a GPU; 0 runs on CPU cores."""
+    if requested is None:
+        return Fraction(1) if profile.gpus_per_node else Fraction(0)
+    if requested < 0:
+        raise LayoutError(f"--gpus-per-worker must be 0 or more, got {requested:g}")
+    g = Fraction(requested).limit_denominator(64)
+    if g == 0:
+        return g
+    if profile.gpus_per_node == 0:
+        raise LayoutError(
+            f"cluster {profile.name!r} has no GPUs; use --gpus-per-worker 0 or a profile with gpus_per_node"
+        )
+    if g >= 1 and g.denominator != 1 or g < 1 and g.numerator != 1:
+        raise LayoutError(
+            f"--gpus-per-worker {requested:g} is neither a whole number nor 1/k; "
+            "use e.g. 1, 2, 0.5 (2 ranks per GPU) or 0.25"
+        )
+    if g > profile.gpus_per_node:
+        raise LayoutError(
+            f"--gpus-per-worker {requested:g} is more than a {profile.name} node has "
+            f"({profile.gpus_per_node}); use at most {profile.gpus_per_node}, or more --n-processes "
+            "ranks per worker to spread a worker over GPUs"
+        )
+    if g >= 1 and profile.gpus_per_node % int(g):
+        raise LayoutError(
+            f"--gpus-per-worker {int(g)} does not divide a {profile.name} node's {profile.gpus_per_node} GPUs; "
+            f"use a divisor of {profile.gpus_per_node}"
+        )
+    return g
+
+
+@dataclass(frozen=True)
+class _Node:
+    """What one node can hold: ranks (cores) and GPU-using ranks (GPU slots; None = unlimited)."""
+
+    cores: int
+    gpu_slots: int | None
+    oversubscribe: bool
+
+    def uniform_cap(self) -> int:
+        """Ranks per node when every rank holds a GPU slot (jobs of several nodes)."""
+        return min(self.cores, self.gpu_slots) if self.gpu_slots is not None else self.cores
+
+
+def _worker_ranks(shape: Shape, world: int) -> int:
+    h_servers = _servers(shape, world)
+    return world - h_servers
+
+
+def _servers(shape: Shape, world: int) -> int:
+    if not shape.optimization:
+        return shape.n_masters
+    assert shape.block_size is not None
+    blocks = (world - 1) // shape.block_size
+    return 1 + blocks * shape.n_fold * shape.n_masters
+
+
+def _fits_one_node(node: _Node, shape: Shape, world: int) -> bool:
+    if world > node.cores and not node.oversubscribe:
+        return False
+    return node.gpu_slots is None or _worker_ranks(shape, world) <= node.gpu_slots
+
+
+def _fits(node: _Node, shape: Shape, world: int, nodes: int) -> bool:
+    if nodes == 1:
+        return _fits_one_node(node, shape, world)
+    return -(-world // nodes) <= node.uniform_cap()
+
+
+def _world(shape: Shape, workers: int | None, blocks: int | None) -> int:
+    try:
+        if shape.optimization:
+            if workers is not None:
+                raise LayoutError("--workers applies to training; an optimization is sized by --blocks")
+            assert shape.block_size is not None
+            if blocks is not None and blocks < 1:
+                raise LayoutError(f"--blocks must be at least 1, got {blocks}")
+            fold = shape.block_size // shape.n_fold if shape.block_size % shape.n_fold == 0 else None
+            if fold is None:
+                raise RoleError(
+                    f"--block-size {shape.block_size} does not divide into --n-fold {shape.n_fold} equal fold "
+                    f"groups; use a block size that is a multiple of {shape.n_fold}"
+                )
+            shape.workers_in_group(fold)
+            return 1 + (blocks or 1) * shape.block_size
+        if blocks is not None:
+            raise LayoutError("--blocks applies to optimization runs (nnlo optimize --block-size ...)")
+        if workers is not None and workers < 1:
+            raise LayoutError(f"a run needs at least 1 worker, got --workers {workers}")
+        return shape.world_size(workers or max(1, shape.masters_with_workers))
+    except RoleError as e:
+        raise LayoutError(str(e)) from None
+
+
+def _fill(node: _Node, shape: Shape, nodes: int, cluster: str) -> int:
+    """The largest world that the shape accepts and that fits ``nodes`` nodes."""
+    if node.oversubscribe and nodes == 1 and node.gpu_slots is None:
+        cap_ranks, cap_workers = node.cores, None
+    elif nodes == 1:
+        cap_ranks, cap_workers = node.cores, node.gpu_slots
+    else:
+        cap_ranks, cap_workers = nodes * node.uniform_cap(), None
+    if shape.optimization:
+        assert shape.block_size is not None
+        bs = shape.block_size
+        n = (cap_ranks - 1) // bs
+        if cap_workers is not None:
+            per_block = _worker_ranks(shape, 1 + bs)
+            n = min(n, cap_workers // per_block)
+        if n < 1:
+            raise LayoutError(
+                f"{nodes} {cluster} node(s) cannot hold 1 coordinator + 1 block of {bs} ranks; "
+                f"use more --nodes or a smaller --block-size"
+            )
+        return 1 + n * bs
+    k = shape.ranks_per_worker
+    w = (cap_ranks - shape.server_ranks) // k
+    if cap_workers is not None:
+        w = min(w, cap_workers // k)
+    need = 1 if shape.allreduce else shape.masters_with_workers
+    if w < need:
+        raise LayoutError(
+            f"{nodes} {cluster} node(s) cannot hold {shape.server_ranks} master rank(s) and {need} worker(s) "
+            f"of {k} rank(s); use more --nodes, fewer --n-masters or fewer --n-processes"
+        )
+    return shape.world_size(w)
+
+
+def compute_layout(
+    profile: Profile,
+    shape: Shape,
+    kind: str = "train",
+    *,
+    workers: int | None = None,
+    blocks: int | None = None,
+    nodes: int | None = None,
+    gpus_per_worker: float | None = None,
+    walltime_s: int | None = None,
+    queue: str | None = None,
+) -> Layout:
+    """Place a run of ``shape`` on ``profile``'s nodes; see :mod:`nnlo_sched.layout.model` for the rule."""
+    if kind == "optimize" and not shape.optimization or kind == "train" and shape.optimization:
+        raise LayoutError(f"a {kind} run cannot have this shape ({shape})")
+    gpw = gpu_fraction(profile, gpus_per_worker)
+    slots = None if gpw == 0 else int(profile.gpus_per_node / gpw)
+    node = _Node(profile.cores_per_node, slots, profile.oversubscribe)
+    if nodes is not None and nodes < 1:
+        raise LayoutError(f"--nodes must be at least 1, got {nodes}")
+    if profile.nodes is not None and nodes is not None and nodes > profile.nodes:
+        raise LayoutError(f"{profile.name} has {profile.nodes} nodes; ask for at most --nodes {profile.nodes}")
+
+    if nodes is not None and workers is None and blocks is None:
+        world = _fill(node, shape, nodes, profile.name)
+    else:
+        world = _world(shape, workers, blocks)
+    if nodes is None:
+        nodes = 1 if _fits_one_node(node, shape, world) else -(-world // node.uniform_cap())
+    elif not _fits(node, shape, world, nodes):
+        best = 1 if _fits_one_node(node, shape, world) else -(-world // node.uniform_cap())
+        raise LayoutError(
+            f"{world} ranks ({_worker_ranks(shape, world)} on GPUs) do not fit on {nodes} {profile.name} node(s) "
+            f"of {profile.cores_per_node} cores and {profile.gpus_per_node} GPUs; use --nodes {best} "
+            "or fewer workers"
+        )
+    if nodes > world:
+        raise LayoutError(f"{nodes} nodes for only {world} ranks leaves nodes empty; use --nodes {world} or fewer")
+    if profile.nodes is not None and nodes > profile.nodes:
+        raise LayoutError(
+            f"{world} ranks need {nodes} {profile.name} nodes but the machine has {profile.nodes}; "
+            "ask for fewer workers/blocks or fewer GPUs per worker"
+        )
+
+    ranks_per_node = -(-world // nodes)
+    if -(-world // ranks_per_node) < nodes:
+        used = -(-world // ranks_per_node)
+        raise LayoutError(
+            f"{world} ranks at {ranks_per_node} per node fill {used} node(s), not {nodes}; use --nodes {used}"
+        )
+    unbound = nodes == 1 and slots is not None and ranks_per_node > slots
+    cores_per_rank = max(1, profile.cores_per_node // ranks_per_node)
+    notes: list[str] = []
+    if ranks_per_node > profile.cores_per_node:
+        notes.append(f"oversubscribed: {ranks_per_node} ranks on {profile.cores_per_node} cores")
+
+    if profile.max_processes is not None and world > profile.max_processes:
+        raise LayoutError(
+            f"{world} ranks exceed {profile.name}'s limit of {profile.max_processes} processes per job; "
+            f"ask for fewer workers/blocks (or set max_processes in a user profile if your site allows more)"
+        )
+
+    q = profile.queue(queue)
+    limit: int | None = None
+    if q is not None:
+        if nodes < q.min_nodes:
+            raise LayoutError(f"queue {q.name!r} needs at least {q.min_nodes} nodes; use --nodes {q.min_nodes}")
+        if q.max_nodes is not None and nodes > q.max_nodes:
+            raise LayoutError(
+                f"queue {q.name!r} takes at most {q.max_nodes} nodes, the run needs {nodes}; "
+                "use another --queue or fewer workers"
+            )
+        limit = q.walltime_limit(nodes)
+        if walltime_s is not None and limit is not None and walltime_s > limit:
+            raise LayoutError(
+                f"walltime {_hours(walltime_s)} exceeds the {_hours(limit)} limit of queue {q.name!r} for "
+                f"{nodes} node(s); use --walltime {_hours(limit)} or less (the run resubmits itself from its "
+                "checkpoints, so a shorter walltime loses nothing)"
+            )
+
+    try:
+        hierarchy = describe(world, shape)
+    except RoleError as e:  # cannot happen for worlds built above; kept as a guard with the runtime's words
+        raise LayoutError(str(e)) from None
+
+    plan = LaunchPlan(world, nodes, ranks_per_node, cores_per_rank, gpw, unbound)
+    launcher = launcher_for(profile)
+    launcher.check(plan)
+    layout = Layout(
+        cluster=profile.name,
+        kind=kind,
+        hierarchy=hierarchy,
+        nodes=nodes,
+        ranks_per_node=ranks_per_node,
+        cores_per_rank=cores_per_rank,
+        gpus_per_node=profile.gpus_per_node,
+        gpus_per_worker=gpw,
+        unbound=unbound,
+        queue=q.name if q else None,
+        walltime_s=walltime_s,
+        walltime_limit_s=limit,
+        launcher=launcher.argv(plan),
+        notes=notes,
+    )
+    layout.notes[:0] = _server_notes(layout)
+    return layout
+
+
+def _server_notes(layout: Layout) -> list[str]:
+    servers = layout.server_ranks()
+    if not servers:
+        return []
+    by_role: dict[str, list[int]] = {}
+    for r in servers:
+        by_role.setdefault(str(r.role), []).append(r.rank)
+    parts = []
+    for role, ranks in by_role.items():
+        node_ids = sorted({layout.node_of(r) for r in ranks})
+        where = f"node {node_ids[0]}" if len(node_ids) == 1 else f"nodes {_spans(node_ids)}"
+        rank_txt = f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks ({_spans(ranks)})"
+        parts.append(f"{role} {rank_txt} on {where}")
+    if layout.gpus_per_worker == 0:
+        how = "on CPU cores"
+    elif layout.unbound:
+        how = "on the node's spare cores, without a GPU"
+    else:
+        how = "each in a rank slot whose GPU stays idle"
+    return [f"no-GPU ranks: {'; '.join(parts)} ({how})"]
+
+
+def _spans(values: list[int]) -> str:
+    out: list[str] = []
+    start = prev = values[0]
+    for v in values[1:] + [None]:  # type: ignore[list-item]
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    if len(out) > 6:
+        out = out[:3] + ["..."] + out[-2:]
+    return ",".join(out)
+
+
+def layout_for_spec(spec: RunSpec, profile: Profile, shape: Shape) -> Layout:
+    """The layout of a run spec (``shape`` read from its inner args)."""
+    return compute_layout(
+        profile,
+        shape,
+        spec.kind,
+        workers=spec.workers,
+        blocks=spec.blocks,
+        nodes=spec.nodes,
+        gpus_per_worker=spec.gpus_per_worker,
+        walltime_s=spec.walltime_s,
+        queue=spec.queue,
+    )

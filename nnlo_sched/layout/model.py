@@ -1,0 +1,169 @@
+"""A computed layout: which rank runs where, with which role and device, and how it is launched.
+
+Placement rule (uniform, so one launcher line expresses it): ranks are dealt to nodes in blocks of
+``ranks_per_node`` in rank order (what srun, jsrun, aprun and mpirun do by default). On a job of several
+nodes every rank holds a GPU slot: worker ranks use theirs, and the few masters / the coordinator (which need
+no GPU) leave theirs idle — those ranks come first, so they sit on the first node(s). On a single node the
+masters and coordinator instead take the node's spare cores beside one worker per GPU slot; the launcher then
+binds no GPUs and every rank picks the device named here (``unbound``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Iterator
+
+from nnlo.roles import Hierarchy, RankInfo, Role
+
+
+@dataclass(frozen=True)
+class Placement:
+    rank: int
+    role: str  # the role label, e.g. "master:m0", "b1f1:worker:w0"
+    node: int
+    gpus: tuple[int, ...]  # device indices on its node (shared by several ranks when gpus_per_worker < 1)
+
+
+@dataclass
+class Layout:
+    cluster: str
+    kind: str
+    hierarchy: Hierarchy = field(repr=False)
+    nodes: int
+    ranks_per_node: int
+    cores_per_rank: int
+    gpus_per_node: int
+    gpus_per_worker: Fraction
+    unbound: bool
+    queue: str | None
+    walltime_s: int | None
+    walltime_limit_s: int | None
+    launcher: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    # -- derived -----------------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.hierarchy.world_size
+
+    @property
+    def shape(self):  # noqa: ANN201 - nnlo.roles.Shape
+        return self.hierarchy.shape
+
+    @property
+    def blocks(self) -> int:
+        return len(self.hierarchy.blocks) if self.shape.optimization else 0
+
+    @property
+    def workers_per_group(self) -> int:
+        return self.hierarchy.workers_per_group
+
+    @property
+    def shares_gpus(self) -> bool:
+        return 0 < self.gpus_per_worker < 1
+
+    @property
+    def ranks_per_gpu(self) -> int:
+        return int(1 / self.gpus_per_worker) if self.shares_gpus else 1
+
+    @property
+    def gpus_used(self) -> int:
+        """Distinct GPUs that some worker rank uses."""
+        if self.gpus_per_worker == 0:
+            return 0
+        used = {(self.node_of(r.rank), g) for r in self.hierarchy if r.needs_device for g in self.gpus_of(r.rank)}
+        return len(used)
+
+    @property
+    def gpus_allocated(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.ranks_per_node
+
+    def gpus_of(self, rank: int) -> tuple[int, ...]:
+        """Device indices on the rank's node ((): none)."""
+        info = self.hierarchy[rank]
+        if not info.needs_device or self.gpus_per_worker == 0:
+            return ()
+        slot = rank % self.ranks_per_node
+        if self.unbound:  # single node: workers take the GPU slots in order, masters take none
+            slot = self._worker_ordinal()[rank]
+        if self.shares_gpus:
+            return (slot // self.ranks_per_gpu,)
+        g = int(self.gpus_per_worker)
+        return tuple(range(slot * g, (slot + 1) * g))
+
+    def _worker_ordinal(self) -> dict[int, int]:
+        cached = self.__dict__.get("_ordinal")
+        if cached is None:
+            cached = {}
+            for info in self.hierarchy:
+                if info.needs_device:
+                    cached[info.rank] = len(cached)
+            self.__dict__["_ordinal"] = cached
+        return cached
+
+    def placements(self) -> Iterator[Placement]:
+        for info in self.hierarchy:
+            yield Placement(info.rank, info.label(), self.node_of(info.rank), self.gpus_of(info.rank))
+
+    def node_runs(self) -> list[tuple[int, int, dict[str, int]]]:
+        """Consecutive nodes with the same role counts: (first node, last node, {role: count})."""
+        runs: list[tuple[int, int, dict[str, int]]] = []
+        ranks = self.hierarchy.ranks
+        t = self.ranks_per_node
+        for node in range(self.nodes):
+            counts: dict[str, int] = {}
+            for info in ranks[node * t:(node + 1) * t]:
+                counts[str(info.role)] = counts.get(str(info.role), 0) + 1
+            if runs and runs[-1][2] == counts and runs[-1][1] == node - 1:
+                runs[-1] = (runs[-1][0], node, counts)
+            else:
+                runs.append((node, node, counts))
+        return runs
+
+    def server_ranks(self) -> list[RankInfo]:
+        return [r for r in self.hierarchy if not r.needs_device]
+
+    # -- output ------------------------------------------------------------------------------------
+    def to_dict(self, ranks: bool = True) -> dict[str, Any]:
+        """A JSON-able structure; ``ranks=False`` leaves out the per-rank list (huge on a full machine)."""
+        s = self.shape
+        out: dict[str, Any] = {
+            "cluster": self.cluster,
+            "kind": self.kind,
+            "shape": {
+                "n_masters": s.n_masters,
+                "n_processes": s.n_processes,
+                "block_size": s.block_size,
+                "n_fold": s.n_fold,
+            },
+            "world_size": self.world_size,
+            "nodes": self.nodes,
+            "ranks_per_node": self.ranks_per_node,
+            "cores_per_rank": self.cores_per_rank,
+            "gpus_per_node": self.gpus_per_node,
+            "gpus_per_worker": float(self.gpus_per_worker),
+            "ranks_per_gpu": self.ranks_per_gpu,
+            "gpu_binding": "layout" if self.unbound else ("launcher" if self.gpus_per_worker else "none"),
+            "gpus_used": self.gpus_used,
+            "gpus_allocated": self.gpus_allocated,
+            "workers_per_group": self.workers_per_group,
+            "blocks": self.blocks,
+            "roles": {str(r): self.hierarchy.count(r) for r in Role if self.hierarchy.count(r)},
+            "queue": self.queue,
+            "walltime_s": self.walltime_s,
+            "walltime_limit_s": self.walltime_limit_s,
+            "launcher": list(self.launcher),
+            "nodes_map": [
+                {"first": a, "last": b, "roles": counts} for a, b, counts in self.node_runs()
+            ],
+            "notes": list(self.notes),
+        }
+        if ranks:
+            out["ranks"] = [
+                {"rank": p.rank, "role": p.role, "node": p.node, "gpus": list(p.gpus)}
+                for p in self.placements()
+            ]
+        return out

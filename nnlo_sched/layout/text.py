@@ -1,0 +1,64 @@
+"""The readable ``nnlo layout`` summary: sizes, roles, a compact node map and the launch line.
+
+It stays a screenful on the full Summit: nodes with the same role counts collapse into one line and the
+per-rank map is the run-length form of :meth:`nnlo.roles.Hierarchy.rank_map`.
+"""
+from __future__ import annotations
+
+import shlex
+
+from nnlo_sched.layout.model import Layout
+
+_MAX_RANK_MAP = 400  # characters of the rank map before it is shortened
+
+
+def _duration(seconds: int | None) -> str:
+    if seconds is None:
+        return "none known"
+    h, rest = divmod(seconds, 3600)
+    m = rest // 60
+    return f"{h}h{m:02d}" if h else f"{m}m"
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {role}" + ("s" if n > 1 else "") for role, n in counts.items())
+
+
+def summary(layout: Layout) -> str:
+    h = layout.hierarchy
+    lines = [f"cluster   {layout.cluster}" + (f" (queue {layout.queue})" if layout.queue else "")]
+    lines.append(f"run       {layout.kind}: {h.summary()}")
+    gpu = ""
+    if layout.gpus_per_worker:
+        share = f", {layout.ranks_per_gpu} ranks per GPU" if layout.shares_gpus else ""
+        gpu = (
+            f", {float(layout.gpus_per_worker):g} GPU per worker rank{share}; "
+            f"GPUs used {layout.gpus_used} of {layout.gpus_allocated}"
+        )
+    lines.append(
+        f"nodes     {layout.nodes} x {layout.ranks_per_node} ranks/node, "
+        f"{layout.cores_per_rank} cores/rank{gpu}"
+    )
+    if layout.walltime_s is not None or layout.walltime_limit_s is not None:
+        lines.append(
+            f"walltime  {_duration(layout.walltime_s)} (queue limit for {layout.nodes} node(s): "
+            f"{_duration(layout.walltime_limit_s)})"
+        )
+    runs = layout.node_runs()
+    lines.append("node map")
+    shown = runs if len(runs) <= 8 else runs[:5] + [None] + runs[-2:]  # type: ignore[list-item]
+    for run in shown:
+        if run is None:
+            lines.append(f"  ... {len(runs) - 7} more node groups ...")
+            continue
+        a, b, counts = run
+        where = f"node {a}" if a == b else f"nodes {a}-{b}"
+        lines.append(f"  {where:<16} {_counts(counts)}" + (" each" if a != b else ""))
+    rank_map = h.rank_map()
+    if len(rank_map) > _MAX_RANK_MAP:
+        rank_map = rank_map[: _MAX_RANK_MAP // 2] + " ... " + rank_map[-_MAX_RANK_MAP // 2:]
+    lines.append(f"rank map  {rank_map}")
+    for note in layout.notes:
+        lines.append(f"note      {note}")
+    lines.append(f"launch    {shlex.join(layout.launcher)} <python> -m nnlo_sched run <run dir>")
+    return "\n".join(lines)

@@ -1,0 +1,279 @@
+"""What a cluster profile says, and the checks that turn a TOML table into one.
+
+A profile is data, not code: built-in ones ship as ``*.toml`` beside this module, users add their own (see
+:mod:`nnlo_sched.profiles.loader`). Every key is checked for its type here so that a typo in a user's file
+gives one line naming the file, the key and the expected type instead of a KeyError deep in the layout.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from nnlo.errors import ConfigError
+from nnlo_sched.spec import parse_walltime
+
+SCHEDULERS = ("slurm", "lsf", "pbs", "local")
+LAUNCHERS = ("srun", "jsrun", "aprun", "mpirun")
+GPU_DIRECTIVES = ("gres", "gpus-per-node", "none")
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "XCPU")
+
+
+class ProfileError(ConfigError):
+    """A profile file is malformed; the message names the file, the key and what was expected."""
+
+
+@dataclass(frozen=True)
+class WalltimeBin:
+    """Jobs of up to ``max_nodes`` nodes may run ``walltime_s`` (Summit's bins; one bin elsewhere)."""
+
+    max_nodes: int
+    walltime_s: int
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A queue (LSF, PBS) or partition (Slurm) and its limits."""
+
+    name: str
+    bins: tuple[WalltimeBin, ...]
+    min_nodes: int = 1
+    chaining: bool = True  # Summit forbids job chaining in ``debug``
+    notes: str = ""
+
+    @property
+    def max_nodes(self) -> int | None:
+        return self.bins[-1].max_nodes if self.bins else None
+
+    @property
+    def max_walltime_s(self) -> int | None:
+        return max((b.walltime_s for b in self.bins), default=None)
+
+    def walltime_limit(self, nodes: int) -> int | None:
+        """The longest walltime for ``nodes`` nodes (None: no limit known); raises past the queue's size."""
+        for b in self.bins:
+            if nodes <= b.max_nodes:
+                return b.walltime_s
+        return None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One cluster: its batch system, launcher, node hardware, queues and job-script set-up."""
+
+    name: str
+    scheduler: str
+    launcher: str
+    cores_per_node: int
+    gpus_per_node: int = 0
+    memory_gb: float | None = None
+    nodes: int | None = None  # nodes in the machine (None: unknown / unbounded)
+    description: str = ""
+    template: str = ""  # template file; default: the scheduler's
+    aliases: tuple[str, ...] = ()
+    queues: dict[str, Queue] = field(default_factory=dict)
+    default_queue: str | None = None
+    constraint: str | None = None  # default Slurm --constraint
+    constraints: tuple[str, ...] = ()  # known constraints (others are passed on with no check)
+    account_required: bool = False
+    setup: tuple[str, ...] = ()  # shell lines run before the launch (module loads, environment)
+    share_setup: tuple[str, ...] = ()  # extra lines when ranks share a GPU (e.g. CRAY_CUDA_MPS=1)
+    directives: tuple[str, ...] = ()  # extra scheduler directive lines, verbatim
+    signal: str | None = None  # pre-walltime warning signal (None: only the NNLO_DEADLINE clock)
+    signal_lead_s: int = 300
+    gpu_directive: str = "gres"  # Slurm: --gres=gpu:N or --gpus-per-node=N
+    max_processes: int | None = None  # ranks one job may start (Titan)
+    launcher_command: str = ""  # program to run; default: the launcher's name ("auto" for mpirun: the venv's)
+    launcher_flags: tuple[str, ...] = ()  # MPI flavour flags, e.g. srun --mpi=pmi2
+    oversubscribe: bool = False  # allow more ranks than cores (local runs)
+    python: str = ""  # interpreter on the compute nodes; default: the submitting one
+    nnlo: str = ""  # command that runs nnlo in the batch shell; default: <python> -m nnlo_sched
+    notes: str = ""
+    source: str = ""  # file(s) it was read from
+
+    @property
+    def template_name(self) -> str:
+        return self.template or f"{self.scheduler}.sh"
+
+    def queue(self, name: str | None) -> Queue | None:
+        """The named queue, the default one when ``name`` is None; raises for an unknown name."""
+        name = name or self.default_queue
+        if name is None:
+            return None
+        if self.queues and name not in self.queues:
+            raise ConfigError(
+                f"cluster {self.name!r} has no queue {name!r}; use one of {', '.join(sorted(self.queues))}"
+            )
+        return self.queues.get(name) or Queue(name, ())
+
+
+# -- parsing ---------------------------------------------------------------------------------------
+def _want(src: str, key: str, value: Any, expected: str) -> ProfileError:
+    got = type(value).__name__
+    return ProfileError(f"profile {src}: key {key!r} must be {expected}, got {got} {value!r}")
+
+
+def _int(src: str, key: str, v: Any, minimum: int = 0) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _want(src, key, v, "an integer")
+    if v < minimum:
+        raise ProfileError(f"profile {src}: key {key!r} must be at least {minimum}, got {v}")
+    return v
+
+
+def _str(src: str, key: str, v: Any) -> str:
+    if not isinstance(v, str):
+        raise _want(src, key, v, "a string")
+    return v
+
+
+def _bool(src: str, key: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise _want(src, key, v, "true or false")
+    return v
+
+
+def _strs(src: str, key: str, v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise _want(src, key, v, "a list of strings")
+    return tuple(v)
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str, str, Any], str]:
+    def check(src: str, key: str, v: Any) -> str:
+        s = _str(src, key, v)
+        if s not in options:
+            raise ProfileError(f"profile {src}: key {key!r} must be one of {', '.join(options)}, got {s!r}")
+        return s
+
+    return check
+
+
+def _walltime(src: str, key: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (str, int)):
+        raise _want(src, key, v, "a walltime string such as \"24h\" or \"02:00:00\"")
+    try:
+        return parse_walltime(v if isinstance(v, str) else f"{v}m")
+    except ConfigError as e:
+        raise ProfileError(f"profile {src}: key {key!r}: {e}") from None
+
+
+def _cores(src: str, key: str, v: Any) -> int:
+    if v == "auto":
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return _int(src, key, v, 1)
+
+
+def _positive_float(src: str, key: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+        raise _want(src, key, v, "a positive number")
+    return float(v)
+
+
+_SCALARS: dict[str, Callable[[str, str, Any], Any]] = {
+    "scheduler": _choice(SCHEDULERS),
+    "launcher": _choice(LAUNCHERS),
+    "cores_per_node": _cores,
+    "gpus_per_node": _int,
+    "memory_gb": _positive_float,
+    "nodes": lambda s, k, v: _int(s, k, v, 1),
+    "description": _str,
+    "template": _str,
+    "aliases": _strs,
+    "default_queue": _str,
+    "constraint": _str,
+    "constraints": _strs,
+    "account_required": _bool,
+    "setup": _strs,
+    "share_setup": _strs,
+    "directives": _strs,
+    "signal": lambda s, k, v: None if v == "" else _choice(SIGNALS)(s, k, v),
+    "signal_lead_s": lambda s, k, v: _int(s, k, v, 1),
+    "gpu_directive": _choice(GPU_DIRECTIVES),
+    "max_processes": lambda s, k, v: None if v == 0 else _int(s, k, v, 1),
+    "launcher_command": _str,
+    "launcher_flags": _strs,
+    "oversubscribe": _bool,
+    "python": _str,
+    "nnlo": _str,
+    "notes": _str,
+}
+REQUIRED = ("scheduler", "launcher", "cores_per_node")
+# keys handled by the loader, not stored on the profile
+LOADER_KEYS = ("extends",)
+
+
+def _queue(src: str, name: str, table: Any) -> Queue:
+    where = f"queues.{name}"
+    if not isinstance(table, dict):
+        raise _want(src, where, table, "a table")
+    known = {"walltime", "max_nodes", "min_nodes", "bins", "chaining", "notes"}
+    for k in table:
+        if k not in known:
+            raise ProfileError(
+                f"profile {src}: unknown key {where}.{k}; expected one of {', '.join(sorted(known))}"
+            )
+    bins: list[WalltimeBin] = []
+    if "bins" in table:
+        if "walltime" in table or "max_nodes" in table:
+            raise ProfileError(f"profile {src}: {where} has both bins and walltime/max_nodes; keep one")
+        raw = table["bins"]
+        if not isinstance(raw, list) or not raw:
+            raise _want(src, f"{where}.bins", raw, "a non-empty list of {max_nodes, walltime} tables")
+        for i, b in enumerate(raw):
+            key = f"{where}.bins[{i}]"
+            if not isinstance(b, dict) or set(b) != {"max_nodes", "walltime"}:
+                raise _want(src, key, b, "a table with exactly max_nodes and walltime")
+            bins.append(WalltimeBin(_int(src, f"{key}.max_nodes", b["max_nodes"], 1),
+                                    _walltime(src, f"{key}.walltime", b["walltime"])))
+        if [b.max_nodes for b in bins] != sorted({b.max_nodes for b in bins}):
+            raise ProfileError(f"profile {src}: {where}.bins must have increasing max_nodes")
+    elif "walltime" in table:
+        max_nodes = _int(src, f"{where}.max_nodes", table.get("max_nodes", 10**9), 1)
+        bins.append(WalltimeBin(max_nodes, _walltime(src, f"{where}.walltime", table["walltime"])))
+    return Queue(
+        name=name,
+        bins=tuple(bins),
+        min_nodes=_int(src, f"{where}.min_nodes", table.get("min_nodes", 1), 1),
+        chaining=_bool(src, f"{where}.chaining", table.get("chaining", True)),
+        notes=_str(src, f"{where}.notes", table.get("notes", "")),
+    )
+
+
+def profile_from_table(name: str, table: dict[str, Any], source: str) -> Profile:
+    """Check every key of a (merged) profile table and build the :class:`Profile`."""
+    values: dict[str, Any] = {}
+    for key, raw in table.items():
+        if key in LOADER_KEYS:
+            continue
+        if key == "queues":
+            if not isinstance(raw, dict):
+                raise _want(source, key, raw, "a table of queue tables")
+            values["queues"] = {q: _queue(source, q, t) for q, t in raw.items()}
+            continue
+        check = _SCALARS.get(key)
+        if check is None:
+            known = ", ".join(sorted([*_SCALARS, "queues", *LOADER_KEYS]))
+            raise ProfileError(f"profile {source}: unknown key {key!r}; known keys: {known}")
+        values[key] = check(source, key, raw)
+    missing = [k for k in REQUIRED if k not in values]
+    if missing:
+        raise ProfileError(f"profile {source}: missing key(s) {', '.join(missing)}")
+    queues = values.get("queues", {})
+    dq = values.get("default_queue")
+    if dq is not None and queues and dq not in queues:
+        raise ProfileError(
+            f"profile {source}: default_queue {dq!r} is not among its queues ({', '.join(sorted(queues))})"
+        )
+    if values["scheduler"] == "local" and values["launcher"] != "mpirun":
+        raise ProfileError(f"profile {source}: the local scheduler runs with launcher \"mpirun\"")
+    return Profile(name=name, source=source, **values)
+
+
+def profile_path_str(path: Path) -> str:
+    home = Path.home()
+    try:
+        return "~/" + str(path.relative_to(home))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,150 @@
+"""The run spec: everything ``nnlo submit`` knows about a run, as one JSON-serialisable record.
+
+A run directory holds its spec (written by the chain code) so that every job of a checkpoint-restart chain
+renders the same script and launches the same inner command. The spec is deliberately plain data: the inner
+command's argv is kept verbatim (``args``) and re-parsed by the runtime, so the scheduler side never has to
+understand training options beyond the few that size the job (see :mod:`nnlo_sched.shape_args`).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from nnlo.errors import ConfigError
+
+KINDS = ("train", "optimize")
+DEFAULT_MAX_RESUBMITS = 10
+
+
+@dataclass
+class RunSpec:
+    """A run as submitted: what to run (``kind`` + ``args``), where, and with which resources.
+
+    ``workers``/``blocks``/``nodes`` are what the user *asked* for (any may be None); ``layout`` is the
+    computed placement (:meth:`nnlo_sched.layout.Layout.to_dict`), filled in by ``nnlo submit``.
+    ``gpus_per_worker`` is per worker *rank*; a value below 1 (0.5, 0.25) shares one GPU between ranks.
+    ``directives`` are extra scheduler lines passed through verbatim (e.g. ``#SBATCH --mail-type=END``).
+    """
+
+    kind: str
+    args: list[str]
+    cluster: str
+    name: str = "nnlo"
+    walltime_s: int = 3600
+    queue: str | None = None
+    account: str | None = None
+    nodes: int | None = None
+    workers: int | None = None
+    blocks: int | None = None
+    gpus_per_worker: float | None = None
+    constraint: str | None = None
+    max_resubmits: int = DEFAULT_MAX_RESUBMITS
+    directives: list[str] = field(default_factory=list)
+    layout: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"run kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.walltime_s <= 0:
+            raise ConfigError(f"walltime must be positive, got {self.walltime_s} s")
+        if self.max_resubmits < 0:
+            raise ConfigError(f"--max-resubmits must be 0 or more, got {self.max_resubmits}")
+        for d in self.directives:
+            if any(c in d for c in "\n\r\0"):
+                raise ConfigError("an extra directive contains a line break; give one directive per option")
+        self.args = [str(a) for a in self.args]
+
+    # -- JSON --------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunSpec":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"run spec has unknown key(s) {', '.join(unknown)}; was it written by a newer nnlo?")
+        try:
+            return cls(**data)
+        except TypeError as e:  # a missing required key
+            raise ConfigError(f"run spec is incomplete: {e}") from None
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunSpec":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"run spec is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError("run spec must be a JSON object")
+        return cls.from_dict(data)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_CLOCK = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_UNIT = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+
+
+def parse_walltime(text: str | int) -> int:
+    """Seconds from a walltime: ``MM``, ``HH:MM``, ``HH:MM:SS``, ``D-HH:MM:SS``, ``90m``, ``2h``, ``1.5h``.
+
+    A bare number is minutes (as in Slurm's ``--time`` and LSF's ``-W``); ``HH:MM`` is hours and minutes
+    (as in LSF), not Slurm's minutes:seconds, because walltimes are never given to the second.
+    """
+    if isinstance(text, int):
+        s = text
+    else:
+        t = str(text).strip().lower()
+        m = _UNIT.match(t)
+        c = _CLOCK.match(t)
+        if m:
+            s = int(round(float(m.group(1)) * _UNITS[m.group(2)]))
+        elif c:
+            days, a, b, d = c.groups()
+            if b is None:  # MM
+                s = int(a) * 60
+            elif d is None:  # HH:MM
+                s = int(a) * 3600 + _sixty(b, text) * 60
+            else:  # HH:MM:SS
+                s = int(a) * 3600 + _sixty(b, text) * 60 + _sixty(d, text)
+            if days is not None:
+                if d is None:
+                    raise _bad_walltime(text)
+                s += int(days) * 86400
+        else:
+            raise _bad_walltime(text)
+    if s <= 0:
+        raise ConfigError(f"walltime {text!r} is not positive; give e.g. 2h or 01:30:00")
+    return s
+
+
+def _sixty(part: str, text: str) -> int:
+    v = int(part)
+    if v >= 60:
+        raise _bad_walltime(text)
+    return v
+
+
+def _bad_walltime(text: object) -> ConfigError:
+    return ConfigError(
+        f"walltime {text!r} is malformed; use MM, HH:MM, HH:MM:SS, D-HH:MM:SS, 90m or 2h"
+    )
+
+
+def format_hms(seconds: int) -> str:
+    """``HH:MM:SS`` with hours unbounded (PBS ``-l walltime``, Slurm ``--time``)."""
+    h, rest = divmod(int(seconds), 3600)
+    m, s = divmod(rest, 60)
+    return f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def format_lsf_minutes(seconds: int) -> str:
+    """LSF ``-W [hours:]minutes``; rounds up to a whole minute so the job never gets less than asked."""
+    minutes = -(-int(seconds) // 60)
+    h, m = divmod(minutes, 60)
+    return f"{h}:{m:02d}" if h else f"{m}"
