@@ -1,0 +1,117 @@
+"""Importing Keras 3 on TensorFlow the way an MPI job needs it, or failing with one clear line.
+
+Why a module of its own: TensorFlow is an optional extra (``pip install nnlo[tf]``) and costs seconds and
+hundreds of MB per process, so nothing in nnlo imports it at module level. Every Keras code path goes through
+:func:`require_keras`, which
+
+- pins Keras 3 to the TensorFlow backend (``KERAS_BACKEND=tensorflow``) before Keras is first imported, and
+  refuses a Keras that was already imported with another backend;
+- quiets TensorFlow's C++ start-up chatter (``TF_CPP_MIN_LOG_LEVEL=2`` unless the user set it);
+- limits TensorFlow to **one inter-op and one intra-op thread under MPI**, because several ranks usually share
+  a node and each TensorFlow would otherwise start a thread pool as large as the node, oversubscribing it
+  many times over. ``NNLO_TF_THREADS=N`` sets both pools to N (``0`` = TensorFlow's own default, one thread
+  per core) -- e.g. one rank per Summit resource set of 7 cores wants ``NNLO_TF_THREADS=7``;
+- turns a missing TensorFlow into :class:`~nnlo.errors.ModelError` ("install nnlo[tf]").
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from types import ModuleType
+
+from nnlo.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+#: Environment variables that MPI launchers set in every rank (MPICH/Hydra, Open MPI, PMIx, Slurm, jsrun, aprun).
+_MPI_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS",
+                  "JSM_NAMESPACE_SIZE", "MV2_COMM_WORLD_SIZE")
+
+INSTALL_HINT = "install it with: pip install 'nnlo[tf]' (or pip install tensorflow-cpu)"
+
+_threads_done = False
+
+
+def keras_imported() -> bool:
+    """True when Keras or TensorFlow is already in this process (then checking types is free)."""
+    return "keras" in sys.modules or "tensorflow" in sys.modules
+
+
+def under_mpi() -> bool:
+    """Whether this process is one of several MPI ranks, judged without initialising MPI."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None:
+        try:
+            if mpi.Is_initialized() and not mpi.Is_finalized():
+                return mpi.COMM_WORLD.Get_size() > 1
+        except Exception:  # pragma: no cover - a broken MPI must not break importing Keras
+            pass
+    for var in _MPI_SIZE_VARS:
+        try:
+            if int(os.environ.get(var, "1")) > 1:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def thread_count() -> int | None:
+    """TensorFlow pool size to set, or None for TensorFlow's default (see the module docstring)."""
+    raw = os.environ.get("NNLO_TF_THREADS", "").strip()
+    if raw:
+        try:
+            n = int(raw)
+        except ValueError:
+            raise ModelError(f"NNLO_TF_THREADS={raw!r} is not a whole number; set e.g. NNLO_TF_THREADS=4 "
+                             f"(0 = TensorFlow's default)") from None
+        if n < 0:
+            raise ModelError(f"NNLO_TF_THREADS={n} is negative; set 0 (TensorFlow's default) or more")
+        return n or None
+    return 1 if under_mpi() else None
+
+
+def _configure_threads(tf: ModuleType) -> None:
+    global _threads_done
+    if _threads_done:
+        return
+    _threads_done = True
+    n = thread_count()
+    if n is None:
+        return
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(n)
+        tf.config.threading.set_inter_op_parallelism_threads(n)
+    except RuntimeError:
+        # TensorFlow already ran an op (the user's own code did): its pools are fixed now.
+        log.warning("TensorFlow was initialised before nnlo could set its thread pools to %d; "
+                    "set NNLO_TF_THREADS before any TensorFlow call or export TF_NUM_INTRAOP_THREADS", n)
+
+
+def require_keras() -> tuple[ModuleType, ModuleType]:
+    """``(tensorflow, keras)``, imported and configured; ModelError with the fix if unavailable."""
+    if "keras" not in sys.modules:
+        chosen = os.environ.get("KERAS_BACKEND", "tensorflow").strip().lower() or "tensorflow"
+        if chosen != "tensorflow":
+            raise ModelError(f"KERAS_BACKEND={chosen} is set but nnlo runs Keras models on TensorFlow; "
+                             f"unset KERAS_BACKEND or set KERAS_BACKEND=tensorflow")
+        os.environ["KERAS_BACKEND"] = "tensorflow"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import tensorflow as tf
+    except ImportError as e:
+        raise ModelError(f"this is a Keras model but TensorFlow is not installed ({e}); {INSTALL_HINT}") from None
+    _configure_threads(tf)
+    try:
+        import keras
+    except ImportError as e:
+        raise ModelError(f"this is a Keras model but Keras 3 is not installed ({e}); {INSTALL_HINT}") from None
+    version = getattr(keras, "__version__", "0")
+    if not version.split(".")[0].isdigit() or int(version.split(".")[0]) < 3:
+        raise ModelError(f"nnlo needs Keras 3 but found Keras {version}; upgrade: pip install -U 'keras>=3' "
+                         f"'tensorflow-cpu>=2.16'")
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise ModelError(f"Keras was imported with the {backend} backend but nnlo runs Keras models on "
+                         f"TensorFlow; set KERAS_BACKEND=tensorflow before importing keras")
+    return tf, keras
