@@ -3,7 +3,7 @@
 A run directory holds its spec (written by the chain code) so that every job of a checkpoint-restart chain
 renders the same script and launches the same inner command. The spec is deliberately plain data: the inner
 command's argv is kept verbatim (``args``) and re-parsed by the runtime, so the scheduler side never has to
-understand training options beyond the few that size the job (see :mod:`nnlo_sched.shape_args`).
+understand training options beyond the few that size the job (see :mod:`nnlo_sched.layout.shape`).
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ class RunSpec:
     computed placement (:meth:`nnlo_sched.layout.Layout.to_dict`), filled in by ``nnlo submit``.
     ``gpus_per_worker`` is per worker *rank*; a value below 1 (0.5, 0.25) shares one GPU between ranks.
     ``directives`` are extra scheduler lines passed through verbatim (e.g. ``#SBATCH --mail-type=END``).
+    ``workdir`` is the directory ``nnlo submit`` ran in: every job of the chain starts there, so relative
+    paths in ``args`` (``--model examples/x.py``) mean the same in a successor submitted from inside a job.
     """
 
     kind: str
@@ -43,6 +45,7 @@ class RunSpec:
     max_resubmits: int = DEFAULT_MAX_RESUBMITS
     directives: list[str] = field(default_factory=list)
     layout: dict[str, Any] | None = None
+    workdir: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -1,0 +1,224 @@
+"""Batch scripts and submission commands: a run spec + a profile -> the script text and the argv that submits it.
+
+Templates (``templates/*.sh``, Jinja2) are chosen by the profile: a site template (``summit.sh``) extends its
+scheduler's (``lsf.sh``), which extends ``base.sh`` (the job body shared by every cluster). Two filters guard
+what users type:
+
+* ``q`` shell-quotes a value for the script body (``shlex.quote``): names or paths with spaces, quotes,
+  ``$()``, backticks or newlines are inert words there;
+* ``d`` checks a value bound for a scheduler directive line (``#SBATCH``/``#BSUB``/``#PBS``), which no shell
+  reads but which a newline would end: only plain characters pass, anything else is a one-line error.
+
+Undefined template variables are errors (``StrictUndefined``); autoescaping is off (this is shell, not HTML).
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from nnlo.errors import ConfigError
+from nnlo_sched.layout import Layout, layout_for_spec, shape_from_args
+from nnlo_sched.profiles.schema import Profile
+from nnlo_sched.resources import templates_dir
+from nnlo_sched.spec import RunSpec, format_hms, format_lsf_minutes
+
+LOG_DIR = "logs"  # under the run directory; must exist before the job starts (Slurm/LSF do not create it)
+_DIRECTIVE_SAFE = re.compile(r"^[A-Za-z0-9_.,:@%+=/~&|!\[\]*-]+$")
+_JOB_ID = re.compile(r"^[A-Za-z0-9_.\[\]-]+$")
+_PREFIX = {"slurm": "#SBATCH", "lsf": "#BSUB", "pbs": "#PBS", "local": "#"}
+
+
+def _directive_value(value: Any) -> str:
+    text = str(value)
+    if not _DIRECTIVE_SAFE.match(text):
+        bad = sorted({c for c in text if not _DIRECTIVE_SAFE.match(c)})
+        shown = ", ".join(repr(c) for c in bad[:5])
+        raise ConfigError(
+            f"{text!r} cannot go into a batch directive (contains {shown}); use letters, digits and ._-/ "
+            "(for a run directory: a path without spaces or quotes)"
+        )
+    return text
+
+
+def job_name(name: str, scheduler: str) -> str:
+    """A scheduler-safe job name: other characters become ``_``; PBS names start with a letter, <= 15 chars."""
+    clean = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "nnlo"
+    if scheduler == "pbs":
+        if not clean[0].isalpha():
+            clean = "n" + clean
+        return clean[:15]
+    return clean[:64]
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["q"] = lambda v: shlex.quote(str(v))
+    env.filters["d"] = _directive_value
+    return env
+
+
+def spec_layout(spec: RunSpec, profile: Profile) -> dict[str, Any]:
+    """The spec's stored layout, or a freshly computed one (without the per-rank list)."""
+    if spec.layout is not None:
+        return spec.layout
+    return compute_spec_layout(spec, profile).to_dict(ranks=False)
+
+
+def compute_spec_layout(spec: RunSpec, profile: Profile) -> Layout:
+    return layout_for_spec(spec, profile, shape_from_args(spec.kind, spec.args))
+
+
+def _slurm_time(seconds: int) -> str:
+    days, rest = divmod(int(seconds), 86400)
+    hms = format_hms(rest)
+    return f"{days}-{hms}" if days else hms
+
+
+def _extra_directives(spec: RunSpec, profile: Profile) -> list[str]:
+    prefix = _PREFIX[profile.scheduler]
+    out = list(profile.directives)
+    for d in spec.directives:
+        d = d.strip()
+        out.append(d if d.startswith("#") else f"{prefix} {d}")
+    return out
+
+
+def _gpus_per_node_request(layout: dict[str, Any]) -> int:
+    """GPUs to ask the scheduler for on each node: every bound rank slot's, or those the layout uses."""
+    gpw = Fraction(layout["gpus_per_worker"]).limit_denominator(64)
+    if gpw == 0:
+        return 0
+    if layout["gpu_binding"] == "layout":
+        return min(layout["gpus_per_node"], layout["gpus_used"])
+    return min(layout["gpus_per_node"], -(-layout["ranks_per_node"] * gpw // 1))
+
+
+def _python(profile: Profile) -> str:
+    return profile.python or sys.executable
+
+
+def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path) -> dict[str, Any]:
+    """Everything the templates see (exposed for tests and for ``nnlo submit --dry-run``)."""
+    layout = spec_layout(spec, profile)
+    if profile.account_required and not spec.account:
+        flag = {"lsf": "bsub -P", "pbs": "#PBS -A", "slurm": "--account"}.get(profile.scheduler, "account")
+        raise ConfigError(
+            f"cluster {profile.name!r} needs a project to charge ({flag}); pass --account PROJECT"
+        )
+    python = _python(profile)
+    nnlo = profile.nnlo or f"{shlex.quote(python)} -m nnlo_sched"
+    shares = 0 < layout["gpus_per_worker"] < 1
+    signal = profile.signal if profile.scheduler != "pbs" else None
+    signals = [s for s in (profile.signal, "TERM") if s]
+    lead_min = -(-profile.signal_lead_s // 60)
+    roles = ", ".join(f"{n} {r}" for r, n in layout["roles"].items())
+    return {
+        "name": spec.name,
+        "job_name": job_name(spec.name, profile.scheduler),
+        "cluster": profile.name,
+        "summary": f"{layout['world_size']} ranks ({roles}) on {layout['nodes']} node(s)",
+        "workdir": spec.workdir,
+        "run_dir": str(run_dir),
+        "log_dir": f"{run_dir}/{LOG_DIR}",
+        "walltime_s": spec.walltime_s,
+        "slurm_time": _slurm_time(spec.walltime_s),
+        "lsf_walltime": format_lsf_minutes(spec.walltime_s),
+        "lsf_warning": f"{lead_min // 60}:{lead_min % 60:02d}" if lead_min >= 60 else str(lead_min),
+        "pbs_walltime": format_hms(spec.walltime_s),
+        "account": spec.account,
+        "queue": layout.get("queue") or spec.queue,
+        "constraint": spec.constraint or profile.constraint,
+        "nodes": layout["nodes"],
+        "ranks_per_node": layout["ranks_per_node"],
+        "cores_per_rank": layout["cores_per_rank"],
+        "gpus_per_node_request": _gpus_per_node_request(layout),
+        "gpu_directive": profile.gpu_directive,
+        "shares_gpus": shares,
+        "signal": signal,
+        "signal_lead_s": profile.signal_lead_s,
+        "signals": list(dict.fromkeys(signals)),
+        "setup": list(profile.setup) + (list(profile.share_setup) if shares else []),
+        "directives": _extra_directives(spec, profile),
+        "python": python,
+        "nnlo": nnlo,
+        "launch": shlex.join(layout["launcher"]),
+    }
+
+
+def render_script(spec: RunSpec, profile: Profile, run_dir: str | Path) -> str:
+    """The batch script of ``spec`` on ``profile``, whose jobs work in ``run_dir``."""
+    ctx = render_context(spec, profile, run_dir)
+    try:
+        template = _environment().get_template(profile.template_name)
+    except jinja2.TemplateNotFound:
+        raise ConfigError(
+            f"profile {profile.name!r} names template {profile.template_name!r}, which is not among "
+            f"{', '.join(sorted(p.name for p in templates_dir().glob('*.sh')))}"
+        ) from None
+    return template.render(**ctx)
+
+
+def _job_id(value: str) -> str:
+    if not _JOB_ID.match(value):
+        raise ConfigError(f"job id {value!r} is not a scheduler job id (letters, digits, ._-[] only)")
+    return value
+
+
+def submit_argv(
+    spec: RunSpec, profile: Profile, script_path: str | Path, depends_on: str | None = None
+) -> list[str]:
+    """The command that submits ``script_path``, after job ``depends_on`` ends in any state if given.
+
+    * Slurm: ``sbatch --parsable [--dependency=afterany:ID] SCRIPT`` (prints ``ID`` or ``ID;cluster``).
+    * LSF: ``bsub`` reads ``#BSUB`` lines only from a script given on standard input, so the argv is
+      ``sh -c 'exec bsub "$@" < "$0"' SCRIPT [-w 'ended(ID)']``: run as is, no stdin plumbing needed
+      (prints ``Job <ID> is submitted to queue <q>.``).
+    * PBS: ``qsub [-W depend=afterany:ID] SCRIPT`` (prints ``ID.server``).
+    * local: ``/bin/bash SCRIPT``, run detached by the local scheduler (its stdout/stderr are the job log);
+      with a dependency, ``/bin/bash -c '<wait while pid ID lives>; exec /bin/bash "$1"' ID SCRIPT``
+      where ID is the predecessor's process id.
+    """
+    script = str(script_path)
+    dep = _job_id(depends_on) if depends_on is not None else None
+    sched = profile.scheduler
+    if sched == "slurm":
+        return ["sbatch", "--parsable", *([f"--dependency=afterany:{dep}"] if dep else []), script]
+    if sched == "lsf":
+        return ["sh", "-c", 'exec bsub "$@" < "$0"', script, *(["-w", f"ended({dep})"] if dep else [])]
+    if sched == "pbs":
+        return ["qsub", *(["-W", f"depend=afterany:{dep}"] if dep else []), script]
+    if dep:
+        wait = 'while kill -0 "$0" 2>/dev/null; do sleep 1; done; exec /bin/bash "$1"'
+        return ["/bin/bash", "-c", wait, dep, script]
+    return ["/bin/bash", script]
+
+
+def parse_job_id(profile: Profile, output: str) -> str:
+    """The job id in what the submission command printed; a one-line error when there is none."""
+    text = output.strip()
+    sched = profile.scheduler
+    m = None
+    if sched == "slurm":
+        m = re.match(r"^(\d+)(?:;\S+)?$", text.splitlines()[-1].strip() if text else "")
+    elif sched == "lsf":
+        m = re.search(r"Job <(\d+)> is submitted", text)
+    elif sched == "pbs":
+        m = re.match(r"^(\d+(?:\[\d*\])?(?:\.\S+)?)$", text.splitlines()[-1].strip() if text else "")
+    else:
+        m = re.match(r"^(\d+)$", text)
+    if m is None:
+        raise ConfigError(f"cannot find a job id in the {sched} submission output {text[:200]!r}")
+    return m.group(1)

@@ -1,0 +1,33 @@
+{% extends "base.sh" %}
+{% block directives %}
+#SBATCH --job-name={{ job_name | d }}
+#SBATCH --nodes={{ nodes }}
+#SBATCH --ntasks-per-node={{ ranks_per_node }}
+#SBATCH --cpus-per-task={{ cores_per_rank }}
+#SBATCH --time={{ slurm_time }}
+{% if account %}
+#SBATCH --account={{ account | d }}
+{% endif %}
+{% if queue %}
+#SBATCH --partition={{ queue | d }}
+{% endif %}
+{% if constraint %}
+#SBATCH --constraint={{ constraint | d }}
+{% endif %}
+{% if gpus_per_node_request %}
+{% if gpu_directive == "gres" %}
+#SBATCH --gres=gpu:{{ gpus_per_node_request }}
+{% elif gpu_directive == "gpus-per-node" %}
+#SBATCH --gpus-per-node={{ gpus_per_node_request }}
+{% endif %}
+{% endif %}
+{% if signal %}
+#SBATCH --signal=B:{{ signal }}@{{ signal_lead_s }}
+{% endif %}
+#SBATCH --output={{ log_dir | d }}/job-%j.out
+#SBATCH --error={{ log_dir | d }}/job-%j.out
+{% block site_directives %}{% endblock %}
+{% for line in directives %}
+{{ line }}
+{% endfor %}
+{% endblock %}
