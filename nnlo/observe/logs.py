@@ -1,7 +1,7 @@
 """Per-rank log files and the merged log of all ranks.
 
 Every rank writes ``<out_dir>/logs/rank-<r>.log`` (all ``nnlo.*`` loggers, at ``--log-level``). Lines start
-with a UTC timestamp with milliseconds, so the files of all ranks merge into one time-ordered
+with a UTC timestamp with microseconds, so the files of all ranks merge into one time-ordered
 ``<out_dir>/logs/all-ranks.log`` by a streaming k-way merge (rank 0 does it at the end; :func:`merge_logs`
 does it on demand, e.g. for ``nnlo logs``). Multi-line records (tracebacks) stay with their first line.
 
@@ -21,6 +21,7 @@ from typing import IO, Iterator
 LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_DIR = "logs"
 MERGED_NAME = "all-ranks.log"
+_STAMP_LEN = len("2026-11-21T09:30:01.123456Z")
 
 
 def parse_level(level: str | int) -> int:
@@ -36,14 +37,14 @@ def parse_level(level: str | int) -> int:
 
 
 class RankFormatter(logging.Formatter):
-    """``2026-11-21T09:30:01.123Z rank 3 worker:w2 INFO nnlo.training: message``."""
+    """``2026-11-21T09:30:01.123456Z rank 3 worker:w2 INFO nnlo.training: message``."""
 
     def __init__(self, rank: int, role: str, prefix_only: bool = False) -> None:
         super().__init__()
         self.rank, self.role, self.prefix_only = rank, role, prefix_only
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        return datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
+        return datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="microseconds")[:-6] + "Z"
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
@@ -116,7 +117,7 @@ def _records(path: Path) -> Iterator[tuple[str, int, str]]:
             if _starts_with_stamp(line):
                 if current:
                     yield stamp, rank, "".join(current)
-                stamp, current = line[:24], [line]
+                stamp, current = line[:_STAMP_LEN], [line]
             elif current:
                 current.append(line)
             else:  # text before the first record (e.g. a crash dump): keep it, at the start
@@ -127,7 +128,8 @@ def _records(path: Path) -> Iterator[tuple[str, int, str]]:
 
 
 def _starts_with_stamp(line: str) -> bool:
-    return len(line) >= 24 and line[4] == "-" and line[10] == "T" and line[23] == "Z" and line[:4].isdigit()
+    return (len(line) >= _STAMP_LEN and line[4] == "-" and line[10] == "T" and line[_STAMP_LEN - 1] == "Z"
+            and line[:4].isdigit())
 
 
 def rank_logs(log_dir: str | Path) -> list[Path]:

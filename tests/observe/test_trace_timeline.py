@@ -60,9 +60,9 @@ def test_normal_end_gives_a_valid_trace_with_roles_spans_summary_and_logs(tmp_pa
     for r in range(3):
         assert "epoch 2 done" in (tmp_path / "logs" / f"rank-{r}.log").read_text()
     merged = (tmp_path / "logs" / "all-ranks.log").read_text().splitlines()
-    stamps = [line[:24] for line in merged if line[:4].isdigit()]
+    stamps = [line[:27] for line in merged if line[:4].isdigit()]
     assert stamps == sorted(stamps)
-    assert {f"rank {r} " for r in range(3)} <= {line[25:32] for line in merged}
+    assert {f"rank {r} " for r in range(3)} <= {line[28:35] for line in merged}
 
 
 def test_sigkill_mid_run_still_merges_into_a_valid_trace(tmp_path, mpirun, nnlo_env):

@@ -1,0 +1,105 @@
+"""`nnlo plot`: real PNG files of sensible size with something drawn, from files in the shapes runs write."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from nnlo.observe import plots
+from nnlo.observe.timeline import RecordingTracer, trace_path
+from observe_helpers import non_blank_fraction, png_size
+
+
+def _history(path, epochs=6, keys=("train_loss", "val_loss", "val_accuracy", "samples_per_s")):
+    rows = []
+    for e in range(1, epochs + 1):
+        row = {"epoch": e, "train_loss": 2.0 / e, "val_loss": 2.2 / e, "val_accuracy": 1 - 1 / (e + 1),
+               "samples_per_s": 900.0 + 10 * e, "cpu_percent_mean": 55.0, "gpu": "no GPU"}
+        rows.append({k: v for k, v in row.items() if k == "epoch" or k in keys or k in ("gpu",)})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows))
+
+
+def _trials(run):
+    trials = []
+    for i in range(10):
+        ok = i != 4
+        trials.append({"id": i, "params": {"lr": 10 ** (-4 + i * 0.3), "units": 16 * (i % 3 + 1),
+                                           "activation": ["relu", "tanh"][i % 2]},
+                       "status": "ok" if ok else "failed", "fom": (0.5 + ((i * 7) % 5) / 10) if ok else None,
+                       "fom_std": 0.02, "fold_foms": [], "duration_s": 3.0, "block": i % 2,
+                       "error": None if ok else "fold 0: diverged"})
+    (run / "trials.json").write_text(json.dumps(trials))
+    (run / "best.json").write_text(json.dumps({"fom_name": "val_loss", "direction": "min", "best_trial": 0}))
+
+
+def _trace(run):
+    for rank, role in ((0, "b0:master:m0"), (1, "b0:worker:w0")):
+        t = RecordingTracer(trace_path(run, rank), rank, role)
+        for _ in range(3):
+            with t.span("step", "compute" if rank else "wait"):
+                with t.span("send", "comm"):
+                    pass
+        t.close()
+
+
+def _check_png(path, min_w=400, min_h=250):
+    w, h = png_size(path)
+    assert min_w <= w <= 4000 and min_h <= h <= 4000, (path, w, h)
+    assert non_blank_fraction(path) > 0.01, f"{path} looks blank"
+
+
+def test_nnlo_plot_writes_every_kind_of_plot(tmp_path, nnlo_env):
+    run = tmp_path / "run"
+    _history(run / "history.json")
+    _trials(run)
+    _trace(run)
+    proc = subprocess.run([sys.executable, "-m", "nnlo_sched", "plot", str(run), "--out", str(tmp_path / "png")],
+                          env=nnlo_env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    written = {p.rsplit("/", 1)[-1] for p in proc.stdout.split()}
+    assert written == {"loss.png", "metrics.png", "convergence.png", "parameters.png", "utilisation.png"}
+    for name in written:
+        _check_png(tmp_path / "png" / name)
+
+
+def test_missing_keys_are_tolerated_and_nothing_to_plot_is_a_one_line_error(tmp_path, nnlo_env):
+    run = tmp_path / "only-val"
+    _history(run / "history.json", keys=("val_loss",))
+    out = plots.plot_run(run, tmp_path / "png")
+    assert [p.name for p in out] == ["loss.png"]  # no other numeric series -> no metrics.png
+    _check_png(out[0])
+    # a history that is not a list, trials that all failed: nothing drawn, nothing raised
+    (run / "history.json").write_text('{"oops": 1}')
+    (run / "trials.json").write_text(json.dumps([{"id": 0, "status": "failed", "fom": None, "params": {}}]))
+    assert plots.plot_run(run, tmp_path / "png2") == []
+    proc = subprocess.run([sys.executable, "-m", "nnlo_sched", "plot", str(run)], env=nnlo_env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "nothing to plot" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_per_trial_histories_get_their_own_prefixed_plots(tmp_path):
+    run = tmp_path / "opt"
+    for trial in ("trial-0", "trial-1"):
+        _history(run / trial / "history.json", epochs=3)
+    names = sorted(p.name for p in plots.plot_run(run))
+    assert names == ["trial-0-loss.png", "trial-0-metrics.png", "trial-1-loss.png", "trial-1-metrics.png"]
+    assert (run / "plots" / "trial-0-loss.png").is_file()
+
+
+@pytest.mark.parametrize("direction,expected_best", [("min", 0.5), ("max", 0.9)])
+def test_convergence_respects_the_direction(tmp_path, direction, expected_best, monkeypatch):
+    seen = {}
+    real_step = plots.plt.Axes.step
+
+    def spy(self, x, y, *a, **k):
+        seen["best"] = y[-1]
+        return real_step(self, x, y, *a, **k)
+
+    monkeypatch.setattr(plots.plt.Axes, "step", spy)
+    trials = [{"id": i, "params": {"x": i}, "status": "ok", "fom": f} for i, f in enumerate([0.7, 0.5, 0.9, 0.6])]
+    plots.plot_trials(trials, tmp_path, direction)
+    assert seen["best"] == expected_best

@@ -1,0 +1,56 @@
+"""Per-rank log files, the merged all-ranks log and --log-level."""
+from __future__ import annotations
+
+import io
+import time
+import logging
+
+import pytest
+
+from nnlo.errors import ConfigError
+from nnlo.observe import logs
+
+
+def test_each_rank_writes_its_file_and_the_merge_is_time_ordered(tmp_path):
+    console = io.StringIO()
+    handles = [logs.RankLogging(tmp_path, r, f"role{r}", "info", console=(r == 1), stream=console) for r in (0, 1)]
+    log = logging.getLogger("nnlo.test.logs")
+    try:
+        for i in range(3):
+            for h in handles:
+                # route each record to one rank's file only, as separate processes would
+                for other in handles:
+                    other._handlers[0].setLevel(logging.CRITICAL + 1 if other is not h else logging.INFO)
+                log.info("rank %d message %d", h.rank, i)
+                time.sleep(0.001)
+        try:
+            raise ValueError("bad thing")
+        except ValueError:
+            handles[1]._handlers[0].setLevel(logging.INFO)
+            log.exception("rank 1 failed")
+        log.debug("too detailed")
+    finally:
+        for h in handles:
+            h.close()
+    assert not any(getattr(x, "baseFilename", "").startswith(str(tmp_path)) for x in logging.getLogger("nnlo").handlers)
+    rank1 = (tmp_path / "logs" / "rank-1.log").read_text()
+    assert "rank 1 message 2" in rank1 and "rank 0 message" not in rank1 and "too detailed" not in rank1
+    merged_path = logs.merge_logs(tmp_path)
+    merged = merged_path.read_text()
+    order = [f"rank {r} message {i}" for i in range(3) for r in (0, 1)]
+    positions = [merged.index(text) for text in order]
+    assert positions == sorted(positions)
+    # the traceback stays attached to its record, after it
+    assert merged.index("rank 1 failed") < merged.index("ValueError: bad thing")
+    # the rank-1 console shows only warnings and worse
+    assert "message" not in console.getvalue() and "[rank 1 role1] error: rank 1 failed" in console.getvalue()
+
+
+def test_log_level_names_and_a_clear_error():
+    assert logs.parse_level("DEBUG") == logging.DEBUG and logs.parse_level("warning") == logging.WARNING
+    with pytest.raises(ConfigError, match="--log-level 'verbose' is not a level; use one of debug, info"):
+        logs.parse_level("verbose")
+
+
+def test_no_logs_means_no_merged_file(tmp_path):
+    assert logs.merge_logs(tmp_path) is None

@@ -1,0 +1,62 @@
+"""The resource monitor: values in range, per-epoch windows, counters into the trace, "no GPU" on CPU nodes."""
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from nnlo.observe import monitor as mon
+from nnlo.observe.timeline import RecordingTracer, read_stream, trace_path
+
+
+def _burn(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+
+
+def test_samples_are_in_range_and_windows_reset_per_epoch(tmp_path):
+    tracer = RecordingTracer(trace_path(tmp_path, 0), 0, "master")
+    m = mon.Monitor(interval=0.02, tracer=tracer)
+    try:
+        _burn(0.3)
+        first = m.epoch_end()
+        second = m.epoch_end()  # an epoch shorter than the interval still has its own sample
+    finally:
+        m.stop()
+        tracer.close()
+    cores = psutil.cpu_count() or 1
+    total_mb = psutil.virtual_memory().total / 2**20
+    assert first["samples"] >= 2 and second["samples"] >= 1
+    for agg in (first, second):
+        assert 0.0 <= agg["cpu_percent_mean"] <= agg["cpu_percent_max"] <= 100.0 * cores + 1
+        assert 1.0 < agg["rss_mb_max"] < total_mb
+    assert first["cpu_percent_max"] > 10.0  # we burnt a core for 0.3 s
+    if m.gpu is None:
+        assert first["gpu"] == mon.NO_GPU and "gpu_util_mean" not in first
+        assert m.gpu_name == "no GPU"
+    else:
+        assert 0.0 <= first["gpu_util_mean"] <= 100.0 and first["gpu_mem_mb_max"] > 0
+    totals = m.totals()
+    assert totals["samples"] == first["samples"] + second["samples"]
+    counters = [e for e in read_stream(tracer.path).events if e["ph"] == "C"]
+    assert {"cpu %", "memory MB"} <= {e["name"] for e in counters}
+    assert all(0 <= e["args"]["cpu"] <= 100.0 * cores + 1 for e in counters if e["name"] == "cpu %")
+    assert not m._thread.is_alive()
+
+
+def test_gpu_lookup_never_raises_and_reads_cuda_visible_devices():
+    gpu = mon.open_gpu()
+    assert gpu is None or isinstance(gpu.name, str)
+    assert mon.visible_gpu_index({"CUDA_VISIBLE_DEVICES": "3,4"}) == 3
+    assert mon.visible_gpu_index({"CUDA_VISIBLE_DEVICES": "GPU-8f2e"}) == 0
+    assert mon.visible_gpu_index({}) == 0
+
+
+def test_bad_interval_is_a_one_line_config_error():
+    from nnlo.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="interval must be positive"):
+        mon.Monitor(interval=0)
