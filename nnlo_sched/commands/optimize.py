@@ -1,0 +1,229 @@
+"""``nnlo optimize``: hyperparameter search with a coordinator and blocks inside one allocation.
+
+It takes every training option of ``nnlo train`` (the blocks train with them; a trial's hyperparameters
+override some, see docs/optimization.md) plus the search options. ``-n N`` outside an MPI launch starts
+``mpirun -np N`` on this machine, exactly like ``nnlo train``; inside an allocation (``srun``, ``jsrun``,
+``aprun``, ``mpirun``) it runs in that world. torch and mpi4py are imported only when the command runs.
+
+Exit codes: 0 the search finished, 75 stopped at the deadline/signal with its state saved (resubmit and it
+resumes), 1 a failure, 2 bad input.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from nnlo.errors import NnloError
+
+
+def _training_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The training options of ``nnlo train`` (shared decorator, owned by the runtime)."""
+    try:
+        from nnlo_sched.commands.train import training_options
+    except ImportError:  # the training command is not installed: the search options still work
+        return _minimal_training_options(f)
+    return training_options(f)
+
+
+def _minimal_training_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for decorator in reversed([
+        click.option("--model", required=True, help="Model module (.py) with get_model(**params)."),
+        click.option("--train", default=None, help="Text file listing the training HDF5 files."),
+        click.option("--val", default=None, help="Text file listing the validation HDF5 files."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search and the folds."),
+        click.option("--log-level", default="info", show_default=True, help="debug|info|warning|error."),
+        click.option("--deadline", type=float, default=None, help="Unix seconds; default $NNLO_DEADLINE."),
+        click.option("-n", "--np", "np_", type=int, default=None, help="Launch N ranks locally with mpirun."),
+    ]):
+        f = decorator(f)
+    return f
+
+
+def _search_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for decorator in reversed([
+        click.option("--block-size", type=int, default=None,
+                     help="Ranks per block (each block trains one parameter set at a time). Default: the "
+                          "smallest block, n-fold x (1 master + 1 worker)."),
+        click.option("--n-fold", type=int, default=1, show_default=True,
+                     help="Fold groups per block (k-fold cross-validation on the --train samples); the "
+                          "block reports the mean figure of merit over folds."),
+        click.option("--num-iterations", type=int, default=10, show_default=True,
+                     help="Trials in total (failed ones count)."),
+        click.option("--hyper-opt", type=click.Choice(["bayesian", "genetic", "random"]), default="bayesian",
+                     show_default=True, help="Search engine."),
+        click.option("--estimator", type=click.Choice(["GP", "RF", "ET"], case_sensitive=False), default="GP",
+                     show_default=True, help="Surrogate of the Bayesian engine: Gaussian process, random "
+                                             "forest or extra trees."),
+        click.option("--n-initial-points", type=int, default=None,
+                     help="Random trials before the Bayesian model is used (default: min(10, trials/3))."),
+        click.option("--ga-populations", type=int, default=10, show_default=True,
+                     help="Population size of the genetic engine (individuals kept and bred from)."),
+        click.option("--fom", default="val_loss", show_default=True,
+                     help="Figure of merit: a final validation metric, NAME[:min|max] "
+                          "(e.g. val_accuracy:max; *acc* metrics default to max)."),
+        click.option("--target-objective", type=float, default=None,
+                     help="Stop once a trial's figure of merit reaches this value."),
+        click.option("--space", "space_file", type=click.Path(dir_okay=False), default=None,
+                     help="TOML search space (one [name] table per parameter); default: the model "
+                          "module's get_model.parameter_range."),
+        click.option("--opt-restore", is_flag=True,
+                     help="Resume the search saved in --output (finished trials kept, running ones re-run)."),
+        click.option("--output", "output", type=click.Path(file_okay=False), default=None,
+                     help="Run directory for trials.json/csv, best.json, optimizer-state.json and "
+                          "trials/<id>/fold-<f>/. Default: $NNLO_RUN_DIR, else ./optimize-<model>."),
+    ]):
+        f = decorator(f)
+    return f
+
+
+@click.command("optimize", context_settings={"max_content_width": 100})
+@_training_options
+@_search_options
+def optimize_command(**params: Any) -> int:
+    """Search hyperparameters: rank 0 coordinates, the other ranks form blocks that train trials.
+
+    \b
+    Example (1 coordinator + 2 blocks of 2 ranks, 20 trials):
+      nnlo optimize -n 5 --block-size 2 --model examples/branin.py --num-iterations 20
+    Upstream shape (1 coordinator + 2 blocks x 2 folds x (1 master + 2 workers)):
+      mpirun -np 13 nnlo optimize --block-size 6 --n-fold 2 --model m.py --train t.list
+    """
+    n = params.get("np_")
+    if n is not None and not _inside_mpi_launch():
+        return _launch(n)
+    return run_in_world(params)
+
+
+def run_in_world(params: dict[str, Any]) -> int:
+    """Run the search in this MPI world (every rank), printing errors once."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    _setup_logging(str(params.get("log_level") or "info"), rank)
+    try:
+        config = _config(params)
+        opts = options_from_params(params, config)
+        from nnlo.optimize.run import optimize
+
+        return optimize(world, opts, config)
+    except (NnloError, click.ClickException) as e:
+        if rank == 0:
+            msg = e.format_message() if isinstance(e, click.ClickException) else str(e)
+            click.echo(f"nnlo: error: {msg}", err=True)
+        code = getattr(e, "exit_code", 2)
+        sys.stderr.flush()
+        raise SystemExit(code) from None
+    except Exception as e:  # noqa: BLE001 - never leave other ranks hanging on an unexpected error
+        from nnlo.roles import RoleError
+
+        if isinstance(e, RoleError):
+            if rank == 0:
+                click.echo(f"nnlo: error: {e}", err=True)
+            raise SystemExit(2) from None
+        logging.getLogger("nnlo.optimize").exception("rank %d failed", rank)
+        world.Abort(1)
+        return 1
+
+
+def _config(params: dict[str, Any]) -> Any:
+    try:
+        from nnlo_sched.commands.train import config_from_params
+    except ImportError:
+        from nnlo.config import TrainConfig
+
+        known = {f for f in TrainConfig.__dataclass_fields__}
+        return TrainConfig(**{k: v for k, v in params.items() if k in known and v is not None})
+    return config_from_params(params)
+
+
+def options_from_params(params: dict[str, Any], config: Any) -> Any:
+    """The search options of a parsed command line (also used by the scheduler to size jobs)."""
+    from nnlo.optimize.run import OptimizeOptions, default_out_dir
+    from nnlo.roles import Shape
+
+    n_fold = int(params.get("n_fold") or 1)
+    block_size = params.get("block_size")
+    if block_size is None:
+        block_size = n_fold * Shape(n_masters=config.n_masters, n_processes=config.n_processes).group_size(1)
+    output = params.get("output")
+    return OptimizeOptions(
+        out_dir=Path(output) if output else default_out_dir(config.model),
+        block_size=int(block_size),
+        n_fold=n_fold,
+        hyper_opt=params.get("hyper_opt") or "bayesian",
+        estimator=(params.get("estimator") or "GP").upper(),
+        num_iterations=int(params.get("num_iterations") or 10),
+        target_objective=params.get("target_objective"),
+        fom=params.get("fom") or "val_loss",
+        space=params.get("space_file"),
+        ga_populations=int(params.get("ga_populations") or 10),
+        n_initial_points=params.get("n_initial_points"),
+        seed=int(getattr(config, "seed", 0) or 0),
+        restore=bool(params.get("opt_restore")),
+        deadline=getattr(config, "deadline", None),
+    )
+
+
+def shape_from_params(params: dict[str, Any]) -> Any:
+    """The run's role shape (blocks, folds, masters) for the scheduler's layout."""
+    from nnlo.roles import Shape
+
+    config = _config(params)
+    opts = options_from_params(params, config)
+    return Shape(n_masters=config.n_masters, n_processes=config.n_processes, block_size=opts.block_size,
+                 n_fold=opts.n_fold)
+
+
+def _inside_mpi_launch() -> bool:
+    try:
+        from nnlo.launch import inside_mpi_launch
+    except ImportError:
+        import os
+
+        keys = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "SLURM_STEP_ID", "PALS_RANKID")
+        return any(k in os.environ for k in keys)
+    return inside_mpi_launch()
+
+
+def _launch(n: int) -> int:
+    """Re-run this command line under ``mpirun -np n`` (the runtime's launcher)."""
+    from nnlo.launch import launch
+
+    return launch(n, "optimize", _argv_without_np(sys.argv))
+
+
+def _argv_without_np(argv: list[str]) -> list[str]:
+    """The command's own arguments with ``-n N``/``--np N`` removed (the launched world must not relaunch)."""
+    try:
+        start = argv.index("optimize") + 1
+    except ValueError:
+        start = 1
+    args, out, skip = argv[start:], [], False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in ("-n", "--np"):
+            skip = True
+            continue
+        if a.startswith("--np=") or (a.startswith("-n") and a[2:].isdigit()):
+            continue
+        out.append(a)
+    return out
+
+
+def _setup_logging(level: str, rank: int) -> None:
+    logger = logging.getLogger("nnlo")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"%(asctime)s [{rank}] %(name)s: %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+    logger.setLevel(level.upper() if rank == 0 else "WARNING")
+
+
+command = optimize_command
