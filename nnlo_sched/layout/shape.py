@@ -35,15 +35,17 @@ def shape_from_options(kind: str, opts: dict[str, Any]) -> Shape:
     mode = opts.get("mode")
     raw_masters = opts.get("n_masters")
     n_masters = 0 if mode == "allreduce" else (1 if raw_masters is None else int(raw_masters))
+    n_processes = int(opts.get("n_processes") or 1)
+    n_fold = int(opts.get("n_fold") or 1) if kind == "optimize" else 1
     block = opts.get("block_size")
-    if kind == "optimize" and block is None:
-        raise ConfigError("nnlo optimize needs --block-size to be laid out (e.g. --block-size 3)")
     try:
+        if kind == "optimize" and block is None:  # nnlo optimize's default: the smallest block
+            block = n_fold * Shape(n_masters=n_masters, n_processes=n_processes).group_size(1)
         return Shape(
             n_masters=n_masters,
-            n_processes=int(opts.get("n_processes") or 1),
+            n_processes=n_processes,
             block_size=int(block) if kind == "optimize" else None,
-            n_fold=int(opts.get("n_fold") or 1) if kind == "optimize" else 1,
+            n_fold=n_fold,
         )
     except RoleError as e:
         raise ConfigError(str(e)) from None

@@ -1,0 +1,96 @@
+"""``nnlo layout``: how a run would sit on a cluster (nodes, ranks, roles, devices, launch line)."""
+from __future__ import annotations
+
+import json
+
+import click
+
+
+def parse_walltime_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """Click callback: a walltime in any accepted form -> seconds (shared with ``nnlo submit``)."""
+    if value is None:
+        return None
+    from nnlo.errors import ConfigError
+    from nnlo_sched.spec import parse_walltime
+
+    try:
+        return parse_walltime(value)
+    except ConfigError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def parse_gpus(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """Click callback: ``1``, ``2``, ``0.5``, ``1/4`` -> a number of GPUs per worker rank."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    try:
+        if "/" in text:
+            num, den = text.split("/", 1)
+            return int(num) / int(den)
+        return float(text)
+    except (ValueError, ZeroDivisionError):
+        raise click.BadParameter(f"{value!r} is not a number of GPUs; use e.g. 1, 2, 0.5 or 1/4") from None
+
+
+@click.command("layout")
+@click.option("--cluster", "-c", required=True, help="Cluster profile (nnlo clusters lists them).")
+@click.option("--workers", type=int, default=None, help="Logical workers (training).")
+@click.option("--nodes", type=int, default=None,
+              help="Nodes to fill with as many workers/blocks as fit (or to spread the workers over).")
+@click.option("--gpus-per-worker", default=None, callback=parse_gpus,
+              help="GPUs per worker rank: 1, 2, ... or 0.5 for 2 ranks sharing a GPU; 0 = CPU only.")
+@click.option("--n-masters", type=int, default=1, show_default=True,
+              help="0 = all-reduce, 1 = one master, M > 1 = an uber-master over M-1 masters.")
+@click.option("--n-processes", type=int, default=1, show_default=True, help="Ranks per worker (all-reduce group).")
+@click.option("--mode", default=None, help="Training mode; 'allreduce' means --n-masters 0.")
+@click.option("--blocks", type=int, default=None, help="Optimization blocks.")
+@click.option("--block-size", type=int, default=None, help="Ranks per optimization block.")
+@click.option("--n-fold", type=int, default=None, help="Fold groups per block.")
+@click.option("--walltime", default=None, callback=parse_walltime_option,
+              help="Checked against the queue's limit: MM, HH:MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h.")
+@click.option("--queue", "-q", default=None, help="Queue / partition (default: the profile's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the full structure, one entry per rank.")
+def layout_command(
+    cluster: str,
+    workers: int | None,
+    nodes: int | None,
+    gpus_per_worker: float | None,
+    n_masters: int,
+    n_processes: int,
+    mode: str | None,
+    blocks: int | None,
+    block_size: int | None,
+    n_fold: int | None,
+    walltime: int | None,
+    queue: str | None,
+    as_json: bool,
+) -> None:
+    """Show where every rank of a run would go on CLUSTER, and how it would be launched.
+
+    \b
+    Examples:
+      nnlo layout --cluster summit --workers 11
+      nnlo layout --cluster summit --nodes 4608          # fill the machine
+      nnlo layout --cluster daint --nodes 8 --blocks 3 --block-size 6 --n-fold 2
+    """
+    from nnlo_sched.layout import compute_layout, shape_from_options, summary
+    from nnlo_sched.profiles import load_profile
+
+    profile = load_profile(cluster)
+    kind = "optimize" if block_size is not None or blocks is not None or n_fold is not None else "train"
+    shape = shape_from_options(kind, {
+        "n_masters": n_masters, "n_processes": n_processes, "mode": mode,
+        "block_size": block_size, "n_fold": n_fold,
+    })
+    layout = compute_layout(
+        profile, shape, kind, workers=workers, blocks=blocks, nodes=nodes,
+        gpus_per_worker=gpus_per_worker, walltime_s=walltime, queue=queue,
+    )
+    if as_json:
+        click.echo(json.dumps(layout.to_dict(ranks=True), indent=1))
+    else:
+        click.echo(summary(layout))
+
+
+command = layout_command
