@@ -30,6 +30,9 @@ def non_blank_fraction(path: Path) -> float:
 
 
 def load_trace(path: Path) -> dict[str, Any]:
-    data = json.loads(Path(path).read_text())
+    def reject(constant: str) -> None:
+        raise AssertionError(f"{path}: {constant} is not valid JSON for browsers (chrome://tracing, Perfetto)")
+
+    data = json.loads(Path(path).read_text(), parse_constant=reject)
     assert isinstance(data, dict) and isinstance(data["traceEvents"], list)
     return data
