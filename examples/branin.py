@@ -13,10 +13,12 @@ Environment knobs for tests and demos (all optional):
 ``BRANIN_FOLD_SHIFT=s`` adds ``s * fold`` to the value (so k-fold means are checkable);
 ``BRANIN_CHOICE=1`` adds a categorical dimension ``shift`` in {"none", "up"} (+5 when "up") and an integer
 dimension ``k`` in [0, 3] (+k), to exercise mixed spaces;
-``BRANIN_SLEEP=s`` sleeps s seconds per evaluation (to kill a search mid-way in tests).
+``BRANIN_SLEEP=s`` sleeps s seconds per evaluation (to kill a search mid-way in tests);
+``BRANIN_LOG=path`` appends one JSON line per evaluation (to prove what was, and was not, re-evaluated).
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -57,4 +59,8 @@ def evaluate(params: dict, *, fold: int = 0, n_fold: int = 1) -> dict:
     value = branin(params["x1"], params["x2"])
     value += 5.0 * (params.get("shift") == "up") + params.get("k", 0)
     value += float(os.environ.get("BRANIN_FOLD_SHIFT", "0") or 0) * fold
+    log = os.environ.get("BRANIN_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(json.dumps({"params": params, "fold": fold, "value": value}) + "\n")
     return {"val_loss": value, "fold": fold}

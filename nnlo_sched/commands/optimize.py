@@ -38,6 +38,8 @@ def _minimal_training_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--log-level", default="info", show_default=True, help="debug|info|warning|error."),
         click.option("--deadline", type=float, default=None, help="Unix seconds; default $NNLO_DEADLINE."),
         click.option("-n", "--np", "np_", type=int, default=None, help="Launch N ranks locally with mpirun."),
+        click.option("--n-masters", type=int, default=1, show_default=True, help="Masters per training group."),
+        click.option("--n-processes", type=int, default=1, show_default=True, help="Ranks per worker group."),
     ]):
         f = decorator(f)
     return f

@@ -1,0 +1,135 @@
+"""Real ``nnlo optimize`` runs under mpirun on the Branin objective (hook path: no training, fast)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.mpi
+BRANIN = str(REPO / "examples" / "branin.py")
+
+
+def optimize(mpirun, env, np_, *args, extra_env=None, timeout=240):
+    e = dict(env, **(extra_env or {}))
+    cmd = [mpirun, "-np", str(np_), sys.executable, "-m", "nnlo_sched", "optimize", "--model", BRANIN, *args]
+    return subprocess.run(cmd, env=e, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def trials(out: Path) -> list[dict]:
+    return json.loads((out / "trials.json").read_text())
+
+
+def test_kfold_blocks_failures_and_results(mpirun, nnlo_env, tmp_path):
+    """-np 5, blocks of 2 ranks, 2 folds of 1 rank each: fold foms differ by the shift, fom is their mean,
+    x1 > 6 raises in the model (failed trials recorded, search goes on), both blocks take trials."""
+    out = tmp_path / "run"
+    log = tmp_path / "evals.jsonl"
+    r = optimize(mpirun, nnlo_env, 5, "--block-size", "2", "--n-fold", "2", "--n-masters", "0",
+                 "--hyper-opt", "random", "--num-iterations", "8", "--seed", "3", "--output", str(out),
+                 extra_env={"BRANIN_FOLD_SHIFT": "1.5", "BRANIN_FAIL_ABOVE": "6", "BRANIN_LOG": str(log)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    table = trials(out)
+    assert [t["id"] for t in table] == list(range(8))
+    ok = [t for t in table if t["status"] == "ok"]
+    failed = [t for t in table if t["status"] == "failed"]
+    assert ok and failed, "seed 3 gives both kinds; the test must see both"
+    for t in ok:
+        f0, f1 = t["fold_foms"]
+        assert f1 - f0 == pytest.approx(1.5)
+        assert t["fom"] == pytest.approx((f0 + f1) / 2) and t["fom_std"] == pytest.approx(0.75)
+    for t in failed:
+        assert t["params"]["x1"] > 6 and "simulated model failure" in t["error"] and t["fom"] is None
+    assert {t["block"] for t in table} == {0, 1}
+    evals = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(evals) == 2 * len(ok) and sum(e["fold"] for e in evals) == len(ok)  # each ok trial: folds 0 and 1
+    best = json.loads((out / "best.json").read_text())
+    assert best["best_fom"] == min(t["fom"] for t in ok) and best["trials_failed"] == len(failed)
+    assert (out / "trials.csv").read_text().count("\n") == 9
+    assert (out / "optimizer-state.json").exists()
+
+
+def test_kill_coordinator_then_restore_loses_and_repeats_nothing(mpirun, nnlo_env, tmp_path):
+    out = tmp_path / "run"
+    log = tmp_path / "evals.jsonl"
+    env = dict(nnlo_env, BRANIN_SLEEP="0.4", BRANIN_LOG=str(log), BRANIN_CHOICE="1")
+    args = [sys.executable, "-m", "nnlo_sched", "optimize", "--model", BRANIN, "--block-size", "2",
+            "--hyper-opt", "genetic", "--ga-populations", "3", "--num-iterations", "10", "--output", str(out)]
+    proc = subprocess.Popen([mpirun, "-np", "5", *args], env=env, cwd=REPO, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):  # wait (up to 240 s) until three trials are finished, then kill everything
+            if (out / "trials.json").exists() and len(trials(out)) >= 3:
+                break
+            if proc.poll() is not None:
+                pytest.fail(f"search ended before it could be killed: {proc.stderr.read()[-2000:]}")
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    before = {t["id"]: t for t in trials(out)}
+    assert 3 <= len(before) < 10
+    evaluated_before = len(log.read_text().splitlines())
+
+    # resuming with the deadline already passed hands nothing out, keeps everything, says "resubmit me"
+    r = optimize(mpirun, nnlo_env, 5, "--block-size", "2", "--hyper-opt", "genetic", "--ga-populations", "3",
+                 "--num-iterations", "10", "--output", str(out), "--opt-restore",
+                 extra_env={"BRANIN_CHOICE": "1", "BRANIN_LOG": str(log), "NNLO_DEADLINE": str(time.time() - 1)})
+    assert r.returncode == 75, r.stderr[-3000:]
+    assert {t["id"]: t for t in trials(out)} == before
+
+    # without --opt-restore the saved search is protected
+    r = optimize(mpirun, nnlo_env, 5, "--block-size", "2", "--hyper-opt", "genetic", "--ga-populations", "3",
+                 "--num-iterations", "10", "--output", str(out), extra_env={"BRANIN_CHOICE": "1"})
+    assert r.returncode == 2 and "--opt-restore" in r.stderr
+
+    r = optimize(mpirun, nnlo_env, 5, "--block-size", "2", "--hyper-opt", "genetic", "--ga-populations", "3",
+                 "--num-iterations", "10", "--output", str(out), "--opt-restore",
+                 extra_env={"BRANIN_CHOICE": "1", "BRANIN_LOG": str(log)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    after = {t["id"]: t for t in trials(out)}
+    assert sorted(after) == list(range(10))
+    for i, t in before.items():
+        assert after[i] == t  # no finished trial lost or changed
+    new_evals = [json.loads(line)["params"] for line in log.read_text().splitlines()[evaluated_before:]]
+    assert len(new_evals) == 10 - len(before)  # in-flight ones re-run, finished ones never again
+    for t in before.values():
+        assert t["params"] not in new_evals
+    cats = {t["params"]["shift"] for t in after.values()}
+    assert cats <= {"none", "up"} and all(isinstance(t["params"]["k"], int) for t in after.values())
+
+
+@pytest.mark.parametrize("np_, args, message", [
+    (4, ["--block-size", "2"], "4 ranks do not make 1 coordinator + blocks of 2; use -n 3"),
+    (5, ["--block-size", "2", "--n-fold", "3"], "does not divide into --n-fold 3"),
+    (3, ["--block-size", "2", "--fom", "val_loss:up"], "--fom"),
+])
+def test_bad_input_gives_one_clear_line(mpirun, nnlo_env, tmp_path, np_, args, message):
+    r = optimize(mpirun, nnlo_env, np_, *args, "--output", str(tmp_path / "o"))
+    assert r.returncode == 2, r.stderr[-2000:]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("nnlo: error:")]
+    assert len(errors) == 1 and message in errors[0], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
+def test_upstream_shape_13_ranks(mpirun, nnlo_env, tmp_path):
+    """mpirun -np 13 --block-size 6 --n-fold 2 = 1 coordinator + 2 blocks x 2 folds x (1 master + 2 workers)."""
+    from nnlo.roles import Role, Shape, describe
+
+    h = describe(13, Shape(block_size=6, n_fold=2))
+    assert h.count(Role.COORDINATOR) == 1 and len(h.blocks) == 2 and len(h.groups) == 4
+    assert h.count(Role.MASTER) == 4 and h.count(Role.WORKER) == 8
+    out = tmp_path / "run"
+    r = optimize(mpirun, nnlo_env, 13, "--block-size", "6", "--n-fold", "2", "--hyper-opt", "random",
+                 "--num-iterations", "4", "--output", str(out), extra_env={"BRANIN_FOLD_SHIFT": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    table = trials(out)
+    assert len(table) == 4 and all(len(t["fold_foms"]) == 2 for t in table)
+    assert all(t["fom"] == pytest.approx(sum(t["fold_foms"]) / 2) for t in table)

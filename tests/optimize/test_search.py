@@ -1,0 +1,137 @@
+"""The search bookkeeping without MPI: budget, k-fold means, failures, target, state and results files."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from nnlo.errors import ConfigError
+from nnlo.optimize.engines import make_engine
+from nnlo.optimize.results import Objective, Trial
+from nnlo.optimize.search import Search
+from nnlo.optimize.space import Real, Space
+
+SPACE = Space([Real(0.0, 1.0, name="a"), Real(0.0, 1.0, name="b")])
+
+
+def new_search(tmp_path, engine="random", **kw) -> Search:
+    kw.setdefault("num_iterations", 6)
+    return Search(make_engine(engine, SPACE, 0, n_initial_points=2), Objective.parse(kw.pop("fom", "val_loss")),
+                  out_dir=tmp_path, **kw)
+
+
+def ok(v, **extra):
+    return {"metrics": {"val_loss": v, **extra}}
+
+
+def test_objective_parsing_and_direction():
+    assert Objective.parse("val_loss") == Objective("val_loss", "min")
+    assert Objective.parse("val_accuracy") == Objective("val_accuracy", "max")
+    assert Objective.parse("val_accuracy:min").direction == "min"
+    assert Objective("val_accuracy", "max").value(0.9) == -0.9
+    with pytest.raises(ConfigError, match="NAME:min"):
+        Objective.parse("val_loss:up")
+
+
+def test_kfold_fom_is_the_mean_and_spread_is_recorded(tmp_path):
+    s = new_search(tmp_path, n_fold=3)
+    t = s.next_trial(block=0, now=100.0)
+    done = s.record(t.id, [ok(1.0), ok(2.0), ok(6.0)], block=0, now=102.5)
+    assert done.status == "ok" and done.fold_foms == [1.0, 2.0, 6.0]
+    assert done.fom == pytest.approx(3.0)
+    assert done.fom_std == pytest.approx((((1 - 3) ** 2 + (2 - 3) ** 2 + (6 - 3) ** 2) / 3) ** 0.5)
+    assert done.duration_s == pytest.approx(2.5)
+
+
+@pytest.mark.parametrize("fold, why", [
+    ({"error": "ValueError: boom", "metrics": None}, "ValueError: boom"),
+    (ok(float("nan")), "diverged"),
+    ({"metrics": {"loss": 1.0}}, "no metric 'val_loss'"),
+])
+def test_a_failed_fold_fails_the_trial_and_the_search_goes_on(tmp_path, fold, why):
+    s = new_search(tmp_path, n_fold=2)
+    t = s.next_trial(0)
+    done = s.record(t.id, [ok(1.0), fold], 0)
+    assert done.status == "failed" and done.fom is None and why in done.error
+    assert s.engine.observations[-1][1] is None
+    assert s.next_trial(0) is not None  # not the end of the search
+
+
+def test_budget_counts_failures_and_running_trials(tmp_path):
+    s = new_search(tmp_path, num_iterations=3)
+    a, b, c = s.next_trial(0), s.next_trial(1), s.next_trial(2)
+    assert s.next_trial(3) is None
+    assert len({s.engine.space.key(t.params) for t in (a, b, c)}) == 3
+    s.record(a.id, [ok(0.5)], 0)
+    s.record(b.id, [{"error": "x"}], 1)
+    assert not s.done()
+    s.record(c.id, [ok(0.2)], 2)
+    assert s.done() and s.best().id == c.id
+
+
+def test_target_objective_stops_handing_out(tmp_path):
+    s = new_search(tmp_path, num_iterations=50, target=0.1)
+    t = s.next_trial(0)
+    s.record(t.id, [ok(0.05)], 0)
+    assert s.next_trial(0) is None and s.done()
+
+
+def test_maximised_fom_picks_the_largest(tmp_path):
+    s = new_search(tmp_path, fom="val_accuracy", num_iterations=3, target=0.99)
+    for v in (0.7, 0.9, 0.8):
+        t = s.next_trial(0)
+        s.record(t.id, [{"metrics": {"val_accuracy": v}}], 0)
+    assert s.best().fom == 0.9
+    assert s.engine.observations[1][1] == -0.9
+
+
+def test_broken_model_stops_after_the_first_failures(tmp_path):
+    s = new_search(tmp_path, num_iterations=20)
+    for _ in range(3):
+        t = s.next_trial(0)
+        s.record(t.id, [{"error": "ModelError: m.py: get_model() raised KeyError: 'x'"}], 0)
+    assert s.broken().startswith("ModelError")
+    assert s.next_trial(0) is None
+
+
+def test_results_files_and_restore_rerun_in_flight(tmp_path):
+    s = new_search(tmp_path, n_fold=2, num_iterations=5)
+    t0, t1, t2 = s.next_trial(0), s.next_trial(1), s.next_trial(2)
+    s.record(t0.id, [ok(0.3), ok(0.5)], 0)
+    s.record(t2.id, [ok(0.1), {"error": "RuntimeError: rank died"}], 2)
+    s.save()
+    rows = list(csv.DictReader((tmp_path / "trials.csv").open()))
+    assert [r["trial"] for r in rows] == ["0", "2"]
+    assert rows[0]["fom"] == repr(0.4) and rows[0]["fom_fold1"] == repr(0.5) and rows[1]["status"] == "failed"
+    table = json.loads((tmp_path / "trials.json").read_text())
+    assert table[0]["params"] == t0.params and table[0]["fold_foms"] == [0.3, 0.5]
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert best["best_trial"] == 0 and best["trials_done"] == 1 and best["trials_failed"] == 1
+
+    # a new coordinator (after a kill) resumes: finished trials kept, the in-flight one re-runs first
+    r = new_search(tmp_path, n_fold=2, num_iterations=5)
+    assert r.restore()
+    assert sorted(r.finished) == [0, 2] and r.finished[0].fom == pytest.approx(0.4)
+    again = r.next_trial(0)
+    assert (again.id, again.params) == (t1.id, t1.params)
+    fresh = r.next_trial(1)
+    assert fresh.id == 3 and fresh.params not in (t0.params, t1.params, t2.params)
+    assert len(r.engine.observations) == 2
+
+
+def test_restore_refuses_a_different_search(tmp_path):
+    s = new_search(tmp_path, n_fold=2)
+    s.save()
+    with pytest.raises(ConfigError, match="different .*--n-fold"):
+        new_search(tmp_path, n_fold=3).restore()
+    with pytest.raises(ConfigError, match="different engine"):
+        Search(make_engine("genetic", SPACE, 0), Objective(), num_iterations=6, out_dir=tmp_path, n_fold=2).restore()
+    (tmp_path / "optimizer-state.json").write_text("{half")
+    with pytest.raises(ConfigError, match="unreadable"):
+        new_search(tmp_path, n_fold=2).restore()
+
+
+def test_trial_round_trips_through_json():
+    t = Trial(4, {"a": 0.5}, status="ok", fom=1.0, fold_foms=[1.0], block=1)
+    assert Trial.from_dict(json.loads(json.dumps(t.to_dict()))) == t
