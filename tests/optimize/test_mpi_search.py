@@ -133,3 +133,34 @@ def test_upstream_shape_13_ranks(mpirun, nnlo_env, tmp_path):
     table = trials(out)
     assert len(table) == 4 and all(len(t["fold_foms"]) == 2 for t in table)
     assert all(t["fom"] == pytest.approx(sum(t["fold_foms"]) / 2) for t in table)
+
+
+def test_stop_signal_saves_state_and_exits_75(mpirun, nnlo_env, tmp_path):
+    """SIGUSR2 to every rank (what Slurm's ``scancel --signal=USR2`` does): running trials finish, exit 75."""
+    import psutil
+
+    out = tmp_path / "run"
+    env = dict(nnlo_env, BRANIN_SLEEP="0.5")
+    cmd = [mpirun, "-np", "5", sys.executable, "-m", "nnlo_sched", "optimize", "--model", BRANIN,
+           "--block-size", "2", "--hyper-opt", "random", "--num-iterations", "40", "--output", str(out)]
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):
+            if (out / "trials.json").exists() and len(trials(out)) >= 2:
+                break
+            assert proc.poll() is None, proc.stderr.read()[-2000:]
+            time.sleep(0.2)
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            if "python" in child.name():
+                os.kill(child.pid, signal.SIGUSR2)
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read()
+    assert rc == 75, err[-2000:]
+    assert "resubmit to resume" in err
+    done = trials(out)
+    assert 2 <= len(done) < 40
+    state = json.loads((out / "optimizer-state.json").read_text())
+    assert [t["id"] for t in state["finished"]] == [t["id"] for t in done]
