@@ -13,6 +13,7 @@ selection, so a shuffled batch costs a few reads per file rather than one per sa
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +102,7 @@ class H5Dataset:
             raise DataError("features must name at least one dataset (default 'features')")
         self.fields = self.feature_fields + self.label_fields
         self._handles: OrderedDict[int, h5py.File] = OrderedDict()
+        self._lock = threading.RLock()  # the handle cache is shared with prefetch threads
         self._preloaded: list[np.ndarray] | None = None
         counts: list[int] = []
         self.row_shapes: list[tuple[int, ...]] = []
@@ -216,6 +218,11 @@ class H5Dataset:
         out = [np.empty((idx.size,) + r, dtype=d) for r, d in zip(self.row_shapes, self.dtypes)]
         if idx.size == 0:
             return out
+        with self._lock:
+            self._read_into(idx, out)
+        return out
+
+    def _read_into(self, idx: np.ndarray, out: list[np.ndarray]) -> None:
         order = np.argsort(idx, kind="stable")
         sorted_idx = idx[order]
         file_of = np.searchsorted(self.offsets, sorted_idx, side="right") - 1
@@ -228,7 +235,6 @@ class H5Dataset:
             for arr, field in zip(out, self.fields):
                 data = self._read_rows(i, field, rows)
                 arr[dest] = data if len(rows) == len(local) else data[inverse]
-        return out
 
     def read(self, indices: Sequence[int] | np.ndarray) -> tuple[Any, Any]:
         """``(x, y)`` for the global sample ``indices`` (any order, repeats allowed), rows in that order.
@@ -247,6 +253,10 @@ class H5Dataset:
     # -- lifetime ------------------------------------------------------------------------------------
     def close(self) -> None:
         """Close the open files (they reopen on the next read)."""
+        with self._lock:
+            self._close_all()
+
+    def _close_all(self) -> None:
         while self._handles:
             _, handle = self._handles.popitem()
             try:
@@ -263,7 +273,12 @@ class H5Dataset:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_handles"] = OrderedDict()  # h5py handles do not pickle; they reopen lazily
+        del state["_lock"]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         names = ", ".join(f.name for f in self.fields)

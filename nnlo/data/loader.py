@@ -15,6 +15,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from nnlo.data.h5dataset import H5Dataset
+from nnlo.data.prefetch import prefetched
 from nnlo.data.sampling import _bounds, batches, epoch_order, n_batches, shard
 from nnlo.errors import ConfigError, DataError
 
@@ -25,12 +26,13 @@ class ShardedLoader:
 
     ``shuffle=False`` keeps the subset's order every epoch (validation). ``epoch(e, start_batch=b)``
     yields ``(x, y)`` from batch ``b`` on; ``batch_indices(e)`` gives the global sample indices without
-    reading anything.
+    reading anything. ``prefetch`` batches are read ahead in a background thread (default: 1, or 0 for a
+    preloaded dataset, where reads are memory copies).
     """
 
     def __init__(self, dataset: H5Dataset, indices: Sequence[int] | np.ndarray | None, n_shards: int,
                  shard_index: int, batch_size: int, seed: int = 0, shuffle: bool = True,
-                 equal_batches: bool = True) -> None:
+                 equal_batches: bool = True, prefetch: int | None = None) -> None:
         if n_shards < 1 or not 0 <= shard_index < n_shards:
             raise ValueError(f"shard index {shard_index} is not in [0, {n_shards})")
         if batch_size < 1:
@@ -50,6 +52,7 @@ class ShardedLoader:
         self.n_shards, self.shard_index = n_shards, shard_index
         self.batch_size, self.seed = batch_size, seed
         self.shuffle, self.equal_batches = shuffle, equal_batches
+        self.prefetch = (0 if dataset.preloaded else 1) if prefetch is None else max(0, int(prefetch))
 
     @property
     def n_samples(self) -> int:
@@ -86,5 +89,4 @@ class ShardedLoader:
         plan = self.batch_indices(epoch)
         if not 0 <= start_batch <= len(plan):
             raise ValueError(f"start_batch {start_batch} is not in [0, {len(plan)}] for epoch {epoch}")
-        for idx in plan[start_batch:]:
-            yield self.dataset.read(idx)
+        yield from prefetched(self.dataset.read, plan[start_batch:], self.prefetch)

@@ -109,3 +109,13 @@ def test_scale_in_place_turns_allreduce_sum_into_mean():
     np.testing.assert_allclose(total, [2, 3])
     with pytest.raises(ValueError):
         synchronous.scale_in_place(total, 0)
+
+
+def test_downpour_plain_sgd_shortcut_scales_by_lr():
+    w, delta = f32(1, 1), f32(2, -4)
+    opt = make_optimizer("sgd:lr=0.25")
+    downpour.apply(w, delta, opt)
+    np.testing.assert_array_equal(w, [1.5, 0.0])
+    opt.step(w, f32(2, 4))  # an ordinary gradient step through the same shortcut
+    np.testing.assert_array_equal(w, [1.0, -1.0])
+    assert opt.step_count == 2

@@ -1,6 +1,7 @@
 """The example data generators: run as the user would, read back through the data layer."""
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,14 @@ def run(script: str, *args: str) -> list[str]:
     return proc.stdout.split()
 
 
+def load(script: str):
+    """Import an example script as a module (faster than a subprocess for repeated calls)."""
+    spec = importlib.util.spec_from_file_location(script.removesuffix(".py"), EXAMPLES / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_make_digits_writes_a_complete_one_hot_split_and_is_idempotent(tmp_path):
     out = tmp_path / "digits"
     printed = run("make_digits.py", "--out", str(out), "--files", "3", "--val-fraction", "0.25", "--seed", "4")
@@ -37,18 +46,20 @@ def test_make_digits_writes_a_complete_one_hot_split_and_is_idempotent(tmp_path)
     both = {r.tobytes() for r in x} & {r.tobytes() for r in xv}
     assert len(both) < 5  # a few digit images are exact duplicates in the original set
     mtimes = {p: p.stat().st_mtime_ns for p in out.glob("*.h5")}
-    run("make_digits.py", "--out", str(out), "--files", "3", "--val-fraction", "0.25", "--seed", "4")
+    make_digits = load("make_digits.py").make_digits
+    make_digits(out, files=3, val_fraction=0.25, seed=4)
     assert mtimes == {p: p.stat().st_mtime_ns for p in out.glob("*.h5")}, "a valid set was rewritten"
-    run("make_digits.py", "--out", str(out), "--files", "2", "--val-fraction", "0.25", "--seed", "4")
+    make_digits(out, files=2, val_fraction=0.25, seed=4)
     assert len(read_list_file(out / "train.list")) == 2  # other options: regenerated
 
 
 def test_make_digits_rewrites_a_damaged_file(tmp_path):
     out = tmp_path / "d"
-    run("make_digits.py", "--out", str(out))
+    make_digits = load("make_digits.py").make_digits
+    make_digits(out)
     victim = read_list_file(out / "train.list")[0]
     victim.write_bytes(b"broken")
-    run("make_digits.py", "--out", str(out))
+    make_digits(out)
     with h5py.File(victim, "r") as f:
         assert f["features"].shape[1] == 64
 
