@@ -89,4 +89,9 @@ class ShardedLoader:
         plan = self.batch_indices(epoch)
         if not 0 <= start_batch <= len(plan):
             raise ValueError(f"start_batch {start_batch} is not in [0, {len(plan)}] for epoch {epoch}")
-        yield from prefetched(self.dataset.read, plan[start_batch:], self.prefetch)
+        yield from self.read_many(plan[start_batch:])
+
+    def read_many(self, plan: Sequence[np.ndarray]) -> Iterator[tuple[Any, Any]]:
+        """``(x, y)`` for each index array of ``plan``, in order, read ahead by ``prefetch`` batches (for
+        loops that walk :meth:`batch_indices` themselves, e.g. ``sync_every`` batches at a time)."""
+        return prefetched(self.dataset.read, plan, self.prefetch)

@@ -53,3 +53,12 @@ def test_loader_with_and_without_read_ahead_serve_the_same(indexed_files):
     for (_, ya), (_, yb) in zip(ahead.epoch(5), ShardedLoader(ds, None, 2, 1, 3, seed=4, prefetch=2).epoch(5)):
         np.testing.assert_array_equal(ya, ya.astype(np.int64))
         assert not set(ya.tolist()) & set(yb.tolist())
+
+
+def test_read_many_follows_a_given_plan(indexed_files):
+    loader = ShardedLoader(H5Dataset(indexed_files), None, 1, 0, 4, seed=2, prefetch=2)
+    plan = loader.batch_indices(0)[1:4]
+    got = [y for _, y in loader.read_many(plan)]
+    assert len(got) == 3
+    for idx, y in zip(plan, got):
+        np.testing.assert_array_equal(y, idx.astype(np.float32))
