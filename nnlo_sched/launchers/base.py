@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from nnlo.errors import ConfigError
 from nnlo_sched.profiles.schema import Profile
+
+
+class LaunchError(ConfigError):
+    """A placement this launcher cannot express (the layout may try a smaller one)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class Launcher(ABC):
         """The launcher command up to (not including) the program it runs."""
 
     def check(self, plan: LaunchPlan) -> None:
-        """Raise :class:`nnlo.errors.ConfigError` for a plan this launcher cannot express."""
+        """Raise :class:`LaunchError` for a plan this launcher cannot express."""
 
 
 def whole(x: Fraction) -> int:

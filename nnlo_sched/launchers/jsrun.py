@@ -11,8 +11,7 @@ Three forms, in order of preference:
 """
 from __future__ import annotations
 
-from nnlo.errors import ConfigError
-from nnlo_sched.launchers.base import LaunchPlan, Launcher
+from nnlo_sched.launchers.base import LaunchError, LaunchPlan, Launcher
 
 
 class Jsrun(Launcher):
@@ -32,9 +31,10 @@ class Jsrun(Launcher):
     def check(self, plan: LaunchPlan) -> None:
         sets, per_host, tasks, _, _, _ = self._form(plan)
         if sets * tasks != plan.ranks or per_host * tasks != plan.ranks_per_node and plan.nodes > 1:
-            raise ConfigError(
+            raise LaunchError(
                 f"jsrun resource sets of {tasks} rank(s) cannot start exactly {plan.ranks} ranks at "
-                f"{plan.ranks_per_node} per node; choose a worker count that fills whole GPUs/nodes"
+                f"{plan.ranks_per_node} per node; use a rank count that is a multiple of {tasks} "
+                "(e.g. add or remove a worker) or --gpus-per-worker 1"
             )
 
     def argv(self, plan: LaunchPlan) -> list[str]:

@@ -14,6 +14,7 @@ from fractions import Fraction
 from nnlo.errors import ConfigError
 from nnlo.roles import RoleError, Shape, describe
 from nnlo_sched.launchers import LaunchPlan, launcher_for
+from nnlo_sched.launchers.base import LaunchError
 from nnlo_sched.layout.model import Layout
 from nnlo_sched.profiles.schema import Profile
 from nnlo_sched.spec import RunSpec
@@ -185,8 +186,35 @@ def compute_layout(
 
     if nodes is not None and workers is None and blocks is None:
         world = _fill(node, shape, nodes, profile.name)
-    else:
-        world = _world(shape, workers, blocks)
+        # Step down until the launcher can express the world (jsrun's GPU-sharing sets hold k ranks each).
+        step = shape.block_size if shape.optimization else shape.ranks_per_worker
+        for _ in range(64):
+            try:
+                return _place(profile, shape, kind, world, nodes, node, gpw, walltime_s, queue)
+            except LaunchError as e:
+                if world - step < _world(shape, None, None):
+                    raise LayoutError(str(e)) from None
+                world -= step
+    world = _world(shape, workers, blocks)
+    try:
+        return _place(profile, shape, kind, world, nodes, node, gpw, walltime_s, queue)
+    except LaunchError as e:
+        raise LayoutError(str(e)) from None
+
+
+def _place(
+    profile: Profile,
+    shape: Shape,
+    kind: str,
+    world: int,
+    nodes: int | None,
+    node: _Node,
+    gpw: Fraction,
+    walltime_s: int | None,
+    queue: str | None,
+) -> Layout:
+    """Lay ``world`` ranks out on ``nodes`` nodes (None: as few as hold them) and check the site's limits."""
+    slots = node.gpu_slots
     if nodes is None:
         nodes = 1 if _fits_one_node(node, shape, world) else -(-world // node.uniform_cap())
     elif not _fits(node, shape, world, nodes):
