@@ -1,0 +1,332 @@
+"""The checkpoint-restart chain: what a job does at its start and end, and what cancel/resume/status change.
+
+Every job of a run runs the same batch script::
+
+    nnlo job start "$NNLO_RUN_DIR" || exit 0     # job_start(): go / no-go, queue the successor
+    <launcher> python -m nnlo_sched run "$NNLO_RUN_DIR"
+    nnlo job end "$NNLO_RUN_DIR" "$rc"           # job_end(): done, resubmitting or failed
+
+Why a successor is queued at the *start* of each job (with the scheduler's after-any dependency on it)
+rather than submitted at its end: a job killed at its walltime may never reach its end, and a pre-queued
+successor starts within seconds of the predecessor's end, where a requeue waits minutes. So exactly one
+successor is queued behind the running job at any time; the end of the chain cancels it.
+
+Rules (each keeps allocations from being burnt in a loop):
+
+* a successor that starts on a finished, failed or cancelled run exits at once;
+* a job whose predecessor ended without writing a new checkpoint stops the chain (``failed``);
+* a job that failed for another reason than its walltime (rc not 0/75, and not SIGTERM/SIGKILL with a
+  fresh checkpoint) stops the chain and records the tail of its log;
+* ``max_resubmits`` bounds the jobs after the first; ``nnlo resume`` starts a new chain from the newest
+  checkpoint.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nnlo.errors import NnloError
+from nnlo_sched.runs import LOG_DIR, load_profile_for, load_spec, submit_job
+from nnlo_sched.schedulers import JobInfo, get_scheduler
+from nnlo_sched.spec import RunSpec
+from nnlo_sched.state import (
+    ACTIVE_STATES, CANCELLED, DONE, FAILED, FINAL_STATES, FINISHED, JOB_CANCELLED, JOB_FAILED, NO_CHECKPOINT,
+    QUEUED, RESUBMITTING, RUNNING, RUNNING_JOB, SKIPPED, WALLTIME, JobRecord, RunState, read_state, update_state)
+
+EXIT_FINISHED = 0
+EXIT_CHECKPOINTED = 75  # EX_TEMPFAIL: stopped before the deadline (or on a signal) with a fresh checkpoint
+KILLED_AT_LIMIT = (128 + 15, 128 + 9, 128 + 10, 128 + 12)  # SIGTERM, SIGKILL, SIGUSR1, SIGUSR2 as seen by bash
+OPTIMIZER_STATE = "optimizer-state.json"
+
+
+class ChainError(NnloError):
+    """A chain operation cannot be done in the run's present state (the message says why and what to do)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer of ``job start``: go (``ok``) or stop, and why."""
+
+    ok: bool
+    message: str
+
+
+# -- checkpoints ---------------------------------------------------------------------------------------
+def checkpoint_dir(run_dir: Path, spec: RunSpec) -> Path:
+    """The training's output directory (``--checkpoint DIR``): the inner ``--checkpoint`` if the user gave
+    one, else the run directory itself, so that ``history.json`` sits in the run directory and the
+    checkpoints in ``<run>/checkpoints/`` (the runtime writes them into ``DIR/checkpoints``)."""
+    args = spec.args
+    for i, a in enumerate(args):
+        value = None
+        if a == "--checkpoint" and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith("--checkpoint="):
+            value = a.split("=", 1)[1]
+        if value:
+            p = Path(value).expanduser()
+            return p if p.is_absolute() else Path(spec.workdir or run_dir) / p
+    return Path(run_dir)
+
+
+def checkpoint_marker(run_dir: Path, spec: RunSpec) -> str | None:
+    """A string that changes whenever the run writes a new complete checkpoint (None: none yet).
+
+    Training: the newest complete checkpoint folder and its manifest time. Optimization: the search's
+    ``optimizer-state.json`` (its checkpoint, rewritten after every finished trial).
+    """
+    if spec.kind == "optimize":
+        path = Path(run_dir) / OPTIMIZER_STATE
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        return f"{path.name}@{st.st_mtime_ns}:{st.st_size}"
+    from nnlo.checkpoint import find_latest
+
+    latest = find_latest(checkpoint_dir(run_dir, spec))
+    if latest is None:
+        return None
+    try:
+        mtime = (latest / "manifest.json").stat().st_mtime_ns
+    except OSError:
+        mtime = 0
+    return f"{latest.name}@{mtime}"
+
+
+def _new_checkpoint(run_dir: Path, spec: RunSpec, job: JobRecord) -> bool:
+    now = checkpoint_marker(run_dir, spec)
+    return now is not None and now != job.checkpoint_at_start
+
+
+# -- job start and end ---------------------------------------------------------------------------------
+def _chain(st: RunState) -> list[JobRecord]:
+    return st.jobs[st.chain_start:]
+
+
+def job_start(run_dir: Path, job_id: str | None, *, submit_successor: bool = True) -> Decision:
+    """Bookkeeping at the start of a job; ``ok`` False means: exit now, do not run."""
+    run_dir = Path(run_dir)
+    spec = load_spec(run_dir)
+    job_id = job_id or f"pid{os.getpid()}"
+    now = time.time()
+    want_successor = False
+    with update_state(run_dir) as st:
+        rec = st.job(job_id)
+        if rec is None:  # started before the submitter recorded it, or submitted by hand
+            rec = JobRecord(job_id=job_id, submitted_at=now)
+            st.jobs.append(rec)
+        if st.state in FINAL_STATES:
+            rec.status, rec.ended_at = SKIPPED, now
+            return Decision(False, f"run {st.run_id} is {st.state}; job {job_id} exits without running")
+        chain = _chain(st)
+        started = [j for j in chain if j is not rec and j.started_at is not None]
+        prev = started[-1] if started else None
+        if prev is not None and prev.status == RUNNING_JOB:
+            # its end was never recorded: killed with its batch shell (walltime, node failure)
+            prev.ended_at = now
+            if _new_checkpoint(run_dir, spec, prev):
+                prev.status = WALLTIME
+            else:
+                prev.status = NO_CHECKPOINT
+                rec.status, rec.ended_at = SKIPPED, now
+                st.state = FAILED
+                st.error = (f"job {prev.job_id} ended without writing a new checkpoint; the chain stops "
+                            f"(see its log; `nnlo resume {st.run_id}` retries)")
+                return Decision(False, st.error)
+        if len(started) > spec.max_resubmits:
+            rec.status, rec.ended_at = SKIPPED, now
+            st.state = FAILED
+            st.error = (f"stopped after {spec.max_resubmits} resubmission(s) (--max-resubmits); "
+                        f"`nnlo resume {st.run_id}` continues from the newest checkpoint")
+            return Decision(False, st.error)
+        rec.status, rec.started_at = RUNNING_JOB, now
+        rec.host = socket.gethostname()
+        rec.checkpoint_at_start = checkpoint_marker(run_dir, spec)
+        st.state, st.error = RUNNING, None
+        queued = [j for j in st.jobs if j.alive and j is not rec]
+        want_successor = submit_successor and len(started) < spec.max_resubmits and not queued
+        run_id, env, cluster = st.run_id, dict(st.env), st.cluster
+    if want_successor:
+        try:
+            profile = load_profile_for(run_dir, cluster, env)
+            succ = submit_job(run_dir, spec, profile, depends_on=job_id)
+        except NnloError as e:
+            print(f"nnlo: warning: run {run_id}: could not queue the successor job ({e}); "
+                  "this job runs, but the run will not resubmit itself", file=sys.stderr)
+        else:
+            with update_state(run_dir) as st:
+                cancelled = st.state in FINAL_STATES
+            if cancelled:  # `nnlo cancel` came in between: take the successor back
+                get_scheduler(st.scheduler, run_dir).cancel([succ])
+    return Decision(True, f"run {run_id}: job {job_id} started")
+
+
+def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:
+    """Bookkeeping at the end of a job that exited with ``rc``; returns the run's new state."""
+    run_dir = Path(run_dir)
+    spec = load_spec(run_dir)
+    job_id = job_id or f"pid{os.getpid()}"
+    now = time.time()
+    with update_state(run_dir) as st:
+        rec = st.job(job_id)
+        if rec is None:
+            rec = JobRecord(job_id=job_id, submitted_at=now, started_at=now)
+            st.jobs.append(rec)
+        rec.ended_at, rec.rc = now, rc
+        successors = [j for j in st.jobs if j.alive and j is not rec]
+        fresh = _new_checkpoint(run_dir, spec, rec)
+        stop = True
+        if st.state == CANCELLED:
+            rec.status = JOB_CANCELLED
+        elif rc == EXIT_FINISHED:
+            rec.status, st.state, st.error = FINISHED, DONE, None
+        elif rc == EXIT_CHECKPOINTED or (rc in KILLED_AT_LIMIT and fresh):
+            if not fresh:
+                rec.status, st.state = NO_CHECKPOINT, FAILED
+                st.error = (f"job {job_id} stopped (exit {rc}) without writing a new checkpoint; the chain "
+                            "stops (give a longer --walltime or checkpoint more often)")
+            elif successors:
+                rec.status, st.state, stop = WALLTIME, RESUBMITTING, False
+            else:
+                rec.status, st.state = WALLTIME, FAILED
+                st.error = (f"stopped at the walltime of job {job_id} with no successor queued "
+                            f"(--max-resubmits {spec.max_resubmits} reached or submission failed); "
+                            f"`nnlo resume {st.run_id}` continues")
+        else:
+            rec.status, st.state = JOB_FAILED, FAILED
+            st.error = f"job {job_id} failed (exit {rc}): {log_error_line(run_dir, job_id)}"
+        for j in successors if stop else []:
+            j.status, j.ended_at = JOB_CANCELLED, now
+        state, scheduler = st.state, st.scheduler
+    if stop and successors:
+        get_scheduler(scheduler, run_dir).cancel([j.job_id for j in successors])
+    return state
+
+
+def log_path(run_dir: Path, job_id: str) -> Path:
+    return Path(run_dir) / LOG_DIR / f"job-{job_id}.out"
+
+
+def log_tail(run_dir: Path, job_id: str, lines: int = 20) -> list[str]:
+    try:
+        with open(log_path(run_dir, job_id), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [ln for ln in text.splitlines() if ln.strip()][-lines:]
+
+
+def log_error_line(run_dir: Path, job_id: str) -> str:
+    """The most telling line of a failed job's log: the last error-looking one, else the last one."""
+    tail = log_tail(run_dir, job_id, 40)
+    for line in reversed(tail):
+        low = line.lower()
+        if "error" in low or "exception" in low or "traceback" in low or "killed" in low:
+            return line.strip()[:300]
+    return tail[-1].strip()[:300] if tail else f"no log at {log_path(run_dir, job_id)}"
+
+
+# -- user commands -------------------------------------------------------------------------------------
+def cancel_run(run_dir: Path) -> list[str]:
+    """Cancel the run's whole chain (running and queued jobs); returns the job ids cancelled."""
+    now = time.time()
+    with update_state(run_dir) as st:
+        if st.state == DONE:
+            raise ChainError(f"run {st.run_id} is already done; nothing to cancel")
+        alive = [j for j in st.jobs if j.alive]
+        for j in alive:
+            if j.started_at is None:
+                j.status, j.ended_at = JOB_CANCELLED, now
+        st.state, st.error = CANCELLED, "cancelled by the user"
+        scheduler = st.scheduler
+    ids = [j.job_id for j in alive]
+    if ids:
+        get_scheduler(scheduler, run_dir).cancel(ids)
+    return ids
+
+
+def resume_run(run_dir: Path, *, force: bool = False) -> str:
+    """Start a new chain for a stopped run (failed or cancelled) from its newest checkpoint; returns the job id."""
+    run_dir = Path(run_dir)
+    st = read_state(run_dir)
+    alive = alive_jobs(run_dir, st)
+    if alive:
+        raise ChainError(f"run {st.run_id} still has job(s) {', '.join(alive)} queued or running; "
+                         f"`nnlo cancel {st.run_id}` first")
+    if st.state == DONE and not force:
+        raise ChainError(f"run {st.run_id} is done; pass --force to run it again from its last checkpoint")
+    spec = load_spec(run_dir)
+    profile = load_profile_for(run_dir, st.cluster, st.env)
+    now = time.time()
+    with update_state(run_dir) as st:
+        for j in st.jobs:
+            if j.alive:  # the scheduler says it is gone; its end was never recorded
+                j.status, j.ended_at = JOB_CANCELLED if st.state == CANCELLED else JOB_FAILED, now
+        st.state, st.error = QUEUED, None
+        st.resumes += 1
+        st.chain_start = len(st.jobs)
+    try:
+        return submit_job(run_dir, spec, profile, depends_on=None)
+    except NnloError as e:
+        with update_state(run_dir) as st:
+            st.state, st.error = FAILED, f"resume: {e}"
+        raise
+
+
+def alive_jobs(run_dir: Path, st: RunState) -> list[str]:
+    """Jobs the state thinks alive that the scheduler confirms as pending or running (or cannot tell)."""
+    ids = [j.job_id for j in st.jobs if j.alive]
+    if not ids:
+        return []
+    infos = get_scheduler(st.scheduler, run_dir).query(ids)
+    return [i for i in ids if infos.get(i) is None or infos[i].alive or infos[i].state == "UNKNOWN"]
+
+
+def reconcile(run_dir: Path, infos: dict[str, JobInfo]) -> RunState:
+    """Bring an active run's state in line with what the scheduler says; returns the (new) state.
+
+    A run that the record calls active but that has no job pending or running any more (its last job was
+    killed with its batch shell, or cancelled outside nnlo) is marked failed with the reason, so that it
+    never shows "running" forever. Unknown scheduler answers change nothing.
+    """
+    st = read_state(run_dir)
+    mine = [j for j in st.jobs if j.alive]
+    if st.state not in ACTIVE_STATES or not mine:
+        return st
+    answers = [infos.get(j.job_id) for j in mine]
+    if any(a is None or a.alive or a.state == "UNKNOWN" for a in answers):
+        return st
+    spec = load_spec(run_dir)
+    now = time.time()
+    with update_state(run_dir) as st:
+        if st.state not in ACTIVE_STATES:
+            return st
+        for j in st.jobs:
+            if not j.alive:
+                continue
+            info = infos.get(j.job_id)
+            native = info.native if info else ""
+            j.ended_at = j.ended_at or now
+            if j.started_at is None:
+                j.status = JOB_CANCELLED
+            elif _new_checkpoint(run_dir, spec, j):
+                j.status = WALLTIME
+            else:
+                j.status = JOB_FAILED
+            last = j
+        st.state = FAILED
+        st.error = (f"job {last.job_id} ended ({native or 'gone from the queue'}) without nnlo's bookkeeping "
+                    f"and no job is queued; `nnlo resume {st.run_id}` continues from the newest checkpoint")
+    return st
+
+
+__all__ = ["Decision", "ChainError", "checkpoint_dir", "checkpoint_marker", "job_start", "job_end",
+           "cancel_run", "resume_run", "reconcile", "alive_jobs", "log_tail", "log_path",
+           "EXIT_CHECKPOINTED", "EXIT_FINISHED", "RESUBMITTING", "RUNNING", "QUEUED"]

@@ -1,0 +1,100 @@
+"""``nnlo cancel RUN``, ``nnlo logs RUN [-f]``, ``nnlo resume RUN``: control a run's chain of jobs.
+
+RUN is a run id (or a unique prefix of one) under ``$NNLO_HOME``/``./nnlo-runs``, or a run directory.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+
+@click.command("cancel")
+@click.argument("run")
+def cancel_command(run: str) -> None:
+    """Cancel RUN's whole chain: the running job (it checkpoints on SIGTERM) and the queued successor."""
+    from nnlo_sched.chain import cancel_run
+    from nnlo_sched.runs import find_run
+
+    r = find_run(run)
+    ids = cancel_run(r.dir)
+    click.echo(f"cancelled run {r.id}" + (f" (job {', '.join(ids)})" if ids else " (no job was queued or running)"))
+
+
+def _log_files(run_dir: Path) -> list[Path]:
+    """The run's job logs in chain order (the state's job order; stray files after, by time)."""
+    from nnlo_sched.chain import log_path
+    from nnlo_sched.state import read_state
+
+    ordered = [log_path(run_dir, j.job_id) for j in read_state(run_dir).jobs]
+    seen = {p.name for p in ordered}
+    extra = sorted((p for p in (run_dir / "logs").glob("job-*.out") if p.name not in seen),
+                   key=lambda p: p.stat().st_mtime)
+    return [p for p in ordered if p.exists()] + extra
+
+
+def _copy(path: Path, offset: int) -> int:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    if data:
+        sys.stdout.write(data.decode(errors="replace"))
+        sys.stdout.flush()
+    return offset + len(data)
+
+
+@click.command("logs")
+@click.argument("run")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing as the jobs write, until the run ends.")
+@click.option("--job", "job_id", default=None, help="Only this job's log (default: every job of the chain).")
+@click.option("--interval", type=float, default=1.0, show_default=True, hidden=True)
+def logs_command(run: str, follow: bool, job_id: str | None, interval: float) -> None:
+    """Show RUN's job logs, oldest job first (each under a header); -f follows them as the chain goes on."""
+    from nnlo_sched.chain import log_path
+    from nnlo_sched.runs import find_run
+    from nnlo_sched.state import ACTIVE_STATES, read_state
+
+    r = find_run(run)
+    offsets: dict[Path, int] = {}
+    current: Path | None = None
+
+    def show_new() -> None:
+        nonlocal current
+        files = [log_path(r.dir, job_id)] if job_id else _log_files(r.dir)
+        for p in files:
+            if not p.exists():
+                continue
+            size = p.stat().st_size
+            if size > offsets.get(p, 0) or p not in offsets:
+                if p != current:
+                    click.echo(f"==> {p.relative_to(r.dir)} <==")
+                    current = p
+                offsets[p] = _copy(p, offsets.get(p, 0))
+
+    show_new()
+    if job_id and not log_path(r.dir, job_id).exists() and not follow:
+        raise click.UsageError(f"run {r.id} has no log for job {job_id} (yet)")
+    if not offsets and not follow:
+        click.echo(f"run {r.id} has no job log yet (state {read_state(r.dir).state})", err=True)
+    while follow:
+        active = read_state(r.dir).state in ACTIVE_STATES
+        time.sleep(interval)
+        show_new()
+        if not active:
+            return
+
+
+@click.command("resume")
+@click.argument("run")
+@click.option("--force", is_flag=True, help="Also resume a run that is done (runs its command again from "
+                                            "the newest checkpoint).")
+def resume_command(run: str, force: bool) -> None:
+    """Resubmit a stopped (failed or cancelled) RUN; it continues from its newest checkpoint."""
+    from nnlo_sched.chain import resume_run
+    from nnlo_sched.runs import find_run
+
+    r = find_run(run)
+    job = resume_run(r.dir, force=force)
+    click.echo(f"resumed run {r.id} as job {job}")

@@ -1,0 +1,269 @@
+"""``nnlo status [RUN]``: every run (or one in detail) with its state, chain of jobs, progress and best result.
+
+Each scheduler is asked ONCE for all the jobs of all runs (``squeue -j a,b,c``, ``bjobs a b c``,
+``qstat a b c``), never once per job, and a scheduler that cannot answer makes its jobs show ``?``
+rather than failing the command. A run the record calls active but whose jobs have all left the queue
+(killed with its batch shell, cancelled outside nnlo) is marked failed here, with the reason.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nnlo_sched.state import ACTIVE_STATES
+
+_JOB_MARK = {"finished": "", "walltime": "", "running": "*", "queued": "…", "failed": "!", "cancelled": "x",
+             "no-checkpoint": "!", "skipped": "-"}
+
+
+def _query_all(runs: list[Any]) -> dict[str, dict[str, Any]]:
+    """Scheduler answers for every alive job of ``runs``: one call per batch system (per run for local)."""
+    from nnlo_sched.schedulers import get_scheduler
+    from nnlo_sched.state import read_state
+
+    by_sched: dict[str, list[str]] = defaultdict(list)
+    answers: dict[str, dict[str, Any]] = {}
+    locals_: list[tuple[Any, list[str]]] = []
+    for run in runs:
+        try:
+            st = read_state(run.dir)
+        except Exception:  # noqa: BLE001 - a damaged run shows as such, it does not stop the listing
+            continue
+        ids = [j.job_id for j in st.jobs if j.alive]
+        if not ids:
+            continue
+        if st.scheduler == "local":
+            locals_.append((run, ids))
+        else:
+            by_sched[st.scheduler].extend(ids)
+    for name, ids in by_sched.items():
+        answers[name] = get_scheduler(name).query(ids)
+    for run, ids in locals_:
+        answers[f"local:{run.dir}"] = get_scheduler("local", run.dir).query(ids)
+    return answers
+
+
+def _answers_for(answers: dict[str, dict[str, Any]], scheduler: str, run_dir: Path) -> dict[str, Any]:
+    return answers.get(f"local:{run_dir}" if scheduler == "local" else scheduler, {})
+
+
+def _epochs_wanted(args: list[str]) -> int | None:
+    for i, a in enumerate(args):
+        if a == "--epochs" and i + 1 < len(args):
+            try:
+                return int(args[i + 1])
+            except ValueError:
+                return None
+        if a.startswith("--epochs="):
+            try:
+                return int(a.split("=", 1)[1])
+            except ValueError:
+                return None
+    return None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def progress(run_dir: Path, spec: Any) -> dict[str, Any]:
+    """Epochs (training) or trials (optimization) done so far, and the best figure of merit; absent -> None."""
+    from nnlo_sched.chain import checkpoint_dir
+
+    out: dict[str, Any] = {"epoch": None, "epochs": None, "trials_done": None, "trials_total": None,
+                           "best": None, "best_name": None}
+    if spec.kind == "train":
+        out["epochs"] = _epochs_wanted(spec.args)
+        hist = _read_json(checkpoint_dir(run_dir, spec) / "history.json")
+        entries = hist.get("history") if isinstance(hist, dict) else hist
+        if isinstance(entries, list) and entries:
+            last = entries[-1] if isinstance(entries[-1], dict) else {}
+            out["epoch"] = last.get("epoch", len(entries))
+            best = hist.get("best") if isinstance(hist, dict) else None
+            if isinstance(best, dict):
+                name = "val_loss" if best.get("val_loss") is not None else "loss"
+                out["best"], out["best_name"] = best.get(name), name
+    else:
+        best = _read_json(Path(run_dir) / "best.json")
+        if isinstance(best, dict):
+            out["trials_done"] = best.get("trials_done")
+            out["trials_total"] = best.get("trials_total")
+            out["best"], out["best_name"] = best.get("best_fom"), best.get("fom_name")
+    return out
+
+
+def run_view(run: Any, answers: dict[str, dict[str, Any]], reconcile: bool = True) -> dict[str, Any]:
+    """Everything status shows about one run, as plain data (the --json form)."""
+    from nnlo_sched.chain import reconcile as reconcile_run
+    from nnlo_sched.runs import load_spec
+    from nnlo_sched.state import read_state
+
+    st = read_state(run.dir)
+    infos = _answers_for(answers, st.scheduler, run.dir)
+    if reconcile and st.state in ACTIVE_STATES:
+        st = reconcile_run(run.dir, infos)
+    spec = load_spec(run.dir)
+    started = [j.started_at for j in st.jobs if j.started_at]
+    ended = [j.ended_at for j in st.jobs if j.ended_at]
+    if started:
+        end = time.time() if st.state in ACTIVE_STATES or not ended else max(ended)
+        elapsed = max(0.0, end - min(started))
+    else:
+        elapsed = None
+    jobs = []
+    for j in st.jobs:
+        info = infos.get(j.job_id)
+        jobs.append({
+            "job_id": j.job_id, "status": j.status, "scheduler_state": info.state if info and j.alive else None,
+            "submitted_at": j.submitted_at, "started_at": j.started_at, "ended_at": j.ended_at, "rc": j.rc,
+            "host": j.host, "depends_on": j.depends_on,
+        })
+    return {
+        "run_id": st.run_id, "name": st.name, "cluster": st.cluster, "scheduler": st.scheduler,
+        "state": st.state, "error": st.error, "dir": str(run.dir), "jobs": jobs,
+        "progress": progress(run.dir, spec), "elapsed_s": elapsed, "created_at": st.created_at,
+        "walltime_s": spec.walltime_s, "max_resubmits": spec.max_resubmits, "kind": spec.kind,
+    }
+
+
+# -- text ------------------------------------------------------------------------------------------
+def _fmt_elapsed(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def _fmt_num(v: Any) -> str:
+    if isinstance(v, (int, float)) and math.isfinite(v):
+        return f"{v:.4g}"
+    return "-"
+
+
+def _fmt_progress(p: dict[str, Any]) -> str:
+    if p["epoch"] is not None:
+        return f"epoch {p['epoch']}" + (f"/{p['epochs']}" if p["epochs"] else "")
+    if p["trials_done"] is not None:
+        return f"{p['trials_done']}" + (f"/{p['trials_total']}" if p["trials_total"] else "") + " trials"
+    return "-"
+
+
+def _fmt_jobs(view: dict[str, Any], limit: int = 4) -> str:
+    parts = []
+    for j in view["jobs"]:
+        mark = _JOB_MARK.get(j["status"], "")
+        if j["scheduler_state"] == "UNKNOWN":
+            mark = "?"
+        parts.append(f"{j['job_id']}{mark}")
+    if len(parts) > limit:
+        parts = parts[:1] + ["…"] + parts[-(limit - 2):]
+    return ">".join(parts) or "-"
+
+
+def table(views: list[dict[str, Any]]) -> str:
+    header = ("RUN", "NAME", "CLUSTER", "STATE", "JOBS", "PROGRESS", "BEST", "ELAPSED")
+    rows = [header]
+    for v in views:
+        p = v["progress"]
+        rows.append((v["run_id"], v["name"], v["cluster"], v["state"], _fmt_jobs(v), _fmt_progress(p),
+                     _fmt_num(p["best"]), _fmt_elapsed(v["elapsed_s"])))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    errors = [f"  {v['run_id']}: {v['error']}" for v in views if v["state"] == "failed" and v["error"]]
+    return "\n".join(lines + errors)
+
+
+def detail(v: dict[str, Any]) -> str:
+    from nnlo_sched.chain import log_tail
+
+    p = v["progress"]
+    lines = [
+        f"run       {v['run_id']}  ({v['kind']}, {v['name']})",
+        f"dir       {v['dir']}",
+        f"cluster   {v['cluster']} ({v['scheduler']}); walltime {_fmt_elapsed(v['walltime_s'])} per job, "
+        f"up to {v['max_resubmits']} resubmission(s)",
+        f"state     {v['state']}" + (f": {v['error']}" if v["error"] else ""),
+        f"progress  {_fmt_progress(p)}" + (f"; best {p['best_name']} {_fmt_num(p['best'])}" if p["best"] is not None
+                                           else ""),
+        f"elapsed   {_fmt_elapsed(v['elapsed_s'])}",
+        "jobs:",
+    ]
+    for j in v["jobs"]:
+        when = time.strftime("%m-%d %H:%M:%S", time.localtime(j["started_at"])) if j["started_at"] else "-"
+        took = _fmt_elapsed(j["ended_at"] - j["started_at"]) if j["ended_at"] and j["started_at"] else "-"
+        sched = f" [{j['scheduler_state']}]" if j["scheduler_state"] else ""
+        rc = f" rc={j['rc']}" if j["rc"] is not None else ""
+        lines.append(f"  {j['job_id']:>10}  {j['status']:<13}{sched} started {when} ran {took}{rc}"
+                     + (f" on {j['host']}" if j["host"] else ""))
+    if v["state"] == "failed" and v["jobs"]:
+        last = next((j for j in reversed(v["jobs"]) if j["started_at"]), None)
+        if last is not None:
+            tail = log_tail(Path(v["dir"]), last["job_id"], 10)
+            if tail:
+                lines.append(f"log of job {last['job_id']} (last lines):")
+                lines.extend(f"  | {t}" for t in tail)
+    return "\n".join(lines)
+
+
+def collect(ref: str | None, include_all: bool = True) -> list[dict[str, Any]]:
+    from nnlo_sched.runs import find_run, list_runs
+
+    runs = [find_run(ref)] if ref else list_runs()
+    answers = _query_all(runs)
+    views = []
+    for run in runs:
+        try:
+            views.append(run_view(run, answers))
+        except Exception as e:  # noqa: BLE001 - one damaged run must not hide the others
+            if ref:
+                raise
+            views.append({"run_id": run.id, "name": "?", "cluster": "?", "state": "damaged", "error": str(e),
+                          "jobs": [], "dir": str(run.dir), "elapsed_s": None,
+                          "progress": {"epoch": None, "epochs": None, "trials_done": None, "trials_total": None,
+                                       "best": None, "best_name": None}})
+    return views
+
+
+@click.command("status")
+@click.argument("run", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.option("--watch", "-w", type=float, default=None, metavar="SECONDS", is_flag=False, flag_value=10.0,
+              help="Refresh every SECONDS (default 10) until interrupted or every run shown has ended.")
+def status_command(run: str | None, as_json: bool, watch: float | None) -> None:
+    """Show runs (their state, chain of jobs, progress, best figure of merit, elapsed time), or RUN in detail.
+
+    \b
+    States: queued, running, resubmitting (waiting for its next job), done, failed, cancelled.
+    Jobs: a chain like 812>813*>814… (* running, … queued, ! failed, x cancelled, ? scheduler cannot tell).
+    Runs live under $NNLO_HOME (default ./nnlo-runs).
+    """
+    if watch is not None and watch <= 0:
+        raise click.BadParameter("must be a positive number of seconds", param_hint="--watch")
+    while True:
+        views = collect(run)
+        if as_json:
+            click.echo(json.dumps(views[0] if run else views, indent=2, default=str))
+        elif not views:
+            from nnlo_sched.runs import runs_home
+            click.echo(f"no runs under {runs_home()} (submit one with `nnlo submit`, or set NNLO_HOME)")
+        else:
+            if watch is not None:
+                click.echo("\x1b[2J\x1b[H" + time.strftime("%H:%M:%S") + f"  (every {watch:g} s; Ctrl-C to stop)")
+            click.echo(detail(views[0]) if run else table(views))
+        if watch is None or not any(v["state"] in ACTIVE_STATES for v in views):
+            return
+        time.sleep(watch)
+
+
+command = status_command

@@ -1,0 +1,230 @@
+"""Run directories: where a submitted run keeps its spec, job script, state, logs and checkpoints.
+
+A run directory is the single source of truth for a run across all the jobs of its checkpoint-restart
+chain, so on a cluster it must sit on a filesystem that login and compute nodes share (``NNLO_HOME``;
+default ``./nnlo-runs``)::
+
+    <home>/<run-id>/
+        spec.json        what to run and with which resources (nnlo_sched.spec.RunSpec)
+        job.sh           the batch script every job of the chain runs (nnlo_sched.render)
+        state.json       the chain's state (nnlo_sched.state), changed under .state.lock/
+        logs/job-<id>.out    one log per job
+        checkpoints/     the runtime's complete checkpoints; history.json
+        local/           the local scheduler's queue (--cluster local only)
+
+:func:`submit_run` creates one and submits its first job; :func:`find_run` resolves what a user types
+(an id, a unique prefix of one, or a path).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nnlo.errors import ConfigError, NnloError
+from nnlo_sched.schedulers import Scheduler, SchedulerError, get_scheduler
+from nnlo_sched.spec import RunSpec
+from nnlo_sched.state import (
+    FAILED, QUEUED, JobRecord, RunState, read_state, update_state, write_json_atomic, write_state)
+
+SPEC_FILE = "spec.json"
+SCRIPT_FILE = "job.sh"
+LOG_DIR = "logs"
+CHECKPOINT_DIR = "checkpoints"
+# environment the jobs need to find the same profiles as the submitting shell (PBS does not pass it on)
+CARRIED_ENV = ("NNLO_CLUSTERS", "XDG_CONFIG_HOME", "NNLO_HOME")
+
+
+class RunNotFound(NnloError):
+    """No run matches what the user typed."""
+
+
+def runs_home() -> Path:
+    """Where runs live: ``$NNLO_HOME`` or ``./nnlo-runs`` (on clusters: a shared filesystem)."""
+    return Path(os.environ.get("NNLO_HOME") or "nnlo-runs").expanduser().resolve()
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run directory. ``state`` is read afresh on every access (jobs change it behind our back)."""
+
+    id: str
+    dir: Path
+
+    @property
+    def path(self) -> Path:
+        return self.dir
+
+    @property
+    def spec(self) -> RunSpec:
+        return load_spec(self.dir)
+
+    @property
+    def state(self) -> RunState:
+        return read_state(self.dir)
+
+    @property
+    def script(self) -> Path:
+        return self.dir / SCRIPT_FILE
+
+    @property
+    def job_id(self) -> str | None:
+        """The newest job's id (the first one right after submission)."""
+        jobs = self.state.jobs
+        return jobs[-1].job_id if jobs else None
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.dir / CHECKPOINT_DIR
+
+    @property
+    def log_dir(self) -> Path:
+        return self.dir / LOG_DIR
+
+
+def load_spec(run_dir: Path) -> RunSpec:
+    path = Path(run_dir) / SPEC_FILE
+    try:
+        return RunSpec.from_json(path.read_text())
+    except FileNotFoundError:
+        raise RunNotFound(f"{run_dir} is not an nnlo run directory (no {SPEC_FILE})") from None
+
+
+def new_run_id(name: str) -> str:
+    """``<name>-<YYYYmmdd-HHMMSS>-<4 hex>``: sortable by time, readable, unique without coordination."""
+    clean = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40] or "run"
+    return f"{clean}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def create_run(spec: RunSpec, profile, home: Path | None = None, run_dir: Path | None = None) -> Run:
+    """Make the run directory (``run_dir``, or a new one under ``home``): spec, rendered script, logs folder
+    and a fresh state record."""
+    from nnlo_sched.render import render_script
+
+    if run_dir is not None:
+        run_dir = Path(run_dir).expanduser().resolve()
+        if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+            raise ConfigError(f"--run-dir {run_dir} exists and is not empty; choose a new directory "
+                              f"(or `nnlo resume {run_dir}` if it is a stopped run)")
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"cannot create run directory {run_dir} ({e.strerror})") from None
+        run_id = run_dir.name
+    else:
+        home = Path(home) if home is not None else runs_home()
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"cannot create the runs directory {home} ({e.strerror}); set NNLO_HOME") from None
+        for _ in range(10):
+            run_id = new_run_id(spec.name)
+            run_dir = home / run_id
+            try:
+                run_dir.mkdir()
+                break
+            except FileExistsError:
+                continue
+        else:  # pragma: no cover - 10 collisions of 16 random bits in one second
+            raise ConfigError(f"cannot find a free run id under {home}")
+    (run_dir / LOG_DIR).mkdir()
+    script = render_script(spec, profile, run_dir)
+    write_json_atomic(run_dir / SPEC_FILE, spec.to_dict())
+    (run_dir / SCRIPT_FILE).write_text(script)
+    (run_dir / SCRIPT_FILE).chmod(0o755)
+    env = {k: os.environ[k] for k in CARRIED_ENV if os.environ.get(k)}
+    write_state(run_dir, RunState(run_id=run_id, name=spec.name, cluster=profile.name,
+                                  scheduler=profile.scheduler, state=QUEUED, env=env))
+    return Run(run_id, run_dir)
+
+
+def submit_run(spec: RunSpec, profile, home: Path | None = None, run_dir: Path | None = None) -> Run:
+    """Create a run directory for ``spec`` on ``profile`` and submit its first job; ``run.job_id`` is it.
+
+    A failed submission leaves the run directory with state ``failed`` and the scheduler's message, and
+    raises that message as one line.
+    """
+    run = create_run(spec, profile, home, run_dir)
+    try:
+        submit_job(run.dir, spec, profile, depends_on=None)
+    except NnloError as e:
+        with update_state(run.dir) as st:
+            st.state, st.error = FAILED, str(e)
+        raise
+    return run
+
+
+def submit_job(run_dir: Path, spec: RunSpec, profile, depends_on: str | None) -> str:
+    """Submit one job of the run's chain (after ``depends_on`` ends, in any state) and record it as queued.
+
+    The caller must not hold the run's lock: the record is added under it here.
+    """
+    sched = get_scheduler(profile.scheduler, run_dir)
+    job_id = _submit(sched, run_dir, spec, profile, depends_on)
+    with update_state(run_dir) as st:
+        rec = st.job(job_id)
+        if rec is None:
+            st.jobs.append(JobRecord(job_id=job_id, submitted_at=time.time(), depends_on=depends_on))
+        else:  # the job started (and recorded itself) before this process got here
+            rec.depends_on = depends_on
+    return job_id
+
+
+def _submit(sched: Scheduler, run_dir: Path, spec: RunSpec, profile, depends_on: str | None) -> str:
+    script = Path(run_dir) / SCRIPT_FILE
+    if sched.name == "local":
+        from nnlo_sched.schedulers.local import LocalScheduler
+        assert isinstance(sched, LocalScheduler)
+        return sched.enqueue(script, depends_on=depends_on, walltime_s=spec.walltime_s,
+                             cwd=spec.workdir or run_dir)
+    from nnlo_sched.render import submit_argv
+    argv = submit_argv(spec, profile, script, depends_on)
+    try:
+        return sched.submit(argv, cwd=Path(spec.workdir) if spec.workdir else Path(run_dir))
+    except SchedulerError:
+        raise
+
+
+def load_profile_for(run_dir: Path, cluster: str, env: dict[str, str] | None = None):
+    """The profile a run was submitted with, found with the submitting shell's profile search path."""
+    from nnlo_sched.profiles import load_profile
+
+    for k, v in (env or {}).items():
+        os.environ.setdefault(k, v)
+    return load_profile(cluster)
+
+
+def list_runs(home: Path | None = None) -> list[Run]:
+    """Every run under ``home``, oldest first (by creation time in the state record, then id)."""
+    home = Path(home) if home is not None else runs_home()
+    if not home.is_dir():
+        return []
+    runs = [Run(p.name, p) for p in home.iterdir() if (p / "state.json").is_file()]
+    return sorted(runs, key=lambda r: (_created(r), r.id))
+
+
+def _created(run: Run) -> float:
+    try:
+        return read_state(run.dir).created_at
+    except NnloError:
+        return 0.0
+
+
+def find_run(ref: str, home: Path | None = None) -> Run:
+    """The run named by ``ref``: a run directory path, a run id, or a unique prefix of one."""
+    p = Path(ref).expanduser()
+    if (p / "state.json").is_file():
+        p = p.resolve()
+        return Run(p.name, p)
+    home = Path(home) if home is not None else runs_home()
+    if (home / ref / "state.json").is_file():
+        return Run(ref, home / ref)
+    matches = [r for r in list_runs(home) if r.id.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        shown = ", ".join(r.id for r in matches[:5])
+        raise RunNotFound(f"{ref!r} matches {len(matches)} runs ({shown}); give more of the run id")
+    raise RunNotFound(f"no run {ref!r} under {home}; see `nnlo status` for run ids (or set NNLO_HOME)")

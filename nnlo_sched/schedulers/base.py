@@ -1,0 +1,112 @@
+"""What the chain needs from a batch system: submit behind a dependency, query many jobs at once, cancel.
+
+One :class:`Scheduler` per batch system (``slurm``, ``lsf``, ``pbs``, ``local``). Rendering the job script
+and the submit command line is :mod:`nnlo_sched.render`'s work; a scheduler runs that command line, reads
+the job id from what the submit program prints, and knows its query and cancel programs and their output
+formats. ``query`` takes every job id of interest and answers from ONE call of the scheduler's program
+(``squeue -j a,b,c``; ``bjobs a b c``; ``qstat a b c``), because status over hundreds of runs must not
+hammer a shared controller. A scheduler that cannot answer says ``unknown`` rather than failing.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from nnlo.errors import NnloError
+
+# Normalised job states.
+PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED, UNKNOWN = (
+    "PENDING", "RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "UNKNOWN")
+ENDED = "ENDED"  # gone from the queue; how it ended is not known (e.g. squeue without accounting)
+ALIVE_STATES = (PENDING, RUNNING)
+QUERY_TIMEOUT_S = 60
+
+
+class SchedulerError(NnloError):
+    """A scheduler program failed or answered something unexpected; the message quotes it."""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job as the scheduler sees it. ``native`` is its own word (``TIMEOUT``, ``EXIT``, ``Q``...)."""
+
+    job_id: str
+    state: str
+    native: str = ""
+    reason: str = ""
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ALIVE_STATES
+
+
+class Scheduler(ABC):
+    """A batch system as the chain uses it."""
+
+    name: str = ""
+    #: environment variable holding the current job's id inside a job
+    job_id_vars: tuple[str, ...] = ()
+
+    def submit(self, argv: Sequence[str], *, cwd: Path | None = None,
+               env: Mapping[str, str] | None = None) -> str:
+        """Run the submit command line and return the new job's id (SchedulerError, one line, if it fails)."""
+        out = run_program(list(argv), cwd=cwd, env=env, what="submit")
+        return self.parse_submit_output(out)
+
+    @abstractmethod
+    def parse_submit_output(self, text: str) -> str:
+        """The job id from the submit program's standard output."""
+
+    @abstractmethod
+    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        """State of every job in ``job_ids`` from one scheduler call; ``UNKNOWN`` where it cannot tell."""
+
+    @abstractmethod
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """Cancel the jobs (one call); jobs that already ended are not an error."""
+
+    def current_job_id(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The id of the job this process runs in, from the scheduler's environment."""
+        environ = os.environ if environ is None else environ
+        for var in self.job_id_vars:
+            if environ.get(var):
+                return environ[var]
+        return None
+
+    def unknown(self, job_ids: Sequence[str], why: str = "") -> dict[str, JobInfo]:
+        return {j: JobInfo(j, UNKNOWN, reason=why) for j in job_ids}
+
+
+def run_program(argv: list[str], *, what: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+                check: bool = True, timeout: float = QUERY_TIMEOUT_S) -> str:
+    """Run a scheduler program; a missing program or a failure is one SchedulerError line quoting stderr."""
+    proc = run_capture(argv, what=what, cwd=cwd, env=env, timeout=timeout)
+    if check and proc.returncode != 0:
+        msg = " ".join((proc.stderr.strip() or proc.stdout.strip() or f"exit status {proc.returncode}").split())
+        raise SchedulerError(f"{argv[0]} failed ({what}): {msg[:400]}")
+    return proc.stdout
+
+
+def run_capture(argv: list[str], *, what: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+                timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Run a scheduler program and return its result; SchedulerError only if it is missing or hangs."""
+    if not argv or shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None:
+        raise SchedulerError(f"{argv[0] if argv else '?'} not found: cannot {what} "
+                             f"(is this a login node of the cluster, with its batch system in PATH?)")
+    try:
+        proc = subprocess.run(argv, cwd=cwd, env=dict(env) if env is not None else None, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise SchedulerError(f"{argv[0]} did not answer within {timeout:.0f} s ({what})") from None
+    except OSError as e:
+        raise SchedulerError(f"{argv[0]} cannot run ({e.strerror}); cannot {what}") from None
+    return proc
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    return " ".join(text.split())[:limit]

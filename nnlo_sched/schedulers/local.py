@@ -1,0 +1,255 @@
+"""The local scheduler: batch jobs on this machine, with a queue, dependencies and an enforced walltime.
+
+Why: the whole checkpoint-restart cycle (deadline, checkpoint, resubmission, resume, cancel, status, logs)
+must be usable and testable with no batch system at all. Each run has its own queue, kept as a file in the
+run directory (``<run>/local/queue.json``), and a small *supervisor* process that works through it: it
+starts the next job once its dependency has ended (any state, like ``afterany``), stops a job at its limit
+the way Slurm does (SIGTERM to the job's process group, SIGKILL ``NNLO_LOCAL_KILL_WAIT`` seconds later,
+default 30; state ``TIMEOUT``), records the exit status, and exits when nothing is left to run. No daemon
+outlives the run: a later submit starts a new supervisor when none is alive (an ``flock`` on
+``supervisor.lock`` guarantees at most one per run). Job ids are ``1``, ``2``, ... within the run; job
+output goes to ``<run>/logs/job-<id>.out`` as on the clusters.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from nnlo_sched.schedulers.base import (
+    CANCELLED, COMPLETED, ENDED, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobInfo, Scheduler, SchedulerError)
+from nnlo_sched.state import locked, write_json_atomic
+
+QUEUE_DIR = "local"
+QUEUE_FILE = "queue.json"
+SUPERVISOR_LOCK = "supervisor.lock"
+POLL_S = 0.25
+FINAL = (COMPLETED, FAILED, TIMEOUT, CANCELLED)
+
+
+def kill_wait_s() -> float:
+    """Seconds between SIGTERM and SIGKILL at the limit or on cancel (Slurm's ``KillWait``)."""
+    try:
+        return float(os.environ.get("NNLO_LOCAL_KILL_WAIT", "30"))
+    except ValueError:
+        return 30.0
+
+
+class LocalScheduler(Scheduler):
+    """The local queue of one run directory."""
+
+    name = "local"
+    job_id_vars = ("NNLO_JOB_ID",)
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.qdir = self.run_dir / QUEUE_DIR
+
+    # -- the Scheduler interface ------------------------------------------------------------------
+    def parse_submit_output(self, text: str) -> str:  # pragma: no cover - local submits in-process
+        return text.strip()
+
+    def enqueue(self, script: str | Path, *, depends_on: str | None, walltime_s: int,
+                cwd: str | Path | None = None, env: Mapping[str, str] | None = None) -> str:
+        """Queue ``bash SCRIPT`` after ``depends_on`` ends; start the supervisor if none is alive."""
+        self.qdir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "logs").mkdir(exist_ok=True)
+        with self._queue() as q:
+            job_id = str(q["next_id"])
+            q["next_id"] += 1
+            q["jobs"].append({
+                "id": job_id, "script": str(script), "depends_on": depends_on, "walltime_s": int(walltime_s),
+                "cwd": str(cwd or self.run_dir), "env": dict(env or {}), "state": PENDING,
+                "submitted": time.time(), "started": None, "ended": None, "pid": None, "rc": None,
+                "cancel_at": None,
+            })
+            if not self._supervisor_alive():
+                self._spawn_supervisor()
+        return job_id
+
+    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        try:
+            jobs = {j["id"]: j for j in _read(self.qdir)["jobs"]}
+        except (OSError, ValueError) as e:
+            return self.unknown(job_ids, f"local queue unreadable: {e}")
+        out = {}
+        for jid in job_ids:
+            j = jobs.get(jid)
+            out[jid] = JobInfo(jid, j["state"], j["state"]) if j else JobInfo(jid, ENDED, "", "not in local queue")
+        if any(i.alive for i in out.values()) and not self._supervisor_alive():
+            # the supervisor died (machine rebooted, killed): nothing will ever run these
+            return {jid: JobInfo(jid, UNKNOWN, i.native, "local supervisor is not running") if i.alive else i
+                    for jid, i in out.items()}
+        return out
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        if not (self.qdir / QUEUE_FILE).exists():
+            return
+        with self._queue() as q:
+            for j in q["jobs"]:
+                if j["id"] not in job_ids:
+                    continue
+                if j["state"] == PENDING:
+                    j["state"], j["ended"] = CANCELLED, time.time()
+                elif j["state"] == RUNNING and j["pid"]:
+                    j["cancel_at"] = j["cancel_at"] or time.time()
+                    _signal_group(j["pid"], signal.SIGTERM)
+
+    # -- queue file -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _queue(self) -> Iterator[dict[str, Any]]:
+        with locked(self.qdir):
+            q = _read(self.qdir)
+            yield q
+            write_json_atomic(self.qdir / QUEUE_FILE, q)
+
+    def _supervisor_alive(self) -> bool:
+        path = self.qdir / SUPERVISOR_LOCK
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        finally:
+            os.close(fd)
+
+    def _spawn_supervisor(self) -> None:
+        log = open(self.qdir / "supervisor.log", "ab")
+        try:
+            # the first child forks the supervisor and exits at once, so it is nobody's zombie
+            subprocess.run([sys.executable, "-m", "nnlo_sched.schedulers.local", str(self.run_dir)],
+                           stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                           check=True, timeout=60)
+        except (subprocess.SubprocessError, OSError) as e:
+            raise SchedulerError(f"cannot start the local scheduler for {self.run_dir}: {e}") from None
+        finally:
+            log.close()
+
+
+def _read(qdir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((qdir / QUEUE_FILE).read_text())
+    except FileNotFoundError:
+        return {"next_id": 1, "jobs": []}
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+# -- the supervisor ------------------------------------------------------------------------------
+class Supervisor:
+    """Runs a run's local queue job after job; one per run directory, gone when the queue is empty."""
+
+    def __init__(self, run_dir: Path, lock_fd: int) -> None:
+        self.sched = LocalScheduler(run_dir)
+        self.lock_fd = lock_fd
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def loop(self) -> None:
+        while True:
+            with self.sched._queue() as q:
+                self._reap(q)
+                self._enforce(q)
+                self._start_ready(q)
+                if not any(j["state"] in (PENDING, RUNNING) for j in q["jobs"]):
+                    # give up the supervisor lock while still holding the queue lock: a submit that
+                    # comes next then sees no supervisor and starts one
+                    fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+                    return
+            time.sleep(POLL_S)
+
+    def _start_ready(self, q: dict[str, Any]) -> None:
+        states = {j["id"]: j["state"] for j in q["jobs"]}
+        for j in q["jobs"]:
+            if j["state"] != PENDING:
+                continue
+            dep = j["depends_on"]
+            if dep and states.get(dep) in (PENDING, RUNNING):
+                continue
+            self._start(j)
+
+    def _start(self, j: dict[str, Any]) -> None:
+        log_path = self.sched.run_dir / "logs" / f"job-{j['id']}.out"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, **j["env"], NNLO_JOB_ID=j["id"], NNLO_WALLTIME_S=str(j["walltime_s"]))
+        with open(log_path, "ab") as log:
+            try:
+                proc = subprocess.Popen(["/bin/bash", j["script"]], cwd=j["cwd"], env=env, stdin=subprocess.DEVNULL,
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError as e:
+                log.write(f"nnlo local scheduler: cannot start job: {e}\n".encode())
+                j.update(state=FAILED, rc=127, started=time.time(), ended=time.time())
+                return
+        self.procs[j["id"]] = proc
+        j.update(state=RUNNING, pid=proc.pid, started=time.time())
+
+    def _enforce(self, q: dict[str, Any]) -> None:
+        now = time.time()
+        for j in q["jobs"]:
+            if j["state"] != RUNNING or not j["pid"]:
+                continue
+            limit = j["started"] + j["walltime_s"]
+            if j["cancel_at"] is None and now >= limit:
+                j["timeout"] = True
+                j["cancel_at"] = now
+                _signal_group(j["pid"], signal.SIGTERM)
+            if j["cancel_at"] is not None and now >= j["cancel_at"] + kill_wait_s():
+                _signal_group(j["pid"], signal.SIGKILL)
+
+    def _reap(self, q: dict[str, Any]) -> None:
+        for j in q["jobs"]:
+            proc = self.procs.get(j["id"])
+            if j["state"] != RUNNING or proc is None or proc.poll() is None:
+                continue
+            rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+            # what is left of the job's process group (a launcher's stray children) goes with it
+            _signal_group(j["pid"], signal.SIGKILL)
+            if j.get("timeout"):
+                state = TIMEOUT
+            elif j["cancel_at"] is not None:
+                state = CANCELLED
+            else:
+                state = COMPLETED if rc == 0 else FAILED
+            j.update(state=state, rc=rc, ended=time.time())
+            del self.procs[j["id"]]
+
+
+def _supervise(run_dir: Path) -> None:
+    sched = LocalScheduler(run_dir)
+    fd = os.open(sched.qdir / SUPERVISOR_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return  # another supervisor runs this queue
+    try:
+        Supervisor(run_dir, fd).loop()
+    finally:
+        os.close(fd)
+
+
+def main(argv: list[str]) -> None:
+    run_dir = Path(argv[0]).resolve()
+    if os.fork():  # the caller waits only for this first process
+        os._exit(0)
+    with contextlib.suppress(OSError):
+        os.setsid()
+    _supervise(run_dir)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

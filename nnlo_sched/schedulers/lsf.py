@@ -1,0 +1,61 @@
+"""IBM Spectrum LSF (Summit): ``bsub`` (dependency ``-w 'ended(ID)'``), ``bjobs``, ``bkill``.
+
+``bjobs -a -w ID ...`` answers for many jobs in one call with its classic table (``JOBID USER STAT QUEUE
+FROM_HOST EXEC_HOST JOB_NAME SUBMIT_TIME``) and says ``Job <ID> is not found`` on stderr for ids it has
+forgotten (``CLEAN_PERIOD``): those jobs have ended.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from nnlo_sched.schedulers.base import (
+    COMPLETED, ENDED, FAILED, PENDING, RUNNING, UNKNOWN, JobInfo, Scheduler, SchedulerError, one_line,
+    run_capture, run_program)
+
+_STATES = {"PEND": PENDING, "PSUSP": PENDING, "WAIT": PENDING, "RUN": RUNNING, "USUSP": RUNNING,
+           "SSUSP": RUNNING, "PROV": RUNNING, "DONE": COMPLETED, "EXIT": FAILED, "UNKWN": UNKNOWN,
+           "ZOMBI": UNKNOWN}
+_SUBMITTED = re.compile(r"Job <(\d+)> is submitted")
+
+
+class LsfScheduler(Scheduler):
+    name = "lsf"
+    job_id_vars = ("LSB_JOBID",)
+
+    def parse_submit_output(self, text: str) -> str:
+        m = _SUBMITTED.search(text)
+        if not m:
+            raise SchedulerError(f"bsub printed no job id: {' '.join(text.split())[:200]!r}")
+        return m.group(1)
+
+    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        ids = [j for j in dict.fromkeys(job_ids) if j]
+        if not ids:
+            return {}
+        try:
+            proc = run_capture(["bjobs", "-a", "-w", *ids], what="query jobs")
+        except SchedulerError as e:
+            return self.unknown(ids, str(e))
+        out = proc.stdout
+        if proc.returncode != 0 and not out.strip() and "is not found" not in proc.stderr:
+            return self.unknown(ids, f"bjobs failed: {one_line(proc.stderr)}")
+        found: dict[str, JobInfo] = {}
+        lines = out.splitlines()
+        header = lines[0].split() if lines and lines[0].startswith("JOBID") else ["JOBID", "USER", "STAT"]
+        try:
+            i_id, i_stat = header.index("JOBID"), header.index("STAT")
+        except ValueError:
+            return self.unknown(ids, "bjobs printed an unexpected header")
+        for line in lines[1:] if lines and lines[0].startswith("JOBID") else lines:
+            cols = line.split()
+            if len(cols) > max(i_id, i_stat) and cols[i_id] in ids:
+                found[cols[i_id]] = JobInfo(cols[i_id], _STATES.get(cols[i_stat], UNKNOWN), cols[i_stat])
+        for j in ids:
+            found.setdefault(j, JobInfo(j, ENDED, "", "not found by bjobs"))
+        return found
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        ids = [j for j in dict.fromkeys(job_ids) if j]
+        if ids:
+            run_program(["bkill", *ids], what="cancel jobs", check=False)

@@ -1,0 +1,64 @@
+"""PBS/Torque (Titan): ``qsub`` (dependency ``-W depend=afterany:ID``), ``qstat``, ``qdel``.
+
+``qstat ID ...`` answers for many jobs at once in its classic table (``Job ID  Name  User  Time Use S
+Queue``) and prints ``Unknown Job Id`` for jobs the server has forgotten: those have ended. Torque keeps
+finished jobs a while in state ``C``; PBS Pro's ``F`` is the same.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from nnlo_sched.schedulers.base import (
+    ENDED, PENDING, RUNNING, UNKNOWN, JobInfo, Scheduler, SchedulerError, one_line, run_capture,
+    run_program)
+
+_STATES = {"Q": PENDING, "H": PENDING, "W": PENDING, "T": PENDING, "S": PENDING, "R": RUNNING,
+           "E": RUNNING, "B": RUNNING, "C": ENDED, "F": ENDED, "X": ENDED}
+_SUBMITTED = re.compile(r"^\s*(\d+(?:\[\])?(?:\.[\w.-]+)?)\s*$", re.M)
+
+
+def short_id(job_id: str) -> str:
+    """``123.titan-batch`` -> ``123``: qstat prints the id shortened (and sometimes truncated)."""
+    return job_id.split(".")[0]
+
+
+class PbsScheduler(Scheduler):
+    name = "pbs"
+    job_id_vars = ("PBS_JOBID",)
+
+    def parse_submit_output(self, text: str) -> str:
+        m = _SUBMITTED.search(text)
+        if not m:
+            raise SchedulerError(f"qsub printed no job id: {' '.join(text.split())[:200]!r}")
+        return m.group(1)
+
+    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        ids = [j for j in dict.fromkeys(job_ids) if j]
+        if not ids:
+            return {}
+        try:
+            proc = run_capture(["qstat", *ids], what="query jobs")
+        except SchedulerError as e:
+            return self.unknown(ids, str(e))
+        out = proc.stdout
+        if proc.returncode != 0 and not out.strip() and "Unknown Job Id" not in proc.stderr:
+            return self.unknown(ids, f"qstat failed: {one_line(proc.stderr)}")
+        by_short = {short_id(j): j for j in ids}
+        found: dict[str, JobInfo] = {}
+        for line in out.splitlines():
+            cols = line.split()
+            if len(cols) < 5 or cols[0].startswith(("Job", "---")):
+                continue
+            full = by_short.get(short_id(cols[0]))
+            if full is not None:
+                state = cols[-2]
+                found[full] = JobInfo(full, _STATES.get(state, UNKNOWN), state)
+        for j in ids:
+            found.setdefault(j, JobInfo(j, ENDED, "", "unknown to qstat"))
+        return found
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        ids = [j for j in dict.fromkeys(job_ids) if j]
+        if ids:
+            run_program(["qdel", *ids], what="cancel jobs", check=False)

@@ -1,0 +1,83 @@
+"""Slurm: ``sbatch`` (dependency ``afterany:ID``), ``squeue``/``sacct`` for state, ``scancel``.
+
+Status asks ``squeue -t all`` once for every job id; jobs it no longer knows (purged after ``MinJobAge``)
+are asked of ``sacct`` in one more call when accounting exists, and are otherwise ``ENDED`` - a job absent
+from squeue is certainly neither pending nor running, which is all the chain needs to know.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from nnlo_sched.schedulers.base import (
+    CANCELLED, COMPLETED, ENDED, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobInfo, Scheduler, SchedulerError,
+    one_line, run_capture, run_program)
+
+_STATES = {
+    "PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
+    "REQUEUE_FED": PENDING, "RESV_DEL_HOLD": PENDING, "SUSPENDED": PENDING, "STOPPED": PENDING,
+    "RUNNING": RUNNING, "COMPLETING": RUNNING, "SIGNALING": RUNNING, "STAGE_OUT": RUNNING,
+    "RESIZING": RUNNING, "COMPLETED": COMPLETED, "TIMEOUT": TIMEOUT, "DEADLINE": TIMEOUT,
+    "CANCELLED": CANCELLED, "FAILED": FAILED, "NODE_FAIL": FAILED, "BOOT_FAIL": FAILED,
+    "OUT_OF_MEMORY": FAILED, "PREEMPTED": FAILED, "SPECIAL_EXIT": FAILED, "REVOKED": CANCELLED,
+}
+_SUBMITTED = re.compile(r"^\s*(?:Submitted batch job\s+)?(\d+(?:_\d+)?)(?:;\S+)?\s*$", re.M)
+
+
+def normalise(native: str) -> str:
+    word = native.split()[0].rstrip("+") if native.strip() else ""
+    return _STATES.get(word, UNKNOWN)
+
+
+class SlurmScheduler(Scheduler):
+    name = "slurm"
+    job_id_vars = ("SLURM_JOB_ID", "SLURM_JOBID")
+
+    def parse_submit_output(self, text: str) -> str:
+        m = _SUBMITTED.search(text)
+        if not m:
+            raise SchedulerError(f"sbatch printed no job id: {' '.join(text.split())[:200]!r}")
+        return m.group(1)
+
+    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        ids = [j for j in dict.fromkeys(job_ids) if j]
+        if not ids:
+            return {}
+        try:
+            proc = run_capture(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r"],
+                               what="query jobs")
+        except SchedulerError as e:
+            return self.unknown(ids, str(e))
+        if proc.returncode != 0 and "Invalid job id" not in proc.stderr:
+            return self.unknown(ids, f"squeue failed: {one_line(proc.stderr)}")
+        found: dict[str, JobInfo] = {}
+        for line in proc.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) >= 2 and parts[0] in ids:
+                found[parts[0]] = JobInfo(parts[0], normalise(parts[1]), parts[1], parts[2] if len(parts) > 2 else "")
+        missing = [j for j in ids if j not in found]
+        if missing:
+            found.update(self._sacct(missing))
+        return found
+
+    def _sacct(self, ids: list[str]) -> dict[str, JobInfo]:
+        """Jobs squeue forgot: sacct when accounting exists (one call), else ENDED (gone from the queue)."""
+        try:
+            out = run_program(["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State"],
+                              what="query ended jobs")
+        except SchedulerError:
+            return {j: JobInfo(j, ENDED, "", "not in squeue; no accounting") for j in ids}
+        found = {}
+        for line in out.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) >= 2 and parts[0] in ids:
+                found[parts[0]] = JobInfo(parts[0], normalise(parts[1]), parts[1])
+        for j in ids:
+            found.setdefault(j, JobInfo(j, ENDED, "", "not in squeue or sacct"))
+        return found
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        ids = [j for j in dict.fromkeys(job_ids) if j]
+        if ids:
+            # scancel of a job that already ended prints a warning and exits 0 or 1: not our concern
+            run_program(["scancel", *ids], what="cancel jobs", check=False)

@@ -1,0 +1,218 @@
+"""A run's state record (``state.json``): written atomically, changed only under a lock.
+
+Why both: a batch job (``nnlo job start/end`` on a compute node) and a user command (``nnlo cancel`` on a
+login node) may touch the same run at the same moment, often over a network filesystem (GPFS, Lustre,
+NFS). Every change is read-modify-write under :func:`locked` and lands with write-temp, fsync, rename, so a
+reader sees either the old record or the new one, never half of one, and no update is lost.
+
+The lock is a directory made with ``os.mkdir`` (atomic on every shared filesystem, unlike ``flock`` on
+some NFS set-ups) holding an ``owner`` file (host, pid, time). A lock whose owner is a dead process on this
+host, or that is older than :data:`STALE_AFTER_S` (a process killed at its walltime while holding it), is
+broken. Holders keep it for milliseconds, so both rules are safe.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterator
+
+from nnlo.errors import NnloError
+
+STATE_FILE = "state.json"
+LOCK_DIR = ".state.lock"
+STALE_AFTER_S = 60.0
+LOCK_TIMEOUT_S = 30.0
+
+# Run states, as ``nnlo status`` shows them.
+QUEUED, RUNNING, RESUBMITTING = "queued", "running", "resubmitting"
+DONE, FAILED, CANCELLED = "done", "failed", "cancelled"
+ACTIVE_STATES = (QUEUED, RUNNING, RESUBMITTING)
+FINAL_STATES = (DONE, FAILED, CANCELLED)
+RUN_STATES = ACTIVE_STATES + FINAL_STATES
+
+# Job outcomes (how one job of the chain ended).
+QUEUED_JOB, RUNNING_JOB = "queued", "running"
+FINISHED, WALLTIME, JOB_FAILED, JOB_CANCELLED, NO_CHECKPOINT, SKIPPED = (
+    "finished", "walltime", "failed", "cancelled", "no-checkpoint", "skipped")
+
+
+class StateError(NnloError):
+    """A run's state record is missing, corrupt or locked for too long."""
+
+
+@dataclass
+class JobRecord:
+    """One batch job of a run's chain."""
+
+    job_id: str
+    submitted_at: float
+    depends_on: str | None = None
+    status: str = QUEUED_JOB  # queued, running, or an outcome: finished, walltime, failed, ...
+    started_at: float | None = None
+    ended_at: float | None = None
+    rc: int | None = None
+    host: str | None = None
+    checkpoint_at_start: str | None = None  # newest complete checkpoint when the job started
+
+    @property
+    def alive(self) -> bool:
+        return self.status in (QUEUED_JOB, RUNNING_JOB)
+
+
+@dataclass
+class RunState:
+    """Everything the chain knows about a run; one JSON object in ``<run>/state.json``."""
+
+    run_id: str
+    name: str
+    cluster: str
+    scheduler: str
+    state: str = QUEUED
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    jobs: list[JobRecord] = field(default_factory=list)
+    error: str | None = None
+    resumes: int = 0  # times ``nnlo resume`` restarted the chain (each gives a fresh max_resubmits budget)
+    chain_start: int = 0  # index in ``jobs`` where the current chain (after the last resume) begins
+    env: dict[str, str] = field(default_factory=dict)  # profile search path etc. needed inside jobs
+
+    def job(self, job_id: str) -> JobRecord | None:
+        for j in self.jobs:
+            if j.job_id == job_id:
+                return j
+        return None
+
+    @property
+    def alive_jobs(self) -> list[JobRecord]:
+        return [j for j in self.jobs if j.alive]
+
+    @property
+    def job_ids(self) -> list[str]:
+        return [j.job_id for j in self.jobs]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunState":
+        known = {f.name for f in fields(cls)}
+        jobs_known = {f.name for f in fields(JobRecord)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["jobs"] = [JobRecord(**{k: v for k, v in j.items() if k in jobs_known})
+                          for j in data.get("jobs", [])]
+        return cls(**values)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path``: temporary file beside it, fsync, rename, fsync the folder."""
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    with contextlib.suppress(OSError):
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_state(run_dir: Path) -> RunState:
+    """The run's current record (no lock needed: writes are atomic renames)."""
+    path = Path(run_dir) / STATE_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StateError(f"{run_dir} is not an nnlo run directory (no {STATE_FILE})") from None
+    except (ValueError, OSError) as e:
+        raise StateError(f"{path} cannot be read ({e}); the run directory is damaged") from None
+    try:
+        return RunState.from_dict(data)
+    except TypeError as e:
+        raise StateError(f"{path} is not a run state record ({e})") from None
+
+
+def write_state(run_dir: Path, state: RunState) -> None:
+    state.updated_at = time.time()
+    write_json_atomic(Path(run_dir) / STATE_FILE, state.to_dict())
+
+
+@contextlib.contextmanager
+def locked(run_dir: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the run's lock (a directory) for the body; breaks stale locks, raises StateError on timeout."""
+    lock = Path(run_dir) / LOCK_DIR
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            os.mkdir(lock)
+            break
+        except FileExistsError:
+            if _stale(lock):
+                _break(lock)
+                continue
+            if time.monotonic() > deadline:
+                raise StateError(f"run {Path(run_dir).name} is locked by {_owner(lock) or 'another process'}; "
+                                 f"retry, or remove {lock} if no nnlo command is running") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+        except FileNotFoundError:
+            raise StateError(f"run directory {run_dir} does not exist") from None
+    with contextlib.suppress(OSError):
+        (lock / "owner").write_text(f"{socket.gethostname()} {os.getpid()} {time.time():.3f}\n")
+    try:
+        yield
+    finally:
+        _break(lock)
+
+
+@contextlib.contextmanager
+def update_state(run_dir: Path) -> Iterator[RunState]:
+    """Read-modify-write the record under the lock: ``with update_state(d) as st: st.state = DONE``."""
+    with locked(run_dir):
+        state = read_state(run_dir)
+        yield state
+        write_state(run_dir, state)
+
+
+def _owner(lock: Path) -> str | None:
+    try:
+        host, pid, _ = (lock / "owner").read_text().split()
+        return f"pid {pid} on {host}"
+    except (OSError, ValueError):
+        return None
+
+
+def _stale(lock: Path) -> bool:
+    try:
+        text = (lock / "owner").read_text().split()
+        host, pid, stamp = text[0], int(text[1]), float(text[2])
+    except (OSError, ValueError, IndexError):
+        # no owner yet: just made by a live process, or its maker died in between; judge by age
+        try:
+            return time.time() - lock.stat().st_mtime > STALE_AFTER_S
+        except OSError:
+            return False
+    if host == socket.gethostname():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+    return time.time() - stamp > STALE_AFTER_S
+
+
+def _break(lock: Path) -> None:
+    with contextlib.suppress(OSError):
+        (lock / "owner").unlink()
+    with contextlib.suppress(OSError):
+        os.rmdir(lock)
