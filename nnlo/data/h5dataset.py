@@ -89,6 +89,10 @@ class H5Dataset:
     or ``labels=None``. ``preload=True`` reads everything into memory once (fast epochs for data that fits).
     Construction opens every file once to check that the datasets exist, agree in length within a file and
     in row shape/dtype across files, and raises :class:`~nnlo.errors.DataError` naming the file otherwise.
+
+    The object pickles without its open files (they reopen lazily), so at scale one rank can build it and
+    ``comm.bcast`` it: the other ranks then never touch the file system's metadata servers until they read.
+    Broadcast it *before* :meth:`preload`, then preload on every rank that needs the data in memory.
     """
 
     def __init__(self, files: Sequence[str | os.PathLike[str]], features: Source = "features",
@@ -107,12 +111,16 @@ class H5Dataset:
         counts: list[int] = []
         self.row_shapes: list[tuple[int, ...]] = []
         self.dtypes: list[np.dtype] = []
-        for i, path in enumerate(self.files):
-            counts.append(self._inspect(i, path))
+        try:
+            for i, path in enumerate(self.files):
+                counts.append(self._inspect(i, path))
+        except BaseException:
+            self.close()
+            raise
         self.counts = np.asarray(counts, dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
         if preload:
-            self._preload()
+            self.preload()
 
     # -- construction --------------------------------------------------------------------------------
     def _inspect(self, i: int, path: Path) -> int:
@@ -159,7 +167,10 @@ class H5Dataset:
             old.close()
         return handle
 
-    def _preload(self) -> None:
+    def preload(self) -> None:
+        """Read every sample into memory now (once); later reads are memory copies and files are closed."""
+        if self._preloaded is not None:
+            return
         nbytes = sum(int(np.prod(r, dtype=np.int64)) * d.itemsize for r, d in zip(self.row_shapes, self.dtypes))
         try:
             arrays = [np.empty((len(self),) + r, dtype=d) for r, d in zip(self.row_shapes, self.dtypes)]

@@ -136,3 +136,12 @@ def test_from_list(indexed_files, tmp_path):
     listing = tmp_path / "all.list"
     listing.write_text("\n".join(p.name for p in indexed_files))
     assert len(H5Dataset.from_list(listing)) == 24
+
+
+def test_broadcast_pattern_unpickled_dataset_opens_no_file_until_read(indexed_files):
+    built = H5Dataset(indexed_files)
+    received = pickle.loads(pickle.dumps(built))
+    assert not received._handles and len(received) == 24
+    received.preload()
+    assert received.preloaded and not received._handles
+    np.testing.assert_array_equal(received.read([23, 1])[1], [23, 1])

@@ -84,7 +84,9 @@ MPI_SCRIPT = textwrap.dedent("""
     from mpi4py import MPI
     from nnlo.data import H5Dataset, ShardedLoader
     comm = MPI.COMM_WORLD
-    loader = ShardedLoader(H5Dataset(sys.argv[1:]), None, comm.size, comm.rank, batch_size=4, seed=11)
+    # one rank inspects the files; the others receive the dataset (it pickles without open files)
+    dataset = comm.bcast(H5Dataset(sys.argv[1:]) if comm.rank == 0 else None, root=0)
+    loader = ShardedLoader(dataset, None, comm.size, comm.rank, batch_size=4, seed=11)
     for epoch in range(2):
         mine = [y.astype(np.int64) for _, y in loader.epoch(epoch)]
         counts = comm.allgather(len(mine))
