@@ -1,0 +1,261 @@
+"""PyTorch backend: an ``nn.Module`` and its worker optimizer behind :class:`nnlo.backends.base.Backend`.
+
+The model is expected to return *logits* for classification losses (``categorical_crossentropy`` is
+``torch.nn.functional.cross_entropy``, which applies log-softmax itself); a model ending in
+``log_softmax`` should use ``--loss nll``. Labels may be class indices (integers) or one-hot / probability
+vectors (floats) — HDF5 files written for Keras usually hold one-hot labels.
+
+Only trainable parameters travel between ranks (as one flat float32 vector). Buffers such as BatchNorm
+running statistics stay local to each replica; the master's copy is used for validation.
+"""
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from nnlo.algorithms.optimizers import torch_equivalent
+from nnlo.backends.base import Backend
+from nnlo.errors import ConfigError, ModelError
+
+log = logging.getLogger("nnlo.backend.torch")
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    name: str
+    fn: LossFn  # mean over the batch
+    kind: str  # "categorical" | "binary" | "regression"
+
+
+def _cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(out, y)
+
+
+def _nll(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    if y.dtype.is_floating_point and y.dim() > 1:  # one-hot targets with log-probability outputs
+        return -(y * out).sum(dim=1).mean()
+    return F.nll_loss(out, y)
+
+
+def _bce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.binary_cross_entropy_with_logits(out, y.reshape(out.shape).to(out.dtype))
+
+
+def _regression(fn: Callable[..., torch.Tensor]) -> LossFn:
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return fn(out, y.reshape(out.shape).to(out.dtype))
+
+    return loss
+
+
+_LOSSES: dict[str, tuple[LossFn, str]] = {
+    "categorical_crossentropy": (_cross_entropy, "categorical"),
+    "sparse_categorical_crossentropy": (_cross_entropy, "categorical"),
+    "cross_entropy": (_cross_entropy, "categorical"),
+    "crossentropy": (_cross_entropy, "categorical"),
+    "nll": (_nll, "categorical"),
+    "nll_loss": (_nll, "categorical"),
+    "binary_crossentropy": (_bce, "binary"),
+    "bce": (_bce, "binary"),
+    "mse": (_regression(F.mse_loss), "regression"),
+    "mean_squared_error": (_regression(F.mse_loss), "regression"),
+    "mae": (_regression(F.l1_loss), "regression"),
+    "mean_absolute_error": (_regression(F.l1_loss), "regression"),
+    "huber": (_regression(F.smooth_l1_loss), "regression"),
+}
+
+
+def loss_spec(name: str) -> LossSpec:
+    """A loss by its Keras or torch spelling; a one-line ConfigError listing the valid ones otherwise."""
+    key = name.strip().lower()
+    if key not in _LOSSES:
+        raise ConfigError(f"--loss {name!r} is unknown; use one of {', '.join(sorted(_LOSSES))}")
+    fn, kind = _LOSSES[key]
+    return LossSpec(key, fn, kind)
+
+
+def _to_numpy(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().numpy().copy()
+    if isinstance(obj, dict):
+        return {k: _to_numpy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_numpy(v) for v in obj)
+    return obj
+
+
+def _to_torch(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj.copy())
+    if isinstance(obj, dict):
+        return {k: _to_torch(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_torch(v) for v in obj)
+    return obj
+
+
+class TorchBackend(Backend):
+    """One torch model replica on one device with its worker optimizer (from a spec string)."""
+
+    name = "torch"
+
+    def __init__(self, model: torch.nn.Module, loss: str, worker_optimizer: str, device: str = "cpu") -> None:
+        if not isinstance(model, torch.nn.Module):
+            raise ModelError(f"get_model() returned a {type(model).__name__}, not a torch nn.Module")
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ModelError("the model has no trainable parameters")
+        self._sizes = [p.numel() for p in self.params]
+        self._n = int(sum(self._sizes))
+        self.loss = loss_spec(loss)
+        cls, kwargs = torch_equivalent(worker_optimizer)
+        self.optimizer = getattr(torch.optim, cls)(self.params, **kwargs)
+
+    # -- weights -----------------------------------------------------------------------------------
+    @property
+    def n_params(self) -> int:
+        return self._n
+
+    def get_weights(self) -> np.ndarray:
+        with torch.no_grad():
+            flat = torch.cat([p.detach().reshape(-1) for p in self.params])
+        return np.ascontiguousarray(flat.to("cpu", torch.float32).numpy()).copy()
+
+    def set_weights(self, flat: np.ndarray) -> None:
+        if flat.size != self._n:
+            raise ValueError(f"weight vector has {flat.size} values, the model {self._n}")
+        src = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float32)).to(self.device)
+        offset = 0
+        with torch.no_grad():
+            for p, n in zip(self.params, self._sizes):
+                p.copy_(src[offset:offset + n].view_as(p))  # copy: never alias the caller's buffer
+                offset += n
+
+    # -- training ----------------------------------------------------------------------------------
+    def _tensors(self, x: Any, y: Any) -> tuple[Any, torch.Tensor]:
+        def conv(a: Any) -> Any:
+            if isinstance(a, (list, tuple)):
+                return [conv(v) for v in a]
+            t = torch.as_tensor(np.asarray(a))
+            if t.dtype == torch.float64:
+                t = t.float()
+            return t.to(self.device)
+
+        xt = conv(x)
+        yt = torch.as_tensor(np.asarray(y))
+        if yt.dtype in (torch.int8, torch.int16, torch.int32, torch.uint8):
+            yt = yt.long()
+        if yt.dtype == torch.float64:
+            yt = yt.float()
+        if self.loss.kind == "categorical" and not yt.dtype.is_floating_point and yt.dim() > 1:
+            yt = yt.reshape(-1)  # (N, 1) integer labels
+        return xt, yt.to(self.device)
+
+    def _forward(self, xt: Any) -> torch.Tensor:
+        return self.model(*xt) if isinstance(xt, list) else self.model(xt)
+
+    def _metrics(self, out: torch.Tensor, yt: torch.Tensor, loss: torch.Tensor) -> dict[str, float]:
+        m = {"loss": float(loss.detach()), "count": float(out.shape[0])}
+        correct = self._correct(out, yt)
+        if correct is not None:
+            m["correct"] = correct
+        return m
+
+    def _correct(self, out: torch.Tensor, yt: torch.Tensor) -> float | None:
+        with torch.no_grad():
+            if self.loss.kind == "categorical":
+                truth = yt.argmax(dim=1) if yt.dim() > 1 else yt
+                return float((out.argmax(dim=1) == truth).sum())
+            if self.loss.kind == "binary":
+                return float(((out.reshape(-1) > 0) == (yt.reshape(-1) > 0.5)).sum())
+        return None
+
+    def compute_gradients(self, x: Any, y: Any) -> tuple[np.ndarray, dict[str, float]]:
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=False)
+        xt, yt = self._tensors(x, y)
+        out = self._forward(xt)
+        loss = self.loss.fn(out, yt)
+        loss.backward()
+        grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=self.device)
+                 for p in self.params]
+        flat = torch.cat(grads).to("cpu", torch.float32).numpy().copy()
+        return flat, self._metrics(out, yt, loss)
+
+    def apply_gradients(self, flat_grad: np.ndarray) -> None:
+        src = torch.from_numpy(np.ascontiguousarray(flat_grad, dtype=np.float32)).to(self.device)
+        offset = 0
+        for p, n in zip(self.params, self._sizes):
+            p.grad = src[offset:offset + n].view_as(p).clone()
+            offset += n
+        self.optimizer.step()
+
+    def train_on_batch(self, x: Any, y: Any) -> dict[str, float]:
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        xt, yt = self._tensors(x, y)
+        out = self._forward(xt)
+        loss = self.loss.fn(out, yt)
+        loss.backward()
+        self.optimizer.step()
+        return self._metrics(out, yt, loss)
+
+    def evaluate_batch(self, x: Any, y: Any) -> dict[str, float]:
+        self.model.eval()
+        with torch.no_grad():
+            xt, yt = self._tensors(x, y)
+            out = self._forward(xt)
+            loss = self.loss.fn(out, yt)
+        n = float(out.shape[0])
+        m = {"loss_sum": float(loss) * n, "count": n}
+        correct = self._correct(out, yt)
+        if correct is not None:
+            m["correct"] = correct
+        return m
+
+    # -- state -------------------------------------------------------------------------------------
+    def optimizer_state(self) -> dict[str, Any]:
+        return _to_numpy(self.optimizer.state_dict())
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        restored = _to_torch(state)
+        # torch keeps integer parameter ids as keys of "state"; pickling preserves them.
+        self.optimizer.load_state_dict(restored)
+
+    def save_model(self, path: str) -> str:
+        """``torch.save(model)`` (loadable with ``--model file.pt``); a state_dict if the class cannot be
+        pickled (e.g. defined inside a function)."""
+        try:
+            buf = io.BytesIO()
+            torch.save(self.model.to("cpu"), buf)
+        except Exception as e:  # noqa: BLE001
+            log.warning("cannot pickle the whole model (%s); saving its state_dict instead", e)
+            buf = io.BytesIO()
+            torch.save(self.model.state_dict(), buf)
+        finally:
+            self.model.to(self.device)
+        with open(path, "wb") as f:
+            f.write(buf.getvalue())
+        return path
+
+    def rng_state(self) -> dict[str, Any]:
+        state = {"cpu": torch.get_rng_state().numpy().copy()}
+        if self.device.type == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(self.device).numpy().copy()
+        return state
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        if "cpu" in state:
+            torch.set_rng_state(torch.from_numpy(np.asarray(state["cpu"], dtype=np.uint8).copy()))
+        if "cuda" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(torch.from_numpy(np.asarray(state["cuda"], dtype=np.uint8).copy()), self.device)

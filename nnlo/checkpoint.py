@@ -1,0 +1,196 @@
+"""Complete, atomic checkpoints: one directory per checkpoint, written in parallel, published by a rename.
+
+Layout (``<dir>`` is the run's ``checkpoints/`` folder)::
+
+    <dir>/ckpt-e0004-u00000360/      a complete checkpoint: after 4 epochs' worth and 360 master updates
+        manifest.json                what it is (epoch, updates, mode, workers, config); written last
+        master.pkl                   central weights, master optimizer, history, early-stopping state, RNG
+        worker-0.pkl ...             each worker's optimizer, data position (epoch, batch), RNG, and the
+                                     worker's own weights where the algorithm keeps them (EASGD) or GEM's
+                                     proxy velocity
+
+Why a directory written by every rank: tensors never travel over MPI just to be saved (each worker writes its
+own optimizer state to the shared file system, as HPC checkpointing does), and the checkpoint appears only
+when complete: parts go into ``.tmp-ckpt-...``, the master writes ``manifest.json`` after every worker has
+acknowledged its part, fsyncs, and renames the folder into place. A crash at any moment leaves either the
+previous checkpoint or the new one, never half of one. The last ``keep`` checkpoints are kept.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from nnlo.errors import ConfigError
+
+log = logging.getLogger("nnlo.checkpoint")
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+SUBDIR = "checkpoints"
+_NAME = re.compile(r"^ckpt-e(\d+)-u(\d+)$")
+
+
+def checkpoint_name(epoch: int, updates: int) -> str:
+    return f"ckpt-e{epoch:04d}-u{updates:08d}"
+
+
+def part_name(role: str, index: int | None = None) -> str:
+    return f"{role}.pkl" if index is None else f"{role}-{index}.pkl"
+
+
+def write_part(directory: str | Path, name: str, obj: Any) -> Path:
+    """Pickle ``obj`` into ``directory/name`` (write to a temporary name, fsync, rename)."""
+    path = Path(directory) / name
+    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def read_part(checkpoint: str | Path, name: str) -> Any:
+    path = Path(checkpoint) / name
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"checkpoint {checkpoint} has no {name}; it is incomplete or from another run") from None
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as e:
+        raise ConfigError(f"checkpoint part {path} cannot be read ({e}); restore an older checkpoint") from None
+
+
+def read_manifest(checkpoint: str | Path) -> dict[str, Any]:
+    path = Path(checkpoint) / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{checkpoint} is not a complete checkpoint (no {MANIFEST})") from None
+    except ValueError as e:
+        raise ConfigError(f"{path} is corrupt ({e}); restore an older checkpoint") from None
+    if data.get("format") != FORMAT:
+        raise ConfigError(f"{checkpoint} has checkpoint format {data.get('format')}, this nnlo reads {FORMAT}")
+    return data
+
+
+def _key(path: Path) -> tuple[int, int]:
+    m = _NAME.match(path.name)
+    assert m is not None
+    return int(m.group(1)), int(m.group(2))
+
+
+def list_checkpoints(directory: str | Path) -> list[Path]:
+    """Complete checkpoints in ``directory`` (or its ``checkpoints/`` folder), oldest first."""
+    found: list[Path] = []
+    for base in (Path(directory), Path(directory) / SUBDIR):
+        if base.is_dir():
+            found.extend(p for p in base.iterdir()
+                         if p.is_dir() and _NAME.match(p.name) and (p / MANIFEST).is_file())
+    return sorted(set(found), key=_key)
+
+
+def find_latest(path: str | Path) -> Path | None:
+    """The newest complete checkpoint for ``--restore PATH``: PATH itself if it is one, else the newest in
+    PATH or PATH/checkpoints; None if there is none yet (the run then starts fresh)."""
+    p = Path(path)
+    if (p / MANIFEST).is_file():
+        return p
+    found = list_checkpoints(p)
+    return found[-1] if found else None
+
+
+class CheckpointWriter:
+    """The master's side: opens a temporary folder, then publishes it once every part is in."""
+
+    def __init__(self, directory: str | Path, keep: int = 3) -> None:
+        self.directory = Path(directory)
+        self.keep = max(1, keep)
+        self.last_duration: float | None = None
+        self.last_path: Path | None = None
+        self._started: float | None = None
+
+    def begin(self, epoch: int, updates: int) -> Path:
+        """Create and return the temporary folder the ranks write their parts into."""
+        self._started = time.monotonic()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f".tmp-{checkpoint_name(epoch, updates)}-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        return tmp
+
+    def commit(self, tmp: Path, manifest: dict[str, Any]) -> Path:
+        """Write the manifest and rename ``tmp`` to its final name (replacing a same-named older one)."""
+        manifest = dict(manifest, format=FORMAT, written=time.time(),
+                        parts=sorted(p.name for p in tmp.iterdir() if not p.name.startswith(".")))
+        write_json_atomic(tmp / MANIFEST, manifest)
+        _fsync_dir(tmp)
+        final = self.directory / checkpoint_name(int(manifest["epoch"]), int(manifest["updates"]))
+        if final.exists():
+            trash = final.with_name(f".old-{final.name}-{os.getpid()}")
+            os.rename(final, trash)
+            os.rename(tmp, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+        _fsync_dir(self.directory)
+        if self._started is not None:
+            self.last_duration = time.monotonic() - self._started
+        self.last_path = final
+        self._prune()
+        log.info("checkpoint %s written in %.2f s", final, self.last_duration or 0.0)
+        return final
+
+    def abandon(self, tmp: Path) -> None:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def _prune(self) -> None:
+        for old in list_checkpoints(self.directory)[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def write_json_atomic(path: str | Path, data: Any) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, default=_json_default)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def _json_default(obj: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, np.ndarray):
+            return obj.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(obj)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

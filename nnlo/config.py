@@ -1,0 +1,141 @@
+"""Every option of one training run, in one JSON-able dataclass.
+
+Why a dataclass and not the click parameters: the same configuration is built by ``nnlo train``, by the
+optimization engine (one per trial, with the trial's hyperparameters in ``model_args``), stored in run
+directories and inside every checkpoint, and read back by ``nnlo resume``. Field names are the upstream
+command-line vocabulary in snake_case (``--worker-optimizer`` -> ``worker_optimizer``).
+
+:meth:`TrainConfig.validate` checks what can be checked without touching files or MPI and raises a
+:class:`~nnlo.errors.ConfigError` with a one-line message naming the option and the fix.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from nnlo.errors import ConfigError
+
+MODES = ("downpour", "easgd", "gem")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass
+class TrainConfig:
+    """Options of one training (see ``nnlo train --help`` for each one's meaning)."""
+
+    model: str = ""
+    train: str | None = None
+    val: str | None = None
+    features_name: str | None = None  # None: the model module's get_features(), else "features"
+    labels_name: str | None = None  # None: the model module's get_labels(), else "labels"
+    loss: str = "categorical_crossentropy"
+    epochs: int = 10
+    batch: int = 100
+    optimizer: str = "sgd:lr=1.0"  # the master's rule; sgd:lr=1 adds the workers' updates as they are
+    worker_optimizer: str | None = None  # None: sgd:lr=<gem_lr> with GEM, adam:lr=0.001 otherwise
+    mode: str = "gem"
+    sync_every: int = 1
+    synchronous: bool = False
+    elastic_force: float = 0.9
+    gem_lr: float = 0.01
+    gem_momentum: float = 0.9
+    gem_kappa: float = 2.0
+    early_stopping: str | None = None
+    target_metric: str | None = None
+    checkpoint: str | None = None  # directory; enables checkpoints every checkpoint_interval epochs
+    checkpoint_interval: int = 5  # epochs between checkpoints (0: only at the end and on deadline/signal)
+    checkpoint_keep: int = 3  # how many complete checkpoints to keep
+    restore: str | None = None  # a checkpoint directory, a run directory, or "auto"
+    preload_data: bool = False
+    cache_data: bool = False
+    log_level: str = "info"
+    trial_name: str | None = None
+    seed: int = 0
+    n_masters: int = 1
+    n_processes: int = 1
+    monitor: bool = False
+    timeline: bool = False
+    deadline: float | None = None  # unix seconds; a complete checkpoint is written before it
+    model_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of get_model()
+
+    # -- serialisation -----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of every field (stored in run directories and checkpoints)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+        """Inverse of :meth:`to_dict`; unknown keys are an error (a typo must not be silently ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(
+                f"unknown training option(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}"
+            )
+        values = dict(data)
+        values["model_args"] = dict(values.get("model_args") or {})
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+    # -- derived -----------------------------------------------------------------------------------
+    @property
+    def worker_optimizer_spec(self) -> str:
+        """The worker's local optimizer: as given, else plain SGD at ``gem_lr`` for GEM (the paper's
+        setting, so ``--gem-lr`` means what it says) and Adam for the other modes."""
+        if self.worker_optimizer:
+            return self.worker_optimizer
+        return f"sgd:lr={self.gem_lr}" if self.mode == "gem" else "adam:lr=0.001"
+
+    @property
+    def effective_mode(self) -> str:
+        """``synchronous`` or the asynchronous mode name (for logs and the history file)."""
+        return "synchronous" if self.synchronous else self.mode
+
+    def validate(self) -> "TrainConfig":
+        """Raise ConfigError (one line: option, problem, fix) for values that can never work."""
+        if not self.model:
+            raise ConfigError("no model given; pass --model path/to/model.py (or a saved model file)")
+        if self.mode not in MODES:
+            raise ConfigError(f"--mode {self.mode!r} is unknown; use one of {', '.join(MODES)}")
+        if self.synchronous and self.mode != "downpour":
+            raise ConfigError(
+                f"--synchronous averages the workers' updates and works with --mode downpour; "
+                f"--mode {self.mode} is asynchronous by design (drop --synchronous or use --mode downpour)"
+            )
+        for name, minimum in (("epochs", 1), ("batch", 1), ("sync_every", 1), ("checkpoint_keep", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < minimum:
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag} must be an integer >= {minimum}, got {value!r}")
+        if self.checkpoint_interval < 0:
+            raise ConfigError(
+                f"--checkpoint-interval must be >= 0 epochs (0: only at the end), got {self.checkpoint_interval}"
+            )
+        for name in ("elastic_force", "gem_lr", "gem_momentum", "gem_kappa"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value!r}")
+        if not 0 < self.elastic_force <= 1:
+            raise ConfigError(f"--elastic-force must be in (0, 1], got {self.elastic_force}")
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ConfigError(f"--log-level {self.log_level!r} is unknown; use one of {', '.join(LOG_LEVELS)}")
+        if self.deadline is not None and (not math.isfinite(self.deadline) or self.deadline <= 0):
+            raise ConfigError(f"--deadline must be unix seconds (e.g. $(date -d '+2 hours' +%s)), got {self.deadline}")
+        from nnlo.algorithms.optimizers import parse_optimizer_spec
+
+        for flag, spec in (("--optimizer", self.optimizer), ("--worker-optimizer", self.worker_optimizer_spec)):
+            try:
+                parse_optimizer_spec(spec)
+            except ConfigError as e:
+                raise ConfigError(f"{flag}: {e}") from None
+        from nnlo.training.stopping import parse_rule
+
+        if self.early_stopping:
+            parse_rule(self.early_stopping, "--early-stopping")
+        if self.target_metric:
+            parse_rule(self.target_metric, "--target-metric")
+        return self

@@ -1,0 +1,88 @@
+"""Starting MPI jobs on this machine: detect an existing launch, else re-launch with ``mpirun -np N``.
+
+``nnlo train -n 3 ...`` typed at a shell is not inside an MPI launch (world size 1, no launcher
+variables), so it re-runs itself as ``mpirun -np 3 <python> -m nnlo_sched train ...``. The same command
+inside ``mpirun``/``srun``/``jsrun``/``aprun`` sees the launcher's variables and runs in that world directly.
+The ``mpirun`` next to the running Python (a virtual environment's MPICH from ``pip install mpich``) comes
+first, then the one on ``PATH``.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from nnlo.errors import ConfigError
+
+#: Variables a launcher sets in every rank (MPICH/Hydra and PMI-2, Open MPI, PMIx, Cray ALPS, IBM jsrun).
+LAUNCH_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "ALPS_APP_PE",
+                    "JSM_NAMESPACE_SIZE", "MPI_LOCALNRANKS")
+#: Set by :func:`relaunch` in the children, so they never re-launch again.
+MARKER = "NNLO_LAUNCHED"
+#: Signals the parent passes on to mpirun (which passes them to the ranks).
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def inside_mpi_launch(env: Mapping[str, str] | None = None) -> bool:
+    """True when this process was started by an MPI launcher (or by :func:`relaunch`)."""
+    env = os.environ if env is None else env
+    if env.get(MARKER) or any(env.get(v) for v in LAUNCH_VARIABLES):
+        return True
+    # Inside a Slurm job step (srun), not merely in a batch script: steps have a numeric id below 2**32-2.
+    step = env.get("SLURM_STEP_ID", "")
+    return step.isdigit() and int(step) < 4294967294 and "SLURM_PROCID" in env
+
+
+def find_mpirun() -> str:
+    """The mpirun (or mpiexec) next to this Python first, then on PATH; a one-line error if none."""
+    here = Path(sys.executable).parent
+    for name in ("mpirun", "mpiexec"):
+        candidate = here / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    for name in ("mpirun", "mpiexec"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise ConfigError("no mpirun found to start -n ranks; install an MPI: pip install mpich (or load your site's MPI)")
+
+
+def mpirun_command(n: int, argv: Sequence[str], mpirun: str | None = None) -> list[str]:
+    """``mpirun -np N <python> -m nnlo_sched <argv...>``."""
+    if n < 1:
+        raise ConfigError(f"-n must be at least 1, got {n}")
+    return [mpirun or find_mpirun(), "-np", str(n), sys.executable, "-m", "nnlo_sched", *argv]
+
+
+def relaunch(n: int, argv: Sequence[str]) -> int:
+    """Run ``nnlo <argv>`` on ``n`` ranks under mpirun; returns its exit status (signals passed on)."""
+    cmd = mpirun_command(n, argv)
+    env = dict(os.environ, **{MARKER: "1"})
+    proc = subprocess.Popen(cmd, env=env)
+    previous = {}
+
+    def forward(signum: int, frame: object) -> None:
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:  # pragma: no cover - already gone
+            pass
+
+    for sig in FORWARDED:
+        previous[sig] = signal.signal(sig, forward)
+    try:
+        while True:
+            try:
+                return _status(proc.wait())
+            except InterruptedError:  # pragma: no cover
+                continue
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _status(code: int) -> int:
+    return 128 - code if code < 0 else code

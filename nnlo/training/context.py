@@ -1,0 +1,59 @@
+"""What every role of one training needs to know: the communicator, the configuration, its place in the
+hierarchy, where to write, and the stop flag. Built once by the driver and handed to the role objects."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nnlo.config import TrainConfig
+from nnlo.roles import Hierarchy, RankInfo, TrainingGroup
+from nnlo.training.deadline import StopFlag
+
+CHECKPOINT_SUBDIR = "checkpoints"
+
+
+@dataclass
+class RunContext:
+    comm: Any  # the training group's communicator (a private duplicate)
+    config: TrainConfig
+    hierarchy: Hierarchy
+    out_dir: Path | None
+    stop: StopFlag
+    session: Any = None  # nnlo.observe.session.Session
+
+    @property
+    def rank(self) -> int:
+        return self.comm.Get_rank()
+
+    @property
+    def info(self) -> RankInfo:
+        return self.hierarchy[self.rank]
+
+    @property
+    def group(self) -> TrainingGroup:
+        return self.hierarchy.groups[0]
+
+    @property
+    def role_label(self) -> str:
+        return self.info.label()
+
+    @property
+    def master_rank(self) -> int:
+        return self.group.masters[0]
+
+    @property
+    def worker_ranks(self) -> tuple[int, ...]:
+        return self.group.worker_leaders(0)
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.worker_ranks)
+
+    @property
+    def worker_index(self) -> int | None:
+        return self.info.worker
+
+    @property
+    def checkpoint_dir(self) -> Path | None:
+        return self.out_dir / CHECKPOINT_SUBDIR if self.out_dir is not None else None

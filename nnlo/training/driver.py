@@ -1,0 +1,358 @@
+"""The one entry point of a training: :func:`train` runs on every rank of a communicator.
+
+It works on *any* communicator: ``MPI.COMM_WORLD`` for ``nnlo train``, or one training group's
+communicator inside an optimization block (the optimization engine calls it once per trial and fold). Roles
+come only from :func:`nnlo.roles.describe` applied to that communicator.
+
+Set-up is collective and failure-safe: each phase (check the configuration, load the model, open the data,
+restore) runs on every rank, then the ranks compare outcomes with one ``allgather``; if any rank failed,
+every rank raises the same :class:`~nnlo.training.failure.RankFailure` (printed once, by the rank that
+failed), so a missing file or a bad option can never leave some ranks waiting for others.
+
+During training a failure travels through the master (see :mod:`nnlo.training.master`). Anything that
+escapes that protocol (a bug, an MPI error) prints ``nnlo: error: rank R (role): message`` and aborts the
+whole MPI job: a rank that dies must never leave the others hanging.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence, TypeVar
+
+import numpy as np
+
+from nnlo import checkpoint as ckpt
+from nnlo.config import TrainConfig
+from nnlo.errors import ConfigError
+from nnlo.roles import Hierarchy, Role, Shape, describe
+from nnlo.training.context import RunContext
+from nnlo.training.deadline import StopFlag
+from nnlo.training.failure import RankFailure, describe_exception
+from nnlo.training.history import TrainResult
+
+log = logging.getLogger("nnlo.train")
+T = TypeVar("T")
+
+
+def train(
+    comm: Any,
+    config: TrainConfig,
+    *,
+    shape: Shape,
+    train_indices: Sequence[int] | np.ndarray | None = None,
+    val_indices: Sequence[int] | np.ndarray | None = None,
+    out_dir: str | Path | None = None,
+) -> TrainResult:
+    """Train ``config`` on the ranks of ``comm``; every rank calls it and every rank gets the result.
+
+    shape: the run's shape; only ``n_masters`` and ``n_processes`` matter here (a block/fold layout is
+        the caller's business: ``comm`` is already one training group).
+    train_indices: restrict training to these samples of the training files (k-fold); None = all.
+    val_indices: validate on these samples *of the training files* (a k-fold's held-out fold) instead of
+        the ``--val`` files; None = the ``--val`` files (or ``get_val()``), if any.
+    out_dir: where this training writes ``history.json``, ``config.json``, ``model.pt``, ``checkpoints/``
+        and ``logs/``; give every trial/fold its own. None = write nothing (no checkpoints).
+
+    Returns the :class:`TrainResult` on every rank (the master computes it and broadcasts it). Raises
+    :class:`RankFailure` on every rank when a rank failed (``report`` is True only on the failing rank).
+    """
+    group = comm.Dup()
+    stop = StopFlag().install()
+    ctx: RunContext | None = None
+    aborting = False
+    try:
+        ctx, role = _set_up(group, config, shape, train_indices, val_indices, out_dir, stop)
+        local = role.run()
+        top = ctx.group.top
+        data = group.bcast(local.to_dict() if group.Get_rank() == top else None, root=top)
+        result = TrainResult(**data)
+        if group.Get_rank() == top:
+            _log_summary(result)
+        return result
+    except RankFailure:
+        raise
+    except BaseException as e:  # noqa: BLE001 - anything else: report once and end the whole job
+        aborting = True
+        _abort(group, e, ctx.role_label if ctx else "starting")
+        raise  # pragma: no cover - Abort does not return
+    finally:
+        stop.restore()
+        if ctx is not None and ctx.session is not None:
+            ctx.session.close()
+        if not aborting:
+            group.Free()
+
+
+# ----------------------------------------------------------------------------------------------------
+# set-up
+# ----------------------------------------------------------------------------------------------------
+def _phase(comm: Any, hierarchy: Hierarchy | None, fn: Callable[[], T]) -> T:
+    """Run ``fn`` on every rank; if it failed anywhere, raise the first failure on every rank."""
+    value: Any = None
+    error = None
+    try:
+        value = fn()
+    except Exception as e:  # noqa: BLE001 - every failure becomes one line on one rank
+        message, code = describe_exception(e)
+        error = (message, code)
+        log.debug("set-up failed", exc_info=e)
+    errors = comm.allgather(error)
+    for r, err in enumerate(errors):
+        if err is not None:
+            role = hierarchy[r].label() if hierarchy is not None else "starting"
+            raise RankFailure(err[0], r, role, exit_code=err[1], report=r == comm.Get_rank())
+    return value
+
+
+def training_shape(shape: Shape) -> Shape:
+    """The shape of one training group; refuses what this runtime does not run yet (one line each)."""
+    if shape.n_masters != 1:
+        what = "pure all-reduce (--n-masters 0)" if shape.n_masters == 0 else f"{shape.n_masters - 1} sub-masters"
+        raise ConfigError(f"{what} is not supported by this runtime yet; use --n-masters 1")
+    if shape.n_processes != 1:
+        raise ConfigError(
+            f"all-reduce worker groups (--n-processes {shape.n_processes}) are not supported by this runtime "
+            f"yet; use --n-processes 1"
+        )
+    return Shape(n_masters=shape.n_masters, n_processes=shape.n_processes)
+
+
+def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, val_indices: Any,
+            out_dir: str | Path | None, stop: StopFlag) -> tuple[RunContext, Any]:
+    rank = comm.Get_rank()
+    out = Path(out_dir) if out_dir is not None else None
+
+    def check() -> Hierarchy:
+        config.validate()
+        hierarchy = describe(comm.Get_size(), training_shape(shape))
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            if rank == hierarchy.groups[0].top:
+                ckpt.write_json_atomic(out / "config.json", config.to_dict())
+        return hierarchy
+
+    hierarchy = _phase(comm, None, check)
+    ctx = RunContext(comm, config, hierarchy, out, stop)
+
+    def start_session() -> Any:
+        from nnlo.observe import session
+
+        ctx.session = session.start(out, rank, ctx.role_label, log_level=config.log_level,
+                                    timeline=config.timeline, monitor=config.monitor,
+                                    world_size=comm.Get_size())
+        return load_sources()
+
+    def load_sources() -> Any:
+        from nnlo.models import load_model_source
+
+        return load_model_source(config.model)
+
+    source = _phase(comm, hierarchy, start_session)
+    from nnlo.device import select_device
+
+    device = select_device(comm, ctx.info.needs_device)  # collective; cannot fail on bad input
+
+    def build() -> Any:
+        return _build_role(ctx, source, device, train_indices, val_indices)
+
+    builder = _phase(comm, hierarchy, build)
+    sizes = comm.allgather(builder.backend.n_params)
+    _phase(comm, hierarchy, lambda: _same_sizes(sizes, hierarchy))
+
+    checkpoint = _find_restore(ctx) if rank == ctx.group.top else None
+    checkpoint = comm.bcast(checkpoint, root=ctx.group.top)
+    role = _phase(comm, hierarchy, lambda: builder.make(checkpoint))
+    center = role.center if ctx.info.role is Role.MASTER else np.empty(builder.backend.n_params, np.float32)
+    comm.Bcast(center, root=ctx.master_rank)
+    if ctx.info.role is Role.WORKER:
+        role.rule.start(center)
+        _phase(comm, hierarchy, lambda: builder.restore_worker(role, checkpoint))
+    else:
+        _phase(comm, hierarchy, lambda: None)
+    return ctx, role
+
+
+def _same_sizes(sizes: list[int], hierarchy: Hierarchy) -> None:
+    if len(set(sizes)) > 1:
+        detail = ", ".join(f"rank {r}: {n}" for r, n in enumerate(sizes))
+        raise ConfigError(f"the ranks built models of different sizes ({detail}); get_model() must not be random in shape")
+
+
+def _find_restore(ctx: RunContext) -> str | None:
+    spec = ctx.config.restore
+    if not spec:
+        return None
+    if spec == "auto":
+        if ctx.out_dir is None:
+            raise ConfigError("--restore auto needs an output directory (--checkpoint DIR)")
+        where = ctx.out_dir
+    else:
+        where = Path(spec)
+    found = ckpt.find_latest(where)
+    if found is None:
+        log.info("no complete checkpoint in %s yet: starting fresh", where)
+        return None
+    log.info("restoring from %s", found)
+    return str(found)
+
+
+def _seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+class _Builder:
+    """Builds this rank's role object (master or worker) from the loaded model source."""
+
+    def __init__(self, ctx: RunContext, backend: Any, data: Any) -> None:
+        self.ctx, self.backend, self.data = ctx, backend, data
+
+    def make(self, checkpoint: str | None) -> Any:
+        from nnlo.training.master import Master
+        from nnlo.training.modes import make_worker_rule
+        from nnlo.training.worker import Worker
+        from nnlo.transport import Link
+
+        ctx = self.ctx
+        manifest = ckpt.read_manifest(checkpoint) if checkpoint else None
+        if ctx.info.role is Role.MASTER:
+            state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
+            return Master(ctx, self.backend, self.data, restored=state)
+        link = Link(ctx.comm, timeout=_timeout())
+        rule = make_worker_rule(self.backend, ctx.config, ctx.n_workers, link, ctx.master_rank)
+        position = (int(manifest["epoch"]), 0) if manifest else (0, 0)
+        return Worker(ctx, self.backend, self.data, rule, position)
+
+    def restore_worker(self, worker: Any, checkpoint: str | None) -> None:
+        if not checkpoint:
+            return
+        ctx = self.ctx
+        manifest = ckpt.read_manifest(checkpoint)
+        name = ckpt.part_name("worker", ctx.worker_index)
+        same = manifest.get("n_workers") == ctx.n_workers and manifest.get("mode") == ctx.config.effective_mode
+        if not same or not (Path(checkpoint) / name).is_file():
+            if ctx.worker_index == 0:
+                log.warning("checkpoint %s was written by %s worker(s) in mode %s; workers restart epoch %d "
+                            "with fresh optimizer state", checkpoint, manifest.get("n_workers"),
+                            manifest.get("mode"), int(manifest["epoch"]) + 1)
+            return
+        state = ckpt.read_part(checkpoint, name)
+        worker.load_state_dict(state)
+        pos = state["position"]
+        epoch, batch = int(pos["epoch"]), int(pos["batch"])
+        if epoch < int(manifest["epoch"]):  # its epoch was completed after it parked at the barrier
+            epoch, batch = int(manifest["epoch"]), 0
+        worker.epoch, worker.batch = epoch, batch
+
+
+def _timeout() -> float | None:
+    import os
+
+    raw = os.environ.get("NNLO_COMM_TIMEOUT")
+    return float(raw) if raw else None
+
+
+def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, val_indices: Any) -> _Builder:
+    from nnlo.backends import make_backend
+
+    cfg = ctx.config
+    _seed(cfg.seed)
+    model = source.build(**cfg.model_args)
+    backend = make_backend(model, cfg, device)
+    _seed(cfg.seed + 7919 * (ctx.rank + 1))  # distinct dropout streams per rank, reproducible per seed
+    is_master = ctx.info.role is Role.MASTER
+    data = _validation(ctx, source, val_indices) if is_master else _training(ctx, source, train_indices)
+    return _Builder(ctx, backend, data)
+
+
+def _fields(ctx: RunContext, source: Any) -> tuple[Any, Any]:
+    cfg = ctx.config
+    features = cfg.features_name or source.optional("get_features") or "features"
+    labels = cfg.labels_name or source.optional("get_labels") or "labels"
+    return features, labels
+
+
+def _files(ctx: RunContext, source: Any, which: str) -> list[Any] | None:
+    from nnlo.data import read_list_file
+
+    given = getattr(ctx.config, which)
+    if given:
+        return list(read_list_file(given))
+    files = source.optional(f"get_{which}")
+    if files:
+        missing = [f for f in files if not Path(f).is_file()]
+        if missing:
+            raise ConfigError(f"{missing[0]} returned by get_{which}() of {source.path} does not exist")
+        return list(files)
+    return None
+
+
+def _training(ctx: RunContext, source: Any, indices: Any) -> Any:
+    from nnlo.data import H5Dataset, ShardedLoader
+
+    cfg = ctx.config
+    files = _files(ctx, source, "train")
+    if files is None:
+        raise ConfigError("no training data: pass --train LIST (a text file naming HDF5 files) or define get_train()")
+    features, labels = _fields(ctx, source)
+    dataset = H5Dataset(files, features=features, labels=labels, preload=cfg.preload_data or cfg.cache_data)
+    assert ctx.worker_index is not None
+    return ShardedLoader(dataset, indices, ctx.n_workers, ctx.worker_index, cfg.batch, seed=cfg.seed)
+
+
+def _validation(ctx: RunContext, source: Any, indices: Any) -> Any:
+    from nnlo.data import H5Dataset
+    from nnlo.training.master import Validator
+
+    cfg = ctx.config
+    features, labels = _fields(ctx, source)
+    preload = cfg.preload_data or cfg.cache_data
+    if indices is not None:
+        files = _files(ctx, source, "train")
+        if files is None:
+            raise ConfigError("val_indices select training samples, but there is no training data list")
+        dataset = H5Dataset(files, features=features, labels=labels, preload=preload)
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+    else:
+        files = _files(ctx, source, "val")
+        if files is None:
+            for flag, rule in (("--early-stopping", cfg.early_stopping), ("--target-metric", cfg.target_metric)):
+                if rule and rule.strip().startswith("val_"):
+                    raise ConfigError(f"{flag} {rule} needs validation data; pass --val LIST")
+            log.warning("no validation data (--val): the history holds training metrics only")
+            return None
+        dataset = H5Dataset(files, features=features, labels=labels, preload=preload)
+        idx = np.arange(len(dataset), dtype=np.int64)
+    if idx.size == 0:
+        raise ConfigError("the validation set is empty; pass a --val list with samples")
+    return Validator(dataset, idx, max(cfg.batch, 256))
+
+
+# ----------------------------------------------------------------------------------------------------
+# endings
+# ----------------------------------------------------------------------------------------------------
+def _log_summary(result: TrainResult) -> None:
+    final = result.final
+    metrics = ", ".join(f"{k} {final[k]:.4f}" for k in ("val_loss", "val_accuracy", "loss") if final.get(k) is not None)
+    log.info("done: %s after %d epoch(s), %d updates, %.1f s%s", result.stopped_reason, result.epochs_done,
+             result.updates, result.seconds, f"; {metrics}" if metrics else "")
+    for label, path in (("history", result.history_path), ("model", result.model_path),
+                        ("checkpoint", result.checkpoint)):
+        if path:
+            log.info("%s: %s", label, path)
+
+
+def _abort(comm: Any, exc: BaseException, role: str) -> None:
+    message, code = describe_exception(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        message, code = "interrupted", 130
+    rank = comm.Get_rank()
+    log.debug("aborting", exc_info=exc)
+    sys.stderr.write(f"nnlo: error: rank {rank} ({role}): {message}\n")
+    sys.stderr.flush()
+    comm.Abort(code)

@@ -1,0 +1,46 @@
+"""A failure of one rank, known to every rank of the training group.
+
+Why: when a worker's model raises or its loss turns NaN, the other ranks must not hang and the user must see
+*one* line naming the cause and the rank. The failing rank tells its master, the master tells every other
+worker at its next message, and each rank raises :class:`RankFailure` carrying the original message; only
+the originating rank has ``report=True``, so the command line prints the line once. Callers inside Python
+(the optimization engine) catch it like any :class:`~nnlo.errors.NnloError` and may record a failed trial.
+"""
+from __future__ import annotations
+
+from nnlo.errors import NnloError
+
+
+class RankFailure(NnloError):
+    """``rank R (role): message`` - raised on every rank of a group when one of them failed."""
+
+    def __init__(self, message: str, rank: int, role: str, *, exit_code: int = 1, report: bool = True) -> None:
+        super().__init__(message)
+        self.message, self.rank, self.role = message, rank, role
+        self.exit_code = exit_code
+        self.report = report
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} ({self.role}): {self.message}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"message": self.message, "rank": self.rank, "role": self.role, "exit_code": self.exit_code}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object], *, report: bool) -> "RankFailure":
+        return cls(str(data["message"]), int(data["rank"]), str(data["role"]),  # type: ignore[arg-type]
+                   exit_code=int(data.get("exit_code", 1)), report=report)  # type: ignore[arg-type]
+
+
+def describe_exception(exc: BaseException) -> tuple[str, int]:
+    """(one-line message, exit code) for any exception: NnloErrors as they are, others with their type."""
+    if isinstance(exc, RankFailure):
+        return exc.message, exc.exit_code
+    if isinstance(exc, NnloError):
+        return str(exc), getattr(exc, "exit_code", 2)
+    from nnlo.roles import RoleError
+
+    if isinstance(exc, RoleError):
+        return str(exc), 2
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__, 1

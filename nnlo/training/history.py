@@ -1,0 +1,68 @@
+"""Per-epoch history, the best epoch, and the result a training returns.
+
+The history file (``history.json`` in the run's output directory) is rewritten atomically after every
+epoch, so a run that dies keeps its curve, and ``nnlo status``/``nnlo plot`` can read it while it runs.
+Entries are flat dicts: ``epoch`` (1-based), ``loss`` (and ``accuracy``) over the training samples of the
+epoch, ``val_loss``/``val_accuracy``, ``samples``, ``samples_per_s``, ``seconds``, ``updates`` and whatever
+observability adds (CPU/GPU use).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nnlo.checkpoint import write_json_atomic
+
+HISTORY_FILE = "history.json"
+
+#: Why a training ended.
+STOP_REASONS = ("completed", "early_stopping", "target_metric", "deadline", "signal", "failed")
+
+
+@dataclass
+class TrainResult:
+    """What :func:`nnlo.training.driver.train` returns (on every rank of the group).
+
+    history: one dict per epoch; final: the last epoch's metrics (``val_loss``, ``val_accuracy`` for
+    classification, ``loss``...); best: the entry with the lowest ``val_loss`` (``loss`` without
+    validation); stopped_reason: one of :data:`STOP_REASONS`; checkpoint: the newest complete checkpoint
+    written by this run (None if none); resumable: True when the run stopped early (deadline/signal) with
+    a fresh checkpoint, i.e. resubmitting it with ``--restore`` continues it.
+    """
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    final: dict[str, Any] = field(default_factory=dict)
+    best: dict[str, Any] = field(default_factory=dict)
+    epochs_done: int = 0
+    stopped_reason: str = "completed"
+    out_dir: str | None = None
+    checkpoint: str | None = None
+    model_path: str | None = None
+    history_path: str | None = None
+    updates: int = 0
+    seconds: float = 0.0
+
+    @property
+    def resumable(self) -> bool:
+        return self.stopped_reason in ("deadline", "signal") and self.checkpoint is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def best_entry(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The epoch with the lowest finite ``val_loss`` (or ``loss`` when there is no validation)."""
+    key = "val_loss" if any(e.get("val_loss") is not None for e in history) else "loss"
+    scored = [e for e in history if isinstance(e.get(key), (int, float)) and math.isfinite(e[key])]
+    return dict(min(scored, key=lambda e: e[key])) if scored else {}
+
+
+def write_history(out_dir: str | Path, result: TrainResult, extra: dict[str, Any]) -> Path:
+    """Atomically write ``history.json`` (history, final, best, why it stopped, and ``extra``)."""
+    data = dict(extra)
+    data.update(history=result.history, final=result.final, best=result.best,
+                epochs_done=result.epochs_done, stopped_reason=result.stopped_reason,
+                checkpoint=result.checkpoint, model=result.model_path)
+    return write_json_atomic(Path(out_dir) / HISTORY_FILE, data)

@@ -1,0 +1,143 @@
+"""A worker: trains on its shard of each epoch, ``sync_every`` batches at a time, and exchanges with its master.
+
+The data position is ``(epoch, batch)``: each epoch's global order comes from the seed, the worker's shard
+and batches from :class:`nnlo.data.ShardedLoader` (equal batch counts on every worker, last partial batch
+kept), so a checkpoint needs only those two numbers to resume exactly where it stopped.
+
+If anything fails while computing (the model raises, the loss is NaN, a data file went missing), the worker
+sends its master an ``error`` message with the one-line cause, so the master can stop the other workers
+instead of letting them hang, and raises :class:`~nnlo.training.failure.RankFailure`.
+
+Seam for all-reduce worker groups (``--n-processes`` > 1): :meth:`Worker._train_batch` is the one place that
+computes a step; a group would all-reduce the gradient there and only the leader would call the exchange.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from typing import Any
+
+import numpy as np
+
+from nnlo import checkpoint as ckpt
+from nnlo.backends.base import Backend
+from nnlo.errors import ModelError, NnloError, TrainingError
+from nnlo.observe.trace import get_tracer
+from nnlo.training.context import RunContext
+from nnlo.training.failure import RankFailure, describe_exception
+from nnlo.training.modes import WorkerRule
+
+log = logging.getLogger("nnlo.worker")
+
+
+class Worker:
+    def __init__(self, ctx: RunContext, backend: Backend, loader: Any, rule: WorkerRule,
+                 position: tuple[int, int] = (0, 0)) -> None:
+        self.ctx, self.backend, self.loader, self.rule = ctx, backend, loader, rule
+        self.cfg = ctx.config
+        self.epoch, self.batch = position
+        self.index = ctx.worker_index
+
+    # -- state -------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "optimizer": self.backend.optimizer_state(),
+            "position": {"epoch": self.epoch, "batch": self.batch},
+            "rule": self.rule.state_dict(),
+            "rng": {"numpy": np.random.get_state(), "python": random.getstate(),
+                    "backend": self.backend.rng_state()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.backend.load_optimizer_state(state["optimizer"])
+        self.rule.load_state_dict(state.get("rule", {}))
+        rng = state.get("rng", {})
+        if "numpy" in rng:
+            np.random.set_state(rng["numpy"])
+        if "python" in rng:
+            random.setstate(rng["python"])
+        if rng.get("backend"):
+            self.backend.set_rng_state(rng["backend"])
+
+    # -- main loop ---------------------------------------------------------------------------------
+    def run(self) -> None:
+        se = self.cfg.sync_every
+        while self.epoch < self.cfg.epochs:
+            plan = self.loader.batch_indices(self.epoch)
+            while True:
+                chunk = plan[self.batch:self.batch + se]
+                header = self._train_chunk(chunk)
+                self.batch += len(chunk)
+                header.update(epoch=self.epoch, epoch_end=self.batch >= len(plan),
+                              stop_requested=self.ctx.stop.signal_name)
+                reply = self.rule.exchange(header)
+                if self._handle(reply):
+                    return
+                if self.batch >= len(plan):
+                    break
+            self.epoch, self.batch = self.epoch + 1, 0
+
+    def _train_chunk(self, chunk: list[np.ndarray]) -> dict[str, Any]:
+        tracer = get_tracer()
+        t0 = time.monotonic()
+        samples, loss_sum, correct = 0, 0.0, None
+        try:
+            for b, idx in enumerate(chunk):
+                with tracer.span("read batch", "io"):
+                    x, y = self.loader.dataset.read(idx)
+                with tracer.span("train batch", "compute"):
+                    metrics = self._train_batch(x, y)
+                loss = metrics.get("loss", 0.0)
+                if not math.isfinite(loss):
+                    raise TrainingError(
+                        f"loss is {loss} at epoch {self.epoch + 1}, batch {self.batch + b + 1}; lower the "
+                        f"learning rate (--worker-optimizer/--gem-lr) or check the data for NaN/inf"
+                    )
+                n = int(metrics.get("count", len(idx)))
+                samples += n
+                loss_sum += loss * n
+                if "correct" in metrics:
+                    correct = (correct or 0.0) + metrics["correct"]
+        except Exception as e:  # noqa: BLE001 - tell the master, then fail this rank
+            self._report(e)
+        return {"samples": samples, "loss_sum": loss_sum, "correct": correct,
+                "seconds": time.monotonic() - t0}
+
+    def _train_batch(self, x: Any, y: Any) -> dict[str, float]:
+        try:
+            return self.backend.train_on_batch(x, y)
+        except (NnloError, MemoryError):
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's model raised: name it
+            raise ModelError(f"the model raised {type(e).__name__} while training: {e}") from e
+
+    def _report(self, exc: BaseException) -> None:
+        message, code = describe_exception(exc)
+        failure = RankFailure(message, self.ctx.rank, self.ctx.role_label, exit_code=code, report=True)
+        log.debug("failing", exc_info=exc)
+        self.rule.link.send(self.rule.master, {"kind": "error", "failure": failure.to_dict()})
+        raise failure from None
+
+    def _handle(self, reply: dict[str, Any]) -> bool:
+        """Act on the master's reply; True when this worker must stop."""
+        action = reply.get("action")
+        if action == "abort":
+            data = reply.get("failure") or {"message": "another rank failed", "rank": -1, "role": "?"}
+            raise RankFailure.from_dict(data, report=False)
+        if reply.get("checkpoint"):
+            self._write_part(reply["checkpoint"])
+        return action == "stop"
+
+    def _write_part(self, directory: str) -> None:
+        error = None
+        try:
+            with get_tracer().span("checkpoint part", "io"):
+                ckpt.write_part(directory, ckpt.part_name("worker", self.index), self.state_dict())
+        except Exception as e:  # noqa: BLE001
+            error = f"{type(e).__name__}: {e}"
+        self.rule.link.ack(self.rule.master, error)
+        if error:
+            raise RankFailure(f"cannot write checkpoint part into {directory}: {error}",
+                              self.ctx.rank, self.ctx.role_label, report=True)

@@ -1,0 +1,119 @@
+"""Messages between a master and its workers: a small header object, then (optionally) one flat tensor.
+
+Why two parts: control information (what kind of message, sample counts, losses, "stop", "checkpoint into
+this directory") is tiny and varied, so it travels as a pickled dict (lowercase ``send``/``recv``); tensors
+are large, so they travel as contiguous float32 buffers with the uppercase ``Send``/``Recv`` into
+preallocated arrays (no pickling, no copies). MPI keeps messages between one pair of ranks in order, so the
+array always follows its header.
+
+Tags: ``HEADER``/``ARRAY`` for exchanges, ``ACK`` for "my checkpoint part is written" (a separate tag so a
+worker that acknowledges and immediately sends its next update is never confused with it).
+
+The same :class:`Link` serves any communicator (a whole world or a training group inside an optimization
+block): ranks are always ranks of ``comm``. Sub-masters will use one Link towards their workers and one
+towards the uber-master.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from nnlo.errors import TrainingError
+from nnlo.observe.trace import get_tracer
+
+HEADER, ARRAY, ACK = 101, 102, 103
+ANY: int = -2  # replaced by MPI.ANY_SOURCE at import (MPICH: -2); never hard-code it
+
+
+def _any_source() -> int:
+    from mpi4py import MPI
+
+    return int(MPI.ANY_SOURCE)
+
+
+ANY = _any_source()
+
+
+class Link:
+    """Point-to-point header+tensor messages on ``comm``.
+
+    ``timeout`` (seconds, None = wait forever) bounds how long a receive waits for a peer: a peer that hung
+    without dying (a dead one makes the MPI launcher end the job) then raises a TrainingError instead of
+    hanging the run until the walltime. Waiting with a timeout polls, so it is off by default.
+    """
+
+    def __init__(self, comm: Any, timeout: float | None = None) -> None:
+        from mpi4py import MPI
+
+        self.comm = comm
+        self.timeout = timeout
+        self._MPI = MPI
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    # -- sending -----------------------------------------------------------------------------------
+    def send(self, dest: int, header: dict[str, Any], array: np.ndarray | None = None) -> None:
+        """Send ``header`` and, if given, ``array`` (flat, contiguous float32) to ``dest``."""
+        header = dict(header, array=array is not None)
+        tracer = get_tracer()
+        with tracer.span(f"send {header.get('kind', 'msg')}", "comm", dest=dest):
+            self.comm.send(header, dest=dest, tag=HEADER)
+            if array is not None:
+                _check(array)
+                self.comm.Send([array, self._MPI.FLOAT], dest=dest, tag=ARRAY)
+                self.bytes_sent += array.nbytes
+
+    def ack(self, dest: int, error: str | None = None) -> None:
+        """Tell ``dest`` that this rank's checkpoint part is written (or why it is not)."""
+        self.comm.send({"kind": "ack", "error": error}, dest=dest, tag=ACK)
+
+    # -- receiving ---------------------------------------------------------------------------------
+    def recv(self, source: int = ANY, out: np.ndarray | None = None) -> tuple[int, dict[str, Any], np.ndarray | None]:
+        """Wait for a header from ``source`` (any rank by default), then its array into ``out``.
+
+        Returns ``(source rank, header, out or None)``. ``out`` must be given when an array may follow.
+        """
+        tracer = get_tracer()
+        status = self._MPI.Status()
+        with tracer.span("wait", "wait"):
+            self._wait(source, HEADER)
+            header = self.comm.recv(source=source, tag=HEADER, status=status)
+        src = status.Get_source()
+        if not header.get("array"):
+            return src, header, None
+        if out is None:
+            raise TrainingError(f"rank {src} sent a tensor where none was expected ({header.get('kind')})")
+        with tracer.span(f"recv {header.get('kind', 'msg')}", "comm", source=src):
+            self.comm.Recv([out, self._MPI.FLOAT], source=src, tag=ARRAY)
+        self.bytes_received += out.nbytes
+        return src, header, out
+
+    def recv_ack(self, source: int) -> str | None:
+        """Wait for ``source``'s checkpoint acknowledgement; returns its error message or None."""
+        with get_tracer().span("wait checkpoint ack", "wait", source=source):
+            self._wait(source, ACK)
+            msg = self.comm.recv(source=source, tag=ACK)
+        return msg.get("error")
+
+    def _wait(self, source: int, tag: int) -> None:
+        if self.timeout is None:
+            return
+        end = time.monotonic() + self.timeout
+        pause = 1e-4
+        while not self.comm.Iprobe(source=source, tag=tag):
+            if time.monotonic() > end:
+                who = "any worker" if source == ANY else f"rank {source}"
+                raise TrainingError(
+                    f"no message from {who} for {self.timeout:g} s; a peer hangs (raise NNLO_COMM_TIMEOUT "
+                    f"if its steps are that slow)"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+
+def _check(array: np.ndarray) -> None:
+    if array.dtype != np.float32 or not array.flags.c_contiguous:
+        raise TypeError(f"tensors travel as contiguous float32 arrays, got {array.dtype} "
+                        f"(contiguous={array.flags.c_contiguous})")

@@ -1,0 +1,200 @@
+"""``nnlo train``: train one model with a master and workers, on this machine or inside a batch job.
+
+The options live in :func:`training_options` so ``nnlo optimize`` reuses them verbatim;
+:func:`config_from_params` and :func:`shape_from_params` turn click's parameters into a
+:class:`~nnlo.config.TrainConfig` and a :class:`~nnlo.roles.Shape` (the scheduler side sizes jobs with the
+latter). Nothing heavy is imported at module level: ``nnlo --help`` must stay fast.
+
+Exit status: 0 finished (all epochs, early stopping or target reached); 75 stopped early on the deadline or
+a signal with a fresh complete checkpoint (resubmit with ``--restore auto`` and it resumes); 1 a rank
+failed; 2 bad input.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+import click
+
+EXIT_RESUMABLE = 75
+DEFAULT_RUNS = "nnlo-runs"
+
+_OPTIMIZERS = "sgd (lr, momentum, nesterov), adam, rmsprop, adadelta, e.g. sgd:lr=0.1,momentum=0.9"
+
+
+def _deadline_default() -> float | None:
+    raw = os.environ.get("NNLO_DEADLINE")
+    try:
+        return float(raw) if raw else None
+    except ValueError:
+        raise click.BadParameter(f"NNLO_DEADLINE={raw!r} is not unix seconds", param_hint="--deadline") from None
+
+
+def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Every training option (upstream vocabulary), as one reusable decorator."""
+    options = [
+        click.option("--model", required=True, metavar="PATH",
+                     help="Model: a .py module with get_model() (upstream contract), a torch .pt/.pth saved "
+                          "with torch.save(model), or a Keras .json/.keras/.h5 file."),
+        click.option("--train", "train", metavar="LIST",
+                     help="Text file naming the training HDF5 files, one per line (default: get_train())."),
+        click.option("--val", metavar="LIST",
+                     help="Text file naming the validation HDF5 files (default: get_val(); none: no validation)."),
+        click.option("--features-name", metavar="NAME",
+                     help="HDF5 dataset holding the inputs (default: get_features() or 'features')."),
+        click.option("--labels-name", metavar="NAME",
+                     help="HDF5 dataset holding the targets (default: get_labels() or 'labels')."),
+        click.option("--loss", default="categorical_crossentropy", show_default=True,
+                     help="Loss, Keras or torch spelling: categorical_crossentropy (logits; one-hot or index "
+                          "labels), sparse_categorical_crossentropy, binary_crossentropy, nll, mse, mae, huber."),
+        click.option("--epochs", type=click.IntRange(min=1), default=10, show_default=True,
+                     help="Passes over the training samples (each sample once per epoch across all workers)."),
+        click.option("--batch", type=click.IntRange(min=1), default=100, show_default=True,
+                     help="Samples per batch on each worker (the last partial batch is kept)."),
+        click.option("--optimizer", default="sgd:lr=1.0", show_default=True,
+                     help=f"The master's rule for applying worker updates: {_OPTIMIZERS}. sgd:lr=1 adds "
+                          "updates as they are (classic Downpour)."),
+        click.option("--worker-optimizer", metavar="SPEC",
+                     help=f"Each worker's local optimizer: {_OPTIMIZERS}. Default: sgd:lr=<gem-lr> with "
+                          "--mode gem, adam:lr=0.001 otherwise."),
+        click.option("--mode", type=click.Choice(["downpour", "easgd", "gem"]), default="gem", show_default=True,
+                     help="Algorithm: downpour (workers send weight deltas), easgd (elastic averaging), gem "
+                          "(gradient energy matching, arXiv:1805.08469)."),
+        click.option("--sync-every", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Local batches a worker trains between exchanges with its master."),
+        click.option("--synchronous", is_flag=True,
+                     help="Wait for all workers each round and apply the mean of their updates (with "
+                          "--mode downpour; the learning rate does not change with the number of workers)."),
+        click.option("--elastic-force", type=float, default=0.9, show_default=True,
+                     help="EASGD: elastic force; alpha = elastic_force / number of workers."),
+        click.option("--gem-lr", type=float, default=0.01, show_default=True,
+                     help="GEM: learning rate of the proxy SGD (and of the workers' default SGD)."),
+        click.option("--gem-momentum", type=float, default=0.9, show_default=True,
+                     help="GEM: momentum of the proxy whose kinetic energy the workers match."),
+        click.option("--gem-kappa", type=float, default=2.0, show_default=True,
+                     help="GEM: energy matching factor kappa."),
+        click.option("--early-stopping", metavar="METRIC,CMP,PATIENCE",
+                     help="Stop when METRIC has not improved for PATIENCE epochs, e.g. 'val_loss,<,4'."),
+        click.option("--target-metric", metavar="METRIC,CMP,VALUE",
+                     help="Stop as soon as METRIC reaches VALUE, e.g. 'val_accuracy,>,0.95'."),
+        click.option("--checkpoint", metavar="DIR",
+                     help="Run directory: history, model and checkpoints (DIR/checkpoints) go there; enables "
+                          "checkpoints every --checkpoint-interval epochs and at the end."),
+        click.option("--checkpoint-interval", type=click.IntRange(min=0), default=5, show_default=True,
+                     help="Epochs between checkpoints (0: only at the end and before a deadline/signal stop)."),
+        click.option("--restore", metavar="DIR|auto",
+                     help="Resume from the newest complete checkpoint in DIR (a run or checkpoint folder); "
+                          "'auto' looks in the run directory. No checkpoint there yet: start fresh."),
+        click.option("--preload-data", is_flag=True, help="Read all data into memory once before training."),
+        click.option("--cache-data", is_flag=True,
+                     help="Keep the data in memory after reading it (same as --preload-data here)."),
+        click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+                     show_default=True, help="Verbosity of the console and of logs/rank-<r>.log."),
+        click.option("--trial-name", metavar="NAME",
+                     help=f"Name of this run (default run directory: {DEFAULT_RUNS}/NAME)."),
+        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Seed of the weight initialisation and of every epoch's data order."),
+        click.option("--n-masters", type=click.IntRange(min=0), default=1, show_default=True,
+                     help="1: one master; 0: pure all-reduce; M > 1: an uber-master above M-1 masters."),
+        click.option("--n-processes", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Ranks per worker (an all-reduce group acting as one worker)."),
+        click.option("--monitor", is_flag=True, help="Sample CPU/GPU use; adds it to the history and a time summary."),
+        click.option("--timeline", is_flag=True,
+                     help="Record a per-rank trace (see 'nnlo timeline RUN' for a Chrome trace)."),
+        click.option("--deadline", type=float, default=_deadline_default, metavar="UNIX_SECONDS",
+                     help="Write a complete checkpoint and stop (exit 75) before this time "
+                          "(default: $NNLO_DEADLINE)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def config_from_params(params: dict[str, Any]) -> Any:
+    """click parameters (as the command receives them) -> :class:`nnlo.config.TrainConfig`."""
+    from nnlo.config import TrainConfig
+
+    names = set(TrainConfig.__dataclass_fields__)
+    values = {k: v for k, v in params.items() if k in names}
+    return TrainConfig.from_dict(values)
+
+
+def shape_from_params(params: dict[str, Any]) -> Any:
+    """click parameters -> :class:`nnlo.roles.Shape` (n_masters, n_processes)."""
+    from nnlo.roles import Shape
+
+    return Shape(n_masters=int(params.get("n_masters", 1)), n_processes=int(params.get("n_processes", 1)))
+
+
+def default_out_dir(config: Any) -> str:
+    """Where a run writes when --checkpoint is not given: nnlo-runs/<trial name or model name>."""
+    from pathlib import Path
+
+    name = config.trial_name or Path(config.model).stem or "run"
+    return str(Path(DEFAULT_RUNS) / name)
+
+
+def argv_from_params(command: click.Command, params: dict[str, Any], drop: tuple[str, ...] = ()) -> list[str]:
+    """Rebuild a command line from parsed parameters (for re-launching under mpirun)."""
+    argv: list[str] = []
+    for p in command.params:
+        if not isinstance(p, click.Option) or p.name in drop or p.name not in params:
+            continue
+        value = params[p.name]
+        flag = max(p.opts, key=len)
+        if p.is_flag:
+            if value:
+                argv.append(flag)
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+@click.command("train")
+@training_options
+@click.option("-n", "--np", "np_", type=click.IntRange(min=1), metavar="N",
+              help="Start N ranks with mpirun on this machine (1 master + N-1 workers). Ignored inside an "
+                   "existing MPI launch (mpirun/srun/jsrun/aprun), which sets the ranks itself.")
+@click.pass_context
+def train_command(ctx: click.Context, np_: int | None, **params: Any) -> None:
+    """Train one model with 1 master and N-1 workers (Downpour, EASGD, GEM or synchronous).
+
+    Example: nnlo train -n 3 --model examples/digits_torch.py --train train.list --val val.list --mode gem
+
+    Writes history.json, config.json, model.pt and logs/ into the run directory (--checkpoint DIR, else
+    nnlo-runs/NAME). Exit status: 0 done, 75 stopped on deadline/signal with a checkpoint (resumable), 1 a
+    rank failed, 2 bad input.
+    """
+    from nnlo.launch import inside_mpi_launch, relaunch
+
+    if np_ is not None and not inside_mpi_launch():
+        argv = ["train", *argv_from_params(ctx.command, params)]
+        sys.exit(relaunch(np_, argv))
+    config = config_from_params(params)
+    shape = shape_from_params(params)
+    sys.exit(run_training(config, shape, np_))
+
+
+def run_training(config: Any, shape: Any, expected_ranks: int | None = None) -> int:
+    """Train in the current MPI world; returns the process exit status (prints errors once)."""
+    from mpi4py import MPI
+
+    from nnlo.training.driver import train
+    from nnlo.training.failure import RankFailure
+
+    comm = MPI.COMM_WORLD
+    if expected_ranks is not None and expected_ranks != comm.Get_size() and comm.Get_rank() == 0:
+        click.echo(f"nnlo: note: running on the launcher's {comm.Get_size()} ranks, not -n {expected_ranks}",
+                   err=True)
+    out_dir = config.checkpoint or default_out_dir(config)
+    try:
+        result = train(comm, config, shape=shape, out_dir=out_dir)
+    except RankFailure as e:
+        if e.report:
+            click.echo(f"nnlo: error: {e}", err=True)
+        return e.exit_code
+    return EXIT_RESUMABLE if result.resumable else 0
+
+
+command = train_command
