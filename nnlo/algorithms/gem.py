@@ -5,7 +5,8 @@ Asynchronous workers all push into one central variable, so the center moves wit
 grows with the number of workers and eventually diverges. GEM keeps the kinetic energy of the center's motion
 at or below that of a *proxy*: plain sequential SGD with momentum. Each worker tracks the proxy's velocity
 from its own updates and scales every coordinate of its next update so that, added to the motion the center
-already had (from the other workers), the total matches ``kappa`` times the proxy's velocity::
+already has (all commits since this worker's previous pull), the total matches ``kappa`` times the proxy's
+velocity::
 
     proxy <- momentum * proxy + update                  (the proxy's velocity, per coordinate)
     pi    <- (kappa*|proxy| - |central_delta|) / (|update| + eps),  clipped to [0, max_scale]
@@ -16,12 +17,14 @@ Inputs, per call (all flat float32 vectors of the model's size):
 - ``update``: the worker's own local update since its last commit, i.e. its new weights minus the weights it
   started from (for one plain SGD step that is ``-lr * grad``; see :meth:`GEMState.rescale_gradient`);
 - ``central_delta``: how far the central variable moved between this worker's previous pull and the pull it
-  just made (the center it receives now minus the center it received last time), i.e. the energy the other
-  workers already put in.
+  just made (the center it receives now minus the center it received last time): the motion the system
+  already has, from the other workers' commits and this worker's own previous one.
 
 The worker then commits ``pi * update`` to the master, which adds it to the center (Downpour with
 ``sgd:lr=1``), and continues from the freshly pulled center plus that rescaled update.
 
+``lr`` only enters through :meth:`GEMState.rescale_gradient`; with :meth:`GEMState.rescale` the worker's own
+optimizer sets the step size (the paper's setting is plain SGD at the GEM learning rate, ``sgd:lr=<gem lr>``).
 Upstream defaults: ``lr=0.01``, ``momentum=0.9``, ``kappa=2.0``. ``max_scale=5`` bounds ``pi`` for numerical
 safety where the worker's update is tiny (as the authors' reference code does).
 """
