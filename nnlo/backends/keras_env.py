@@ -6,12 +6,19 @@ hundreds of MB per process, so nothing in nnlo imports it at module level. Every
 
 - pins Keras 3 to the TensorFlow backend (``KERAS_BACKEND=tensorflow``) before Keras is first imported, and
   refuses a Keras that was already imported with another backend;
-- quiets TensorFlow's C++ start-up chatter (``TF_CPP_MIN_LOG_LEVEL=2`` unless the user set it);
+- quiets TensorFlow's C++ start-up chatter (``TF_CPP_MIN_LOG_LEVEL=2``) and turns off its oneDNN custom CPU
+  kernels (``TF_ENABLE_ONEDNN_OPTS=0``), whose notice every rank would print twice and whose round-off
+  differs from the reference kernels (TensorFlow's own warning); ``TF_ENABLE_ONEDNN_OPTS=1`` brings oneDNN's
+  faster CPU convolutions back;
 - limits TensorFlow to **one inter-op and one intra-op thread under MPI**, because several ranks usually share
-  a node and each TensorFlow would otherwise start a thread pool as large as the node, oversubscribing it
+  a node and each TensorFlow would otherwise start thread pools as large as the node, oversubscribing it
   many times over. ``NNLO_TF_THREADS=N`` sets both pools to N (``0`` = TensorFlow's own default, one thread
   per core) -- e.g. one rank per Summit resource set of 7 cores wants ``NNLO_TF_THREADS=7``;
 - turns a missing TensorFlow into :class:`~nnlo.errors.ModelError` ("install nnlo[tf]").
+
+The environment part is :func:`prepare_environment`: it only sets variables (TensorFlow reads
+``TF_NUM_INTRAOP_THREADS``/``TF_NUM_INTEROP_THREADS`` when it starts), so a rank can call it before running a
+user's model module that imports Keras itself. Variables the user set are never overwritten.
 """
 from __future__ import annotations
 
@@ -71,7 +78,26 @@ def thread_count() -> int | None:
     return 1 if under_mpi() else None
 
 
+def prepare_environment() -> None:
+    """Set the environment TensorFlow reads at start-up (see the module docstring); imports nothing.
+
+    Call it in every rank before a model module may import Keras; :func:`require_keras` calls it too.
+    """
+    if "keras" not in sys.modules:
+        os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    try:
+        n = thread_count()
+    except ModelError:
+        return  # a bad NNLO_TF_THREADS is reported by require_keras, only to Keras users
+    if n is not None:
+        os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(n))
+        os.environ.setdefault("TF_NUM_INTEROP_THREADS", str(n))
+
+
 def _configure_threads(tf: ModuleType) -> None:
+    """Also set the pools through the API (effective if TensorFlow was imported before the variables)."""
     global _threads_done
     if _threads_done:
         return
@@ -80,12 +106,12 @@ def _configure_threads(tf: ModuleType) -> None:
     if n is None:
         return
     try:
-        tf.config.threading.set_intra_op_parallelism_threads(n)
-        tf.config.threading.set_inter_op_parallelism_threads(n)
-    except RuntimeError:
-        # TensorFlow already ran an op (the user's own code did): its pools are fixed now.
-        log.warning("TensorFlow was initialised before nnlo could set its thread pools to %d; "
-                    "set NNLO_TF_THREADS before any TensorFlow call or export TF_NUM_INTRAOP_THREADS", n)
+        tf.config.threading.set_intra_op_parallelism_threads(int(os.environ.get("TF_NUM_INTRAOP_THREADS", n)))
+        tf.config.threading.set_inter_op_parallelism_threads(int(os.environ.get("TF_NUM_INTEROP_THREADS", n)))
+    except (RuntimeError, ValueError):
+        # TensorFlow already ran an op (a model module built its model first): the pools are fixed now,
+        # sized by TF_NUM_*_THREADS if prepare_environment() ran before TensorFlow was imported.
+        log.debug("TensorFlow thread pools were already initialised; keeping them")
 
 
 def require_keras() -> tuple[ModuleType, ModuleType]:
@@ -95,8 +121,7 @@ def require_keras() -> tuple[ModuleType, ModuleType]:
         if chosen != "tensorflow":
             raise ModelError(f"KERAS_BACKEND={chosen} is set but nnlo runs Keras models on TensorFlow; "
                              f"unset KERAS_BACKEND or set KERAS_BACKEND=tensorflow")
-        os.environ["KERAS_BACKEND"] = "tensorflow"
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    prepare_environment()
     try:
         import tensorflow as tf
     except ImportError as e:

@@ -25,9 +25,31 @@ def _short(e: BaseException) -> str:
 
 
 def _legacy_config(config: dict[str, Any]) -> dict[str, Any]:
-    """Keras <= 2.1 wrote a Sequential's config as a list of layers; later versions as {name, layers}."""
-    if config.get("class_name") == "Sequential" and isinstance(config.get("config"), list):
-        config = dict(config, config={"name": "sequential", "layers": config["config"]})
+    """Normalise a Keras 2 model config for Keras 3's legacy reader.
+
+    Keras <= 2.1 wrote a Sequential's config as a bare list of layers (later: ``{name, layers}``), and Keras 2
+    put the input shape on the first layer as ``batch_input_shape``, which Keras 3 misreads as a shape
+    *without* the batch axis; it becomes an explicit ``InputLayer`` with ``batch_shape`` instead.
+    """
+    config = json.loads(json.dumps(config))  # a deep copy
+    inner = config.get("config")
+    if config.get("class_name") == "Sequential" and isinstance(inner, list):
+        inner = config["config"] = {"name": "sequential", "layers": inner}
+    layers = inner.get("layers") if isinstance(inner, dict) else None
+    if not isinstance(layers, list):
+        return config
+    for layer in layers:
+        cfg = layer.get("config") if isinstance(layer, dict) else None
+        if layer.get("class_name") == "InputLayer" and isinstance(cfg, dict) and "batch_input_shape" in cfg:
+            cfg["batch_shape"] = cfg.pop("batch_input_shape")
+    first = layers[0] if layers else None
+    if config.get("class_name") == "Sequential" and isinstance(first, dict) and first.get("class_name") != "InputLayer":
+        cfg = first.get("config") or {}
+        shape = cfg.pop("batch_input_shape", None)
+        if shape is not None:
+            layers.insert(0, {"class_name": "InputLayer",
+                              "config": {"batch_shape": shape, "dtype": cfg.get("dtype", "float32"),
+                                         "name": f"{cfg.get('name', 'layer')}_input"}})
     return config
 
 
