@@ -102,14 +102,20 @@ class TrainRunner:
         self._n_samples: int | None = None
 
     def config_for(self, params: dict[str, Any], out: Path) -> Any:
+        """The trial's TrainConfig: overrides applied, hyperparameters to get_model, its own directory.
+
+        Checkpoints go to the trial's fold directory (one kept) and ``restore="auto"`` resumes from one if a
+        deadline interrupted this very trial before (a fresh trial's directory has none: it starts fresh).
+        """
         overrides, model_args = split_params(params)
         lr = overrides.pop(WORKER_LR, None)
         cfg = self.config.replace(
             **overrides,
             model_args={**self.config.model_args, **model_args},
-            checkpoint=str(out / "checkpoints") if self.config.checkpoint else None,
-            restore=None,
-            trial_name=out.parent.name + "-" + out.name,
+            checkpoint=str(out),
+            checkpoint_keep=1,
+            restore="auto",
+            trial_name=f"{out.parent.name}-{out.name}",
         )
         if lr is not None:
             cfg = cfg.replace(worker_optimizer=with_lr(cfg.worker_optimizer, float(lr)))
@@ -140,8 +146,8 @@ class TrainRunner:
         if n_fold > 1:
             from nnlo.data import kfold
 
+            # the held-out fold of the training samples is the validation set (val_indices index --train)
             train_idx, val_idx = kfold(self.n_samples(), n_fold, self.seed)[fold]
-            cfg = cfg.replace(val=cfg.train)  # validate on the held-out fold of the training samples
         result = train(comm, cfg, shape=self.group_shape, train_indices=train_idx, val_indices=val_idx,
                        out_dir=out)
         if comm.Get_rank() != 0:
@@ -152,6 +158,8 @@ class TrainRunner:
         reason = str(getattr(result, "stopped_reason", "") or "")
         if reason in ("deadline", "signal"):
             return FoldOutcome(metrics=metrics, interrupted=True)
+        if reason == "failed":
+            return FoldOutcome(metrics=metrics, error="training failed (see the fold's logs/)")
         for k, v in metrics.items():
             if isinstance(v, float) and not math.isfinite(v):
                 return FoldOutcome(metrics=metrics, error=f"{k} is {v} (training diverged)")

@@ -21,48 +21,33 @@ from nnlo.errors import NnloError
 
 
 def _training_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """The training options of ``nnlo train`` (shared decorator, owned by the runtime)."""
-    try:
-        from nnlo_sched.commands.train import training_options
-    except ImportError:  # the training command is not installed: the search options still work
-        return _minimal_training_options(f)
+    """The training options of ``nnlo train`` (one shared decorator, owned by the training command)."""
+    from nnlo_sched.commands.train import training_options
+
     return training_options(f)
-
-
-def _minimal_training_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    for decorator in reversed([
-        click.option("--model", required=True, help="Model module (.py) with get_model(**params)."),
-        click.option("--train", default=None, help="Text file listing the training HDF5 files."),
-        click.option("--val", default=None, help="Text file listing the validation HDF5 files."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search and the folds."),
-        click.option("--log-level", default="info", show_default=True, help="debug|info|warning|error."),
-        click.option("--deadline", type=float, default=None, help="Unix seconds; default $NNLO_DEADLINE."),
-        click.option("-n", "--np", "np_", type=int, default=None, help="Launch N ranks locally with mpirun."),
-        click.option("--n-masters", type=int, default=1, show_default=True, help="Masters per training group."),
-        click.option("--n-processes", type=int, default=1, show_default=True, help="Ranks per worker group."),
-    ]):
-        f = decorator(f)
-    return f
 
 
 def _search_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for decorator in reversed([
-        click.option("--block-size", type=int, default=None,
+        click.option("-n", "--np", "np_", type=click.IntRange(min=1), metavar="N", default=None,
+                     help="Start N ranks with mpirun on this machine (1 coordinator + blocks). Ignored inside "
+                          "an existing MPI launch (mpirun/srun/jsrun/aprun), which sets the ranks itself."),
+        click.option("--block-size", type=click.IntRange(min=1), default=None,
                      help="Ranks per block (each block trains one parameter set at a time). Default: the "
                           "smallest block, n-fold x (1 master + 1 worker)."),
-        click.option("--n-fold", type=int, default=1, show_default=True,
+        click.option("--n-fold", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Fold groups per block (k-fold cross-validation on the --train samples); the "
                           "block reports the mean figure of merit over folds."),
-        click.option("--num-iterations", type=int, default=10, show_default=True,
+        click.option("--num-iterations", type=click.IntRange(min=1), default=10, show_default=True,
                      help="Trials in total (failed ones count)."),
         click.option("--hyper-opt", type=click.Choice(["bayesian", "genetic", "random"]), default="bayesian",
                      show_default=True, help="Search engine."),
         click.option("--estimator", type=click.Choice(["GP", "RF", "ET"], case_sensitive=False), default="GP",
                      show_default=True, help="Surrogate of the Bayesian engine: Gaussian process, random "
                                              "forest or extra trees."),
-        click.option("--n-initial-points", type=int, default=None,
+        click.option("--n-initial-points", type=click.IntRange(min=1), default=None,
                      help="Random trials before the Bayesian model is used (default: min(10, trials/3))."),
-        click.option("--ga-populations", type=int, default=10, show_default=True,
+        click.option("--ga-populations", type=click.IntRange(min=2), default=10, show_default=True,
                      help="Population size of the genetic engine (individuals kept and bred from)."),
         click.option("--fom", default="val_loss", show_default=True,
                      help="Figure of merit: a final validation metric, NAME[:min|max] "
@@ -85,7 +70,8 @@ def _search_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.command("optimize", context_settings={"max_content_width": 100})
 @_training_options
 @_search_options
-def optimize_command(**params: Any) -> int:
+@click.pass_context
+def optimize_command(ctx: click.Context, **params: Any) -> int:
     """Search hyperparameters: rank 0 coordinates, the other ranks form blocks that train trials.
 
     \b
@@ -96,7 +82,7 @@ def optimize_command(**params: Any) -> int:
     """
     n = params.get("np_")
     if n is not None and not _inside_mpi_launch():
-        return _launch(n)
+        return _launch(ctx, n, params)
     return run_in_world(params)
 
 
@@ -133,13 +119,8 @@ def run_in_world(params: dict[str, Any]) -> int:
 
 
 def _config(params: dict[str, Any]) -> Any:
-    try:
-        from nnlo_sched.commands.train import config_from_params
-    except ImportError:
-        from nnlo.config import TrainConfig
+    from nnlo_sched.commands.train import config_from_params
 
-        known = {f for f in TrainConfig.__dataclass_fields__}
-        return TrainConfig(**{k: v for k, v in params.items() if k in known and v is not None})
     return config_from_params(params)
 
 
@@ -182,41 +163,17 @@ def shape_from_params(params: dict[str, Any]) -> Any:
 
 
 def _inside_mpi_launch() -> bool:
-    try:
-        from nnlo.launch import inside_mpi_launch
-    except ImportError:
-        import os
+    from nnlo.launch import inside_mpi_launch
 
-        keys = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "SLURM_STEP_ID", "PALS_RANKID")
-        return any(k in os.environ for k in keys)
     return inside_mpi_launch()
 
 
-def _launch(n: int) -> int:
-    """Re-run this command line under ``mpirun -np n`` (the runtime's launcher)."""
-    from nnlo.launch import launch
+def _launch(ctx: click.Context, n: int, params: dict[str, Any]) -> int:
+    """Re-run this command line under ``mpirun -np n`` with the runtime's launcher (signals passed on)."""
+    from nnlo.launch import relaunch
+    from nnlo_sched.commands.train import argv_from_params
 
-    return launch(n, "optimize", _argv_without_np(sys.argv))
-
-
-def _argv_without_np(argv: list[str]) -> list[str]:
-    """The command's own arguments with ``-n N``/``--np N`` removed (the launched world must not relaunch)."""
-    try:
-        start = argv.index("optimize") + 1
-    except ValueError:
-        start = 1
-    args, out, skip = argv[start:], [], False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a in ("-n", "--np"):
-            skip = True
-            continue
-        if a.startswith("--np=") or (a.startswith("-n") and a[2:].isdigit()):
-            continue
-        out.append(a)
-    return out
+    return relaunch(n, ["optimize", *argv_from_params(ctx.command, params, drop=("np_",))])
 
 
 def _setup_logging(level: str, rank: int) -> None:
