@@ -32,8 +32,10 @@ from nnlo.observe.trace import CATEGORIES  # noqa: E402
 COLORS = {"compute": "#2ca02c", "comm": "#1f77b4", "wait": "#d62728", "io": "#9467bd", "validate": "#ff7f0e",
           "other": "#c7c7c7"}
 _LOSS_KEYS = ("train_loss", "loss", "val_loss")
-_NOT_METRICS = {"epoch", "time", "timestamp", "wall_time", "t", "step"}
+_NOT_METRICS = {"epoch", "time", "timestamp", "wall_time", "t", "step", "samples", "updates"}
 _MAX_HISTORIES = 50
+_MAX_PANELS = 12
+_LABELS = {"train_loss": "train loss", "loss": "train loss", "val_loss": "validation loss"}
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -77,7 +79,10 @@ def _series(entries: list[dict[str, Any]], key: str) -> tuple[list[float], list[
 
 # -- learning curves -------------------------------------------------------------------------------
 def plot_history(entries: list[dict[str, Any]], out_dir: Path, prefix: str = "") -> list[Path]:
-    """``loss.png`` (train/val loss per epoch) and ``metrics.png`` (other numeric series)."""
+    """``loss.png`` (train/val loss per epoch) and ``metrics.png`` (other numeric series).
+
+    A metric and its ``val_`` twin (``accuracy``/``val_accuracy``) share one panel: train against validation.
+    """
     written: list[Path] = []
     curves = {k: _series(entries, k) for k in _LOSS_KEYS}
     if curves["train_loss"][0]:
@@ -86,7 +91,7 @@ def plot_history(entries: list[dict[str, Any]], out_dir: Path, prefix: str = "")
     if curves:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for key, (xs, ys) in curves.items():
-            ax.plot(xs, ys, marker="o", ms=3, label=key.replace("_", " "))
+            ax.plot(xs, ys, marker="o", ms=3, label=_LABELS.get(key, key.replace("_", " ")))
         ax.set_xlabel("epoch")
         ax.set_ylabel("loss")
         if all(y > 0 for _, ys in curves.values() for y in ys) and _spread(curves) > 30:
@@ -95,22 +100,35 @@ def plot_history(entries: list[dict[str, Any]], out_dir: Path, prefix: str = "")
         ax.grid(alpha=0.3)
         ax.legend()
         written.append(_save(fig, out_dir / f"{prefix}{'-' if prefix else ''}loss.png"))
-    keys = []
+    keys: list[str] = []
     for entry in entries:
         for key, value in entry.items():
             if key not in keys and key not in _LOSS_KEYS and key not in _NOT_METRICS and _num(value) is not None:
                 keys.append(key)
-    if keys:
-        cols = min(3, len(keys))
-        rows = math.ceil(len(keys) / cols)
+    panels: list[list[str]] = []
+    for key in keys:
+        base = key.removeprefix("val_")
+        twin = next((p for p in panels if p[0].removeprefix("val_") == base), None)
+        if twin is not None and key != twin[0]:
+            twin.append(key)
+        else:
+            panels.append([key])
+    panels = panels[:_MAX_PANELS]
+    if panels:
+        cols = min(3, len(panels))
+        rows = math.ceil(len(panels) / cols)
         fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-        for ax, key in zip(axes.flat, keys):
-            xs, ys = _series(entries, key)
-            ax.plot(xs, ys, marker="o", ms=3, color="#1f77b4")
-            ax.set_title(key.replace("_", " "), fontsize=10)
+        for ax, panel in zip(axes.flat, panels):
+            for key in sorted(panel, key=lambda k: k.startswith("val_")):
+                xs, ys = _series(entries, key)
+                label = "validation" if key.startswith("val_") else "train"
+                ax.plot(xs, ys, marker="o", ms=3, label=label if len(panel) > 1 else None)
+            ax.set_title(panel[0].removeprefix("val_").replace("_", " "), fontsize=10)
             ax.set_xlabel("epoch")
             ax.grid(alpha=0.3)
-        for ax in list(axes.flat)[len(keys):]:
+            if len(panel) > 1:
+                ax.legend(fontsize=8)
+        for ax in list(axes.flat)[len(panels):]:
             ax.axis("off")
         fig.suptitle(f"{prefix or 'training'}: metrics per epoch")
         written.append(_save(fig, out_dir / f"{prefix}{'-' if prefix else ''}metrics.png"))

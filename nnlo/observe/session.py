@@ -208,7 +208,11 @@ def start(
     if timeline and out_dir is None:
         raise ConfigError("--timeline needs an output directory to write trace/rank-<r>.jsonl; pass --checkpoint DIR")
     path = Path(out_dir) if out_dir is not None else None
-    rank_logging = _logs.RankLogging(path, rank, role, log_level, console=console)
+    try:
+        rank_logging = _logs.RankLogging(path, rank, role, log_level, console=console)
+    except OSError as e:
+        raise ConfigError(f"cannot write the logs of rank {rank} under {path} ({e.strerror or e}); "
+                          "choose a writable output directory") from None
     if rank_logging.path is not None:
         os.utime(rank_logging.path)  # marks this rank as part of the current job (see Session._peer_ranks)
     session = Session(rank, role, path, world_size=world_size, close_wait_s=close_wait_s, _logging=rank_logging)
@@ -227,6 +231,10 @@ def start(
             session.monitor = Monitor(monitor_interval, tracer=session.tracer)
             if rank == 0:
                 log.info("monitor: sampling every %g s; GPU: %s", monitor_interval, session.monitor.gpu_name)
+    except OSError as e:
+        session.close()
+        raise ConfigError(f"cannot write the trace of rank {rank} under {path} ({e.strerror or e}); "
+                          "choose a writable output directory") from None
     except Exception:
         session.close()
         raise

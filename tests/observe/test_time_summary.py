@@ -60,3 +60,12 @@ def test_timeline_without_an_output_dir_and_a_bad_level_are_one_line_errors():
         observe.start(None, 0, "master", timeline=True)
     with pytest.raises(ConfigError, match="--log-level"):
         observe.start(None, 0, "master", log_level="loud")
+
+
+def test_an_unwritable_output_dir_is_a_one_line_error(tmp_path):
+    from nnlo.errors import ConfigError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ConfigError, match="cannot write the logs of rank 2 under .*writable output directory"):
+        observe.start(blocker / "run", 2, "worker", console=False)
