@@ -7,8 +7,11 @@ several named inputs (or outputs); ``labels=None`` reads features only (autoenco
 
 Reads are grouped by file and issued in increasing order (h5py's fancy indexing requires it): a contiguous
 run is one slice read, a dense scatter is one slab read then indexed in memory, a sparse one a point
-selection, so a shuffled batch costs a few reads per file rather than one per sample. Open files are cached
-(at most :data:`MAX_OPEN_FILES`) so that lists of thousands of files do not exhaust file descriptors.
+selection, so a shuffled batch costs a few reads per file rather than one per sample. Contiguous,
+unfiltered datasets (h5py's default layout) skip HDF5's per-row selection cost altogether: their bytes are
+read through a read-only memory map at the offset HDF5 reports, 10-100x faster for shuffled batches
+(:data:`USE_MMAP`; chunked or compressed datasets always go through h5py). Open files are cached (at most
+:data:`MAX_OPEN_FILES`) so that lists of thousands of files do not exhaust file descriptors.
 """
 from __future__ import annotations
 
@@ -32,6 +35,8 @@ Source = Union[Entry, Sequence[Entry], None]
 MAX_OPEN_FILES = 64
 #: A scattered read spanning at most this many bytes is done as one slab read (then indexed in memory).
 SLAB_BYTES = 32 * 2**20
+#: Read contiguous, unfiltered numeric datasets through a memory map (set False to always use h5py).
+USE_MMAP = True
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,8 @@ class H5Dataset:
             raise DataError("features must name at least one dataset (default 'features')")
         self.fields = self.feature_fields + self.label_fields
         self._handles: OrderedDict[int, h5py.File] = OrderedDict()
-        self._lock = threading.RLock()  # the handle cache is shared with prefetch threads
+        self._maps: OrderedDict[tuple[int, str], np.ndarray | None] = OrderedDict()
+        self._lock = threading.RLock()  # the handle caches are shared with prefetch threads
         self._preloaded: list[np.ndarray] | None = None
         counts: list[int] = []
         self.row_shapes: list[tuple[int, ...]] = []
@@ -167,6 +173,29 @@ class H5Dataset:
             old.close()
         return handle
 
+    def _mapping(self, i: int, field: Field) -> np.ndarray | None:
+        """A read-only memory map of ``field`` in file ``i`` when its bytes lie contiguous in the file,
+        else None (cached either way)."""
+        key = (i, field.name)
+        if key in self._maps:
+            self._maps.move_to_end(key)
+            return self._maps[key]
+        dset = self._file(i)[field.name]
+        mapped = None
+        if (USE_MMAP and dset.chunks is None and dset.external is None and not dset.is_virtual
+                and dset.dtype.kind in "biuf" and dset.size > 0):
+            offset = dset.id.get_offset()
+            if offset is not None:
+                try:
+                    mapped = np.memmap(self.files[i], dtype=dset.dtype, mode="r", offset=offset,
+                                       shape=dset.shape).view(np.ndarray)  # plain indexing, no subclass cost
+                except (OSError, ValueError):
+                    mapped = None  # e.g. a file system without mmap: h5py reads it
+        self._maps[key] = mapped
+        while len(self._maps) > MAX_OPEN_FILES * len(self.fields):
+            self._maps.popitem(last=False)
+        return mapped
+
     def preload(self) -> None:
         """Read every sample into memory now (once); later reads are memory copies and files are closed."""
         if self._preloaded is not None:
@@ -208,8 +237,11 @@ class H5Dataset:
 
     def _read_rows(self, i: int, field: Field, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (strictly increasing local indices) of ``field`` in file ``i``."""
-        dset = self._file(i)[field.name]
         lo, hi = int(rows[0]), int(rows[-1]) + 1
+        mapped = self._mapping(i, field)
+        if mapped is not None:
+            return self._guarded(i, field, lambda: mapped[lo:hi] if hi - lo == len(rows) else mapped[rows])
+        dset = self._file(i)[field.name]
         if hi - lo == len(rows):
             return self._guarded(i, field, lambda: dset[lo:hi])
         row_bytes = max(1, int(np.prod(dset.shape[1:], dtype=np.int64)) * dset.dtype.itemsize)
@@ -268,6 +300,7 @@ class H5Dataset:
             self._close_all()
 
     def _close_all(self) -> None:
+        self._maps.clear()
         while self._handles:
             _, handle = self._handles.popitem()
             try:
@@ -284,6 +317,7 @@ class H5Dataset:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_handles"] = OrderedDict()  # h5py handles do not pickle; they reopen lazily
+        state["_maps"] = OrderedDict()
         del state["_lock"]
         return state
 

@@ -145,3 +145,25 @@ def test_broadcast_pattern_unpickled_dataset_opens_no_file_until_read(indexed_fi
     received.preload()
     assert received.preloaded and not received._handles
     np.testing.assert_array_equal(received.read([23, 1])[1], [23, 1])
+
+
+@pytest.mark.parametrize("use_mmap", [True, False])
+@pytest.mark.parametrize("layout", [
+    dict(),                                        # contiguous: memory-mapped when allowed
+    dict(chunks=(4, 3), compression="gzip"),       # chunked and compressed: always h5py
+    dict(dtype=">f4"),                             # big-endian on disk
+])
+def test_memory_map_and_h5py_paths_agree(tmp_path, monkeypatch, use_mmap, layout):
+    monkeypatch.setattr(h5dataset, "USE_MMAP", use_mmap)
+    path = tmp_path / "layout.h5"
+    data = np.arange(60, dtype=np.float32).reshape(20, 3)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("features", data=data, **layout)
+        f.create_dataset("labels", data=np.arange(20, dtype=np.int64))
+    ds = H5Dataset([path])
+    idx = np.array([19, 0, 7, 7, 3, 12, 13, 14])
+    x, y = ds.read(idx)
+    np.testing.assert_array_equal(x, data[idx])
+    np.testing.assert_array_equal(y, idx)
+    mapped = ds._maps.get((0, "features"))
+    assert (mapped is not None) == (use_mmap and "chunks" not in layout)
