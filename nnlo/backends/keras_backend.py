@@ -83,12 +83,27 @@ def load_model_file(path: str | Path, seed: int | None = None) -> Any:
 def make_backend(model: Any, config: Any = None) -> "KerasBackend":
     """A :class:`KerasBackend` for ``model`` configured from an :class:`nnlo.config.TrainConfig`.
 
-    Reads ``config.loss``, ``config.worker_optimizer`` and ``config.seed`` (missing fields get defaults).
+    Reads ``config.loss``, ``config.worker_optimizer_spec`` (or ``worker_optimizer``) and ``config.seed``
+    (missing fields get defaults). Dropout streams are seeded from ``seed`` and this process's MPI rank, so
+    workers draw different masks and a rerun draws the same ones (the runtime does the same for torch).
     """
     loss = getattr(config, "loss", None) or DEFAULT_LOSS
-    optimizer = getattr(config, "worker_optimizer", None) or DEFAULT_OPTIMIZER
+    optimizer = (getattr(config, "worker_optimizer_spec", None) or getattr(config, "worker_optimizer", None)
+                 or DEFAULT_OPTIMIZER)
     seed = getattr(config, "seed", None)
+    if seed is not None:
+        seed = int(seed) + 7919 * (_mpi_rank() + 1)
     return KerasBackend(model, loss=loss, optimizer=optimizer, seed=seed)
+
+
+def _mpi_rank() -> int:
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            return int(mpi.COMM_WORLD.Get_rank())
+    except Exception:  # pragma: no cover - a broken MPI only costs distinct dropout streams
+        pass
+    return 0
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -290,6 +305,9 @@ class KerasBackend(Backend):
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`optimizer_state`. The current spec's options win (a restarted run may change lr);
         the optimizer kind and every shape must match."""
+        if isinstance(state, dict) and "param_groups" in state:
+            raise ConfigError("saved optimizer state is from the torch backend; restore with --backend torch "
+                              "or start the Keras run without --restore")
         try:
             kind, values, buffers = state["optimizer"], list(state["variables"]), list(state.get("buffers", []))
         except (KeyError, TypeError):
@@ -314,10 +332,12 @@ class KerasBackend(Backend):
             v.assign(np.asarray(a).astype(v.dtype, copy=False))
 
     def save_model(self, path: str) -> str:
-        """Write the model natively: ``.keras`` (default; appended when the path has no Keras suffix) or
-        legacy ``.h5`` when asked for."""
+        """Write the model natively: ``.keras`` or, when asked for, legacy ``.h5``. Any other suffix (the
+        runtime's backend-neutral ``model.pt``, or none) becomes ``.keras``; the path written is returned."""
         p = Path(path)
-        if p.suffix.lower() not in (".keras", ".h5"):
+        if p.suffix.lower() in (".pt", ".pth", ".torch", ".json"):
+            p = p.with_suffix(".keras")
+        elif p.suffix.lower() not in (".keras", ".h5"):
             p = p.with_name(p.name + ".keras")
         p.parent.mkdir(parents=True, exist_ok=True)
         self.model.save(str(p))
