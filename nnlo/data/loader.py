@@ -27,12 +27,14 @@ class ShardedLoader:
     ``shuffle=False`` keeps the subset's order every epoch (validation). ``epoch(e, start_batch=b)``
     yields ``(x, y)`` from batch ``b`` on; ``batch_indices(e)`` gives the global sample indices without
     reading anything. ``prefetch`` batches are read ahead in a background thread (default: 1, or 0 for a
-    preloaded dataset, where reads are memory copies).
+    preloaded dataset, where reads are memory copies). ``shuffle_block`` > 1 shuffles runs of that many
+    consecutive samples (of ``indices``) as units, for contiguous reads on parallel file systems (see
+    :func:`~nnlo.data.sampling.epoch_order`).
     """
 
     def __init__(self, dataset: H5Dataset, indices: Sequence[int] | np.ndarray | None, n_shards: int,
                  shard_index: int, batch_size: int, seed: int = 0, shuffle: bool = True,
-                 equal_batches: bool = True, prefetch: int | None = None) -> None:
+                 equal_batches: bool = True, prefetch: int | None = None, shuffle_block: int = 1) -> None:
         if n_shards < 1 or not 0 <= shard_index < n_shards:
             raise ValueError(f"shard index {shard_index} is not in [0, {n_shards})")
         if batch_size < 1:
@@ -52,6 +54,9 @@ class ShardedLoader:
         self.n_shards, self.shard_index = n_shards, shard_index
         self.batch_size, self.seed = batch_size, seed
         self.shuffle, self.equal_batches = shuffle, equal_batches
+        if shuffle_block < 1:
+            raise ConfigError(f"shuffle block must be >= 1 sample, got {shuffle_block}")
+        self.shuffle_block = shuffle_block
         self.prefetch = (0 if dataset.preloaded else 1) if prefetch is None else max(0, int(prefetch))
 
     @property
@@ -72,7 +77,7 @@ class ShardedLoader:
 
     def shard_indices(self, epoch: int) -> np.ndarray:
         """The global sample indices of this shard in ``epoch``, in the order they are served."""
-        order = epoch_order(self.indices.size, epoch, self.seed) if self.shuffle else None
+        order = epoch_order(self.indices.size, epoch, self.seed, self.shuffle_block) if self.shuffle else None
         ordered = self.indices[order] if order is not None else self.indices
         return shard(ordered, self.n_shards, self.shard_index)
 

@@ -101,3 +101,22 @@ def test_bad_arguments():
         kfold(10, 1, 0)
     with pytest.raises(ConfigError, match="seed must be >= 0"):
         epoch_order(10, 0, -1)
+
+
+@FAST
+@given(n=sizes, block=st.integers(1, 50), epoch=st.integers(0, 100), seed=seeds)
+def test_block_shuffle_is_a_permutation_of_whole_runs(n, block, epoch, seed):
+    order = epoch_order(n, epoch, seed, block)
+    assert sorted(order.tolist()) == list(range(n))
+    np.testing.assert_array_equal(order, epoch_order(n, epoch, seed, block))
+    if n:  # every run of `block` consecutive samples appears as one unbroken stretch of the order
+        stretches = 1 + np.count_nonzero(np.diff(order // block))
+        assert stretches == -(-n // block)
+
+
+def test_block_shuffle_reshuffles_runs_and_inside_runs():
+    a, b = epoch_order(1000, 0, 3, block=10), epoch_order(1000, 1, 3, block=10)
+    assert not np.array_equal(a // 10, b // 10)
+    assert not np.array_equal(a[:10], np.sort(a[:10]))  # shuffled inside the run (10! orders)
+    with pytest.raises(ConfigError, match="shuffle block must be >= 1"):
+        epoch_order(10, 0, 0, block=0)

@@ -107,3 +107,11 @@ def test_ranks_of_a_real_mpi_job_share_the_data(indexed_files, tmp_path, mpirun,
                           env=nnlo_env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "epoch 0 ok 2" in proc.stdout and "epoch 1 ok 2" in proc.stdout
+
+
+def test_block_shuffled_shards_still_partition_and_read_runs(indexed_files):
+    ds = H5Dataset(indexed_files)
+    loaders = [ShardedLoader(ds, None, 2, i, 4, seed=9, shuffle_block=6) for i in range(2)]
+    got = [np.concatenate(served(ld, 1)) for ld in loaders]
+    assert sorted(np.concatenate(got).tolist()) == list(range(24))
+    assert all(1 + np.count_nonzero(np.diff(g // 6)) == 2 for g in got)  # 12 samples = two runs of 6
