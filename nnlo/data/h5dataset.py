@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence, Union
 import h5py
 import numpy as np
 
-from nnlo.errors import DataError
+from nnlo.errors import DataError, ModelError
 
 Adaptor = Callable[[np.ndarray], Any]
 Entry = Union[str, tuple[str, Adaptor]]
@@ -68,6 +68,18 @@ def parse_fields(source: Source, role: str) -> tuple[list[Field], bool]:
     if isinstance(source, (tuple, list)) and source:
         return [_entry(e, role) for e in source], False
     raise DataError(f"{role} must be a dataset name, a (name, adaptor) pair or a list of them, got {source!r}")
+
+
+def _adapt(field: Field, array: np.ndarray, role: str) -> Any:
+    if field.adaptor is None:
+        return array
+    try:
+        return field.adaptor(array)
+    except Exception as exc:  # noqa: BLE001 - user code: name it in one line
+        raise ModelError(
+            f"the adaptor of {field.name!r} (from get_{role}()) raised {type(exc).__name__}: {exc}; "
+            f"it receives a batch array of shape {array.shape} and dtype {array.dtype}"
+        ) from exc
 
 
 def _datasets_in(f: h5py.File) -> list[str]:
@@ -287,8 +299,8 @@ class H5Dataset:
         """
         arrays = self.read_fields(indices)
         nx = len(self.feature_fields)
-        xs = [f.adaptor(a) if f.adaptor else a for f, a in zip(self.feature_fields, arrays[:nx])]
-        ys = [f.adaptor(a) if f.adaptor else a for f, a in zip(self.label_fields, arrays[nx:])]
+        xs = [_adapt(f, a, "features") for f, a in zip(self.feature_fields, arrays[:nx])]
+        ys = [_adapt(f, a, "labels") for f, a in zip(self.label_fields, arrays[nx:])]
         x = xs[0] if self._single_x else xs
         y = (ys[0] if ys else None) if self._single_y else ys
         return x, y

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from nnlo.errors import DataError
 
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
 
 def read_list_file(path: str | os.PathLike[str], check_exists: bool = True) -> list[Path]:
     """The HDF5 files named in a list file, in order.
@@ -19,6 +21,12 @@ def read_list_file(path: str | os.PathLike[str], check_exists: bool = True) -> l
     if list_path.is_dir():
         raise DataError(f"{list_path} is a folder, not a list file; pass a text file with one HDF5 path per line")
     try:
+        with list_path.open("rb") as probe:
+            if probe.read(8) == _HDF5_SIGNATURE:
+                raise DataError(
+                    f"{list_path} is an HDF5 file, not a list; write its path into a text file "
+                    f"(echo {list_path} > train.list) and pass that"
+                )
         text = list_path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise DataError(f"list file {list_path} does not exist; create it with one HDF5 path per line") from None
@@ -41,7 +49,8 @@ def read_list_file(path: str | os.PathLike[str], check_exists: bool = True) -> l
         missing = [f for f in files if not f.is_file()]
         if missing:
             more = f" (and {len(missing) - 1} more of {len(files)} listed)" if len(missing) > 1 else ""
+            what = "is a folder, not a file" if missing[0].is_dir() else "does not exist"
             raise DataError(
-                f"{missing[0]} listed in {list_path} does not exist{more}; fix the list or regenerate the data"
+                f"{missing[0]} listed in {list_path} {what}{more}; fix the list or regenerate the data"
             )
     return files

@@ -167,3 +167,11 @@ def test_memory_map_and_h5py_paths_agree(tmp_path, monkeypatch, use_mmap, layout
     np.testing.assert_array_equal(y, idx)
     mapped = ds._maps.get((0, "features"))
     assert (mapped is not None) == (use_mmap and "chunks" not in layout)
+
+
+def test_failing_adaptor_is_a_one_line_model_error(indexed_files):
+    from nnlo.errors import ModelError
+
+    ds = H5Dataset(indexed_files, features=("features", lambda a: a.reshape(5, 5)))
+    with pytest.raises(ModelError, match=r"adaptor of 'features' \(from get_features\(\)\) raised ValueError.*shape \(2, 3\)"):
+        ds.read([0, 1])

@@ -52,3 +52,21 @@ def test_binary_list_is_refused(tmp_path):
     listing.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(DataError, match="cannot read list file"):
         read_list_file(listing)
+
+
+def test_hdf5_file_given_instead_of_a_list(tmp_path):
+    import h5py
+
+    data = tmp_path / "data.h5"
+    with h5py.File(data, "w") as f:
+        f["features"] = [1.0]
+    with pytest.raises(DataError, match=r"data.h5 is an HDF5 file, not a list; write its path into a text file"):
+        read_list_file(data)
+
+
+def test_listed_folder_is_named_as_such(tmp_path):
+    (tmp_path / "shards").mkdir()
+    listing = tmp_path / "x.list"
+    listing.write_text("shards\n")
+    with pytest.raises(DataError, match="shards listed in .* is a folder, not a file"):
+        read_list_file(listing)
