@@ -7,6 +7,12 @@ communication, and a restored run that knows ``(epoch, batch)`` continues exactl
 With ``equal_batches=True`` (default) every shard of an epoch yields the *same number* of batches: shards
 differ by at most one sample, and when that sample would open an extra batch of one it joins the last batch
 instead. A synchronous or all-reduce step therefore never waits for a peer that has one batch more.
+
+An all-reduce worker group (one logical worker made of several ranks) shares one shard: pass
+``group=(group_size, member)`` and each member gets its own slice of every batch
+(:func:`~nnlo.data.sampling.split_batch`), so the group's ranks never read the same samples (upstream they
+did). All members see the same number of batches; a slice is empty only when a batch is smaller than the
+group, so weight the all-reduced gradient by each member's sample count.
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ import numpy as np
 
 from nnlo.data.h5dataset import H5Dataset
 from nnlo.data.prefetch import prefetched
-from nnlo.data.sampling import _bounds, batches, epoch_order, n_batches, shard
+from nnlo.data.sampling import _bounds, batches, epoch_order, n_batches, shard, split_batch
 from nnlo.errors import ConfigError, DataError
 
 
@@ -24,6 +30,7 @@ class ShardedLoader:
     """Batches of shard ``shard_index`` of ``n_shards`` over ``indices`` (a subset such as a k-fold's
     training samples; None = the whole dataset).
 
+    ``group=(size, member)``: this rank's slice of every batch in an all-reduce worker group.
     ``shuffle=False`` keeps the subset's order every epoch (validation). ``epoch(e, start_batch=b)``
     yields ``(x, y)`` from batch ``b`` on; ``batch_indices(e)`` gives the global sample indices without
     reading anything. ``prefetch`` batches are read ahead in a background thread (default: 1, or 0 for a
@@ -34,7 +41,8 @@ class ShardedLoader:
 
     def __init__(self, dataset: H5Dataset, indices: Sequence[int] | np.ndarray | None, n_shards: int,
                  shard_index: int, batch_size: int, seed: int = 0, shuffle: bool = True,
-                 equal_batches: bool = True, prefetch: int | None = None, shuffle_block: int = 1) -> None:
+                 equal_batches: bool = True, prefetch: int | None = None, shuffle_block: int = 1,
+                 group: tuple[int, int] = (1, 0)) -> None:
         if n_shards < 1 or not 0 <= shard_index < n_shards:
             raise ValueError(f"shard index {shard_index} is not in [0, {n_shards})")
         if batch_size < 1:
@@ -57,6 +65,9 @@ class ShardedLoader:
         if shuffle_block < 1:
             raise ConfigError(f"shuffle block must be >= 1 sample, got {shuffle_block}")
         self.shuffle_block = shuffle_block
+        self.group_size, self.group_member = int(group[0]), int(group[1])
+        if self.group_size < 1 or not 0 <= self.group_member < self.group_size:
+            raise ValueError(f"group member {self.group_member} is not in [0, {self.group_size})")
         self.prefetch = (0 if dataset.preloaded else 1) if prefetch is None else max(0, int(prefetch))
 
     @property
@@ -82,11 +93,13 @@ class ShardedLoader:
         return shard(ordered, self.n_shards, self.shard_index)
 
     def batch_indices(self, epoch: int) -> list[np.ndarray]:
-        """The global sample indices of every batch of ``epoch``."""
+        """The global sample indices of every batch of ``epoch`` (this group member's slice of each)."""
         result = batches(self.shard_indices(epoch), self.batch_size)
         want = self.n_batches(epoch)
         if len(result) > want:  # one leftover sample: it joins the last batch
             result = result[:want - 1] + [np.concatenate(result[want - 1:])]
+        if self.group_size > 1:
+            result = [split_batch(b, self.group_size, self.group_member) for b in result]
         return result
 
     def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[Any, Any]]:

@@ -115,3 +115,17 @@ def test_block_shuffled_shards_still_partition_and_read_runs(indexed_files):
     got = [np.concatenate(served(ld, 1)) for ld in loaders]
     assert sorted(np.concatenate(got).tolist()) == list(range(24))
     assert all(1 + np.count_nonzero(np.diff(g // 6)) == 2 for g in got)  # 12 samples = two runs of 6
+
+
+def test_members_of_an_all_reduce_group_split_every_batch(indexed_files):
+    ds = H5Dataset(indexed_files)
+    whole = ShardedLoader(ds, None, 2, 1, 5, seed=8)
+    members = [ShardedLoader(ds, None, 2, 1, 5, seed=8, group=(3, m)) for m in range(3)]
+    plans = [m.batch_indices(2) for m in members]
+    assert {len(p) for p in plans} == {len(whole.batch_indices(2))}
+    for b, full in enumerate(whole.batch_indices(2)):
+        parts = [p[b] for p in plans]
+        assert sorted(np.concatenate(parts).tolist()) == sorted(full.tolist())
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    with pytest.raises(ValueError, match=r"group member 3 is not in \[0, 3\)"):
+        ShardedLoader(ds, None, 1, 0, 5, group=(3, 3))
