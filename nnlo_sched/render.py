@@ -6,6 +6,7 @@ what users type:
 
 * ``q`` shell-quotes a value for the script body (``shlex.quote``): names or paths with spaces, quotes,
   ``$()``, backticks or newlines are inert words there;
+* ``comment`` makes a value safe inside a ``#`` comment (no line breaks);
 * ``d`` checks a value bound for a scheduler directive line (``#SBATCH``/``#BSUB``/``#PBS``), which no shell
   reads but which a newline would end: only plain characters pass, anything else is a one-line error.
 
@@ -13,6 +14,7 @@ Undefined template variables are errors (``StrictUndefined``); autoescaping is o
 """
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import sys
@@ -46,6 +48,11 @@ def _directive_value(value: Any) -> str:
     return text
 
 
+def _comment_text(value: Any) -> str:
+    """Text for a ``#`` comment line: control characters (a newline would end the comment) become ``?``."""
+    return re.sub(r"[\x00-\x1f\x7f]", "?", str(value))
+
+
 def job_name(name: str, scheduler: str) -> str:
     """A scheduler-safe job name: other characters become ``_``; PBS names start with a letter, <= 15 chars."""
     clean = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "nnlo"
@@ -57,8 +64,13 @@ def job_name(name: str, scheduler: str) -> str:
 
 
 def _environment() -> jinja2.Environment:
+    return _environment_for(str(templates_dir()))
+
+
+@functools.lru_cache(maxsize=4)
+def _environment_for(directory: str) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        loader=jinja2.FileSystemLoader(directory),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         trim_blocks=True,
@@ -67,6 +79,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["q"] = lambda v: shlex.quote(str(v))
     env.filters["d"] = _directive_value
+    env.filters["comment"] = _comment_text
     return env
 
 

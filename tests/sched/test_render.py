@@ -1,0 +1,272 @@
+"""Rendered batch scripts: golden files per cluster, ``bash -n`` on each, hostile values, submit commands.
+
+Golden files live in ``tests/sched/golden/<case>.sh``; after an intentional template change regenerate them
+with ``NNLO_REGEN_GOLDEN=1 pytest tests/sched/test_render.py`` and review the diff against
+``shared/reference/clusters.md``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from nnlo.errors import ConfigError
+from nnlo_sched.profiles import Profile, load_profile
+from nnlo_sched.render import compute_spec_layout, job_name, parse_job_id, render_script, submit_argv
+from nnlo_sched.spec import RunSpec
+
+GOLDEN = Path(__file__).parent / "golden"
+PY = "/sw/nnlo/bin/python"
+BASH = shutil.which("bash") or "/bin/bash"
+
+
+def profile(name: str) -> Profile:
+    """A built-in profile with the interpreter pinned, so the golden files do not depend on this machine."""
+    p = load_profile(name)
+    return replace(p, python=PY, launcher_command="mpirun" if p.launcher == "mpirun" else p.launcher_command)
+
+
+def spec(cluster: str, kind: str = "train", args: tuple[str, ...] = ("--model", "mnist.py"), **kw) -> RunSpec:
+    s = RunSpec(kind, list(args), cluster, **{"name": "mnist", "walltime_s": 7200, "workdir": "/home/u/proj", **kw})
+    s.layout = compute_spec_layout(s, profile(cluster)).to_dict(ranks=False)
+    return s
+
+
+CASES: dict[str, tuple[str, RunSpec]] = {
+    "summit_train_2nodes": ("summit", spec("summit", account="ABC123", workers=11)),
+    "summit_train_full": ("summit", spec("summit", account="ABC123", nodes=4608, walltime_s=24 * 3600)),
+    "summit_optimize_shared_gpus": ("summit", spec(
+        "summit", "optimize", ("--block-size", "3", "--model", "m.py"), account="ABC123", blocks=5,
+        gpus_per_worker=0.5, walltime_s=45 * 60)),
+    "titan_train": ("titan", spec("titan", account="CSC123", workers=8, walltime_s=3 * 3600)),
+    "titan_optimize_debug": ("titan", spec(
+        "titan", "optimize", ("--block-size", "3",), account="CSC123", blocks=4, queue="debug",
+        walltime_s=1800)),
+    "cscs_train": ("cscs", spec("cscs", account="s1234", nodes=16, walltime_s=12 * 3600,
+                                directives=["--mail-type=END", "#SBATCH --exclusive"])),
+    "cscs_optimize_upstream_shape": ("cscs", spec(
+        "cscs", "optimize", ("--block-size", "6", "--n-fold", "2"), account="s1234", blocks=2)),
+    "cscs_shared_gpu": ("cscs", spec("cscs", account="s1234", workers=3, gpus_per_worker=0.5)),
+    "flatiron_train_a100": ("flatiron", spec("flatiron", nodes=2, constraint="a100", walltime_s=2 * 86400)),
+    "flatiron_uber_master": ("flatiron", spec(
+        "flatiron", args=("--n-masters", "3", "--n-processes", "2"), workers=6)),
+    "local_train": ("local", spec("local", workers=2, walltime_s=600)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_script(case: str) -> None:
+    cluster, s = CASES[case]
+    text = render_script(s, profile(cluster), "/scratch/u/nnlo-runs/mnist-1")
+    path = GOLDEN / f"{case}.sh"
+    if os.environ.get("NNLO_REGEN_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path.name}; run with NNLO_REGEN_GOLDEN=1 and review it"
+    assert text == path.read_text()
+    subprocess.run([BASH, "-n"], input=text, text=True, check=True)
+
+
+def _directives(text: str, prefix: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+def test_directive_formats_per_scheduler() -> None:
+    lsf = render_script(CASES["summit_train_2nodes"][1], profile("summit"), "/r")
+    d = _directives(lsf, "#BSUB")
+    assert "#BSUB -P ABC123" in d and "#BSUB -W 2:00" in d and "#BSUB -nnodes 2" in d
+    assert "#BSUB -wa USR2" in d and "#BSUB -wt 10" in d and "#BSUB -o /r/logs/job-%J.out" in d
+    assert not any(x.startswith(("#BSUB -n ", "#BSUB -R")) for x in d)  # rejected by Summit's bsub
+    assert not any("alloc_flags" in x for x in d)  # only when GPUs are shared
+    shared = render_script(CASES["summit_optimize_shared_gpus"][1], profile("summit"), "/r")
+    assert '#BSUB -alloc_flags "gpumps smt1"' in shared and "#BSUB -W 45" in shared
+    pbs = render_script(CASES["titan_train"][1], profile("titan"), "/r")
+    d = _directives(pbs, "#PBS")
+    assert "#PBS -A CSC123" in d and "#PBS -l walltime=03:00:00" in d and "#PBS -l nodes=9" in d
+    assert "#PBS -l gres=atlas1%atlas2" in d and "aprun -n 9 -N 1 -d 16 " in pbs
+    assert "trap 'forward USR2'" not in pbs  # no pre-walltime signal on Titan: the deadline clock only
+    slurm = render_script(CASES["flatiron_train_a100"][1], profile("flatiron"), "/r")
+    d = _directives(slurm, "#SBATCH")
+    assert "#SBATCH --time=2-00:00:00" in d and "#SBATCH --constraint=a100" in d
+    assert "#SBATCH --gpus-per-node=4" in d and "#SBATCH --signal=B:USR2@300" in d
+    assert "#SBATCH --partition=gpu" in d and "#SBATCH --output=/r/logs/job-%j.out" in d
+    daint = render_script(CASES["cscs_shared_gpu"][1], profile("cscs"), "/r")
+    assert "#SBATCH --gres=gpu:1" in daint and "export CRAY_CUDA_MPS=1" in daint
+    assert "--gpus-per-task" not in daint  # shared GPUs are not bound per task
+
+
+def test_body_contract_lines() -> None:
+    text = render_script(CASES["cscs_train"][1], profile("cscs"), "/runs/a")
+    lines = text.splitlines()
+    start = lines.index(f"{PY} -m nnlo_sched job start \"$NNLO_RUN_DIR\" || exit 0")
+    assert lines[start + 2].startswith("srun -n 16 ") and lines[start + 2].endswith(
+        f"{PY} -m nnlo_sched run \"$NNLO_RUN_DIR\" &")
+    assert "export NNLO_RUN_DIR=/runs/a" in lines
+    assert "export NNLO_DEADLINE=$(( $(date +%s) + 43200 ))" in lines
+    assert f"{PY} -m nnlo_sched job end \"$NNLO_RUN_DIR\" \"$rc\"" in lines and lines[-1] == "exit $rc"
+    assert "#SBATCH --mail-type=END" in lines and "#SBATCH --exclusive" in lines
+    # directives precede every command (sbatch stops reading them at the first one)
+    first_cmd = next(i for i, x in enumerate(lines) if x and not x.startswith("#"))
+    assert max(i for i, x in enumerate(lines) if x.startswith("#SBATCH")) < first_cmd
+
+
+def test_account_is_required_where_the_site_requires_it() -> None:
+    s = spec("summit", workers=2)
+    with pytest.raises(ConfigError, match="needs a project to charge.*--account"):
+        render_script(s, profile("summit"), "/r")
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("account", "ABC 123"), ("account", "a\nrm -rf ~"), ("queue", "batch;id"), ("constraint", "gpu'x")],
+)
+def test_unsafe_directive_values_are_refused(field: str, value: str) -> None:
+    s = spec("cscs", account="s1", workers=1)
+    setattr(s, field, value)
+    s.layout = dict(s.layout, queue=None) if field == "queue" else s.layout
+    with pytest.raises(ConfigError, match="cannot go into a batch directive"):
+        render_script(s, profile("cscs"), "/r")
+
+
+def test_run_dir_with_spaces_cannot_go_into_slurm_directives() -> None:
+    with pytest.raises(ConfigError, match="path without spaces"):
+        render_script(spec("cscs", account="s1", workers=1), profile("cscs"), "/scratch/my runs/a")
+
+
+HOSTILE = st.lists(
+    st.sampled_from(list("ab $`'\"\\;&|()<>{}*?!#~\n\t-") + ["$(touch PWNED)", "`touch PWNED`", "'; touch PWNED; '"]),
+    min_size=1, max_size=12,
+).map("".join)
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=HOSTILE, run_dir=HOSTILE, workdir=HOSTILE)
+def test_hostile_values_stay_inert_words(name: str, run_dir: str, workdir: str) -> None:
+    s = spec("local", workers=1, name=name, workdir="/w/" + workdir)
+    text = render_script(s, profile("local"), "/r/" + run_dir)
+    subprocess.run([BASH, "-n"], input=text, text=True, check=True)
+    # bash itself reads the quoted words back exactly: run the script's preamble with cd recorded, not done
+    preamble = text.split(" job start ")[0].rsplit("\n", 1)[0]
+    probe = "cd() { printf '%s\\0' \"$1\"; }\n" + preamble + '\nprintf "%s\\0" "$NNLO_RUN_DIR"'
+    with tempfile.TemporaryDirectory() as cwd:
+        out = subprocess.run([BASH, "-c", probe], capture_output=True, text=True, check=True, cwd=cwd).stdout
+        assert not os.listdir(cwd)
+    assert out.split("\0")[:2] == ["/w/" + workdir, "/r/" + run_dir]
+    # in directives the name is sanitised; comments never break into a new line
+    slurm = render_script(spec("cscs", account="s1", workers=1, name=name), profile("cscs"), "/r")
+    subprocess.run([BASH, "-n"], input=slurm, text=True, check=True)
+    assert f"#SBATCH --job-name={job_name(name, 'slurm')}" in slurm.splitlines()
+    assert re.fullmatch(r"[A-Za-z0-9_.-]+", job_name(name, "slurm"))
+    assert re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,14}", job_name(name, "pbs"))
+
+
+def test_rendered_local_script_runs_with_a_hostile_run_dir(tmp_path: Path, mpirun: str) -> None:
+    """Execute a real rendered local script with real bash and mpirun; stand-in programs record what they got."""
+    run_dir = tmp_path / "run $(touch PWNED) `touch PWNED2` 'x' \"y\""
+    run_dir.mkdir()
+    rec = tmp_path / "rec.sh"
+    rec.write_text(
+        '#!/bin/bash\n'
+        'printf "%s|" "$@" >> "$NNLO_RUN_DIR/calls.txt"; echo >> "$NNLO_RUN_DIR/calls.txt"\n'
+        '[ "$3" = run ] && exit 75\nexit 0\n'
+    )
+    rec.chmod(0o755)
+    p = replace(load_profile("local"), python=str(rec), launcher_command=mpirun)
+    s = RunSpec("train", ["--model", "m.py"], "local", name="hostile $(touch PWNED3)", walltime_s=60,
+                workdir=str(tmp_path), workers=1)
+    s.layout = compute_spec_layout(s, p).to_dict(ranks=False)
+    script = tmp_path / "job.sh"
+    script.write_text(render_script(s, p, run_dir))
+    done = subprocess.run(submit_argv(s, p, script), cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 75, done.stderr  # the program's exit status comes back through the trap loop
+    calls = (run_dir / "calls.txt").read_text().splitlines()
+    assert calls[0] == "-m|nnlo_sched|job|start|" + str(run_dir) + "|"
+    assert calls.count("-m|nnlo_sched|run|" + str(run_dir) + "|") == 2  # two ranks (1 master + 1 worker)
+    assert calls[-1] == "-m|nnlo_sched|job|end|" + str(run_dir) + "|75|"
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+def test_batch_shell_forwards_the_warning_signal(tmp_path: Path) -> None:
+    """USR2 to the batch shell reaches the program, whose own exit status is what the job reports."""
+    rec = tmp_path / "prog.sh"
+    rec.write_text(
+        '#!/bin/bash\n'
+        'if [ "$3" != run ]; then printf "%s\\n" "$*" >> "$NNLO_RUN_DIR/calls.txt"; exit 0; fi\n'
+        'trap \'echo got-usr2 >> "$NNLO_RUN_DIR/calls.txt"; exit 75\' USR2\n'
+        'touch "$NNLO_RUN_DIR/started"; for i in $(seq 600); do sleep 0.1; done; exit 3\n'
+    )
+    rec.chmod(0o755)
+    # a launcher that just runs the program (one rank), so the signal path is the script's own
+    p = replace(load_profile("local"), python=str(rec), launcher_command="env")
+    s = RunSpec("train", [], "local", name="sig", walltime_s=60, workdir=str(tmp_path), workers=1)
+    s.layout = dict(compute_spec_layout(s, p).to_dict(ranks=False), launcher=["env"])
+    script = tmp_path / "job.sh"
+    script.write_text(render_script(s, p, tmp_path))
+    proc = subprocess.Popen(submit_argv(s, p, script), cwd=tmp_path)
+    try:
+        for _ in range(600):
+            if (tmp_path / "started").exists():
+                break
+            subprocess.run(["sleep", "0.1"])
+        proc.send_signal(12)  # SIGUSR2
+        assert proc.wait(timeout=120) == 75
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert "got-usr2" in calls and calls[-1].endswith("job end " + str(tmp_path) + " 75")
+
+
+def test_submit_argv_forms() -> None:
+    s = spec("cscs", account="s1", workers=1)
+    assert submit_argv(s, profile("cscs"), "/r/job.sh") == ["sbatch", "--parsable", "/r/job.sh"]
+    assert submit_argv(s, profile("cscs"), "/r/job.sh", "42") == [
+        "sbatch", "--parsable", "--dependency=afterany:42", "/r/job.sh"]
+    assert submit_argv(s, profile("summit"), "/r/job.sh", "42") == [
+        "sh", "-c", 'exec bsub "$@" < "$0"', "/r/job.sh", "-w", "ended(42)"]
+    assert submit_argv(s, profile("titan"), "/r/job.sh", "42.titan-batch") == [
+        "qsub", "-W", "depend=afterany:42.titan-batch", "/r/job.sh"]
+    assert submit_argv(s, profile("local"), "/r/job.sh") == ["/bin/bash", "/r/job.sh"]
+    with pytest.raises(ConfigError, match="not a scheduler job id"):
+        submit_argv(s, profile("cscs"), "/r/job.sh", "42; rm -rf ~")
+
+
+def test_lsf_argv_feeds_the_script_on_stdin(tmp_path: Path) -> None:
+    """Run the LSF argv with a recording ``bsub`` on PATH: it gets the options and the script on stdin."""
+    bsub = tmp_path / "bsub"
+    bsub.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$REC.args"; cat > "$REC.stdin"\n'
+                    'echo "Job <4242> is submitted to queue <batch>."\n')
+    bsub.chmod(0o755)
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#BSUB -J x\necho hi\n")
+    env = dict(os.environ, PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}", REC=str(tmp_path / "rec"))
+    argv = submit_argv(spec("summit", account="A", workers=1), profile("summit"), script, "41")
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    assert parse_job_id(profile("summit"), out) == "4242"
+    assert (tmp_path / "rec.args").read_text().split() == ["-w", "ended(41)"]
+    assert (tmp_path / "rec.stdin").read_text() == script.read_text()
+
+
+@pytest.mark.parametrize(
+    "cluster, output, job",
+    [
+        ("cscs", "12345\n", "12345"),
+        ("cscs", "12345;daint\n", "12345"),
+        ("summit", "Job <998877> is submitted to queue <batch>.\n", "998877"),
+        ("titan", "3141592.titan-batch1\n", "3141592.titan-batch1"),
+        ("local", "777\n", "777"),
+    ],
+)
+def test_parse_job_id(cluster: str, output: str, job: str) -> None:
+    assert parse_job_id(profile(cluster), output) == job
+
+
+def test_parse_job_id_refuses_garbage() -> None:
+    with pytest.raises(ConfigError, match="cannot find a job id"):
+        parse_job_id(profile("cscs"), "sbatch: error: Batch job submission failed\n")
