@@ -277,7 +277,7 @@ def _nesting(events: list[dict[str, Any]]) -> list[tuple[int, float, float, str]
 
 def streams_from_trace_json(path: Path) -> list[Any]:
     """RankStreams rebuilt from a merged ``timeline.json`` (when the per-rank lines are gone)."""
-    from nnlo.observe.timeline import RankStream
+    from nnlo.observe.timeline import JobWindow, RankStream
 
     data = load_json(path)
     events = data.get("traceEvents", []) if isinstance(data, dict) else data if isinstance(data, list) else []
@@ -292,9 +292,9 @@ def streams_from_trace_json(path: Path) -> list[Any]:
             s.events.append(e)
             end = e["ts"] + float(e.get("dur", 0) or 0)
             if not s.sessions:
-                s.sessions.append([float(e["ts"]), end])
-            s.sessions[0][0] = min(s.sessions[0][0], float(e["ts"]))
-            s.sessions[0][1] = max(s.sessions[0][1], end)
+                s.sessions.append(JobWindow(float(e["ts"]), end))
+            s.sessions[0].start_us = min(s.sessions[0].start_us, float(e["ts"]))
+            s.sessions[0].extend(float(e["ts"]), end, span=e.get("tid", 0) == 0)
     return [by_rank[r] for r in sorted(by_rank)]
 
 

@@ -48,7 +48,7 @@ class Session:
     _logging: Any = None
     _previous_tracer: Tracer | None = None
     _started: float = field(default_factory=time.time)
-    _t0: float = field(default_factory=time.perf_counter)
+    _t0_ns: int = field(default_factory=time.perf_counter_ns)
     _closed: bool = False
 
     @property
@@ -74,8 +74,11 @@ class Session:
         """This rank's time breakdown (and monitor totals): ``{}`` when spans are not timed."""
         if not self.accounting:
             return {}
-        wall = time.perf_counter() - self._t0
-        out = _summary.rank_summary(self.rank, self.role, wall, self.tracer.account.seconds())  # type: ignore[attr-defined]
+        account = self.tracer.account  # type: ignore[attr-defined]
+        now_ns, t0_ns = time.perf_counter_ns(), self._t0_ns
+        first_ns = account.first_ns if account.first_ns is not None else now_ns
+        out = _summary.rank_summary(self.rank, self.role, (now_ns - first_ns) / 1e9, account.seconds(),
+                                    startup_s=max(0, first_ns - t0_ns) / 1e9)
         if self.monitor is not None:
             out["monitor"] = self.monitor.totals()
         return out

@@ -26,10 +26,14 @@ class TimeAccount:
     def __init__(self) -> None:
         self._ns: dict[str, int] = {}
         self._lock = threading.Lock()
+        #: perf_counter_ns at the start of the earliest span, None before any
+        self.first_ns: int | None = None
 
-    def add(self, cat: str, ns: int) -> None:
+    def add(self, cat: str, ns: int, start_ns: int | None = None) -> None:
         with self._lock:
             self._ns[cat] = self._ns.get(cat, 0) + ns
+            if start_ns is not None and (self.first_ns is None or start_ns < self.first_ns):
+                self.first_ns = start_ns
 
     def seconds(self) -> dict[str, float]:
         with self._lock:
@@ -47,8 +51,15 @@ def role_kind(label: str | None) -> str:
     return label or "unknown"
 
 
-def rank_summary(rank: int, role: str, wall_s: float, seconds: dict[str, float]) -> dict[str, Any]:
-    """One rank's breakdown: seconds and fractions per category, unknown categories folded into other."""
+def rank_summary(
+    rank: int, role: str, wall_s: float, seconds: dict[str, float], startup_s: float = 0.0
+) -> dict[str, Any]:
+    """One rank's breakdown: seconds and fractions per category, unknown categories folded into other.
+
+    ``wall_s`` runs from the rank's first span to its end; ``startup_s`` (imports, building the model,
+    opening data: before the first span) is reported beside it, not in the fractions, so a short run on a
+    slow file system still shows how its workers spend their training time.
+    """
     known = {c: float(seconds.get(c, 0.0)) for c in CATEGORIES}
     spanned = sum(known.values()) + sum(v for c, v in seconds.items() if c not in CATEGORIES)
     wall = max(float(wall_s), spanned, 1e-9)
@@ -58,6 +69,7 @@ def rank_summary(rank: int, role: str, wall_s: float, seconds: dict[str, float])
         "role": role,
         "kind": role_kind(role),
         "wall_s": round(wall, 6),
+        "startup_s": round(float(startup_s), 6),
         "seconds": {c: round(v, 6) for c, v in known.items()},
         "fractions": {c: round(v / wall, 4) for c, v in known.items()},
     }
@@ -77,6 +89,7 @@ def by_role(ranks: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         entry: dict[str, Any] = {
             "ranks": len(members),
             "wall_s": round(max(m.get("wall_s", 0.0) for m in members), 6),
+            "startup_s": round(max(m.get("startup_s", 0.0) for m in members), 6),
             "fractions": {c: round(s / wall, 4) for c, s in seconds.items()},
         }
         monitors = [m["monitor"] for m in members if isinstance(m.get("monitor"), dict)]
@@ -113,6 +126,9 @@ def format_table(roles: dict[str, dict[str, Any]]) -> str:
     for kind, entry in roles.items():
         fr = entry.get("fractions", {})
         lines.append(f"{kind:<12} {entry.get('ranks', 0):>5} " + " ".join(f"{fr.get(c, 0.0):>8.1%}" for c in COLUMNS))
+    startup = max((e.get("startup_s", 0.0) for e in roles.values()), default=0.0)
+    wall = max((e.get("wall_s", 0.0) for e in roles.values()), default=0.0)
+    lines.append(f"over {wall:.1f} s from the first span to the end; start-up before it: up to {startup:.1f} s")
     monitored = [(k, e["monitor"]) for k, e in roles.items() if e.get("monitor")]
     for kind, mon in monitored:
         bits = []
@@ -162,6 +178,7 @@ def from_streams(streams: Iterable[Any]) -> list[dict[str, Any]]:
             if e.get("ph") == "X" and e.get("tid", 0) == 0 and "ts" in e
         ]
         seconds = exclusive_seconds(spans)
-        wall_s = sum(max(0.0, end - start) for start, end in s.sessions) / 1e6
-        out.append(rank_summary(s.rank, s.role or f"rank {s.rank}", wall_s, seconds))
+        wall_s = sum(w.active_s for w in s.sessions)
+        startup_s = sum(w.startup_s for w in s.sessions)
+        out.append(rank_summary(s.rank, s.role or f"rank {s.rank}", wall_s, seconds, startup_s))
     return out

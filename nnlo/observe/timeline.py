@@ -61,7 +61,7 @@ class _Span:
         if stack:
             stack[-1]._children += dur
         if tracer._main is None or threading.get_ident() == tracer._main:
-            tracer.account.add(self._cat, dur - self._children)
+            tracer.account.add(self._cat, dur - self._children, self._t0)
         if tracer._fd is not None:
             args = self._args
             if exc_type is not None:
@@ -190,6 +190,30 @@ def _line(obj: dict[str, Any]) -> bytes:
 
 # -- reading and merging ---------------------------------------------------------------------------
 @dataclass
+class JobWindow:
+    """One job's stretch of a rank's file (a restarted chain appends one more): microseconds."""
+
+    start_us: float
+    end_us: float
+    first_span_us: float | None = None
+
+    def extend(self, ts: float, end: float, span: bool) -> None:
+        self.end_us = max(self.end_us, end)
+        if span:
+            self.first_span_us = ts if self.first_span_us is None else min(self.first_span_us, ts)
+
+    @property
+    def active_s(self) -> float:
+        """From the first span to the end: the time the summary's fractions are of."""
+        return max(0.0, self.end_us - (self.first_span_us if self.first_span_us is not None else self.start_us)) / 1e6
+
+    @property
+    def startup_s(self) -> float:
+        """From the session's start to the first span (imports, model building, data opening)."""
+        return max(0.0, (self.first_span_us if self.first_span_us is not None else self.start_us) - self.start_us) / 1e6
+
+
+@dataclass
 class RankStream:
     """What one rank's line file holds, after dropping torn or corrupt lines."""
 
@@ -199,8 +223,8 @@ class RankStream:
     role: str | None = None
     closed: bool = False
     dropped: int = 0
-    #: [start_us, end_us] per job that appended to this file (a restarted chain appends a new session)
-    sessions: list[list[float]] = field(default_factory=list)
+    #: one window per job that appended to this file (a restarted chain appends a new one)
+    sessions: list[JobWindow] = field(default_factory=list)
 
 
 def read_stream(path: str | Path) -> RankStream:
@@ -224,19 +248,19 @@ def read_stream(path: str | Path) -> RankStream:
         marker = obj.get("nnlo")
         if marker == "start":
             stream.role, stream.closed = obj.get("role"), False
-            stream.sessions.append([float(obj.get("unix_us", 0)), float(obj.get("unix_us", 0))])
+            stream.sessions.append(JobWindow(float(obj.get("unix_us", 0)), float(obj.get("unix_us", 0))))
         elif marker == "closed":
             stream.closed = True
             if stream.sessions:
-                stream.sessions[-1][1] = max(stream.sessions[-1][1], float(obj.get("unix_us", 0)))
+                stream.sessions[-1].extend(0.0, float(obj.get("unix_us", 0)), span=False)
         elif "ph" in obj:
             stream.events.append(obj)
             ts = obj.get("ts")
             if isinstance(ts, (int, float)) and obj["ph"] != "M":
                 end = ts + float(obj.get("dur", 0) or 0)
                 if not stream.sessions:
-                    stream.sessions.append([float(ts), end])
-                stream.sessions[-1][1] = max(stream.sessions[-1][1], end)
+                    stream.sessions.append(JobWindow(float(ts), end))
+                stream.sessions[-1].extend(float(ts), end, span=obj["ph"] == "X" and obj.get("tid", 0) == 0)
         else:
             stream.dropped += 1
     return stream

@@ -16,16 +16,17 @@ def test_rank_summaries_combine_per_role_weighted_by_wall_time():
         summary.rank_summary(0, "coordinator", 10.0, {"wait": 9.0}),
         summary.rank_summary(1, "b0:master:m0", 10.0, {"comm": 4.0, "compute": 1.0}),
         summary.rank_summary(2, "b0:worker:w0", 10.0, {"compute": 6.0, "comm": 2.0}),
-        summary.rank_summary(3, "b0:worker:w1", 30.0, {"compute": 6.0, "wait": 20.0, "custom": 1.0}),
+        summary.rank_summary(3, "b0:worker:w1", 30.0, {"compute": 6.0, "wait": 20.0, "custom": 1.0}, startup_s=4.5),
     ]
     assert ranks[3]["fractions"]["other"] == pytest.approx(4 / 30, abs=1e-3)
     roles = summary.by_role(ranks)
     assert list(roles) == ["coordinator", "master", "worker"]
-    assert roles["worker"]["ranks"] == 2
+    assert roles["worker"]["ranks"] == 2 and roles["worker"]["startup_s"] == 4.5
     assert roles["worker"]["fractions"]["compute"] == pytest.approx(12 / 40)
     assert roles["worker"]["fractions"]["wait"] == pytest.approx(20 / 40)
     table = summary.format_table(roles)
-    assert "worker" in table.splitlines()[-1] and "30.0%" in table.splitlines()[-1]
+    worker_row = next(line for line in table.splitlines() if line.startswith("worker "))
+    assert worker_row.split()[1:5] == ["2", "30.0%", "5.0%", "50.0%"]  # ranks, compute, comm, wait
 
 
 def test_session_lifecycle_writes_summary_and_restores_the_tracer(tmp_path):
