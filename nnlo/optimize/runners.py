@@ -116,6 +116,9 @@ class TrainRunner:
             checkpoint_keep=1,
             restore="auto",
             trial_name=f"{out.parent.name}-{out.name}",
+            # trainings of many blocks at once would flood the console: their progress goes to the fold's
+            # logs/ and history.json; --log-level debug shows it on the console too
+            log_level=self.config.log_level if self.config.log_level == "debug" else "warning",
         )
         if lr is not None:
             cfg = cfg.replace(worker_optimizer=with_lr(cfg.worker_optimizer, float(lr)))
@@ -136,6 +139,14 @@ class TrainRunner:
             self._n_samples = len(ds)
         return self._n_samples
 
+    def fold_indices(self, fold: int, n_fold: int) -> tuple[Any, Any]:
+        """(train, validation) sample indices of ``fold``: the held-out fold of the --train samples is the
+        validation set (the runtime reads ``val_indices`` from the training files). Same seed, same folds
+        on every rank, every trial and every resubmission."""
+        from nnlo.data import kfold
+
+        return kfold(self.n_samples(), n_fold, self.seed)[fold]
+
     def run(self, comm: Any, trial_id: int, params: dict[str, Any], fold: int, n_fold: int,
             out_dir: Path) -> FoldOutcome | None:
         from nnlo.training.driver import train
@@ -144,10 +155,7 @@ class TrainRunner:
         cfg = self.config_for(params, out)
         train_idx = val_idx = None
         if n_fold > 1:
-            from nnlo.data import kfold
-
-            # the held-out fold of the training samples is the validation set (val_indices index --train)
-            train_idx, val_idx = kfold(self.n_samples(), n_fold, self.seed)[fold]
+            train_idx, val_idx = self.fold_indices(fold, n_fold)
         result = train(comm, cfg, shape=self.group_shape, train_indices=train_idx, val_indices=val_idx,
                        out_dir=out)
         if comm.Get_rank() != 0:

@@ -1,0 +1,73 @@
+"""``nnlo optimize`` through the real training runtime on the digits example (2-dimensional space)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nnlo.config import TrainConfig
+from nnlo.optimize.runners import TrainRunner, split_params
+from nnlo.roles import Shape
+from tests.conftest import REPO
+
+DIGITS_MODEL = str(REPO / "examples" / "digits_torch.py")
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    out = tmp_path_factory.mktemp("digits")
+    subprocess.run([sys.executable, str(REPO / "examples" / "make_digits.py"), "--out", str(out)], check=True,
+                   capture_output=True, timeout=120)
+    return out
+
+
+def test_folds_of_the_training_samples_are_disjoint_and_complete(digits):
+    cfg = TrainConfig(model=DIGITS_MODEL, train=str(digits / "train.list"))
+    runner = TrainRunner(cfg, Shape(), seed=5)
+    n = runner.n_samples()
+    folds = [runner.fold_indices(f, 3) for f in range(3)]
+    vals = np.concatenate([v for _, v in folds])
+    assert sorted(vals.tolist()) == list(range(n))  # every sample validated exactly once
+    for tr, va in folds:
+        assert not set(tr.tolist()) & set(va.tolist()) and len(tr) + len(va) == n
+    again = TrainRunner(cfg, Shape(), seed=5).fold_indices(1, 3)
+    assert all(np.array_equal(a, b) for a, b in zip(again, folds[1]))
+
+
+def test_hyperparameters_route_to_training_options_or_get_model(tmp_path):
+    cfg = TrainConfig(model=DIGITS_MODEL, worker_optimizer="adam:lr=0.001,beta1=0.8")
+    overrides, model_args = split_params({"hidden": 32, "batch": 16, "worker_lr": 0.01})
+    assert overrides == {"batch": 16, "worker_lr": 0.01} and model_args == {"hidden": 32}
+    trial = TrainRunner(cfg, Shape(), 0).config_for({"hidden": 32, "batch": 16, "worker_lr": 0.01},
+                                                   tmp_path / "trials" / "0007" / "fold-1")
+    assert trial.batch == 16 and trial.model_args == {"hidden": 32}
+    from nnlo.algorithms.optimizers import parse_optimizer_spec
+
+    name, opts = parse_optimizer_spec(trial.worker_optimizer)
+    assert name == "adam" and opts["lr"] == 0.01 and opts["beta1"] == 0.8
+    assert trial.checkpoint.endswith("0007/fold-1") and trial.restore == "auto"
+
+
+@pytest.mark.mpi
+def test_real_optimize_on_digits(mpirun, nnlo_env, digits, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "nnlo_sched", "optimize", "-n", "5", "--model", DIGITS_MODEL,
+           "--train", str(digits / "train.list"), "--val", str(digits / "val.list"), "--block-size", "2",
+           "--epochs", "2", "--batch", "32", "--mode", "downpour", "--num-iterations", "3",
+           "--hyper-opt", "bayesian", "--n-initial-points", "2", "--fom", "val_accuracy", "--output", str(out)]
+    r = subprocess.run(cmd, env=nnlo_env, cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    table = json.loads((out / "trials.json").read_text())
+    assert [t["status"] for t in table] == ["ok"] * 3
+    for t in table:
+        assert set(t["params"]) == {"hidden", "dropout"} and 16 <= t["params"]["hidden"] <= 128
+        assert 0.1 < t["fom"] <= 1.0 and t["metrics"][0]["val_accuracy"] == t["fom"]
+        fold_dir = out / "trials" / f"{t['id']:04d}" / "fold-0"
+        history = json.loads((fold_dir / "history.json").read_text())["history"]
+        assert len(history) == 2 and history[-1]["val_accuracy"] == pytest.approx(t["fom"])
+        assert json.loads((fold_dir / "config.json").read_text())["model_args"]["hidden"] == t["params"]["hidden"]
+    best = json.loads((out / "best.json").read_text())
+    assert best["best_fom"] == max(t["fom"] for t in table) and best["direction"] == "max"
