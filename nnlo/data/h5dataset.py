@@ -88,6 +88,24 @@ def _datasets_in(f: h5py.File) -> list[str]:
     return names
 
 
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to this process now, or None when it cannot be told."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - psutil missing or unsupported platform: skip the check
+        return None
+
+
 def _open(path: Path) -> h5py.File:
     try:
         return h5py.File(path, "r")
@@ -212,14 +230,20 @@ class H5Dataset:
         """Read every sample into memory now (once); later reads are memory copies and files are closed."""
         if self._preloaded is not None:
             return
-        nbytes = sum(int(np.prod(r, dtype=np.int64)) * d.itemsize for r, d in zip(self.row_shapes, self.dtypes))
+        row_bytes = sum(int(np.prod(r, dtype=np.int64)) * d.itemsize for r, d in zip(self.row_shapes, self.dtypes))
+        need = row_bytes * len(self)
+        available = _available_memory()
+        if available is not None and need > 0.8 * available:
+            raise DataError(
+                f"preloading needs {_size(need)} per rank but only {_size(available)} of memory is available; "
+                f"drop --preload-data (contiguous HDF5 files are memory-mapped and shared between the ranks "
+                f"of a node anyway)"
+            )
         try:
             arrays = [np.empty((len(self),) + r, dtype=d) for r, d in zip(self.row_shapes, self.dtypes)]
         except MemoryError:
-            raise DataError(
-                f"preloading {nbytes * len(self) / 2**30:.1f} GiB of data does not fit in memory; "
-                f"drop --preload-data"
-            ) from None
+            raise DataError(f"preloading {_size(need)} of data does not fit in memory; "
+                            f"drop --preload-data") from None
         for i in range(len(self.files)):
             a, b = self.offsets[i], self.offsets[i + 1]
             if a == b:

@@ -175,3 +175,11 @@ def test_failing_adaptor_is_a_one_line_model_error(indexed_files):
     ds = H5Dataset(indexed_files, features=("features", lambda a: a.reshape(5, 5)))
     with pytest.raises(ModelError, match=r"adaptor of 'features' \(from get_features\(\)\) raised ValueError.*shape \(2, 3\)"):
         ds.read([0, 1])
+
+
+def test_preload_refuses_more_than_available_memory(indexed_files, monkeypatch):
+    monkeypatch.setattr(h5dataset, "_available_memory", lambda: 100)
+    with pytest.raises(DataError, match=r"preloading needs 384 B per rank but only 100 B of memory .* drop --preload-data"):
+        H5Dataset(indexed_files, preload=True)
+    monkeypatch.setattr(h5dataset, "_available_memory", lambda: None)
+    assert H5Dataset(indexed_files, preload=True).preloaded
