@@ -161,6 +161,8 @@ class Supervisor:
         self.procs: dict[str, subprocess.Popen] = {}
 
     def loop(self) -> None:
+        with self.sched._queue() as q:
+            q["supervisor_pid"] = os.getpid()
         while True:
             with self.sched._queue() as q:
                 self._reap(q)

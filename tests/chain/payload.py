@@ -1,7 +1,7 @@
 """A stand-in for ``nnlo train`` in the chain-mechanics tests: epochs are sleeps, checkpoints are real.
 
 Run as ``python payload.py RUN_DIR`` by the test profiles' python wrapper in place of
-``python -m nnlo_sched run RUN_DIR`` (only rank 0 of the launch works; the others wait for it). It follows
+``python -m nnlo_sched run RUN_DIR`` (only rank 0 of the launch works; the others exit at once). It follows
 the runtime's contract exactly: it writes complete checkpoints in nnlo's format
 (``<run>/checkpoints/ckpt-eNNNN-u00000000/manifest.json``, published by a rename), resumes from the
 newest one, stops with exit 75 after a checkpoint before ``NNLO_DEADLINE`` (margin: one epoch) or on
@@ -42,11 +42,7 @@ def on_signal(signum, frame):  # noqa: ARG001
 for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
     signal.signal(s, on_signal)
 
-if rank != 0:  # the other ranks just live as long as rank 0 would
-    while not stop["flag"] and time.time() < deadline:
-        time.sleep(0.2)
-        if (run_dir / "payload.done").exists():
-            break
+if rank != 0:  # the launch's other ranks have nothing to do (no MPI here): rank 0 decides the exit status
     sys.exit(0)
 
 ckdir = run_dir / "checkpoints"
@@ -86,6 +82,5 @@ while done < epochs:
         print("payload: error: the model diverged (NaN loss)", flush=True)
         sys.exit(1)
     checkpoint(done)
-(run_dir / "payload.done").touch()
 print("payload: finished", flush=True)
 sys.exit(0)

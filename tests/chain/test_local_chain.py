@@ -1,0 +1,134 @@
+"""The whole checkpoint-restart cycle on the local scheduler: walltime stops, resubmission, resume, cancel,
+failures that must not resubmit, and ``nnlo status``/``logs`` along the way (stand-in payload, real chain)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from conftest import epochs_done, make_spec, nnlo, status_json, submit, wait_for
+
+
+def test_walltime_chain_resubmits_and_finishes_with_every_epoch(chain_env):
+    # 16 epochs of 0.5 s; an 8 s walltime (less ~2 s start-up) holds at most ~11: at least 2 jobs, often 3
+    run = submit(make_spec("testlocal", epochs=16, epoch_s=0.5, walltime_s=8))
+    assert run.job_id == "1"
+    first = wait_for("the first job to run", lambda: (v := status_json(run))["state"] == "running" and v)
+    assert [j["job_id"] for j in first["jobs"]] == ["1", "2"]  # the successor is queued behind it
+    assert first["jobs"][1]["depends_on"] == "1"
+    wait_for("a resubmission", lambda: len(run.state.jobs) >= 3 or run.state.state in ("done", "failed"))
+    wait_for("the run to finish", lambda: run.state.state in ("done", "failed"), timeout=120)
+    st = run.state
+    assert st.state == "done", st.error
+    assert epochs_done(run) == list(range(1, 17))
+    started = [j for j in st.jobs if j.started_at]
+    assert len(started) >= 2
+    assert all(j.status == "walltime" and j.rc == 75 for j in started[:-1])
+    assert started[-1].status == "finished" and started[-1].rc == 0
+    # the successor queued behind the last job was cancelled, nothing is left alive
+    assert st.jobs[-1].status == "cancelled" and not st.alive_jobs
+    view = status_json(run)
+    assert view["progress"]["epoch"] == 16 and view["progress"]["epochs"] == 16
+    table = nnlo("status").stdout
+    assert run.id in table and "done" in table and "epoch 16/16" in table
+    logs = nnlo("logs", run.id).stdout
+    assert "payload: finished" in logs and "restored from ckpt-e" in logs
+    assert logs.index("==> logs/job-1.out") < logs.index("==> logs/job-2.out")
+
+
+def test_failing_job_stops_the_chain_with_its_error(chain_env):
+    run = submit(make_spec("testlocal", model="fail_model.py", epochs=5, epoch_s=0.2))
+    wait_for("the failure", lambda: run.state.state == "failed")
+    st = run.state
+    started = [j for j in st.jobs if j.started_at]
+    assert len(started) == 1 and started[0].rc == 1 and started[0].status == "failed"
+    assert "diverged" in st.error
+    assert all(not j.alive for j in st.jobs)  # its successor was cancelled, not run
+    out = nnlo("status", run.id).stdout
+    assert "failed" in out and "diverged" in out
+
+
+def test_job_without_new_checkpoint_stops_the_chain(chain_env):
+    # runs into its limit without checkpointing: SIGTERM, exit 75 without a checkpoint -> no resubmission
+    run = submit(make_spec("testlocal", model="nocheckpoint.py", epochs=1000, epoch_s=0.2, walltime_s=3))
+    wait_for("the chain to stop", lambda: run.state.state == "failed")
+    st = run.state
+    assert "without writing a new checkpoint" in st.error
+    assert [j.status for j in st.jobs if j.started_at] == ["no-checkpoint"]
+    assert not st.alive_jobs
+
+
+def test_cancel_then_resume_continues_from_the_checkpoint(chain_env):
+    run = submit(make_spec("testlocal", epochs=6, epoch_s=0.5, walltime_s=600))
+    wait_for("two epochs", lambda: (run.dir / "history.json").exists() and len(epochs_done(run)) >= 2)
+    out = nnlo("cancel", run.id).stdout
+    assert "cancelled run" in out and "1" in out
+    wait_for("the cancel to land", lambda: all(not j.alive for j in run.state.jobs) and
+             _local_queue_idle(run))
+    st = run.state
+    assert st.state == "cancelled"
+    assert st.jobs[0].status == "cancelled"
+    assert nnlo("cancel", run.id, check=False).returncode == 0  # cancelling twice is harmless
+    done_before = len(epochs_done(run))
+    assert done_before < 6
+    assert "resumed run" in nnlo("resume", run.id).stdout
+    wait_for("the resumed run to finish", lambda: run.state.state == "done")
+    log = nnlo("logs", run.id, "--job", run.state.jobs[-2].job_id).stdout
+    assert "restored from ckpt-e" in log
+    assert epochs_done(run) == list(range(1, 7))
+    refused = nnlo("resume", run.id, check=False)
+    assert refused.returncode == 2 and "is done" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_max_resubmits_bounds_the_chain(chain_env):
+    run = submit(make_spec("testlocal", epochs=30, epoch_s=0.5, walltime_s=5, max_resubmits=1))
+    wait_for("the bound", lambda: run.state.state == "failed")
+    st = run.state
+    assert "max-resubmits" in st.error
+    assert len([j for j in st.jobs if j.started_at]) == 2
+    assert 0 < len(epochs_done(run)) < 30
+
+
+def test_a_successor_starting_on_a_finished_run_exits_at_once(chain_env):
+    from nnlo_sched.chain import job_start
+    from nnlo_sched.state import update_state
+
+    run = submit(make_spec("testlocal", epochs=1, epoch_s=0.1))
+    wait_for("the run to finish", lambda: run.state.state == "done")
+    decision = job_start(run.dir, "99")
+    assert not decision.ok and "done" in decision.message
+    assert run.state.job("99").status == "skipped"
+    # and through the CLI: non-zero, so the job script exits 0 without running
+    proc = nnlo("job", "start", str(run.dir), "--job-id", "100", check=False)
+    assert proc.returncode == 1 and "exits without running" in proc.stderr
+    with update_state(run.dir) as st:
+        assert st.state == "done"
+
+
+def test_status_says_unknown_when_the_local_scheduler_is_gone(chain_env):
+    run = submit(make_spec("testlocal", epochs=100, epoch_s=0.5, walltime_s=600))
+    wait_for("the job to run", lambda: run.state.state == "running" and _pid(run, "1"))
+    # kill the supervisor and the job behind nnlo's back (a reboot): nobody does the bookkeeping
+    queue = json.loads((run.dir / "local" / "queue.json").read_text())
+    os.kill(queue["supervisor_pid"], signal.SIGKILL)
+    os.killpg(_pid(run, "1"), signal.SIGKILL)
+    view = status_json(run)
+    assert view["state"] == "running"  # an unknown answer changes nothing...
+    assert view["jobs"][0]["scheduler_state"] == "UNKNOWN"  # ...and is shown as such
+    assert f"{run.id}" in (table := nnlo("status").stdout) and "1?" in table
+    # the user stops it; resume refuses nothing that is not alive, and cancel leaves it cancelled
+    nnlo("cancel", run.id)
+    assert run.state.state == "cancelled"
+
+
+def _pid(run, job_id):
+    try:
+        q = json.loads((run.dir / "local" / "queue.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return next((j["pid"] for j in q["jobs"] if j["id"] == job_id), None)
+
+
+def _local_queue_idle(run) -> bool:
+    q = json.loads((run.dir / "local" / "queue.json").read_text())
+    return all(j["state"] not in ("PENDING", "RUNNING") for j in q["jobs"])
