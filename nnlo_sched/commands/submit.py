@@ -116,7 +116,7 @@ def submit_command(
     """
     from nnlo_sched.layout import layout_for_spec, shape_from_args
     from nnlo_sched.profiles import load_profile
-    from nnlo_sched.render import render_script, submit_argv
+    from nnlo_sched.render import job_name, render_script, submit_argv
     from nnlo_sched.spec import RunSpec
 
     profile = load_profile(cluster)
@@ -149,7 +149,7 @@ def submit_command(
     spec.layout = layout.to_dict(ranks=False)
 
     if dry_run:
-        shown_dir = run_dir or Path(os.environ.get("NNLO_HOME") or "nnlo-runs") / spec.name
+        shown_dir = run_dir or Path(os.environ.get("NNLO_HOME") or "nnlo-runs") / job_name(spec.name, "local")
         shown_dir = shown_dir if shown_dir.is_absolute() else Path.cwd() / shown_dir
         script = render_script(spec, profile, shown_dir)
         argv = submit_argv(spec, profile, shown_dir / SCRIPT_NAME, None)
