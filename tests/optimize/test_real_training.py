@@ -71,3 +71,36 @@ def test_real_optimize_on_digits(mpirun, nnlo_env, digits, tmp_path):
         assert json.loads((fold_dir / "config.json").read_text())["model_args"]["hidden"] == t["params"]["hidden"]
     best = json.loads((out / "best.json").read_text())
     assert best["best_fom"] == max(t["fom"] for t in table) and best["direction"] == "max"
+
+
+FRAGILE_MODEL = '''
+from torch import nn
+
+
+def get_model(hidden=32):
+    if hidden % 2:
+        raise ValueError(f"hidden={hidden} is odd (a simulated model bug)")
+    return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+'''
+
+
+@pytest.mark.mpi
+def test_a_model_that_raises_fails_its_trial_and_the_search_goes_on(mpirun, nnlo_env, digits, tmp_path):
+    """Real runtime: get_model raises for odd sizes; those trials are recorded as failed, the rest train.
+    The space comes from a TOML file; random search with seed 0 proposes hidden = 36, 25, 40, 24."""
+    model = tmp_path / "fragile.py"
+    model.write_text(FRAGILE_MODEL)
+    space = tmp_path / "space.toml"
+    space.write_text('[hidden]\ntype = "integer"\nlow = 8\nhigh = 40\n')
+    out = tmp_path / "run"
+    cmd = [mpirun, "-np", "3", sys.executable, "-m", "nnlo_sched", "optimize", "--model", str(model),
+           "--space", str(space), "--train", str(digits / "train.list"), "--val", str(digits / "val.list"),
+           "--block-size", "2", "--epochs", "1", "--batch", "64", "--mode", "downpour", "--hyper-opt", "random",
+           "--seed", "0", "--num-iterations", "4", "--output", str(out)]
+    r = subprocess.run(cmd, env=nnlo_env, cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    table = json.loads((out / "trials.json").read_text())
+    assert [t["params"]["hidden"] for t in table] == [36, 25, 40, 24]
+    assert [t["status"] for t in table] == ["ok", "failed", "ok", "ok"]
+    assert "hidden=25 is odd" in table[1]["error"] and table[1]["fom"] is None
+    assert all(t["fom"] > 0 for t in table if t["status"] == "ok")
