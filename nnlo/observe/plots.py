@@ -26,6 +26,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from nnlo.observe.trace import CATEGORIES  # noqa: E402
 
@@ -93,6 +94,7 @@ def plot_history(entries: list[dict[str, Any]], out_dir: Path, prefix: str = "")
         for key, (xs, ys) in curves.items():
             ax.plot(xs, ys, marker="o", ms=3, label=_LABELS.get(key, key.replace("_", " ")))
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("loss")
         if all(y > 0 for _, ys in curves.values() for y in ys) and _spread(curves) > 30:
             ax.set_yscale("log")
@@ -125,6 +127,7 @@ def plot_history(entries: list[dict[str, Any]], out_dir: Path, prefix: str = "")
                 ax.plot(xs, ys, marker="o", ms=3, label=label if len(panel) > 1 else None)
             ax.set_title(panel[0].removeprefix("val_").replace("_", " "), fontsize=10)
             ax.set_xlabel("epoch")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
             if len(panel) > 1:
                 ax.legend(fontsize=8)
@@ -165,6 +168,7 @@ def plot_trials(trials: list[dict[str, Any]], out_dir: Path, direction: str = "m
         if _num(t.get("id")) is not None:
             ax.axvline(float(t["id"]), color="#7f7f7f", alpha=0.3, lw=1)
     ax.set_xlabel("trial")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(fom_name)
     ax.set_title(f"optimization: {len(done)} finished" + (f", {len(failed)} failed (grey lines)" if failed else ""))
     ax.grid(alpha=0.3)
@@ -242,7 +246,7 @@ def plot_utilisation(streams: list[Any], out_dir: Path, max_gantt_ranks: int = 6
     bars.set_xlim(0, 1)
     bars.set_xlabel("fraction of wall time")
     bars.set_title("where the time went, per rank")
-    bars.legend(fontsize=8, loc="lower right")
+    bars.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
     shown = streams[:max_gantt_ranks]
     for i, s in enumerate(shown):
         layers: dict[tuple[int, str], list[tuple[float, float]]] = {}
