@@ -209,17 +209,36 @@ def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:
 
 
 def log_path(run_dir: Path, job_id: str) -> Path:
+    """Where Slurm, LSF and the local scheduler put a job's output (the scripts' ``-o``/``--output``)."""
     return Path(run_dir) / LOG_DIR / f"job-{job_id}.out"
 
 
+def job_logs(run_dir: Path, job_id: str) -> list[Path]:
+    """A job's log files: ``logs/job-<id>.out``, or Torque's ``<name>.o<seq>``/``.e<seq>`` in ``logs/``.
+
+    Torque copies a job's output into the ``-o`` folder only when the job ends, so a PBS job's own
+    ``nnlo job end`` cannot quote it; ``nnlo status``/``logs`` later can.
+    """
+    first = log_path(run_dir, job_id)
+    if first.exists():
+        return [first]
+    seq = job_id.split(".")[0]
+    logs = Path(run_dir) / LOG_DIR
+    found = [p for p in (logs / f"job-{seq}.out",) if p.exists()]
+    found += sorted(logs.glob(f"*.o{seq}")) + sorted(logs.glob(f"*.e{seq}"))
+    return found
+
+
 def log_tail(run_dir: Path, job_id: str, lines: int = 20) -> list[str]:
-    try:
-        with open(log_path(run_dir, job_id), "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return []
+    text = ""
+    for path in job_logs(run_dir, job_id):
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 64 * 1024))
+                text += f.read().decode(errors="replace") + "\n"
+        except OSError:
+            continue
     return [ln for ln in text.splitlines() if ln.strip()][-lines:]
 
 
@@ -230,7 +249,7 @@ def log_error_line(run_dir: Path, job_id: str) -> str:
         low = line.lower()
         if "error" in low or "exception" in low or "traceback" in low or "killed" in low:
             return line.strip()[:300]
-    return tail[-1].strip()[:300] if tail else f"no log at {log_path(run_dir, job_id)}"
+    return tail[-1].strip()[:300] if tail else f"no log yet (see `nnlo logs` or {Path(run_dir) / LOG_DIR})"
 
 
 # -- user commands -------------------------------------------------------------------------------------
@@ -328,5 +347,5 @@ def reconcile(run_dir: Path, infos: dict[str, JobInfo]) -> RunState:
 
 
 __all__ = ["Decision", "ChainError", "checkpoint_dir", "checkpoint_marker", "job_start", "job_end",
-           "cancel_run", "resume_run", "reconcile", "alive_jobs", "log_tail", "log_path",
+           "cancel_run", "resume_run", "reconcile", "alive_jobs", "log_tail", "log_path", "job_logs",
            "EXIT_CHECKPOINTED", "EXIT_FINISHED", "RESUBMITTING", "RUNNING", "QUEUED"]

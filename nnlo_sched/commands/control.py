@@ -25,14 +25,14 @@ def cancel_command(run: str) -> None:
 
 def _log_files(run_dir: Path) -> list[Path]:
     """The run's job logs in chain order (the state's job order; stray files after, by time)."""
-    from nnlo_sched.chain import log_path
+    from nnlo_sched.chain import job_logs
     from nnlo_sched.state import read_state
 
-    ordered = [log_path(run_dir, j.job_id) for j in read_state(run_dir).jobs]
-    seen = {p.name for p in ordered}
-    extra = sorted((p for p in (run_dir / "logs").glob("job-*.out") if p.name not in seen),
+    ordered = [p for j in read_state(run_dir).jobs for p in job_logs(run_dir, j.job_id)]
+    seen = set(ordered)
+    extra = sorted((p for p in (run_dir / "logs").glob("job-*.out") if p not in seen),
                    key=lambda p: p.stat().st_mtime)
-    return [p for p in ordered if p.exists()] + extra
+    return ordered + extra
 
 
 def _copy(path: Path, offset: int) -> int:
@@ -52,7 +52,7 @@ def _copy(path: Path, offset: int) -> int:
 @click.option("--interval", type=float, default=1.0, show_default=True, hidden=True)
 def logs_command(run: str, follow: bool, job_id: str | None, interval: float) -> None:
     """Show RUN's job logs, oldest job first (each under a header); -f follows them as the chain goes on."""
-    from nnlo_sched.chain import log_path
+    from nnlo_sched.chain import job_logs
     from nnlo_sched.runs import find_run
     from nnlo_sched.state import ACTIVE_STATES, read_state
 
@@ -62,7 +62,7 @@ def logs_command(run: str, follow: bool, job_id: str | None, interval: float) ->
 
     def show_new() -> None:
         nonlocal current
-        files = [log_path(r.dir, job_id)] if job_id else _log_files(r.dir)
+        files = job_logs(r.dir, job_id) if job_id else _log_files(r.dir)
         for p in files:
             if not p.exists():
                 continue
@@ -74,7 +74,7 @@ def logs_command(run: str, follow: bool, job_id: str | None, interval: float) ->
                 offsets[p] = _copy(p, offsets.get(p, 0))
 
     show_new()
-    if job_id and not log_path(r.dir, job_id).exists() and not follow:
+    if job_id and not job_logs(r.dir, job_id) and not follow:
         raise click.UsageError(f"run {r.id} has no log for job {job_id} (yet)")
     if not offsets and not follow:
         click.echo(f"run {r.id} has no job log yet (state {read_state(r.dir).state})", err=True)

@@ -31,7 +31,7 @@ PROFILES = {
     "testslurm": (f'scheduler = "slurm"\nlauncher = "srun"\nlauncher_flags = ["--mpi=pmi2"]\ncores_per_node = 8\n'
                   f'nodes = 1\npython = "{FAKE_PYTHON}"\nsignal = "USR2"\nsignal_lead_s = 20\n'),
     "testlsf": (f'scheduler = "lsf"\nlauncher = "mpirun"\nlauncher_command = "auto"\ncores_per_node = 8\n'
-                f'nodes = 1\npython = "{FAKE_PYTHON}"\nsignal = "USR2"\nsignal_lead_s = 60\n'),
+                f'nodes = 1\npython = "{FAKE_PYTHON}"\nsignal = "USR1"\nsignal_lead_s = 60\n'),  # hydra forwards USR1, not USR2
     "testpbs": (f'scheduler = "pbs"\nlauncher = "mpirun"\nlauncher_command = "auto"\ncores_per_node = 8\n'
                 f'nodes = 1\npython = "{FAKE_PYTHON}"\n'),
 }
