@@ -1,11 +1,14 @@
 """Fixtures of the data tests (helpers live in h5_fixtures.py, importable by the test modules)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from h5_fixtures import write_indexed
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # h5_fixtures, whatever pytest's import mode
+
+from h5_fixtures import write_indexed  # noqa: E402
 
 
 @pytest.fixture
