@@ -25,6 +25,7 @@ from typing import Any
 import jinja2
 
 from nnlo.errors import ConfigError
+from nnlo_sched.launchers import launcher_for
 from nnlo_sched.layout import Layout, layout_for_spec, shape_from_args
 from nnlo_sched.profiles.schema import Profile
 from nnlo_sched.resources import templates_dir
@@ -131,6 +132,7 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path) -> dict
         raise ConfigError(
             f"cluster {profile.name!r} needs a project to charge ({flag}); pass --account PROJECT"
         )
+    launcher = launcher_for(profile)
     python = _python(profile)
     nnlo = profile.nnlo or f"{shlex.quote(python)} -m nnlo_sched"
     shares = 0 < layout["gpus_per_worker"] < 1
@@ -162,7 +164,7 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path) -> dict
         "shares_gpus": shares,
         "signal": signal,
         "signal_lead_s": profile.signal_lead_s,
-        "signals": list(dict.fromkeys(signals)),
+        "traps": [(sig, launcher.relay(sig)) for sig in dict.fromkeys(signals)],
         "setup": list(profile.setup) + (list(profile.share_setup) if shares else []),
         "directives": _extra_directives(spec, profile),
         "python": python,

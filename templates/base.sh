@@ -19,8 +19,8 @@ export OMP_NUM_THREADS={{ cores_per_rank }}
 {{ launch }} {{ python | q }} -m nnlo_sched run "$NNLO_RUN_DIR" &
 child=$!
 forward() { caught=$1; kill -"$1" "$child" 2>/dev/null; }
-{% for sig in signals %}
-trap 'forward {{ sig }}' {{ sig }}
+{% for sig, relay in traps %}
+trap 'forward {{ relay }}' {{ sig }}
 {% endfor %}
 while :; do
     caught=

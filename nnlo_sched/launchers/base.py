@@ -63,6 +63,10 @@ class Launcher(ABC):
     def argv(self, plan: LaunchPlan) -> list[str]:
         """The launcher command up to (not including) the program it runs."""
 
+    def relay(self, signal: str) -> str:
+        """The signal to send this launcher so that its ranks get ``signal`` (or an equivalent stop signal)."""
+        return signal
+
     def check(self, plan: LaunchPlan) -> None:
         """Raise :class:`LaunchError` for a plan this launcher cannot express."""
 

@@ -192,35 +192,37 @@ def test_rendered_local_script_runs_with_a_hostile_run_dir(tmp_path: Path, mpiru
     assert not list(tmp_path.rglob("PWNED*"))
 
 
-def test_batch_shell_forwards_the_warning_signal(tmp_path: Path) -> None:
-    """USR2 to the batch shell reaches the program, whose own exit status is what the job reports."""
+def test_batch_shell_forwards_the_warning_signal(tmp_path: Path, mpirun: str) -> None:
+    """USR2 to the batch shell reaches every rank through real mpirun (relayed as USR1, which hydra
+    forwards), and the program's own exit status is what the job reports."""
     rec = tmp_path / "prog.sh"
     rec.write_text(
         '#!/bin/bash\n'
         'if [ "$3" != run ]; then printf "%s\\n" "$*" >> "$NNLO_RUN_DIR/calls.txt"; exit 0; fi\n'
-        'trap \'echo got-usr2 >> "$NNLO_RUN_DIR/calls.txt"; exit 75\' USR2\n'
-        'touch "$NNLO_RUN_DIR/started"; for i in $(seq 600); do sleep 0.1; done; exit 3\n'
+        'trap \'echo "got-usr1 $PMI_RANK" >> "$NNLO_RUN_DIR/calls.txt"; exit 75\' USR1\n'
+        'touch "$NNLO_RUN_DIR/started.$PMI_RANK"; for i in $(seq 1200); do sleep 0.1; done; exit 3\n'
     )
     rec.chmod(0o755)
-    # a launcher that just runs the program (one rank), so the signal path is the script's own
-    p = replace(load_profile("local"), python=str(rec), launcher_command="env")
+    p = replace(load_profile("local"), python=str(rec), launcher_command=mpirun)
     s = RunSpec("train", [], "local", name="sig", walltime_s=60, workdir=str(tmp_path), workers=1)
-    s.layout = dict(compute_spec_layout(s, p).to_dict(ranks=False), launcher=["env"])
+    s.layout = compute_spec_layout(s, p).to_dict(ranks=False)
     script = tmp_path / "job.sh"
     script.write_text(render_script(s, p, tmp_path))
+    assert "trap 'forward USR1' USR2" in script.read_text()
     proc = subprocess.Popen(submit_argv(s, p, script), cwd=tmp_path)
     try:
-        for _ in range(600):
-            if (tmp_path / "started").exists():
+        for _ in range(1200):
+            if len(list(tmp_path.glob("started.*"))) == 2:
                 break
             subprocess.run(["sleep", "0.1"])
-        proc.send_signal(12)  # SIGUSR2
+        proc.send_signal(12)  # SIGUSR2, as Slurm --signal=B:USR2 or LSF -wa USR2 would
         assert proc.wait(timeout=120) == 75
     finally:
         if proc.poll() is None:
             proc.kill()
     calls = (tmp_path / "calls.txt").read_text().splitlines()
-    assert "got-usr2" in calls and calls[-1].endswith("job end " + str(tmp_path) + " 75")
+    assert sorted(c for c in calls if c.startswith("got-usr1")) == ["got-usr1 0", "got-usr1 1"]
+    assert calls[-1].endswith("job end " + str(tmp_path) + " 75")
 
 
 def test_submit_argv_forms() -> None:

@@ -12,7 +12,7 @@ export OMP_NUM_THREADS=1
 mpirun -np 3 /sw/nnlo/bin/python -m nnlo_sched run "$NNLO_RUN_DIR" &
 child=$!
 forward() { caught=$1; kill -"$1" "$child" 2>/dev/null; }
-trap 'forward USR2' USR2
+trap 'forward USR1' USR2
 trap 'forward TERM' TERM
 while :; do
     caught=
