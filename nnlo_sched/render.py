@@ -132,6 +132,10 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path) -> dict
         raise ConfigError(
             f"cluster {profile.name!r} needs a project to charge ({flag}); pass --account PROJECT"
         )
+    if spec.constraint and profile.scheduler != "slurm":
+        raise ConfigError(
+            f"--constraint is a Slurm option and {profile.name!r} uses {profile.scheduler}; leave it out"
+        )
     launcher = launcher_for(profile)
     python = _python(profile)
     nnlo = profile.nnlo or f"{shlex.quote(python)} -m nnlo_sched"

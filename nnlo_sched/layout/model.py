@@ -87,9 +87,13 @@ class Layout:
         if not info.needs_device or self.gpus_per_worker == 0:
             return ()
         slot = rank % self.ranks_per_node
-        if self.unbound:  # single node: workers take the GPU slots in order, masters take none
+        if self.unbound:
+            # single node, every rank sees all GPUs: the runtime (nnlo.device) gives the j-th worker rank of
+            # the node GPU j modulo the GPU count, so sharing ranks are dealt round-robin
             slot = self._worker_ordinal()[rank]
-        if self.shares_gpus:
+            if self.shares_gpus:
+                return (slot % self.gpus_per_node,)
+        if self.shares_gpus:  # the launcher binds one GPU to each set of ranks_per_gpu consecutive slots
             return (slot // self.ranks_per_gpu,)
         g = int(self.gpus_per_worker)
         return tuple(range(slot * g, (slot + 1) * g))

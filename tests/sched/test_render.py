@@ -134,6 +134,11 @@ def test_unsafe_directive_values_are_refused(field: str, value: str) -> None:
         render_script(s, profile("cscs"), "/r")
 
 
+def test_constraint_only_on_slurm() -> None:
+    with pytest.raises(ConfigError, match="--constraint is a Slurm option"):
+        render_script(spec("titan", account="A", workers=1, constraint="gpu"), profile("titan"), "/r")
+
+
 def test_run_dir_with_spaces_cannot_go_into_slurm_directives() -> None:
     with pytest.raises(ConfigError, match="path without spaces"):
         render_script(spec("cscs", account="s1", workers=1), profile("cscs"), "/scratch/my runs/a")
