@@ -23,7 +23,7 @@ import numpy as np
 
 from nnlo import checkpoint as ckpt
 from nnlo.backends.base import Backend
-from nnlo.errors import ModelError, NnloError, TrainingError
+from nnlo.errors import NnloError, TrainingError
 from nnlo.observe.trace import get_tracer
 from nnlo.training.context import RunContext
 from nnlo.training.failure import RankFailure, describe_exception
@@ -111,7 +111,7 @@ class Worker:
         except (NnloError, MemoryError):
             raise
         except Exception as e:  # noqa: BLE001 - the user's model raised: name it
-            raise ModelError(f"the model raised {type(e).__name__} while training: {e}") from e
+            raise TrainingError(f"the model raised {type(e).__name__} while training: {e}") from e
 
     def _report(self, exc: BaseException) -> None:
         message, code = describe_exception(exc)

@@ -1,0 +1,85 @@
+"""Every bad input ends the whole job with one line naming the cause and the rank; no hang, no traceback."""
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.mpi]
+
+
+def _one_error(run, *needles: str, rc: int = 2, rank: str | None = None) -> str:
+    assert run.rc == rc, (run.rc, run.err)
+    lines = run.error_lines()
+    assert len(lines) == 1, run.err
+    line = lines[0]
+    for needle in needles:
+        assert needle in line, line
+    if rank is not None:
+        assert line.startswith(f"nnlo: error: rank {rank} ("), line
+    assert "Traceback" not in run.err
+    return line
+
+
+def test_missing_model_file(run_train, tmp_path) -> None:
+    run = run_train(2, "--epochs", "1", model=str(tmp_path / "nope.py"))
+    _one_error(run, "nope.py", "does not exist", rank="0")
+
+
+def test_model_without_get_model(run_train) -> None:
+    run = run_train(2, "--epochs", "1", model="no_get_model.py")
+    _one_error(run, "no_get_model.py", "get_model", rank="0")
+
+
+def test_get_model_that_raises(run_train) -> None:
+    run = run_train(2, "--epochs", "1", model="build_fails.py")
+    _one_error(run, "get_model() raised ValueError: hidden size must be positive", rank="0")
+
+
+def test_list_naming_a_missing_file(run_train, tmp_path, blobs) -> None:
+    bad = tmp_path / "bad.list"
+    bad.write_text(f"{blobs['dir'] / 'train_0.h5'}\n{tmp_path / 'gone.h5'}\n")
+    run = run_train(2, "--train", str(bad), "--epochs", "1", data=False)
+    _one_error(run, "gone.h5", "does not exist", rank="1")
+
+
+def test_dataset_name_absent(run_train) -> None:
+    run = run_train(2, "--features-name", "pixels", "--epochs", "1")
+    _one_error(run, "no dataset 'pixels'", "--features-name", rank="0")
+
+
+def test_fewer_samples_than_workers(run_train, tmp_path) -> None:
+    with h5py.File(tmp_path / "one.h5", "w") as f:
+        f["features"] = np.zeros((1, 8), np.float32)
+        f["labels"] = np.eye(3, dtype=np.float32)[[0]]
+    (tmp_path / "one.list").write_text("one.h5\n")
+    run = run_train(3, "--train", str(tmp_path / "one.list"), "--epochs", "1", data=False)
+    _one_error(run, "1 samples cannot be shared by 2 workers", rank="1")
+
+
+def test_model_raising_on_one_worker_ends_the_job(run_train) -> None:
+    run = run_train(3, "--mode", "gem", "--epochs", "50", model="raises_on_rank2.py")
+    line = _one_error(run, "deliberate failure in forward", rc=1, rank="2")
+    assert "worker" in line
+
+
+def test_nan_loss(run_train) -> None:
+    run = run_train(2, "--mode", "downpour", "--synchronous", "--epochs", "2", model="nan_model.py")
+    assert run.rc == 1, run.err
+    lines = run.error_lines()
+    assert len(lines) == 1 and "loss is nan" in lines[0] and "rank 1 (" in lines[0], run.err
+    assert "Traceback" not in run.err
+
+
+def test_bad_option_values(run_train) -> None:
+    run = run_train(2, "--mode", "gem", "--synchronous", "--epochs", "1")
+    _one_error(run, "--synchronous", "--mode downpour", rank="0")
+    run = run_train(2, "--early-stopping", "val_loss;<;4", "--epochs", "1")
+    _one_error(run, "--early-stopping", "metric,comparison,value", rank="0")
+    run = run_train(2, "--worker-optimizer", "sgd:lr=fast", "--epochs", "1")
+    _one_error(run, "--worker-optimizer", "lr", rank="0")
+
+
+def test_unsupported_shapes_are_refused(run_train) -> None:
+    run = run_train(2, "--n-processes", "2", "--epochs", "1")
+    _one_error(run, "--n-processes 2", "not supported", rank="0")

@@ -1,0 +1,65 @@
+"""Checkpoints for real: an interrupted synchronous run, restored, follows the uninterrupted loss curve;
+a deadline already reached stops at once with a complete checkpoint and exit status 75."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from nnlo.checkpoint import MANIFEST, list_checkpoints
+
+pytestmark = [pytest.mark.mpi]
+
+SYNC = ["--mode", "downpour", "--synchronous", "--worker-optimizer", "sgd:lr=0.1,momentum=0.9",
+        "--optimizer", "adam:lr=0.5", "--epochs", "3", "--batch", "8", "--checkpoint-interval", "0"]
+
+
+def _curve(history: dict) -> np.ndarray:
+    return np.array([[e["loss"], e["val_loss"], e["val_accuracy"]] for e in history["history"]])
+
+
+def test_interrupted_synchronous_run_resumes_on_the_same_curve(run_train, tmp_path) -> None:
+    whole = run_train(3, *SYNC, out_dir=tmp_path / "whole")
+    assert whole.rc == 0, whole.err
+
+    # 96 samples / 2 workers / batch 8 = 6 rounds per epoch: update 9 is in the middle of epoch 2
+    cut = tmp_path / "cut"
+    first = run_train(3, *SYNC, out_dir=cut, env={"NNLO_TEST_SIGNAL_AT_UPDATE": "9"})
+    assert first.rc == 75, first.err
+    assert "SIGUSR1" in first.err
+    ckpts = list_checkpoints(cut / "checkpoints")
+    assert len(ckpts) == 1
+    manifest = json.loads((ckpts[0] / MANIFEST).read_text())
+    assert manifest["epoch"] == 1 and manifest["updates"] == 9 and manifest["stopped_reason"] == "signal"
+    assert sorted(manifest["parts"]) == ["master.pkl", "worker-0.pkl", "worker-1.pkl"]
+    assert not [p for p in (cut / "checkpoints").iterdir() if p.name.startswith(".tmp")]
+
+    second = run_train(3, *SYNC, "--restore", "auto", out_dir=cut)
+    assert second.rc == 0, second.err
+    resumed = second.history
+    assert resumed["epochs_done"] == 3 and resumed["stopped_reason"] == "completed"
+    np.testing.assert_allclose(_curve(resumed), _curve(whole.history), rtol=1e-5, atol=1e-6)
+    assert [e["samples"] for e in resumed["history"]] == [96, 96, 96]
+
+
+def test_deadline_already_reached_writes_checkpoint_and_exits_75(run_train, tmp_path) -> None:
+    out = tmp_path / "late"
+    run = run_train(3, "--mode", "gem", "--epochs", "5", "--batch", "8", "--deadline", "1", out_dir=out)
+    assert run.rc == 75, run.err
+    assert run.history["stopped_reason"] == "deadline"
+    (ckpt,) = list_checkpoints(out / "checkpoints")
+    parts = json.loads((ckpt / MANIFEST).read_text())["parts"]
+    assert {"master.pkl", "worker-0.pkl", "worker-1.pkl"} <= set(parts)
+    # resubmitted without a deadline, it continues and finishes
+    again = run_train(3, "--mode", "gem", "--epochs", "2", "--batch", "8", "--restore", str(out), out_dir=out)
+    assert again.rc == 0, again.err
+    assert again.history["epochs_done"] == 2
+    assert sum(e["samples"] for e in again.history["history"]) == 2 * 96
+
+
+def test_restore_from_an_empty_directory_starts_fresh(run_train, tmp_path) -> None:
+    run = run_train(2, "--mode", "downpour", "--epochs", "1", "--batch", "16", "--restore",
+                    str(tmp_path / "nothing-yet"))
+    assert run.rc == 0, run.err
+    assert run.history["epochs_done"] == 1
