@@ -8,7 +8,8 @@ in :data:`OPTIONS`; :func:`torch_equivalent` / :func:`keras_equivalent` translat
     sgd:lr=0.1,momentum=0.9,nesterov=true
     rmsprop:lr=0.001,rho=0.9
 
-Names and keys are case-insensitive; booleans accept true/false, yes/no, on/off, 1/0.
+Names and keys are case-insensitive; booleans accept true/false, yes/no, on/off, 1/0. Keras and torch
+spellings of keys are accepted as aliases (``learning_rate``, ``beta_1``, ``epsilon``, rmsprop's ``alpha``).
 """
 from __future__ import annotations
 
@@ -78,6 +79,12 @@ OPTIONS: dict[str, dict[str, Option]] = {
     },
 }
 
+#: Other libraries' names for the same options (Keras, torch), per optimizer ("*" = all).
+ALIASES: dict[str, dict[str, str]] = {
+    "*": {"learning_rate": "lr", "epsilon": "eps", "beta_1": "beta1", "beta_2": "beta2"},
+    "rmsprop": {"alpha": "rho"},
+}
+
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -123,7 +130,11 @@ def _complete(name: str, given: Mapping[str, Any]) -> dict[str, Any]:
     """Validate ``given`` options of optimizer ``name`` and fill in the defaults."""
     options = OPTIONS[name]
     params: dict[str, Any] = {}
-    for key, raw in given.items():
+    aliases = {**ALIASES["*"], **ALIASES.get(name, {})}
+    for given_key, raw in given.items():
+        key = aliases.get(given_key, given_key)
+        if key in params:
+            raise ConfigError(f"optimizer {name} sets {key} twice (as {given_key} too); keep one")
         if key not in options:
             raise ConfigError(
                 f"optimizer {name} has no option {key!r}; valid options: {', '.join(options)} "

@@ -183,3 +183,13 @@ def test_pairs_format_and_mappings():
     with pytest.raises(ConfigError):
         normalize_spec(42)
     assert all(name in describe_options() for name in OPTIONS)
+
+
+def test_keras_and_torch_spellings_are_aliases():
+    assert parse_optimizer_spec("adam:learning_rate=0.1,beta_1=0.8,epsilon=1e-7") == \
+        parse_optimizer_spec("adam:lr=0.1,beta1=0.8,eps=1e-7")
+    assert parse_optimizer_spec("rmsprop:alpha=0.9")[1]["rho"] == 0.9
+    with pytest.raises(ConfigError, match="has no option 'alpha'"):
+        parse_optimizer_spec("adadelta:alpha=0.9")
+    with pytest.raises(ConfigError, match=r"sets lr twice \(as learning_rate too\)"):
+        parse_optimizer_spec("sgd:lr=0.1,learning_rate=0.2")
