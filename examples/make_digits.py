@@ -67,7 +67,10 @@ def make_digits(out: Path, files: int = 4, val_fraction: float = 0.2, seed: int 
     if len(present) >= 2 and all(_valid(p, attrs) for p in present):
         return train_list, val_list
 
-    from sklearn.datasets import load_digits
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise SystemExit("make_digits: needs scikit-learn (pip install scikit-learn); it ships the digits") from None
 
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)
@@ -75,6 +78,8 @@ def make_digits(out: Path, files: int = 4, val_fraction: float = 0.2, seed: int 
     order = np.random.default_rng(seed).permutation(len(x))
     n_val = max(1, int(round(len(x) * val_fraction)))
     n_val_files = max(1, min(files // 2, n_val))
+    if files > len(x) - n_val:
+        raise SystemExit(f"make_digits: {len(x) - n_val} training images cannot fill {files} files; lower --files")
     split = {"val": order[:n_val], "train": order[n_val:]}
     counts = {"train": files, "val": n_val_files}
     for name, idx in split.items():

@@ -90,3 +90,11 @@ def test_make_synthetic_rejects_bad_sizes(tmp_path):
                           timeout=120)
     assert proc.returncode != 0 and "3 samples cannot fill 5 files" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_make_digits_bad_options_are_one_line_errors(tmp_path):
+    for args, message in ((["--files", "5000"], "1438 training images cannot fill 5000 files"),
+                          (["--val-fraction", "1.5"], "--val-fraction must be in (0, 1)")):
+        proc = subprocess.run([sys.executable, str(EXAMPLES / "make_digits.py"), "--out", str(tmp_path), *args],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr
