@@ -1,0 +1,312 @@
+"""In-process tests of the runtime's pure parts: configuration, stopping rules, checkpoints, the torch
+backend, model loading, launch detection and the CLI's parameter plumbing (no MPI job needed)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+import pytest
+import torch
+
+from nnlo import checkpoint as ckpt
+from nnlo.backends.torch_backend import TorchBackend, loss_spec
+from nnlo.config import TrainConfig
+from nnlo.errors import ConfigError, ModelError
+from nnlo.launch import inside_mpi_launch, mpirun_command
+from nnlo.models import load_model_source
+from nnlo.roles import Shape
+from nnlo.training.deadline import Deadline
+from nnlo.training.driver import training_shape
+from nnlo.training.failure import RankFailure, describe_exception
+from nnlo.training.history import TrainResult, best_entry
+from nnlo.training.stopping import Stopper, parse_rule
+from nnlo_sched.commands import train as train_cmd
+
+MODELS = Path(__file__).parent / "models"
+
+
+# -- configuration ---------------------------------------------------------------------------------------
+def test_config_round_trips_through_json() -> None:
+    cfg = TrainConfig(model="m.py", epochs=3, mode="easgd", model_args={"hidden": 8}, deadline=1.5e9)
+    again = TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert again == cfg
+
+
+def test_config_rejects_unknown_keys_and_bad_values() -> None:
+    with pytest.raises(ConfigError, match="unknown training option.*epoch_count"):
+        TrainConfig.from_dict({"model": "m.py", "epoch_count": 3})
+    with pytest.raises(ConfigError, match="--mode 'hogwild' is unknown"):
+        TrainConfig(model="m.py", mode="hogwild").validate()
+    with pytest.raises(ConfigError, match="--synchronous .* --mode downpour"):
+        TrainConfig(model="m.py", mode="gem", synchronous=True).validate()
+    with pytest.raises(ConfigError, match="--elastic-force"):
+        TrainConfig(model="m.py", elastic_force=1.5).validate()
+    with pytest.raises(ConfigError, match="--optimizer"):
+        TrainConfig(model="m.py", optimizer="lbfgs").validate()
+
+
+def test_worker_optimizer_default_follows_the_mode() -> None:
+    assert TrainConfig(model="m", mode="gem", gem_lr=0.03).worker_optimizer_spec == "sgd:lr=0.03"
+    assert TrainConfig(model="m", mode="downpour").worker_optimizer_spec.startswith("adam")
+    assert TrainConfig(model="m", worker_optimizer="rmsprop").worker_optimizer_spec == "rmsprop"
+
+
+def test_unsupported_shapes_have_one_line_errors() -> None:
+    assert training_shape(Shape(n_masters=1, block_size=4, n_fold=2)) == Shape()
+    with pytest.raises(ConfigError, match="--n-masters 0"):
+        training_shape(Shape(n_masters=0))
+    with pytest.raises(ConfigError, match="sub-masters"):
+        training_shape(Shape(n_masters=3))
+
+
+# -- stopping ---------------------------------------------------------------------------------------------
+def test_parse_rule_accepts_upstream_and_plain_spellings() -> None:
+    assert parse_rule("val_loss,~<,4") == parse_rule("val_loss,<,4")
+    assert parse_rule("val_acc,>,0.9", "--target-metric").metric == "val_accuracy"
+    for bad in ("val_loss", "val_loss,!,3", "val_loss,<,soon", "val_loss,<,0"):
+        with pytest.raises(ConfigError, match="--early-stopping"):
+            parse_rule(bad)
+
+
+def test_early_stopping_waits_for_patience_and_resets_on_improvement() -> None:
+    s = Stopper.from_config("val_loss,<,2", None)
+    reasons = [s.update({"val_loss": v}) for v in (1.0, 1.1, 0.9, 0.95, 0.95)]
+    assert reasons == [None, None, None, None, "early_stopping"]
+    saved = s.state_dict()
+    t = Stopper.from_config("val_loss,<,2", None)
+    t.load_state_dict(saved)
+    assert (t.best, t.bad_epochs) == (0.9, 2)
+
+
+def test_target_metric_fires_when_reached_and_names_missing_metrics() -> None:
+    s = Stopper.from_config(None, "val_accuracy,>=,0.9")
+    assert s.update({"val_accuracy": 0.89}) is None
+    assert s.update({"val_accuracy": 0.9}) == "target_metric"
+    with pytest.raises(ConfigError, match="'val_accuracy'.*available: loss"):
+        s.update({"loss": 1.0})
+
+
+# -- deadline ---------------------------------------------------------------------------------------------
+def test_deadline_margin_grows_with_the_checkpoint_duration() -> None:
+    d = Deadline(deadline=1000.0, safety=10.0)
+    d.note_checkpoint(20.0)
+    d.note_round(2.0)
+    assert d.margin == pytest.approx(1.5 * 20 + 2 * 2 + 10)
+    assert not d.reached(now=1000.0 - d.margin - 1)
+    assert d.reached(now=1000.0 - d.margin)
+    assert not Deadline(None).reached()
+
+
+# -- checkpoints ------------------------------------------------------------------------------------------
+def _checkpoint(writer: ckpt.CheckpointWriter, epoch: int, updates: int) -> Path:
+    tmp = writer.begin(epoch, updates)
+    ckpt.write_part(tmp, "master.pkl", {"epoch": epoch, "w": np.arange(3, dtype=np.float32)})
+    return writer.commit(tmp, {"epoch": epoch, "updates": updates})
+
+
+def test_checkpoints_appear_complete_and_only_the_last_k_are_kept(tmp_path: Path) -> None:
+    writer = ckpt.CheckpointWriter(tmp_path / "checkpoints", keep=2)
+    paths = [_checkpoint(writer, e, 10 * e) for e in (1, 2, 3)]
+    assert ckpt.list_checkpoints(tmp_path) == paths[1:]
+    assert ckpt.find_latest(tmp_path) == paths[2]
+    assert ckpt.find_latest(paths[1]) == paths[1]
+    assert ckpt.read_part(paths[2], "master.pkl")["epoch"] == 3
+    assert ckpt.read_manifest(paths[2])["parts"] == ["master.pkl"]
+    # an unfinished checkpoint (no manifest, temporary name) is never picked
+    writer.begin(9, 90)
+    assert ckpt.find_latest(tmp_path) == paths[2]
+    assert ckpt.find_latest(tmp_path / "empty") is None
+
+
+def test_rewriting_a_checkpoint_of_the_same_name_replaces_it(tmp_path: Path) -> None:
+    writer = ckpt.CheckpointWriter(tmp_path, keep=3)
+    first = _checkpoint(writer, 1, 5)
+    tmp = writer.begin(1, 5)
+    ckpt.write_part(tmp, "master.pkl", {"epoch": "again"})
+    second = writer.commit(tmp, {"epoch": 1, "updates": 5})
+    assert first == second and ckpt.read_part(second, "master.pkl") == {"epoch": "again"}
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]
+
+
+def test_reading_a_missing_part_is_a_clear_error(tmp_path: Path) -> None:
+    path = _checkpoint(ckpt.CheckpointWriter(tmp_path), 1, 1)
+    with pytest.raises(ConfigError, match="has no worker-3.pkl"):
+        ckpt.read_part(path, "worker-3.pkl")
+
+
+# -- torch backend ----------------------------------------------------------------------------------------
+def _backend(spec: str = "sgd:lr=0.1,momentum=0.9", loss: str = "categorical_crossentropy") -> TorchBackend:
+    torch.manual_seed(0)
+    return TorchBackend(torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Linear(5, 3)), loss, spec)
+
+
+def _batch(n: int = 6, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 4)).astype(np.float32), np.eye(3, dtype=np.float32)[rng.integers(0, 3, n)]
+
+
+def test_weights_round_trip_without_aliasing() -> None:
+    b = _backend()
+    w = b.get_weights()
+    assert w.dtype == np.float32 and w.flags.c_contiguous and w.size == b.n_params == 4 * 5 + 5 + 5 * 3 + 3
+    new = np.arange(w.size, dtype=np.float32)
+    b.set_weights(new)
+    new += 1  # the model must have copied, not aliased, the caller's buffer
+    np.testing.assert_array_equal(b.get_weights(), np.arange(w.size, dtype=np.float32))
+
+
+def test_optimizer_state_restores_the_exact_trajectory() -> None:
+    x, y = _batch()
+    a = _backend("adam:lr=0.01")
+    for _ in range(3):
+        a.train_on_batch(x, y)
+    state, weights = a.optimizer_state(), a.get_weights()
+    b = _backend("adam:lr=0.01")
+    b.set_weights(weights)
+    b.load_optimizer_state(state)
+    a.train_on_batch(x, y)
+    b.train_on_batch(x, y)
+    np.testing.assert_array_equal(a.get_weights(), b.get_weights())
+
+
+def test_gradients_step_equals_fused_training_step() -> None:
+    x, y = _batch()
+    a, b = _backend(), _backend()
+    grad, metrics = a.compute_gradients(x, y)
+    a.apply_gradients(grad)
+    fused = b.train_on_batch(x, y)
+    np.testing.assert_allclose(a.get_weights(), b.get_weights(), rtol=1e-6)
+    assert metrics["loss"] == pytest.approx(fused["loss"]) and metrics["count"] == 6
+
+
+def test_one_hot_and_index_labels_give_the_same_loss_and_accuracy() -> None:
+    x, y = _batch(10)
+    b = _backend()
+    one_hot = b.evaluate_batch(x, y)
+    index = b.evaluate_batch(x, y.argmax(axis=1).astype(np.int64))
+    assert one_hot["loss_sum"] == pytest.approx(index["loss_sum"])
+    assert one_hot["correct"] == index["correct"] and one_hot["count"] == 10
+
+
+def test_loss_names_accept_keras_spellings_and_refuse_unknown_ones() -> None:
+    assert loss_spec("mean_squared_error").kind == "regression"
+    assert loss_spec("Categorical_Crossentropy").kind == "categorical"
+    with pytest.raises(ConfigError, match="--loss 'hinge' is unknown; use one of"):
+        loss_spec("hinge")
+
+
+def test_saved_model_loads_back_as_a_model_source(tmp_path: Path) -> None:
+    b = _backend()
+    path = b.save_model(str(tmp_path / "m.pt"))
+    model = load_model_source(path).build()
+    np.testing.assert_array_equal(
+        torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy(), b.get_weights())
+
+
+# -- model modules ----------------------------------------------------------------------------------------
+def test_model_source_errors_name_the_file_and_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="does not exist; check the --model path"):
+        load_model_source(str(tmp_path / "none.py"))
+    with pytest.raises(ModelError, match="defines no get_model"):
+        load_model_source(str(MODELS / "no_get_model.py"))
+    with pytest.raises(ModelError, match="get_model\\(\\) raised ValueError"):
+        load_model_source(str(MODELS / "build_fails.py")).build()
+    with pytest.raises(ModelError, match="does not accept \\['depth'\\]"):
+        load_model_source(str(MODELS / "tiny.py")).build(depth=3)
+    (tmp_path / "m.txt").write_text("")
+    with pytest.raises(ModelError, match="unknown type"):
+        load_model_source(str(tmp_path / "m.txt"))
+    src = load_model_source(str(MODELS / "tiny.py"))
+    assert src.name == "tiny" and src.build(hidden=4)[0].out_features == 4
+
+
+# -- failures ---------------------------------------------------------------------------------------------
+def test_rank_failures_travel_as_dicts_and_read_as_one_line() -> None:
+    f = RankFailure("loss is nan", 2, "b0:worker:w1", exit_code=1)
+    g = RankFailure.from_dict(f.to_dict(), report=False)
+    assert str(g) == "rank 2 (b0:worker:w1): loss is nan" and not g.report and g.exit_code == 1
+    assert describe_exception(ValueError("bad\nmore")) == ("ValueError: bad", 1)
+    assert describe_exception(ConfigError("x")) == ("x", 2)
+
+
+def test_best_entry_prefers_lowest_validation_loss() -> None:
+    h = [{"epoch": 1, "val_loss": 0.5, "loss": 0.1}, {"epoch": 2, "val_loss": 0.4, "loss": 0.3}]
+    assert best_entry(h)["epoch"] == 2
+    assert best_entry([{"epoch": 1, "loss": 2.0}, {"epoch": 2, "loss": 1.0}])["epoch"] == 2
+    assert TrainResult(stopped_reason="deadline", checkpoint="c").resumable
+    assert not TrainResult(stopped_reason="deadline").resumable
+
+
+# -- launching and the CLI plumbing -----------------------------------------------------------------------
+@pytest.mark.parametrize("env,inside", [
+    ({}, False),
+    ({"PMI_RANK": "0"}, True),
+    ({"OMPI_COMM_WORLD_SIZE": "4"}, True),
+    ({"PMIX_RANK": "1"}, True),
+    ({"NNLO_LAUNCHED": "1"}, True),
+    ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "4294967294", "SLURM_PROCID": "0"}, False),  # batch script
+    ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "3"}, True),  # srun step
+])
+def test_inside_mpi_launch(env: dict[str, str], inside: bool) -> None:
+    assert inside_mpi_launch(env) is inside
+
+
+def test_mpirun_command_uses_this_python() -> None:
+    cmd = mpirun_command(3, ["train", "--epochs", "2"], mpirun="/x/mpirun")
+    assert cmd == ["/x/mpirun", "-np", "3", sys.executable, "-m", "nnlo_sched", "train", "--epochs", "2"]
+
+
+def test_no_mpirun_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ConfigError, match="pip install mpich"):
+        mpirun_command(2, ["train"])
+
+
+def _parse(args: list[str]) -> dict:
+    ctx = train_cmd.train_command.make_context("train", args)
+    return dict(ctx.params)
+
+
+def test_cli_params_become_config_and_shape_and_round_trip_to_argv(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NNLO_DEADLINE", raising=False)
+    args = ["--model", "m.py", "--train", "t.list", "--mode", "easgd", "--sync-every", "3", "--synchronous",
+            "--early-stopping", "val_loss,<,3", "--n-masters", "1", "--n-processes", "2", "--seed", "5"]
+    params = _parse(args + ["-n", "4"])
+    assert params.pop("np_") == 4
+    cfg = train_cmd.config_from_params(params)
+    assert (cfg.model, cfg.train, cfg.mode, cfg.sync_every, cfg.synchronous, cfg.seed) == \
+        ("m.py", "t.list", "easgd", 3, True, 5)
+    assert cfg.deadline is None and cfg.worker_optimizer is None
+    assert train_cmd.shape_from_params(params) == Shape(n_masters=1, n_processes=2)
+    argv = train_cmd.argv_from_params(train_cmd.train_command, params)
+    again = _parse(argv)
+    again.pop("np_")
+    assert again == params
+
+
+def test_deadline_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NNLO_DEADLINE", "1700000000")
+    assert train_cmd.config_from_params(_parse(["--model", "m.py"])).deadline == 1.7e9
+    monkeypatch.setenv("NNLO_DEADLINE", "tomorrow")
+    with pytest.raises(click.BadParameter, match="NNLO_DEADLINE"):
+        _parse(["--model", "m.py"])
+
+
+def test_every_option_has_help() -> None:
+    missing = [p.name for p in train_cmd.train_command.params if isinstance(p, click.Option) and not p.help]
+    assert missing == []
+
+
+def test_command_module_imports_no_framework() -> None:
+    import subprocess
+
+    code = ("import sys, nnlo_sched.commands.train; "
+            "print(sorted(m for m in ('torch', 'mpi4py', 'tensorflow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert out.stdout.strip() == "[]"
