@@ -11,9 +11,10 @@ Files written into the output folder (default ``<run>/plots``)::
     metrics.png         every other numeric per-epoch series, one panel each
     convergence.png     fom of each trial and the best so far          (trials.json)
     parameters.png      each hyperparameter against the fom, one panel each
+    trial-curves.png    every trial's validation loss per epoch in one figure (optimization runs)
     utilisation.png     per-rank fraction of time per category, and the spans over time  (trace)
 
-An optimization run with per-trial histories gets ``<trial dir>-loss.png`` etc. for each (at most 50).
+Several histories without ``trials.json`` get ``<dir>-loss.png`` etc. each (at most 50).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ _LOSS_KEYS = ("train_loss", "loss", "val_loss")
 _NOT_METRICS = {"epoch", "time", "timestamp", "wall_time", "t", "step", "samples", "updates"}
 _MAX_HISTORIES = 50
 _MAX_PANELS = 12
+_MAX_CURVES = 500
 _LABELS = {"train_loss": "train loss", "loss": "train loss", "val_loss": "validation loss"}
 
 
@@ -136,6 +138,38 @@ def plot_history(entries: list[dict[str, Any]], out_dir: Path, prefix: str = "")
         fig.suptitle(f"{prefix or 'training'}: metrics per epoch")
         written.append(_save(fig, out_dir / f"{prefix}{'-' if prefix else ''}metrics.png"))
     return written
+
+
+def plot_trial_curves(curves: list[tuple[str, list[dict[str, Any]]]], out_dir: Path) -> list[Path]:
+    """``trial-curves.png``: the validation loss (else the loss) per epoch of every trial and fold.
+
+    One thin line each, coloured from the best final value (dark) to the worst (light), the best labelled:
+    shows at a glance whether bad trials could have been stopped early.
+    """
+    key = "val_loss" if any(_series(e, "val_loss")[0] for _, e in curves) else "loss"
+    series = [(label, *_series(entries, key)) for label, entries in curves]
+    series = [(label, xs, ys) for label, xs, ys in series if xs][:_MAX_CURVES]
+    if not series:
+        return []
+    finals = [ys[-1] for _, _, ys in series]
+    order = sorted(range(len(series)), key=lambda i: finals[i])
+    rank_of = {i: r for r, i in enumerate(order)}
+    cmap = plt.get_cmap("viridis")
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for i, (label, xs, ys) in enumerate(series):
+        shade = rank_of[i] / max(1, len(series) - 1)
+        best = rank_of[i] == 0
+        ax.plot(xs, ys, lw=2.2 if best else 1.0, alpha=1.0 if best else 0.6, color=cmap(0.85 * shade),
+                label=f"best: {label}" if best else None, zorder=3 if best else 2)
+    ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(key.replace("_", " "))
+    if all(y > 0 for _, _, ys in series for y in ys) and max(finals) / max(min(finals), 1e-300) > 30:
+        ax.set_yscale("log")
+    ax.set_title(f"{key.replace('_', ' ')} per epoch of {len(series)} trial runs (dark = better)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return [_save(fig, out_dir / "trial-curves.png")]
 
 
 def _spread(curves: dict[str, tuple[list[float], list[float]]]) -> float:
@@ -311,21 +345,23 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     out = Path(out_dir) if out_dir is not None else run_dir / "plots"
     written: list[Path] = []
     histories = _find(run_dir, "history.json")
-    for path in histories[:_MAX_HISTORIES]:
-        rel = path.parent.relative_to(run_dir)
-        prefix = "" if rel == Path(".") or len(histories) == 1 else "-".join(rel.parts)
-        written += plot_history(history_entries(load_json(path)), out, prefix)
     trials_path = run_dir / "trials.json"
+    if trials_path.exists() and len(histories) > 1:  # an optimization run: all trials' curves in one figure
+        curves = [("/".join(p.parent.relative_to(run_dir).parts), history_entries(load_json(p))) for p in histories]
+        written += plot_trial_curves(curves, out)
+    else:
+        for path in histories[:_MAX_HISTORIES]:
+            rel = path.parent.relative_to(run_dir)
+            prefix = "" if rel == Path(".") or len(histories) == 1 else "-".join(rel.parts)
+            written += plot_history(history_entries(load_json(path)), out, prefix)
     if trials_path.exists():
         best = load_json(run_dir / "best.json")
         best = best if isinstance(best, dict) else {}
         trials = load_json(trials_path)
         if isinstance(trials, list):
             written += plot_trials(trials, out, str(best.get("direction") or "min"), str(best.get("fom_name") or "fom"))
-    trace_dirs = [d for d in find_dirs(run_dir, timeline.TRACE_DIR) if timeline.rank_files(d)]
-    if trace_dirs:
-        streams, _ = timeline.load_events(trace_dirs[0])
-        written += plot_utilisation(streams, out)
+    if timeline.find_trace_dirs(run_dir):
+        written += plot_utilisation(timeline.load_run(run_dir), out)
     elif (run_dir / timeline.MERGED_NAME).exists():
         written += plot_utilisation(streams_from_trace_json(run_dir / timeline.MERGED_NAME), out)
     return written
@@ -337,15 +373,6 @@ def _find(root: Path, name: str, depth: int = 3) -> list[Path]:
     for _ in range(depth):
         level = sorted(p for d in level for p in _subdirs(d))
         found += [d / name for d in level if (d / name).is_file()]
-    return found
-
-
-def find_dirs(root: Path, name: str, depth: int = 3) -> list[Path]:
-    found = [root / name] if (root / name).is_dir() else []
-    level = [root]
-    for _ in range(depth):
-        level = sorted(p for d in level for p in _subdirs(d) if p.name != name)
-        found += [d / name for d in level if (d / name).is_dir()]
     return found
 
 

@@ -322,13 +322,82 @@ def merge(trace_dir: str | Path, out: str | Path | None = None) -> MergeResult:
     role, complete ("X") spans, instants and counters. Safe to run while a job is still writing.
     """
     trace_dir = Path(trace_dir)
-    files = rank_files(trace_dir)
-    if not files:
+    if not rank_files(trace_dir):
         from nnlo.errors import ConfigError
 
         raise ConfigError(f"no rank-*.jsonl trace files in {trace_dir}: run with --timeline to record one")
-    out_path = Path(out) if out is not None else trace_dir.parent / MERGED_NAME
-    streams, t0 = load_events(trace_dir)
+    streams, _ = load_events(trace_dir)
+    return write_trace(streams, Path(out) if out is not None else trace_dir.parent / MERGED_NAME)
+
+
+def find_trace_dirs(root: str | Path, depth: int = 4) -> list[Path]:
+    """Folders holding rank-*.jsonl: ``root`` itself, ``root/trace``, or ``trace/`` folders below (an
+    optimization run has one per trial and fold: ``trials/<id>/fold-<f>/trace``), in path order."""
+    root = Path(root)
+    if rank_files(root):
+        return [root]
+    found: list[Path] = []
+    level = [root]
+    for _ in range(depth + 1):
+        for d in level:
+            candidate = d / TRACE_DIR
+            if candidate.is_dir() and rank_files(candidate):
+                found.append(candidate)
+        level = sorted(p for d in level for p in _subdirs(d) if p.name != TRACE_DIR)
+        if not level:
+            break
+    return found
+
+
+def _subdirs(d: Path) -> list[Path]:
+    try:
+        return [p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    except OSError:
+        return []
+
+
+def load_run(root: str | Path) -> list[RankStream]:
+    """Every rank stream under ``root``; with several trace folders (an optimization run), each stream gets a
+    unique ``rank`` (its pid in the merged trace) and a role prefixed with its folder, e.g.
+    ``trials/0003/fold-0 b0:worker:w1``, so trials that ran side by side show up side by side."""
+    root = Path(root)
+    dirs = find_trace_dirs(root)
+    if len(dirs) == 1:
+        return load_events(dirs[0])[0]
+    streams: list[RankStream] = []
+    for d in dirs:
+        label = d.parent.relative_to(root).as_posix() if d.parent != root else ""
+        for s in load_events(d)[0]:
+            pid = len(streams)
+            original = s.rank
+            s.role = f"{label} {s.role or f'rank {original}'}".strip()
+            for e in s.events:
+                e["pid"] = pid
+                if e.get("ph") == "M" and e.get("name") == "process_name":
+                    e["args"] = {"name": f"{label} {(e.get('args') or {}).get('name', f'rank {original}')}"}
+                elif e.get("ph") == "M" and e.get("name") == "process_sort_index":
+                    e["args"] = {"sort_index": pid}
+            s.rank = pid
+            streams.append(s)
+    return streams
+
+
+def merge_run(root: str | Path, out: str | Path | None = None) -> MergeResult:
+    """Merge every trace under a run directory into ``root/timeline.json`` (or ``out``); see :func:`load_run`."""
+    root = Path(root)
+    streams = load_run(root)
+    if not streams:
+        from nnlo.errors import ConfigError
+
+        raise ConfigError(
+            f"no trace in {root}: the run was not started with --timeline (add --timeline to nnlo train/optimize)"
+        )
+    return write_trace(streams, Path(out) if out is not None else root / MERGED_NAME)
+
+
+def write_trace(streams: list[RankStream], out_path: Path) -> MergeResult:
+    """Write ``streams`` as one Chrome trace (atomically), time shifted to start at 0."""
+    t0 = min((e["ts"] for s in streams for e in s.events if e.get("ph") != "M" and "ts" in e), default=0)
     other = {"start_unix_us": t0, "generator": "nnlo", "ranks": len(streams),
              "roles": {str(s.rank): s.role for s in streams}}
     tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")

@@ -22,18 +22,18 @@ from nnlo_sched.commands.plot import resolve_run_dir
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (paths, ranks, summary).")
 def timeline_command(run: str, out: Path | None, summary: bool, as_json: bool) -> None:
     """Merge RUN's trace/rank-*.jsonl (written with --timeline) into one Chrome trace file."""
-    from nnlo.errors import ConfigError
     from nnlo.observe import summary as summ
     from nnlo.observe import timeline
 
     run_dir = resolve_run_dir(run)
-    trace_dir = find_trace_dir(run_dir)
-    if trace_dir is None:
+    streams = timeline.load_run(run_dir)
+    if not streams:
+        from nnlo.errors import ConfigError
+
         raise ConfigError(
             f"no trace in {run_dir}: the run was not started with --timeline (add --timeline to nnlo train/optimize)"
         )
-    result = timeline.merge(trace_dir, out)
-    streams, _ = timeline.load_events(trace_dir)
+    result = timeline.write_trace(streams, out if out is not None else run_dir / timeline.MERGED_NAME)
     ranks = summ.from_streams(streams)
     roles = summ.by_role(ranks)
     if as_json:
@@ -45,19 +45,6 @@ def timeline_command(run: str, out: Path | None, summary: bool, as_json: bool) -
     if summary and ranks:
         click.echo(summ.format_table(roles))
     click.echo(f"open it in https://ui.perfetto.dev (or chrome://tracing): {result.path}")
-
-
-def find_trace_dir(run_dir: Path) -> Path | None:
-    """RUN/trace, RUN itself when it holds rank-*.jsonl, or the first trace/ folder up to 3 levels down."""
-    from nnlo.observe import timeline
-    from nnlo.observe.plots import find_dirs
-
-    if timeline.rank_files(run_dir):
-        return run_dir
-    for d in find_dirs(run_dir, timeline.TRACE_DIR):
-        if timeline.rank_files(d):
-            return d
-    return None
 
 
 command = timeline_command

@@ -103,3 +103,13 @@ def test_convergence_respects_the_direction(tmp_path, direction, expected_best, 
     trials = [{"id": i, "params": {"x": i}, "status": "ok", "fom": f} for i, f in enumerate([0.7, 0.5, 0.9, 0.6])]
     plots.plot_trials(trials, tmp_path, direction)
     assert seen["best"] == expected_best
+
+
+def test_an_optimization_run_gets_all_trial_curves_in_one_figure(tmp_path):
+    run = tmp_path / "opt"
+    for trial in ("0000", "0001", "0002"):
+        _history(run / "trials" / trial / "fold-0" / "history.json", epochs=4)
+    _trials(run)
+    names = sorted(p.name for p in plots.plot_run(run))
+    assert names == ["convergence.png", "parameters.png", "trial-curves.png"]
+    _check_png(run / "plots" / "trial-curves.png")

@@ -153,3 +153,23 @@ def test_exclusive_seconds_clips_children_and_ignores_siblings():
     out = summary.exclusive_seconds(spans)
     # wait starts inside io and is clipped to io's end: 5 s; io keeps 10 - 2 - 5 = 3 s
     assert out == pytest.approx({"io": 3.0, "comm": 2.0, "wait": 5.0, "compute": 1.0})
+
+
+def test_an_optimization_run_merges_every_trial_trace_with_unique_processes(tmp_path, nnlo_env):
+    for trial in ("0000", "0001"):
+        out = tmp_path / "trials" / trial / "fold-0"
+        for rank, role in ((0, "b0:master:m0"), (1, "b0:worker:w0")):
+            t = timeline.RecordingTracer(timeline.trace_path(out, rank), rank, role)
+            with t.span("step", "compute"):
+                pass
+            t.close()
+    cli = subprocess.run([sys.executable, "-m", "nnlo_sched", "timeline", str(tmp_path), "--json"], env=nnlo_env,
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    result = json.loads(cli.stdout)
+    assert result["ranks"] == [0, 1, 2, 3] and set(result["roles"]) == {"master", "worker"}
+    trace = load_trace(tmp_path / "timeline.json")
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+    assert names == {0: "trials/0000/fold-0 rank 0 b0:master:m0", 1: "trials/0000/fold-0 rank 1 b0:worker:w0",
+                     2: "trials/0001/fold-0 rank 0 b0:master:m0", 3: "trials/0001/fold-0 rank 1 b0:worker:w0"}
+    assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {0, 1, 2, 3}
