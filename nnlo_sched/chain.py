@@ -242,14 +242,24 @@ def log_tail(run_dir: Path, job_id: str, lines: int = 20) -> list[str]:
     return [ln for ln in text.splitlines() if ln.strip()][-lines:]
 
 
+_LAUNCHER_NOISE = ("srun:", "slurmstepd:", "jsrun", "aprun:", "mpirun", "mpiexec", "===", "application called",
+                   "nnlo job ", "BAD TERMINATION", "YOUR APPLICATION", "Terminated", "CLEANING UP")
+
+
 def log_error_line(run_dir: Path, job_id: str) -> str:
-    """The most telling line of a failed job's log: the last error-looking one, else the last one."""
-    tail = log_tail(run_dir, job_id, 40)
-    for line in reversed(tail):
+    """The most telling line of a failed job's log: nnlo's own error line, else the last error-looking line
+    that is not the launcher's report of the exit (``srun: error: ... Exited with exit code 1``)."""
+    tail = log_tail(run_dir, job_id, 60)
+    own = [ln for ln in tail if "nnlo: error:" in ln]
+    if own:
+        return own[-1].strip()[:300]
+    useful = [ln for ln in tail if not ln.strip().startswith(_LAUNCHER_NOISE) and "BAD TERMINATION" not in ln]
+    for line in reversed(useful):
         low = line.lower()
-        if "error" in low or "exception" in low or "traceback" in low or "killed" in low:
+        if "error" in low or "exception" in low or "killed" in low:
             return line.strip()[:300]
-    return tail[-1].strip()[:300] if tail else f"no log yet (see `nnlo logs` or {Path(run_dir) / LOG_DIR})"
+    rest = useful or tail
+    return rest[-1].strip()[:300] if rest else f"no log yet (see `nnlo logs` or {Path(run_dir) / LOG_DIR})"
 
 
 # -- user commands -------------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ def short_id(job_id: str) -> str:
 
 class PbsScheduler(Scheduler):
     name = "pbs"
-    job_id_vars = ("PBS_JOBID",)
+    # Slurm's Torque wrappers (slurm-wlm-torque) run PBS scripts as Slurm jobs and leave PBS_JOBID empty
+    job_id_vars = ("PBS_JOBID", "SLURM_JOB_ID")
 
     def parse_submit_output(self, text: str) -> str:
         m = _SUBMITTED.search(text)

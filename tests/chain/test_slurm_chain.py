@@ -1,0 +1,136 @@
+"""On a real (private, single-node) Slurm: a training that needs about three walltimes of one minute is
+submitted with `nnlo submit`, hits its limit, resubmits with afterany, resumes and finishes with the same
+epochs and - synchronous mode, fixed seed - the same final metrics as an uninterrupted run; `nnlo status`
+is checked at each stage. Then the quick cases with the stand-in payload: cancel of a chain, a failing run
+that is not resubmitted, and the PBS path through Slurm's own qsub/qstat/qdel wrappers."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import epochs_done, make_spec, nnlo, status_json, submit, wait_for
+
+pytestmark = [pytest.mark.slurm]
+REPO = Path(__file__).resolve().parents[2]
+MODEL = REPO / "examples" / "mlp_torch.py"
+
+
+def _train_args(data: Path, epochs: int) -> list[str]:
+    return ["--model", str(MODEL), "--train", str(data / "data.list"), "--val", str(data / "val.list"),
+            "--epochs", str(epochs), "--batch", "50", "--mode", "downpour", "--synchronous", "--seed", "7",
+            "--checkpoint-interval", "1", "--log-level", "warning"]
+
+
+def _run_view(run_id: str) -> dict:
+    return json.loads(nnlo("status", run_id, "--json").stdout)
+
+
+@pytest.mark.slow
+def test_training_chain_over_three_walltimes_matches_an_uninterrupted_run(slurm, chain_env, mpirun):
+    data = chain_env / "data"
+    subprocess.run([sys.executable, str(REPO / "examples" / "make_synthetic.py"), "--out", str(data),
+                    "--samples", "24000", "--features", "32", "--classes", "4", "--files", "2",
+                    "--val-samples", "400", "--seed", "3"], check=True, capture_output=True, timeout=120)
+    (chain_env / "clusters" / "slurmtrain.toml").write_text(
+        'scheduler = "slurm"\nlauncher = "srun"\nlauncher_flags = ["--mpi=pmi2"]\ncores_per_node = 8\n'
+        f'nodes = 1\npython = "{sys.executable}"\n')
+    epochs = 14
+    # the reference, uninterrupted, on this machine while the chain runs in Slurm
+    ref_dir = chain_env / "reference"
+    reference = subprocess.Popen([sys.executable, "-m", "nnlo_sched", "train", "-n", "3",
+                                  *_train_args(data, epochs), "--checkpoint", str(ref_dir)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    out = nnlo("submit", "--cluster", "slurmtrain", "--workers", "2", "--walltime", "1", "--name", "e2e",
+               "train", *_train_args(data, epochs)).stdout
+    assert out.startswith("submitted run e2e-") and " as job " in out
+    run_id = out.split()[2]
+    first_job = out.split(" as job ")[1].split()[0]
+
+    view = wait_for("the first job to run", lambda: (v := _run_view(run_id))["state"] == "running" and v)
+    assert view["jobs"][0]["job_id"] == first_job and view["jobs"][0]["status"] == "running"
+    assert view["jobs"][1]["status"] == "queued" and view["jobs"][1]["depends_on"] == first_job
+    assert view["jobs"][1]["scheduler_state"] == "PENDING"
+    squeue = slurm.run("squeue", "-h", "-j", view["jobs"][1]["job_id"], "-o", "%E").stdout
+    assert f"afterany:{first_job}" in squeue
+
+    view = wait_for("a resubmitted job to run", lambda: (v := _run_view(run_id))["state"] in ("done", "failed") or
+                    sum(1 for j in v["jobs"] if j["started_at"]) >= 2 and v, timeout=300)
+    assert view["state"] != "failed", view["error"]
+    assert view["jobs"][0]["status"] == "walltime"
+    assert 0 < view["progress"]["epoch"] < epochs
+
+    view = wait_for("the chain to end", lambda: (v := _run_view(run_id))["state"] in ("done", "failed") and v,
+                    timeout=480)
+    assert view["state"] == "done", view["error"] + "\n" + nnlo("logs", run_id).stdout[-3000:]
+    started = [j for j in view["jobs"] if j["started_at"]]
+    assert len(started) >= 3, "the training should need about three walltimes"
+    assert [j["status"] for j in started] == ["walltime"] * (len(started) - 1) + ["finished"]
+    assert [j["rc"] for j in started[:-1]] == [75] * (len(started) - 1)
+    assert view["jobs"][-1]["status"] == "cancelled"  # the successor queued behind the last job
+    assert view["progress"]["epoch"] == epochs and view["progress"]["best"] is not None
+    table = nnlo("status").stdout
+    assert run_id in table and "done" in table and f"epoch {epochs}/{epochs}" in table
+
+    assert reference.wait(timeout=600) == 0, reference.stderr.read()[-2000:]
+    chained = json.loads((Path(view["dir"]) / "history.json").read_text())
+    straight = json.loads((ref_dir / "history.json").read_text())
+    assert [e["epoch"] for e in chained["history"]] == list(range(1, epochs + 1))
+    assert [e["epoch"] for e in straight["history"]] == list(range(1, epochs + 1))
+    for key in ("loss", "val_loss", "val_accuracy"):
+        assert math.isclose(chained["final"][key], straight["final"][key], rel_tol=1e-5, abs_tol=1e-7), key
+    assert chained["final"]["updates"] == straight["final"]["updates"]
+
+
+def test_cancel_takes_back_the_running_job_and_its_successor(slurm, chain_env):
+    run = submit(make_spec("testslurm", epochs=200, epoch_s=0.5, walltime_s=600))
+    view = wait_for("the job to run", lambda: (v := status_json(run))["state"] == "running" and
+                    len(v["jobs"]) == 2 and v)
+    ids = [j["job_id"] for j in view["jobs"]]
+    out = nnlo("cancel", run.id).stdout
+    assert all(i in out for i in ids)
+    assert run.state.state == "cancelled"
+
+    def gone():
+        rows = slurm.run("squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i %T").stdout.split("\n")
+        states = dict(r.split() for r in rows if r.strip())
+        return all(states.get(i) not in ("PENDING", "RUNNING", "COMPLETING") for i in ids) and states
+    states = wait_for("Slurm to end both jobs", gone, timeout=120)
+    assert states[ids[1]] == "CANCELLED"
+    view = status_json(run)
+    assert view["state"] == "cancelled" and all(j["status"] == "cancelled" for j in view["jobs"])
+
+
+def test_a_failing_run_is_not_resubmitted(slurm, chain_env):
+    run = submit(make_spec("testslurm", model="fail_model.py", epochs=5, epoch_s=0.2, walltime_s=600))
+    wait_for("the failure", lambda: run.state.state == "failed", timeout=120)
+    st = run.state
+    started = [j for j in st.jobs if j.started_at]
+    assert len(started) == 1 and started[0].rc == 1
+    assert "diverged" in st.error
+    successor = st.jobs[1].job_id
+    wait_for("the successor to be cancelled",
+             lambda: "CANCELLED" in slurm.run("squeue", "-h", "-t", "all", "-j", successor, "-o", "%T").stdout)
+    assert "failed" in nnlo("status").stdout
+
+
+def test_pbs_path_through_slurms_torque_wrappers(slurm, chain_env):
+    (chain_env / "clusters" / "torque.toml").write_text(
+        'scheduler = "pbs"\nlauncher = "mpirun"\nlauncher_command = "auto"\ncores_per_node = 8\nnodes = 1\n'
+        f'python = "{Path(__file__).parent / "fake_python.sh"}"\n')
+    run = submit(make_spec("torque", epochs=3, epoch_s=0.2, walltime_s=600))
+    assert run.job_id.isdigit()  # the wrapper's qsub prints Slurm's job id
+    wait_for("the run to finish", lambda: run.state.state in ("done", "failed"), timeout=120)
+    st = run.state
+    assert st.state == "done", st.error
+    assert epochs_done(run) == [1, 2, 3]
+    assert st.jobs[1].depends_on == st.jobs[0].job_id and st.jobs[1].status == "cancelled"
+    succ = st.jobs[1].job_id
+    state = wait_for("qdel to cancel the successor", lambda: "JobState=CANCELLED" in (
+        out := slurm.run("scontrol", "show", "job", succ, check=False).stdout) and out, timeout=60)
+    assert f"Dependency=afterany:{st.jobs[0].job_id}" in state or "Dependency=(null)" in state
