@@ -9,6 +9,13 @@ export NNLO_RUN_DIR={{ run_dir | q }}
 # The deadline is taken before the (possibly slow) set-up so that it is never later than the real limit.
 export NNLO_DEADLINE=$(( $(date +%s) + {{ walltime_s }} ))
 export OMP_NUM_THREADS={{ cores_per_rank }}
+# Signals are trapped from here on: one that arrives before the program starts is passed on once it runs.
+child=
+pending=
+forward() { caught=$1; if [ -n "$child" ]; then kill -"$1" "$child" 2>/dev/null; else pending=$1; fi; }
+{% for sig, relay in traps %}
+trap 'forward {{ relay }}' {{ sig }}
+{% endfor %}
 {% block setup %}
 {% for line in setup %}
 {{ line }}
@@ -18,10 +25,7 @@ export OMP_NUM_THREADS={{ cores_per_rank }}
 # The MPI program runs in the background so that the batch shell can catch the scheduler's signals.
 {{ launch }} {{ python | q }} -m nnlo_sched run "$NNLO_RUN_DIR" &
 child=$!
-forward() { caught=$1; kill -"$1" "$child" 2>/dev/null; }
-{% for sig, relay in traps %}
-trap 'forward {{ relay }}' {{ sig }}
-{% endfor %}
+[ -n "$pending" ] && kill -"$pending" "$child" 2>/dev/null
 while :; do
     caught=
     wait "$child"

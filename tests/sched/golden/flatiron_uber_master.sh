@@ -17,14 +17,18 @@ export NNLO_RUN_DIR=/scratch/u/nnlo-runs/mnist-1
 # The deadline is taken before the (possibly slow) set-up so that it is never later than the real limit.
 export NNLO_DEADLINE=$(( $(date +%s) + 7200 ))
 export OMP_NUM_THREADS=9
+# Signals are trapped from here on: one that arrives before the program starts is passed on once it runs.
+child=
+pending=
+forward() { caught=$1; if [ -n "$child" ]; then kill -"$1" "$child" 2>/dev/null; else pending=$1; fi; }
+trap 'forward USR2' USR2
+trap 'forward TERM' TERM
 module load slurm openmpi cuda
 /sw/nnlo/bin/python -m nnlo_sched job start "$NNLO_RUN_DIR" || exit 0
 # The MPI program runs in the background so that the batch shell can catch the scheduler's signals.
 srun --mpi=pmix -n 15 --nodes=4 --ntasks-per-node=4 --cpus-per-task=9 --gpus-per-task=1 /sw/nnlo/bin/python -m nnlo_sched run "$NNLO_RUN_DIR" &
 child=$!
-forward() { caught=$1; kill -"$1" "$child" 2>/dev/null; }
-trap 'forward USR2' USR2
-trap 'forward TERM' TERM
+[ -n "$pending" ] && kill -"$pending" "$child" 2>/dev/null
 while :; do
     caught=
     wait "$child"
