@@ -48,13 +48,12 @@ class ShardedLoader:
         if batch_size < 1:
             raise ConfigError(f"--batch must be >= 1, got {batch_size}")
         self.dataset = dataset
-        if indices is None:
-            self.indices = np.arange(len(dataset), dtype=np.int64)
-        else:
-            self.indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-            if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= len(dataset)):
+        self._subset: np.ndarray | None = None  # None: every sample, without an index array of n
+        if indices is not None:
+            self._subset = np.asarray(indices, dtype=np.int64).reshape(-1)
+            if self._subset.size and (self._subset.min() < 0 or self._subset.max() >= len(dataset)):
                 raise IndexError(f"sample indices must lie in [0, {len(dataset)})")
-        n = self.indices.size
+        n = self.n_total = len(dataset) if self._subset is None else self._subset.size
         if n < n_shards:
             raise DataError(
                 f"{n} samples cannot be shared by {n_shards} workers; use more data or fewer workers"
@@ -71,15 +70,20 @@ class ShardedLoader:
         self.prefetch = (0 if dataset.preloaded else 1) if prefetch is None else max(0, int(prefetch))
 
     @property
+    def indices(self) -> np.ndarray:
+        """The samples this loader draws from (all of the dataset's when built with ``indices=None``)."""
+        return np.arange(self.n_total, dtype=np.int64) if self._subset is None else self._subset
+
+    @property
     def n_samples(self) -> int:
         """Samples in this shard (the same every epoch)."""
-        start, end = _bounds(self.indices.size, self.n_shards, self.shard_index)
+        start, end = _bounds(self.n_total, self.n_shards, self.shard_index)
         return end - start
 
     def n_batches(self, epoch: int = 0) -> int:
         """Batches this shard yields in ``epoch`` (with ``equal_batches``, the same on every shard)."""
         if self.equal_batches:
-            smallest = self.indices.size // self.n_shards
+            smallest = self.n_total // self.n_shards
             return n_batches(smallest, self.batch_size)
         return n_batches(self.n_samples, self.batch_size)
 
@@ -88,9 +92,11 @@ class ShardedLoader:
 
     def shard_indices(self, epoch: int) -> np.ndarray:
         """The global sample indices of this shard in ``epoch``, in the order they are served."""
-        order = epoch_order(self.indices.size, epoch, self.seed, self.shuffle_block) if self.shuffle else None
-        ordered = self.indices[order] if order is not None else self.indices
-        return shard(ordered, self.n_shards, self.shard_index)
+        if not self.shuffle:
+            return shard(self.indices, self.n_shards, self.shard_index)
+        order = epoch_order(self.n_total, epoch, self.seed, self.shuffle_block)
+        mine = shard(order, self.n_shards, self.shard_index)
+        return mine.astype(np.int64) if self._subset is None else self._subset[mine]
 
     def batch_indices(self, epoch: int) -> list[np.ndarray]:
         """The global sample indices of every batch of ``epoch`` (this group member's slice of each)."""
