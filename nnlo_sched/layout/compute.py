@@ -184,6 +184,7 @@ def compute_layout(
     if profile.nodes is not None and nodes is not None and nodes > profile.nodes:
         raise LayoutError(f"{profile.name} has {profile.nodes} nodes; ask for at most --nodes {profile.nodes}")
 
+    _world(shape, None, None)  # the shape itself is possible (folds divide blocks, groups hold workers)
     if nodes is not None and workers is None and blocks is None:
         world = _fill(node, shape, nodes, profile.name)
         # Step down until the launcher can express the world (jsrun's GPU-sharing sets hold k ranks each).

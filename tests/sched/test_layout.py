@@ -140,9 +140,11 @@ def test_impossible_requests_are_refused_with_a_way_out(
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
-def test_block_size_that_does_not_split_into_folds() -> None:
+@pytest.mark.parametrize("kw", [{}, {"nodes": 5}, {"blocks": 3}])
+def test_block_size_that_does_not_split_into_folds(kw: dict) -> None:
     with pytest.raises(ConfigError, match="multiple of 2"):
-        compute_layout(SUMMIT, shape_from_args("optimize", ["--block-size", "5", "--n-fold", "2"]), "optimize")
+        compute_layout(SUMMIT, shape_from_args("optimize", ["--block-size", "5", "--n-fold", "2"]), "optimize",
+                       **kw)
 
 
 def test_shape_from_inner_args() -> None:
