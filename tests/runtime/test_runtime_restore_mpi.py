@@ -63,3 +63,34 @@ def test_restore_from_an_empty_directory_starts_fresh(run_train, tmp_path) -> No
                     str(tmp_path / "nothing-yet"))
     assert run.rc == 0, run.err
     assert run.history["epochs_done"] == 1
+
+
+def test_sigusr1_to_the_launching_command_checkpoints_and_exits_75(nnlo_env, blobs, tmp_path) -> None:
+    """``nnlo train -n 3`` passes the batch system's signal through mpirun to every rank."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.runtime.conftest import MODELS, TIMEOUT
+
+    out = tmp_path / "signalled"
+    cmd = [sys.executable, "-m", "nnlo_sched", "train", "-n", "3", "--model", str(MODELS / "tiny.py"),
+           "--train", str(blobs["train"]), "--val", str(blobs["val"]), "--epochs", "100000", "--batch", "4",
+           "--mode", "easgd", "--checkpoint", str(out)]
+    proc = subprocess.Popen(cmd, env=nnlo_env, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for line in proc.stderr:  # wait until training has really started, then signal
+            seen.append(line)
+            if "epoch 2/" in line:
+                proc.send_signal(signal.SIGUSR1)
+                break
+        seen += proc.stderr.readlines()
+        rc = proc.wait(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == 75, "".join(seen)
+    history = json.loads((out / "history.json").read_text())
+    assert history["stopped_reason"] == "signal" and history["epochs_done"] < 100000
+    assert len(list_checkpoints(out / "checkpoints")) == 1
