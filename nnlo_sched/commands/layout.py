@@ -47,7 +47,7 @@ def parse_gpus(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--blocks", type=int, default=None, help="Optimization blocks.")
 @click.option("--block-size", type=int, default=None, help="Ranks per optimization block.")
 @click.option("--n-fold", type=int, default=None, help="Fold groups per block.")
-@click.option("--walltime", default=None, callback=parse_walltime_option,
+@click.option("--walltime", "-t", default=None, callback=parse_walltime_option,
               help="Checked against the queue's limit: MM, HH:MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h.")
 @click.option("--queue", "-q", default=None, help="Queue / partition (default: the profile's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full structure, one entry per rank.")

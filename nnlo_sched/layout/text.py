@@ -12,12 +12,13 @@ from nnlo_sched.layout.model import Layout
 _MAX_RANK_MAP = 400  # characters of the rank map before it is shortened
 
 
-def _duration(seconds: int | None) -> str:
+def _duration(seconds: int | None, missing: str = "none known") -> str:
     if seconds is None:
-        return "none known"
-    h, rest = divmod(seconds, 3600)
+        return missing
+    d, rest = divmod(seconds, 86400) if seconds >= 2 * 86400 else (0, seconds)
+    h, rest = divmod(rest, 3600)
     m = rest // 60
-    return f"{h}h{m:02d}" if h else f"{m}m"
+    return (f"{d}d" if d else "") + (f"{h}h{m:02d}" if h else (f"{m}m" if m or not d else ""))
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -41,7 +42,7 @@ def summary(layout: Layout) -> str:
     )
     if layout.walltime_s is not None or layout.walltime_limit_s is not None:
         lines.append(
-            f"walltime  {_duration(layout.walltime_s)} (queue limit for {layout.nodes} node(s): "
+            f"walltime  {_duration(layout.walltime_s, 'not given')} (queue limit for {layout.nodes} node(s): "
             f"{_duration(layout.walltime_limit_s)})"
         )
     runs = layout.node_runs()
