@@ -106,6 +106,11 @@ def _extra_directives(spec: RunSpec, profile: Profile) -> list[str]:
     out = list(profile.directives)
     for d in spec.directives:
         d = d.strip()
+        if d.startswith("#") and profile.scheduler != "local" and not d.startswith(prefix + " "):
+            raise ConfigError(
+                f"directive {d!r} is not a {profile.scheduler} directive; write it as '{prefix} ...' "
+                "or give only the option"
+            )
         out.append(d if d.startswith("#") else f"{prefix} {d}")
     return out
 

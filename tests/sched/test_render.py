@@ -134,6 +134,12 @@ def test_unsafe_directive_values_are_refused(field: str, value: str) -> None:
         render_script(s, profile("cscs"), "/r")
 
 
+def test_foreign_directive_is_refused() -> None:
+    with pytest.raises(ConfigError, match="not a lsf directive; write it as '#BSUB ...'"):
+        render_script(spec("summit", account="A", workers=1, directives=["#SBATCH --exclusive"]),
+                      profile("summit"), "/r")
+
+
 def test_constraint_only_on_slurm() -> None:
     with pytest.raises(ConfigError, match="--constraint is a Slurm option"):
         render_script(spec("titan", account="A", workers=1, constraint="gpu"), profile("titan"), "/r")
