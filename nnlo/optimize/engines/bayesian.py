@@ -68,8 +68,12 @@ class BayesianEngine(Engine):
             n_initial_points=self.n_initial_points,
             random_state=int(rng.integers(2**31 - 1)),
         )
-        with warnings.catch_warnings():
-            # "The objective has been evaluated at this point before": harmless with lies and retries.
+        from threadpoolctl import threadpool_limits
+
+        # One BLAS thread: the fits are small, and a threaded BLAS on a busy node (the coordinator shares
+        # it with blocks) is ~10x slower than one thread. Warnings such as "The objective has been
+        # evaluated at this point before" are harmless with lies and retries.
+        with threadpool_limits(limits=1), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             opt.tell(xs, ys)
             x = opt.ask()
