@@ -33,8 +33,8 @@ class Jsrun(Launcher):
         if sets * tasks != plan.ranks or per_host * tasks != plan.ranks_per_node and plan.nodes > 1:
             raise LaunchError(
                 f"jsrun resource sets of {tasks} rank(s) cannot start exactly {plan.ranks} ranks at "
-                f"{plan.ranks_per_node} per node; use a rank count that is a multiple of {tasks} "
-                "(e.g. add or remove a worker) or --gpus-per-worker 1"
+                f"{plan.ranks_per_node} per node; make the rank count a multiple of {tasks} (change the "
+                "number of workers, --n-masters or --n-processes) or use --gpus-per-worker 1"
             )
 
     def argv(self, plan: LaunchPlan) -> list[str]:

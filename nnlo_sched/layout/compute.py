@@ -78,8 +78,8 @@ class _Node:
 
 
 def _worker_ranks(shape: Shape, world: int) -> int:
-    h_servers = _servers(shape, world)
-    return world - h_servers
+    """Ranks that need a GPU in a world of ``world`` ranks of ``shape``."""
+    return world - _servers(shape, world)
 
 
 def _servers(shape: Shape, world: int) -> int:
@@ -189,13 +189,20 @@ def compute_layout(
         world = _fill(node, shape, nodes, profile.name)
         # Step down until the launcher can express the world (jsrun's GPU-sharing sets hold k ranks each).
         step = shape.block_size if shape.optimization else shape.ranks_per_worker
-        for _ in range(64):
+        smallest = _world(shape, None, None)
+        first: LaunchError | None = None
+        for _ in range(8):  # launchers' constraints repeat within a few steps (GPU-sharing sets of <= 8)
             try:
                 return _place(profile, shape, kind, world, nodes, node, gpw, walltime_s, queue)
             except LaunchError as e:
-                if world - step < _world(shape, None, None):
-                    raise LayoutError(str(e)) from None
-                world -= step
+                first = first or e
+            except LayoutError:
+                if first is None:  # a limit that no smaller world lifts either
+                    raise
+            if world - step < smallest:
+                break
+            world -= step
+        raise LayoutError(str(first)) from None
     world = _world(shape, workers, blocks)
     try:
         return _place(profile, shape, kind, world, nodes, node, gpw, walltime_s, queue)
