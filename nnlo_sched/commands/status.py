@@ -238,9 +238,10 @@ def collect(ref: str | None, include_all: bool = True) -> list[dict[str, Any]]:
 @click.command("status")
 @click.argument("run", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.option("--watch", "-w", type=float, default=None, metavar="SECONDS", is_flag=False, flag_value=10.0,
-              help="Refresh every SECONDS (default 10) until interrupted or every run shown has ended.")
-def status_command(run: str | None, as_json: bool, watch: float | None) -> None:
+@click.option("--watch", "-w", is_flag=True, help="Refresh until interrupted or every run shown has ended.")
+@click.option("--every", type=click.FloatRange(min=0.5), default=10.0, show_default=True, metavar="SECONDS",
+              help="Seconds between refreshes with --watch.")
+def status_command(run: str | None, as_json: bool, watch: bool, every: float) -> None:
     """Show runs (their state, chain of jobs, progress, best figure of merit, elapsed time), or RUN in detail.
 
     \b
@@ -248,8 +249,6 @@ def status_command(run: str | None, as_json: bool, watch: float | None) -> None:
     Jobs: a chain like 812>813*>814… (* running, … queued, ! failed, x cancelled, ? scheduler cannot tell).
     Runs live under $NNLO_HOME (default ./nnlo-runs).
     """
-    if watch is not None and watch <= 0:
-        raise click.BadParameter("must be a positive number of seconds", param_hint="--watch")
     while True:
         views = collect(run)
         if as_json:
@@ -258,12 +257,12 @@ def status_command(run: str | None, as_json: bool, watch: float | None) -> None:
             from nnlo_sched.runs import runs_home
             click.echo(f"no runs under {runs_home()} (submit one with `nnlo submit`, or set NNLO_HOME)")
         else:
-            if watch is not None:
-                click.echo("\x1b[2J\x1b[H" + time.strftime("%H:%M:%S") + f"  (every {watch:g} s; Ctrl-C to stop)")
+            if watch:
+                click.echo("\x1b[2J\x1b[H" + time.strftime("%H:%M:%S") + f"  (every {every:g} s; Ctrl-C to stop)")
             click.echo(detail(views[0]) if run else table(views))
-        if watch is None or not any(v["state"] in ACTIVE_STATES for v in views):
+        if not watch or not any(v["state"] in ACTIVE_STATES for v in views):
             return
-        time.sleep(watch)
+        time.sleep(every)
 
 
 command = status_command

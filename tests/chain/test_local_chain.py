@@ -13,7 +13,8 @@ def test_walltime_chain_resubmits_and_finishes_with_every_epoch(chain_env):
     # 16 epochs of 0.5 s; an 8 s walltime (less ~2 s start-up) holds at most ~11: at least 2 jobs, often 3
     run = submit(make_spec("testlocal", epochs=16, epoch_s=0.5, walltime_s=8))
     assert run.job_id == "1"
-    first = wait_for("the first job to run", lambda: (v := status_json(run))["state"] == "running" and v)
+    first = wait_for("the first job to run with its successor queued",
+                     lambda: (v := status_json(run))["state"] == "running" and len(v["jobs"]) == 2 and v)
     assert [j["job_id"] for j in first["jobs"]] == ["1", "2"]  # the successor is queued behind it
     assert first["jobs"][1]["depends_on"] == "1"
     wait_for("a resubmission", lambda: len(run.state.jobs) >= 3 or run.state.state in ("done", "failed"))
@@ -132,3 +133,25 @@ def _pid(run, job_id):
 def _local_queue_idle(run) -> bool:
     q = json.loads((run.dir / "local" / "queue.json").read_text())
     return all(j["state"] not in ("PENDING", "RUNNING") for j in q["jobs"])
+
+
+def test_logs_follow_and_status_watch_end_with_the_run(chain_env):
+    run = submit(make_spec("testlocal", epochs=3, epoch_s=0.3, walltime_s=600))
+    followed = nnlo("logs", run.id, "-f", "--interval", "0.2", timeout=180).stdout
+    assert run.state.state == "done"  # -f returned because the run ended...
+    assert "payload: finished" in followed and followed.count("==> logs/job-1.out <==") == 1  # ...with all of it
+    watched = nnlo("status", "--watch", "--every", "0.5", timeout=60).stdout
+    assert "done" in watched and run.id in watched
+
+
+def test_unknown_or_ambiguous_runs_are_one_line_errors(chain_env):
+    for cmd in (["status", "nope"], ["cancel", "nope"], ["logs", "nope"], ["resume", "nope"]):
+        proc = nnlo(*cmd, check=False)
+        assert proc.returncode == 2, cmd
+        assert proc.stderr.count("\n") == 1 and "no run 'nope'" in proc.stderr and "Traceback" not in proc.stderr
+    a = submit(make_spec("testlocal", epochs=1, epoch_s=0.1, name="twin"))
+    b = submit(make_spec("testlocal", epochs=1, epoch_s=0.1, name="twin"))
+    proc = nnlo("status", "twin", check=False)
+    assert proc.returncode == 2 and "matches 2 runs" in proc.stderr
+    wait_for("both runs", lambda: a.state.state == "done" and b.state.state == "done")
+    assert f"run       {a.id}" in nnlo("status", str(a.dir)).stdout  # a run directory's path names it too

@@ -35,41 +35,40 @@ def _run_view(run_id: str) -> dict:
 def test_training_chain_over_three_walltimes_matches_an_uninterrupted_run(slurm, chain_env, mpirun):
     data = chain_env / "data"
     subprocess.run([sys.executable, str(REPO / "examples" / "make_synthetic.py"), "--out", str(data),
-                    "--samples", "24000", "--features", "32", "--classes", "4", "--files", "2",
+                    "--samples", "12000", "--features", "32", "--classes", "4", "--files", "2",
                     "--val-samples", "400", "--seed", "3"], check=True, capture_output=True, timeout=120)
     (chain_env / "clusters" / "slurmtrain.toml").write_text(
         'scheduler = "slurm"\nlauncher = "srun"\nlauncher_flags = ["--mpi=pmi2"]\ncores_per_node = 8\n'
         f'nodes = 1\npython = "{sys.executable}"\n')
-    epochs = 14
-    # the reference, uninterrupted, on this machine while the chain runs in Slurm
-    ref_dir = chain_env / "reference"
-    reference = subprocess.Popen([sys.executable, "-m", "nnlo_sched", "train", "-n", "3",
-                                  *_train_args(data, epochs), "--checkpoint", str(ref_dir)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    out = nnlo("submit", "--cluster", "slurmtrain", "--workers", "2", "--walltime", "1", "--name", "e2e",
+    # 1 master + 1 worker (few ranks: quick start-up on 2 cores); ~3.5 s per epoch here: ~60 s of training,
+    # of which ~30 s fit in a 1-minute job after start-up and the stop margin
+    epochs = 18
+    out = nnlo("submit", "--cluster", "slurmtrain", "--workers", "1", "--walltime", "1", "--name", "e2e",
                "train", *_train_args(data, epochs)).stdout
     assert out.startswith("submitted run e2e-") and " as job " in out
     run_id = out.split()[2]
     first_job = out.split(" as job ")[1].split()[0]
 
-    view = wait_for("the first job to run", lambda: (v := _run_view(run_id))["state"] == "running" and v)
+    view = wait_for("the first job to run with its successor queued",
+                    lambda: (v := _run_view(run_id))["state"] == "running" and len(v["jobs"]) == 2 and v)
     assert view["jobs"][0]["job_id"] == first_job and view["jobs"][0]["status"] == "running"
     assert view["jobs"][1]["status"] == "queued" and view["jobs"][1]["depends_on"] == first_job
     assert view["jobs"][1]["scheduler_state"] == "PENDING"
     squeue = slurm.run("squeue", "-h", "-j", view["jobs"][1]["job_id"], "-o", "%E").stdout
     assert f"afterany:{first_job}" in squeue
 
-    view = wait_for("a resubmitted job to run", lambda: (v := _run_view(run_id))["state"] in ("done", "failed") or
-                    sum(1 for j in v["jobs"] if j["started_at"]) >= 2 and v, timeout=300)
+    view = wait_for("a resubmitted job to run", lambda: ((v := _run_view(run_id))["state"] in ("done", "failed") or
+                    sum(1 for j in v["jobs"] if j["started_at"]) >= 2) and v, timeout=300)
     assert view["state"] != "failed", view["error"]
-    assert view["jobs"][0]["status"] == "walltime"
-    assert 0 < view["progress"]["epoch"] < epochs
+    assert view["jobs"][0]["status"] == "walltime" and view["jobs"][0]["rc"] == 75
+    assert list((Path(view["dir"]) / "checkpoints").glob("ckpt-*"))  # what the second job resumes from
+    assert view["progress"]["epoch"] is None or view["progress"]["epoch"] < epochs
 
     view = wait_for("the chain to end", lambda: (v := _run_view(run_id))["state"] in ("done", "failed") and v,
                     timeout=480)
     assert view["state"] == "done", view["error"] + "\n" + nnlo("logs", run_id).stdout[-3000:]
     started = [j for j in view["jobs"] if j["started_at"]]
-    assert len(started) >= 3, "the training should need about three walltimes"
+    assert len(started) >= 2, "the training should need several walltimes"
     assert [j["status"] for j in started] == ["walltime"] * (len(started) - 1) + ["finished"]
     assert [j["rc"] for j in started[:-1]] == [75] * (len(started) - 1)
     assert view["jobs"][-1]["status"] == "cancelled"  # the successor queued behind the last job
@@ -77,7 +76,11 @@ def test_training_chain_over_three_walltimes_matches_an_uninterrupted_run(slurm,
     table = nnlo("status").stdout
     assert run_id in table and "done" in table and f"epoch {epochs}/{epochs}" in table
 
-    assert reference.wait(timeout=600) == 0, reference.stderr.read()[-2000:]
+    # the reference: the same training, uninterrupted (after the chain, so as not to slow its jobs)
+    ref_dir = chain_env / "reference"
+    reference = subprocess.run([sys.executable, "-m", "nnlo_sched", "train", "-n", "2", *_train_args(data, epochs),
+                                "--checkpoint", str(ref_dir)], capture_output=True, text=True, timeout=600)
+    assert reference.returncode == 0, reference.stderr[-2000:]
     chained = json.loads((Path(view["dir"]) / "history.json").read_text())
     straight = json.loads((ref_dir / "history.json").read_text())
     assert [e["epoch"] for e in chained["history"]] == list(range(1, epochs + 1))
