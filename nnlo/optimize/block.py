@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
-from nnlo.optimize.runners import FoldOutcome, Runner, describe_error
+from nnlo.optimize.runners import FoldOutcome, Runner, outcome_of_exception
 from nnlo.roles import Hierarchy
 
 log = logging.getLogger("nnlo.optimize.block")
@@ -40,8 +40,8 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
         try:
             outcome = runner.run(group_comm, trial_id, params, int(info.fold or 0), n_fold, out_dir)
         except Exception as e:  # noqa: BLE001 - a trial may fail in any way; the search must go on
-            log.warning("trial %d fold %s failed on rank %d: %s", trial_id, info.fold, rank, describe_error(e))
-            outcome = FoldOutcome(error=describe_error(e))
+            outcome = outcome_of_exception(e)
+            log.warning("trial %d fold %s failed on rank %d: %s", trial_id, info.fold, rank, outcome.error)
         is_top = group_comm.Get_rank() == 0
         report = (int(info.fold or 0), is_top, None if outcome is None else outcome.to_dict())
         gathered = block_comm.gather(report, root=0)
@@ -59,5 +59,5 @@ def merge_folds(reports: list[tuple[int, bool, dict[str, Any] | None]], n_fold: 
             folds[fold] = dict(outcome)
     for fold, is_top, outcome in reports:
         if not is_top and outcome is not None and outcome.get("error") and not folds[fold].get("error"):
-            folds[fold] = {**folds[fold], "error": outcome["error"]}
+            folds[fold] = {**folds[fold], "error": outcome["error"], "code": outcome.get("code", 1)}
     return folds

@@ -28,7 +28,6 @@ log = logging.getLogger("nnlo.optimize.coordinator")
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_RESUBMIT = 0, 1, 2, 75
 SAFETY_S = 10.0  # stop handing out trials this long before the deadline
-BAD_INPUT_ERRORS = ("ConfigError", "ModelError", "DataError", "RoleError")
 
 
 class StopRequest:
@@ -168,10 +167,10 @@ class Coordinator:
     def _exit_code(self, stop_reason: str | None) -> int:
         search = self.search
         broken = search.broken()
-        if broken:
-            print(f"nnlo: error: the first {search.n_failed} trial(s) all failed; first error: {broken}",
+        if broken is not None:
+            print(f"nnlo: error: the first {search.n_failed} trial(s) all failed; first error: {broken.error}",
                   file=sys.stderr)
-            return EXIT_BAD_INPUT if broken.startswith(BAD_INPUT_ERRORS) else EXIT_FAILED
+            return EXIT_BAD_INPUT if broken.error_code == EXIT_BAD_INPUT else EXIT_FAILED
         if search.done() and not search.requeue:
             return EXIT_DONE
         log.warning("search stopped (%s) with %d/%d trials done; state saved in %s - resubmit to resume",

@@ -71,6 +71,7 @@ class Trial:
     duration_s: float | None = None
     block: int | None = None
     error: str | None = None
+    error_code: int | None = None  # 2: bad input (the model/config is wrong), 1: a failure
     started: float | None = None
     finished: float | None = None
 
@@ -95,25 +96,30 @@ class Trial:
         self.metrics = [_plain_metrics(r.get("metrics") or {}) for r in fold_results]
         foms: list[float | None] = []
         errors: list[str] = []
+        codes: list[int] = []
+        where = (lambda f: f"fold {f}: ") if len(fold_results) > 1 else (lambda f: "")
         for f, r in enumerate(fold_results):
             if r.get("error"):
                 foms.append(None)
-                errors.append(f"fold {f}: {r['error']}" if len(fold_results) > 1 else str(r["error"]))
+                errors.append(where(f) + str(r["error"]))
+                codes.append(int(r.get("code") or 1))
                 continue
             m = r.get("metrics") or {}
             v = m.get(objective.name)
             if v is None:
                 foms.append(None)
                 have = ", ".join(sorted(m)) or "nothing"
-                errors.append(f"fold {f}: no metric {objective.name!r} (reported: {have}); choose --fom from those")
+                errors.append(where(f) + f"no metric {objective.name!r} (reported: {have}); choose --fom from those")
+                codes.append(2)
             elif not isinstance(v, (int, float)) or not math.isfinite(float(v)):
                 foms.append(None)
-                errors.append(f"fold {f}: {objective.name} is {v} (diverged)")
+                errors.append(where(f) + f"{objective.name} is {v} (diverged)")
+                codes.append(1)
             else:
                 foms.append(float(v))
         self.fold_foms = foms
         if errors:
-            self.status, self.error = FAILED, "; ".join(errors)
+            self.status, self.error, self.error_code = FAILED, "; ".join(errors), max(codes)
             self.fom = self.fom_std = None
             return
         vals = [v for v in foms if v is not None]

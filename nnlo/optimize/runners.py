@@ -36,9 +36,10 @@ class FoldOutcome:
     metrics: dict[str, Any] | None = None
     error: str | None = None
     interrupted: bool = False
+    code: int = 1  # exit-code class of the error: 2 = bad input (config, model, data), 1 = a failure
 
     def to_dict(self) -> dict[str, Any]:
-        return {"metrics": self.metrics, "error": self.error, "interrupted": self.interrupted}
+        return {"metrics": self.metrics, "error": self.error, "interrupted": self.interrupted, "code": self.code}
 
 
 class Runner(Protocol):
@@ -52,9 +53,14 @@ def trial_dir(out_dir: Path, trial_id: int, fold: int) -> Path:
     return Path(out_dir) / "trials" / f"{trial_id:04d}" / f"fold-{fold}"
 
 
-def describe_error(e: BaseException) -> str:
-    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+def outcome_of_exception(e: BaseException) -> FoldOutcome:
+    """A failed fold from any exception: one line, and whether it is bad input (2) or a failure (1)."""
+    from nnlo.training.failure import RankFailure, describe_exception
+
+    message, code = describe_exception(e)
+    if isinstance(e, RankFailure):
+        message = str(e)  # "rank R (role): message": which rank of the fold group failed
+    return FoldOutcome(error=message, code=code)
 
 
 class HookRunner:

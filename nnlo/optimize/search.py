@@ -57,11 +57,10 @@ class Search:
     def n_failed(self) -> int:
         return sum(1 for t in self.finished.values() if t.status == FAILED)
 
-    def broken(self) -> str | None:
-        """The first error, if every one of the first trials failed (the model, not the point, is bad)."""
+    def broken(self) -> Trial | None:
+        """The first failed trial, if every one of the first trials failed (the model, not the point, is bad)."""
         if self.n_ok == 0 and self.n_failed >= min(self.max_failures_at_start, self.num_iterations):
-            first = min(self.finished.values(), key=lambda t: t.id)
-            return first.error or "unknown error"
+            return min(self.finished.values(), key=lambda t: t.id)
         return None
 
     def target_reached(self) -> bool:

@@ -119,6 +119,21 @@ def test_bad_input_gives_one_clear_line(mpirun, nnlo_env, tmp_path, np_, args, m
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("extra, env, code, message", [
+    (["--fom", "val_accuracy"], {}, 2, "no metric 'val_accuracy' (reported: fold, val_loss)"),
+    ([], {"BRANIN_FAIL_ABOVE": "-10"}, 1, "simulated model failure"),
+])
+def test_a_model_failing_everywhere_stops_the_search(mpirun, nnlo_env, tmp_path, extra, env, code, message):
+    """Every one of the first trials fails: stop with the first error instead of burning the allocation."""
+    out = tmp_path / "run"
+    r = optimize(mpirun, nnlo_env, 3, "--block-size", "2", "--num-iterations", "20", "--output", str(out),
+                 *extra, extra_env=env)
+    assert r.returncode == code, r.stderr[-2000:]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("nnlo: error:")]
+    assert len(errors) == 1 and "the first 3 trial(s) all failed" in errors[0] and message in errors[0]
+    assert len(trials(out)) == 3
+
+
 def test_upstream_shape_13_ranks(mpirun, nnlo_env, tmp_path):
     """mpirun -np 13 --block-size 6 --n-fold 2 = 1 coordinator + 2 blocks x 2 folds x (1 master + 2 workers)."""
     from nnlo.roles import Role, Shape, describe

@@ -90,8 +90,8 @@ def test_broken_model_stops_after_the_first_failures(tmp_path):
     s = new_search(tmp_path, num_iterations=20)
     for _ in range(3):
         t = s.next_trial(0)
-        s.record(t.id, [{"error": "ModelError: m.py: get_model() raised KeyError: 'x'"}], 0)
-    assert s.broken().startswith("ModelError")
+        s.record(t.id, [{"error": "m.py: get_model() raised KeyError: 'x'", "code": 2}], 0)
+    assert s.broken().id == 0 and s.broken().error_code == 2 and "KeyError" in s.broken().error
     assert s.next_trial(0) is None
 
 
