@@ -127,17 +127,13 @@ def _config(params: dict[str, Any]) -> Any:
 def options_from_params(params: dict[str, Any], config: Any) -> Any:
     """The search options of a parsed command line (also used by the scheduler to size jobs)."""
     from nnlo.optimize.run import OptimizeOptions, default_out_dir
-    from nnlo.roles import Shape
 
-    n_fold = int(params.get("n_fold") or 1)
-    block_size = params.get("block_size")
-    if block_size is None:
-        block_size = n_fold * Shape(n_masters=config.n_masters, n_processes=config.n_processes).group_size(1)
+    shape = shape_from_params(params)
     output = params.get("output")
     return OptimizeOptions(
         out_dir=Path(output) if output else default_out_dir(config.model),
-        block_size=int(block_size),
-        n_fold=n_fold,
+        block_size=int(shape.block_size),
+        n_fold=shape.n_fold,
         hyper_opt=params.get("hyper_opt") or "bayesian",
         estimator=(params.get("estimator") or "GP").upper(),
         num_iterations=int(params.get("num_iterations") or 10),
@@ -153,13 +149,22 @@ def options_from_params(params: dict[str, Any], config: Any) -> Any:
 
 
 def shape_from_params(params: dict[str, Any]) -> Any:
-    """The run's role shape (blocks, folds, masters) for the scheduler's layout."""
+    """The run's role shape (blocks, folds, masters) from parsed parameters, for the scheduler's layout.
+
+    Works on ``optimize_command.make_context("optimize", argv, resilient_parsing=True).params`` (missing
+    options are None there): defaults are the command's.
+    """
     from nnlo.roles import Shape
 
-    config = _config(params)
-    opts = options_from_params(params, config)
-    return Shape(n_masters=config.n_masters, n_processes=config.n_processes, block_size=opts.block_size,
-                 n_fold=opts.n_fold)
+    def num(name: str, default: int) -> int:
+        value = params.get(name)
+        return default if value is None else int(value)
+
+    n_masters, n_processes, n_fold = num("n_masters", 1), num("n_processes", 1), num("n_fold", 1)
+    block_size = params.get("block_size")
+    if block_size is None:
+        block_size = n_fold * Shape(n_masters=n_masters, n_processes=n_processes).group_size(1)
+    return Shape(n_masters=n_masters, n_processes=n_processes, block_size=int(block_size), n_fold=n_fold)
 
 
 def _inside_mpi_launch() -> bool:

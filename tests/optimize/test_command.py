@@ -1,0 +1,48 @@
+"""The ``nnlo optimize`` command's parsing helpers (used by the scheduler to size jobs)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from nnlo.roles import Shape
+from nnlo_sched.commands.optimize import optimize_command, options_from_params, shape_from_params
+from tests.conftest import REPO
+
+
+def params(*argv: str) -> dict:
+    return optimize_command.make_context("optimize", list(argv), resilient_parsing=True).params
+
+
+def test_shape_of_the_upstream_example_and_defaults():
+    assert shape_from_params(params("--model", "m.py", "--block-size", "6", "--n-fold", "2")) == Shape(
+        n_masters=1, n_processes=1, block_size=6, n_fold=2)
+    # default block: the smallest that holds n_fold x (1 master + 1 worker)
+    assert shape_from_params(params("--n-fold", "3")).block_size == 6
+    assert shape_from_params(params("--n-processes", "2")).block_size == 3
+
+
+def test_search_options_are_parsed(monkeypatch, tmp_path):
+    monkeypatch.delenv("NNLO_RUN_DIR", raising=False)
+    from nnlo_sched.commands.train import config_from_params
+
+    p = params("--model", "examples/branin.py", "--hyper-opt", "genetic", "--ga-populations", "6", "--fom",
+               "val_accuracy", "--target-objective", "0.97", "--num-iterations", "40", "--seed", "4")
+    opts = options_from_params(p, config_from_params(p))
+    assert (opts.hyper_opt, opts.ga_populations, opts.fom, opts.target_objective) == ("genetic", 6, "val_accuracy", 0.97)
+    assert opts.num_iterations == 40 and opts.seed == 4 and str(opts.out_dir) == "optimize-branin"
+    monkeypatch.setenv("NNLO_RUN_DIR", str(tmp_path))
+    assert options_from_params(p, config_from_params(p)).out_dir == tmp_path
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--num-iterations", "0"], "--num-iterations"),
+    (["--hyper-opt", "grid"], "--hyper-opt"),
+    (["--estimator", "GBRT"], "--estimator"),
+    (["--ga-populations", "1"], "--ga-populations"),
+])
+def test_bad_options_are_usage_errors(nnlo_env, argv, message):
+    r = subprocess.run([sys.executable, "-m", "nnlo_sched", "optimize", "--model", "examples/branin.py", *argv],
+                       env=nnlo_env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
