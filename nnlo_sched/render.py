@@ -64,14 +64,23 @@ def job_name(name: str, scheduler: str) -> str:
     return clean[:64]
 
 
+def template_dirs() -> list[str]:
+    """Where templates are looked up: the user's profile directories first (a site template such as
+    ``mysite.sh`` may ``{% extends "slurm.sh" %}``), then the built-in ones."""
+    from nnlo_sched.profiles import user_dirs
+
+    users = [str(d) for d in reversed(user_dirs()) if d.is_dir()]
+    return users + [str(templates_dir())]
+
+
 def _environment() -> jinja2.Environment:
-    return _environment_for(str(templates_dir()))
+    return _environment_for(tuple(template_dirs()))
 
 
-@functools.lru_cache(maxsize=4)
-def _environment_for(directory: str) -> jinja2.Environment:
+@functools.lru_cache(maxsize=8)
+def _environment_for(directories: tuple[str, ...]) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(directory),
+        loader=jinja2.FileSystemLoader(list(directories)),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         trim_blocks=True,
@@ -186,13 +195,13 @@ def render_script(spec: RunSpec, profile: Profile, run_dir: str | Path) -> str:
     """The batch script of ``spec`` on ``profile``, whose jobs work in ``run_dir``."""
     ctx = render_context(spec, profile, run_dir)
     try:
-        template = _environment().get_template(profile.template_name)
-    except jinja2.TemplateNotFound:
+        return _environment().get_template(profile.template_name).render(**ctx)
+    except jinja2.TemplateNotFound as e:
         raise ConfigError(
-            f"profile {profile.name!r} names template {profile.template_name!r}, which is not among "
-            f"{', '.join(sorted(p.name for p in templates_dir().glob('*.sh')))}"
+            f"template {e.name!r} (for profile {profile.name!r}) is in none of {', '.join(template_dirs())}"
         ) from None
-    return template.render(**ctx)
+    except jinja2.TemplateError as e:
+        raise ConfigError(f"template {profile.template_name!r} of profile {profile.name!r}: {e}") from None
 
 
 def _job_id(value: str) -> str:

@@ -129,6 +129,8 @@ def test_nodes_alone_fill_the_allocation(profile: Profile, shape: Shape, kw: dic
         (SUMMIT, Shape(n_masters=3), dict(nodes=1, gpus_per_worker=6, workers=1), "at least"),
         (SUMMIT, Shape(), dict(nodes=0), "--nodes must be at least 1"),
         (LOCAL4, Shape(n_masters=4, n_processes=2), dict(nodes=1), "cannot hold"),
+        (SUMMIT, Shape(n_processes=2), dict(nodes=2, gpus_per_worker=0.5), "make the rank count a multiple of 2"),
+        (SUMMIT, Shape(), dict(workers=30, gpus_per_worker=0.5), "make the rank count a multiple of 2"),
     ],
 )
 def test_impossible_requests_are_refused_with_a_way_out(

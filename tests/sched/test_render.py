@@ -134,6 +134,25 @@ def test_unsafe_directive_values_are_refused(field: str, value: str) -> None:
         render_script(s, profile("cscs"), "/r")
 
 
+def test_user_template_extends_a_builtin_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NNLO_CLUSTERS", str(tmp_path))
+    (tmp_path / "mysite.sh").write_text(
+        '{% extends "slurm.sh" %}\n{% block site_directives %}\n#SBATCH --qos={{ "high" }}\n{% endblock %}\n')
+    (tmp_path / "mysite.toml").write_text('extends = "flatiron"\ntemplate = "mysite.sh"\n')
+    p = replace(load_profile("mysite"), python=PY)
+    s = RunSpec("train", [], "mysite", workers=1)
+    text = render_script(s, p, "/r")
+    assert "#SBATCH --qos=high" in text and "#SBATCH --partition=gpu" in text
+    subprocess.run([BASH, "-n"], input=text, text=True, check=True)
+    (tmp_path / "mysite.toml").write_text('extends = "flatiron"\ntemplate = "nosuch.sh"\n')
+    with pytest.raises(ConfigError, match="template 'nosuch.sh' .* is in none of"):
+        render_script(s, load_profile("mysite"), "/r")
+    (tmp_path / "mysite.toml").write_text('extends = "flatiron"\ntemplate = "broken.sh"\n')
+    (tmp_path / "broken.sh").write_text('{% extends "slurm.sh" %}{% block site_directives %}{{ undefined_thing }}{% endblock %}')
+    with pytest.raises(ConfigError, match="undefined_thing"):
+        render_script(s, load_profile("mysite"), "/r")
+
+
 def test_foreign_directive_is_refused() -> None:
     with pytest.raises(ConfigError, match="not a lsf directive; write it as '#BSUB ...'"):
         render_script(spec("summit", account="A", workers=1, directives=["#SBATCH --exclusive"]),
