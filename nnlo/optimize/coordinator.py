@@ -117,6 +117,7 @@ class Coordinator:
         for b in range(len(self.hierarchy.blocks)):
             self.world.send({"stop": True, "code": code}, dest=self.hierarchy.block_leader(b), tag=TAG_TASK)
         self._close_progress()
+        self._summary(code)
         return code
 
     # -- steps ---------------------------------------------------------------------------------------
@@ -130,7 +131,7 @@ class Coordinator:
             self.busy[block] = trial.id
             self.world.send({"trial": trial.id, "params": trial.params},
                             dest=self.hierarchy.block_leader(block), tag=TAG_TASK)
-            log.info("trial %d -> block %d: %s", trial.id, block, trial.params)
+            log.debug("trial %d -> block %d: %s", trial.id, block, trial.params)
         # also persist the hand-out so a kill now re-runs exactly these trials
         self.search.save()
 
@@ -176,6 +177,15 @@ class Coordinator:
         log.warning("search stopped (%s) with %d/%d trials done; state saved in %s - resubmit to resume",
                     stop_reason or "deadline", len(search.finished), search.num_iterations, search.out_dir)
         return EXIT_RESUBMIT
+
+    def _summary(self, code: int) -> None:
+        search = self.search
+        best = search.best()
+        what = "finished" if code == EXIT_DONE else "stopped"
+        line = f"search {what}: {len(search.finished)} trial(s), {search.n_failed} failed"
+        if best is not None:
+            line += f"; best {search.objective.name} {best.fom:.6g} (trial {best.id}) {best.params}"
+        log.info("%s; results: %s", line, search.out_dir / "trials.csv")
 
     def _close_progress(self) -> None:
         if self.progress is not None:

@@ -158,7 +158,8 @@ def write_results(out_dir: Path, trials: list[Trial], objective: Objective, para
     atomic_write_json(out_dir / "best.json", {
         "fom_name": objective.name,
         "direction": objective.direction,
-        "trials_done": sum(1 for t in done if t.status == OK),
+        "trials_done": len(done),  # finished, failed ones included (they count toward the budget)
+        "trials_ok": sum(1 for t in done if t.status == OK),
         "trials_failed": sum(1 for t in done if t.status == FAILED),
         "trials_total": total,
         "best_trial": best.id if best else None,

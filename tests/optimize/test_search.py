@@ -107,7 +107,8 @@ def test_results_files_and_restore_rerun_in_flight(tmp_path):
     table = json.loads((tmp_path / "trials.json").read_text())
     assert table[0]["params"] == t0.params and table[0]["fold_foms"] == [0.3, 0.5]
     best = json.loads((tmp_path / "best.json").read_text())
-    assert best["best_trial"] == 0 and best["trials_done"] == 1 and best["trials_failed"] == 1
+    assert best["best_trial"] == 0 and best["trials_done"] == 2 and best["trials_ok"] == 1
+    assert best["trials_failed"] == 1 and best["trials_total"] == 5
 
     # a new coordinator (after a kill) resumes: finished trials kept, the in-flight one re-runs first
     r = new_search(tmp_path, n_fold=2, num_iterations=5)
