@@ -1,0 +1,285 @@
+#!/usr/bin/env python
+"""Benchmark 2: data-parallel step - nnlo's all-reduce path against torch.distributed (gloo), Horovod and raw MPI.
+
+Two parts, same ranks, same process group, methods alternating on every repeat:
+
+1. **Communication only**, a flat float32 gradient of N parameters summed over all ranks by
+   ``mpi4py Allreduce(IN_PLACE)`` (the floor), ``torch.distributed.all_reduce`` on the gloo backend, Horovod's
+   ``allreduce_`` (when ``horovod.torch`` imports) and nnlo's own all-reduce (when this checkout has
+   ``--mode allreduce``; otherwise reported as "not available").
+2. **Whole step** of an MLP with N parameters (batch 16, SGD): a purely local step (no communication), a
+   torch ``DistributedDataParallel`` step over gloo (bucketed all-reduce overlapped with backward), and nnlo's
+   step (flat gradient from the torch backend, all-reduce, apply). "Exposed communication" = step - local
+   step, i.e. the time a step pays for being distributed.
+
+The time of one collective is the slowest rank's (``MPI.MAX`` over ranks), as the next step waits for it.
+
+    bench/run.sh allreduce                     # 1 M and 10 M parameters, 2 ranks
+    bench/run.sh allreduce --ranks 4 --params 25000000
+    bench/run.sh allreduce --quick             # smoke test
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+import _common as C
+
+NAME = "allreduce"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--params", type=int, nargs="+", default=[1_000_000, 10_000_000],
+                   help="gradient sizes in float32 parameters (default 1M 10M)")
+    p.add_argument("--ranks", type=int, default=2, help="MPI ranks (default 2)")
+    p.add_argument("--repeats", type=int, default=11)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--no-step", action="store_true", help="skip the whole-step part")
+    p.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (smoke test)")
+    p.add_argument("--out", help="result JSON path (default bench/results/allreduce.json)")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.params, a.repeats, a.warmup = [20_000], 3, 1
+    if a.ranks < 2:
+        p.error("--ranks must be at least 2 (an all-reduce over one rank measures nothing)")
+    return a
+
+
+# -- nnlo's all-reduce, if this checkout has one ---------------------------------------------------------
+def nnlo_allreduce(comm: Any) -> tuple[Callable[[np.ndarray], None] | None, str]:
+    """nnlo's gradient all-reduce as ``fn(flat_grad)`` (in place, mean over ranks), or why it is missing."""
+    try:
+        from nnlo.training import allreduce as mod  # type: ignore[attr-defined]
+    except ImportError:
+        return None, "not available: this checkout has no nnlo.training.allreduce (--mode allreduce)"
+    for name in ("allreduce_mean", "average_gradients", "allreduce_gradients"):
+        fn = getattr(mod, name, None)
+        if callable(fn):
+            return (lambda g, fn=fn: fn(comm, g)), f"nnlo.training.allreduce.{name}"
+    return None, "not available: nnlo.training.allreduce has no gradient all-reduce function this script knows"
+
+
+def horovod() -> tuple[Any, str]:
+    try:
+        import horovod.torch as hvd  # type: ignore[import-not-found]
+    except Exception as e:  # noqa: BLE001 - not built here: say so
+        return None, f"not available: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".strip()
+    hvd.init()
+    return hvd, f"horovod {getattr(hvd, '__version__', '?')}"
+
+
+def gloo_init(comm: Any) -> None:
+    import torch.distributed as dist
+
+    port = 0
+    if comm.Get_rank() == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    port = comm.bcast(port, root=0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.Get_rank(),
+                            world_size=comm.Get_size())
+
+
+def mlp(n_params: int, layers: int = 4) -> Any:
+    """A square MLP of about ``n_params`` parameters (so the step part moves the same bytes)."""
+    from torch import nn
+
+    h = max(4, int(round((n_params / layers) ** 0.5)))
+    mods: list[Any] = []
+    for _ in range(layers):
+        mods += [nn.Linear(h, h), nn.ReLU()]
+    return nn.Sequential(*mods[:-1]), h
+
+
+def main_child(a: argparse.Namespace, argv: list[str]) -> int:
+    import torch
+    import torch.distributed as dist
+    from mpi4py import MPI
+
+    torch.set_num_threads(1)
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    load0 = os.getloadavg()
+    gloo_init(comm)
+    hvd, hvd_note = horovod()
+    nnlo_fn, nnlo_note = nnlo_allreduce(comm)
+
+    def measure(fn: Callable[[], None], k: int) -> float:
+        comm.Barrier()
+        t0 = time.perf_counter()
+        for _ in range(k):
+            fn()
+        dt = (time.perf_counter() - t0) / k
+        return comm.allreduce(dt, op=MPI.MAX)
+
+    # latency of the transports, by the same script
+    lat: dict[str, Any] = {}
+    small = np.ones(2, np.float32)
+    small_t = torch.ones(2)
+    lat_methods = {"mpi4py": lambda: comm.Allreduce(MPI.IN_PLACE, [small, MPI.FLOAT], op=MPI.SUM),
+                   "gloo": lambda: dist.all_reduce(small_t)}
+    samples: dict[str, list[float]] = {m: [] for m in lat_methods}
+    for i in range(a.warmup + a.repeats):
+        for m, fn in lat_methods.items():
+            t = measure(fn, 200)
+            if i >= a.warmup:
+                samples[m].append(t)
+    lat = {f"{m}_8B_allreduce_s": C.summary(v) for m, v in samples.items()}
+
+    comm_rows = []
+    for n in a.params:
+        buf = np.ones(n, np.float32)
+        t = torch.ones(n)
+        methods: dict[str, Callable[[], None]] = {
+            "mpi4py": lambda: comm.Allreduce(MPI.IN_PLACE, [buf, MPI.FLOAT], op=MPI.SUM),
+            "gloo": lambda: dist.all_reduce(t),
+        }
+        if hvd is not None:
+            methods["horovod"] = lambda: hvd.allreduce_(t, op=hvd.Sum)
+        if nnlo_fn is not None:
+            methods["nnlo"] = lambda: nnlo_fn(buf)
+        k = int(max(1, min(50, 2e7 // (4 * n))))
+        res: dict[str, list[float]] = {m: [] for m in methods}
+        names = list(methods)
+        for i in range(a.warmup + a.repeats):
+            for m in names[i % len(names):] + names[:i % len(names)]:  # rotate the order every repeat
+                dt = measure(methods[m], k)
+                if i >= a.warmup:
+                    res[m].append(dt)
+            buf.fill(1.0)
+            t.fill_(1.0)  # keep the values finite
+        row: dict[str, Any] = {"params": n, "bytes": 4 * n, "per_measurement": k,
+                               "seconds": {m: C.summary(v) for m, v in res.items()}}
+        best_alt = min((m for m in res if m != "nnlo"), key=lambda m: row["seconds"][m]["median"])
+        row["best_alternative"] = best_alt
+        if "nnlo" in res:
+            row["nnlo_over_best_alternative"] = row["seconds"]["nnlo"]["median"] / row["seconds"][best_alt]["median"]
+        row["gloo_over_mpi4py"] = row["seconds"]["gloo"]["median"] / row["seconds"]["mpi4py"]["median"]
+        comm_rows.append(row)
+        del buf, t
+
+    step_rows = [] if a.no_step else [step_part(a, n, comm, measure, nnlo_fn) for n in a.params]
+
+    if rank == 0:
+        result = {
+            "what": "gradient all-reduce and whole data-parallel step: nnlo vs torch gloo / DDP, Horovod, raw mpi4py",
+            "ranks": size,
+            "target": "nnlo's communication time <= the best alternative's",
+            "nnlo_allreduce": nnlo_note if nnlo_fn is not None else nnlo_note,
+            "horovod": hvd_note,
+            "latency": lat,
+            "communication": comm_rows,
+            "step": step_rows,
+        }
+        print(report(result))
+        C.write_result(NAME, result, a.out, argv=argv, started_load=load0)
+    dist.destroy_process_group()
+    return 0
+
+
+def step_part(a: argparse.Namespace, n: int, comm: Any, measure: Callable, nnlo_fn: Any) -> dict[str, Any]:
+    """Whole steps: local only, DDP(gloo), and nnlo's flat-gradient all-reduce step."""
+    import torch
+    from mpi4py import MPI
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from nnlo.algorithms.synchronous import scale_in_place
+    from nnlo.backends.torch_backend import TorchBackend
+
+    torch.manual_seed(0)
+    model, h = mlp(n)
+    n_real = sum(p.numel() for p in model.parameters())
+    x = np.random.default_rng(comm.Get_rank()).normal(size=(16, h)).astype(np.float32)
+    y = np.zeros((16, h), np.float32)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+
+    local = TorchBackend(model, "mse", "sgd")  # the local step without communication (the baseline)
+
+    import copy
+
+    ddp_model = DDP(copy.deepcopy(model))
+    ddp_opt = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
+
+    def ddp_step() -> None:
+        ddp_opt.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(ddp_model(xt), yt).backward()
+        ddp_opt.step()
+
+    nn_backend = TorchBackend(copy.deepcopy(model), "mse", "sgd")
+    size = comm.Get_size()
+    reduce: Callable[[np.ndarray], None]
+    if nnlo_fn is not None:
+        reduce, label = nnlo_fn, "nnlo"
+    else:
+        def reduce(g: np.ndarray) -> None:
+            comm.Allreduce(MPI.IN_PLACE, [g, MPI.FLOAT], op=MPI.SUM)
+            scale_in_place(g, size)
+        label = "nnlo_backend+mpi4py"  # nnlo's flat-gradient backend path with a plain Allreduce
+
+    def nnlo_step() -> None:
+        g, _ = nn_backend.compute_gradients(x, y)
+        reduce(g)
+        nn_backend.apply_gradients(g)
+
+    methods = {"local": lambda: local.train_on_batch(x, y), "ddp_gloo": ddp_step, label: nnlo_step}
+    res: dict[str, list[float]] = {m: [] for m in methods}
+    names = list(methods)
+    k = int(max(1, min(20, 4e6 // n)))
+    for i in range(a.warmup + a.repeats):
+        for m in names[i % len(names):] + names[:i % len(names)]:
+            dt = measure(methods[m], k)
+            if i >= a.warmup:
+                res[m].append(dt)
+    sec = {m: C.summary(v) for m, v in res.items()}
+    base = sec["local"]["median"]
+    return {"params": n_real, "hidden": h, "batch": 16, "per_measurement": k, "nnlo_method": label,
+            "seconds": sec,
+            "exposed_comm_s": {m: sec[m]["median"] - base for m in sec if m != "local"},
+            "nnlo_over_ddp": sec[label]["median"] / sec["ddp_gloo"]["median"]}
+
+
+def report(r: dict) -> str:
+    out = [f"all-reduce, {r['ranks']} ranks; nnlo: {r['nnlo_allreduce']}; horovod: {r['horovod']}",
+           "communication only (median time of one all-reduce, slowest rank):"]
+    methods = ["mpi4py", "gloo", "horovod", "nnlo"]
+    tab = []
+    for row in r["communication"]:
+        s = row["seconds"]
+        tab.append([f"{row['params']:,}", f"{row['bytes'] / 1e6:.1f} MB"]
+                   + [C.fmt_time(s[m]["median"]) if m in s else "n/a" for m in methods]
+                   + [f"{row['gloo_over_mpi4py']:.2f}",
+                      f"{row['nnlo_over_best_alternative']:.2f}" if "nnlo_over_best_alternative" in row else "n/a"])
+    out.append(C.table(tab, ["params", "size", *methods, "gloo/mpi", "nnlo/best"]))
+    if r["step"]:
+        out.append("whole step (median; exposed comm = step - local step):")
+        tab = []
+        for row in r["step"]:
+            s, e, lab = row["seconds"], row["exposed_comm_s"], row["nnlo_method"]
+            tab.append([f"{row['params']:,}", C.fmt_time(s["local"]["median"]), C.fmt_time(s["ddp_gloo"]["median"]),
+                        C.fmt_time(s[lab]["median"]), C.fmt_time(e["ddp_gloo"]), C.fmt_time(e[lab]),
+                        f"{row['nnlo_over_ddp']:.2f}"])
+        out.append(C.table(tab, ["params", "local", "DDP gloo", "nnlo", "DDP exposed", "nnlo exposed",
+                                 "nnlo/DDP"]))
+    lat = r["latency"]
+    out.append("8-byte all-reduce latency: " + ", ".join(f"{k.split('_')[0]} {C.fmt_time(v['median'])}"
+                                                        for k, v in lat.items()))
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    a = parse(argv)
+    if C.in_child():
+        return main_child(a, argv)
+    return C.relaunch(__file__, a.ranks, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,186 @@
+#!/usr/bin/env python
+"""Benchmark 1: parameter-server exchange - nnlo's master<->worker round trip against raw mpi4py Send/Recv.
+
+What is measured (2 ranks: rank 0 plays the master, rank 1 the worker):
+
+* ``raw``: the worker ``Send``s N float32 to the master, the master ``Recv``s them into a preallocated
+  buffer and ``Send``s N float32 back, the worker ``Recv``s them: the floor for moving those bytes.
+* ``nnlo``: the same round trip through :class:`nnlo.transport.Link` exactly as the training runtime does it
+  (a pickled header then the tensor; the master receives from ANY_SOURCE like its asynchronous loop, and
+  answers a reply header plus the center) - what a Downpour/EASGD exchange costs beyond the arithmetic.
+
+Both run in the same process pair, alternating (raw, nnlo, raw, nnlo, ...) so that load from other users
+of the machine hits both equally. Also measured by the same script, to say what limits the result: the
+8-byte ping-pong latency, an nnlo header-only round trip (the GEM "pull" request costs one), and the
+single-core memory copy bandwidth (on one node MPI moves messages through shared memory, i.e. memcpy).
+
+    bench/run.sh ps_exchange               # 10 k, 1 M, 25 M parameters
+    bench/run.sh ps_exchange --quick       # tiny, for the smoke test
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+import _common as C
+
+NAME = "ps_exchange"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--params", type=int, nargs="+", default=[10_000, 1_000_000, 25_000_000],
+                   help="model sizes in float32 parameters (default 10k 1M 25M)")
+    p.add_argument("--repeats", type=int, default=15, help="timed measurements per size and method")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (smoke test)")
+    p.add_argument("--out", help="result JSON path (default bench/results/ps_exchange.json)")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.params, a.repeats, a.warmup = [1_000, 100_000], 3, 1
+    if min(a.params) < 1:
+        p.error("--params must be positive")
+    return a
+
+
+def iterations(nbytes: int) -> int:
+    """Round trips per measurement: enough that small messages are timed over ~ms, at least one."""
+    return int(max(1, min(500, 4e8 // max(nbytes, 1) // 2)))
+
+
+def main_child(a: argparse.Namespace, argv: list[str]) -> int:
+    from mpi4py import MPI
+
+    from nnlo.transport import ANY, Link
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size != 2:
+        if rank == 0:
+            print("ps_exchange needs exactly 2 ranks (run it through bench/run.sh)", file=sys.stderr)
+        return 2
+    load0 = os.getloadavg()
+    link = Link(comm)
+    TAG = 77
+    F = MPI.FLOAT
+
+    def raw_rt(buf: np.ndarray, rbuf: np.ndarray, k: int) -> None:
+        for _ in range(k):
+            if rank == 1:
+                comm.Send([buf, F], dest=0, tag=TAG)
+                comm.Recv([rbuf, F], source=0, tag=TAG)
+            else:
+                comm.Recv([buf, F], source=1, tag=TAG)
+                comm.Send([buf, F], dest=1, tag=TAG)
+
+    def nnlo_rt(buf: np.ndarray, rbuf: np.ndarray, k: int) -> None:
+        for _ in range(k):
+            if rank == 1:
+                link.send(0, {"kind": "update", "samples": 128, "loss_sum": 1.0, "epoch": 0}, buf)
+                link.recv(0, out=rbuf)
+            else:
+                src, _, arr = link.recv(ANY, out=buf)
+                link.send(src, {"kind": "reply", "action": "continue"}, arr)
+
+    def header_rt(k: int) -> None:
+        for _ in range(k):
+            if rank == 1:
+                link.send(0, {"kind": "pull"})
+                link.recv(0)
+            else:
+                src, _, _ = link.recv(ANY)
+                link.send(src, {"kind": "reply", "action": "continue"})
+
+    def measure(fn, *args, k: int) -> float:
+        comm.Barrier()
+        t0 = time.perf_counter()
+        fn(*args, k=k)
+        dt = (time.perf_counter() - t0) / k
+        return comm.bcast(dt, root=1)  # the worker's clock: it sees the whole round trip
+
+    # latency: 8-byte ping-pong and an nnlo header-only round trip, alternating
+    tiny, tiny_r = np.zeros(2, np.float32), np.zeros(2, np.float32)
+    lat_raw, lat_hdr = [], []
+    for i in range(a.warmup + a.repeats):
+        r = measure(raw_rt, tiny, tiny_r, k=1000)
+        h = measure(lambda k: header_rt(k), k=1000)
+        if i >= a.warmup:
+            lat_raw.append(r / 2)
+            lat_hdr.append(h)
+
+    rows = []
+    for n in a.params:
+        buf = np.ones(n, np.float32)
+        rbuf = np.empty(n, np.float32)
+        nbytes = buf.nbytes
+        k = iterations(nbytes)
+        raw, nn = [], []
+        for i in range(a.warmup + a.repeats):
+            order = [("raw", raw_rt), ("nnlo", nnlo_rt)]
+            if i % 2:
+                order.reverse()
+            for label, fn in order:
+                t = measure(fn, buf, rbuf, k=k)
+                if i >= a.warmup:
+                    (raw if label == "raw" else nn).append(t)
+        sr, sn = C.summary(raw), C.summary(nn)
+        rows.append({
+            "params": n, "bytes": nbytes, "round_trips_per_measurement": k,
+            "raw_round_trip_s": sr, "nnlo_round_trip_s": sn,
+            "raw_bandwidth_GBps": 2 * nbytes / sr["median"] / 1e9,
+            "nnlo_bandwidth_GBps": 2 * nbytes / sn["median"] / 1e9,
+            # fraction of raw bandwidth nnlo reaches (time ratio raw/nnlo), median of paired repeats too
+            "ratio_of_raw_bandwidth": sr["median"] / sn["median"],
+            "ratio_paired_median": float(np.median(np.array(raw) / np.array(nn))),
+        })
+        del buf, rbuf
+
+    # memory copy bandwidth (read + write) of the largest buffer, on the master's core
+    n = max(a.params)
+    src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
+    copies = C.summary(C.timed(lambda: np.copyto(dst, src), repeats=max(3, a.repeats // 2), warmup=1))
+    memcpy = {"bytes": src.nbytes, "seconds": copies, "GBps": src.nbytes / copies["median"] / 1e9}
+    del src, dst
+
+    if rank == 0:
+        result = {
+            "what": "master<->worker round trip of N float32 parameters: nnlo transport.Link vs raw Send/Recv",
+            "ranks": 2,
+            "target": "nnlo >= 0.9 of raw bandwidth on large models",
+            "latency": {"raw_one_way_8B_s": C.summary(lat_raw), "nnlo_header_round_trip_s": C.summary(lat_hdr)},
+            "memcpy_one_core": memcpy,
+            "sizes": rows,
+        }
+        print(report(result))
+        C.write_result(NAME, result, a.out, argv=argv, started_load=load0)
+    return 0
+
+
+def report(r: dict) -> str:
+    lines = [f"parameter-server exchange, {r['ranks']} ranks (median of repeats; ratio = nnlo/raw bandwidth)"]
+    tab = []
+    for s in r["sizes"]:
+        tab.append([f"{s['params']:,}", f"{s['bytes'] / 1e6:.2f} MB", C.fmt_time(s["raw_round_trip_s"]["median"]),
+                    C.fmt_time(s["nnlo_round_trip_s"]["median"]), f"{s['raw_bandwidth_GBps']:.2f}",
+                    f"{s['nnlo_bandwidth_GBps']:.2f}", f"{s['ratio_of_raw_bandwidth']:.3f}"])
+    lines.append(C.table(tab, ["params", "size", "raw rt", "nnlo rt", "raw GB/s", "nnlo GB/s", "ratio"]))
+    lat = r["latency"]
+    lines.append(f"latency: raw 8-byte one-way {C.fmt_time(lat['raw_one_way_8B_s']['median'])}, "
+                 f"nnlo header-only round trip {C.fmt_time(lat['nnlo_header_round_trip_s']['median'])}; "
+                 f"memcpy one core {r['memcpy_one_core']['GBps']:.2f} GB/s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    a = parse(argv)
+    if C.in_child():
+        return main_child(a, argv)
+    return C.relaunch(__file__, 2, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
