@@ -136,3 +136,25 @@ def test_restore_refuses_a_different_search(tmp_path):
 def test_trial_round_trips_through_json():
     t = Trial(4, {"a": 0.5}, status="ok", fom=1.0, fold_foms=[1.0], block=1)
     assert Trial.from_dict(json.loads(json.dumps(t.to_dict()))) == t
+
+
+def test_a_trial_interrupted_by_the_deadline_is_kept_for_a_rerun(tmp_path):
+    s = new_search(tmp_path, num_iterations=3)
+    t = s.next_trial(0)
+    s.interrupted(t.id)
+    assert not s.finished and not s.in_flight
+    s.save()
+    state = json.loads((tmp_path / "optimizer-state.json").read_text())
+    assert state["rerun"] == [{"id": t.id, "params": t.params}] and state["finished"] == []
+    assert s.next_trial(1).params == t.params  # re-run in this job too if there is time
+
+
+def test_stop_request_deadline_and_signals():
+    from nnlo.optimize.coordinator import SAFETY_S, StopRequest
+
+    stop = StopRequest(deadline=1000.0)
+    assert stop.reason(1000.0 - SAFETY_S - 1) is None and stop.reason(1000.0 - SAFETY_S) == "deadline"
+    assert stop.no_time_for(typical_s=100.0, now=900.0) and not stop.no_time_for(typical_s=None, now=900.0)
+    stop.signal = "SIGUSR2"
+    assert stop.reason(0.0) == "signal SIGUSR2"
+    assert StopRequest(None).reason(1e12) is None
