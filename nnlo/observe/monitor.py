@@ -26,6 +26,13 @@ log = logging.getLogger("nnlo.observe")
 NO_GPU = "no GPU"
 
 
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return psutil.cpu_count() or 1
+
+
 class Gpu:
     """The NVML view of one device; :func:`open_gpu` returns None where there is none."""
 
@@ -117,6 +124,7 @@ class Monitor:
         self.gpu: Gpu | None = open_gpu() if gpu is True else (gpu or None)
         self._proc = psutil.Process()
         self._proc.cpu_percent(None)  # the first call only starts the measurement
+        self._cpu_ceiling = 100.0 * _usable_cores()
         self._lock = threading.Lock()
         self._epoch = _Window()
         self._total = _Window()
@@ -132,7 +140,8 @@ class Monitor:
     def sample(self) -> None:
         """Take one sample now (also called by the thread)."""
         try:
-            cpu = float(self._proc.cpu_percent(None))
+            # CPU times tick every 10 ms: over short intervals the ratio jitters past what the cores allow
+            cpu = min(float(self._proc.cpu_percent(None)), self._cpu_ceiling)
             rss = self._proc.memory_info().rss / 2**20
             gpu = self.gpu.sample() if self.gpu is not None else None
         except Exception as e:  # a vanished device, a psutil race at exit

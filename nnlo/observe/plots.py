@@ -253,18 +253,22 @@ def _param_panel(ax: Any, name: str, values: Sequence[Any], foms: Sequence[float
 
 
 # -- utilisation -----------------------------------------------------------------------------------
-def plot_utilisation(streams: list[Any], out_dir: Path, max_gantt_ranks: int = 64) -> list[Path]:
+def plot_utilisation(streams: list[Any], out_dir: Path, max_gantt_ranks: int = 64,
+                     max_gantt_spans: int = 20000) -> list[Path]:
     """``utilisation.png``: per-rank stacked fractions (exclusive time per category) and a Gantt of spans.
 
-    ``streams`` are :class:`nnlo.observe.timeline.RankStream` (see :func:`nnlo.observe.timeline.load_events`).
+    ``streams`` are :class:`nnlo.observe.timeline.RankStream` (see :func:`nnlo.observe.timeline.load_run`).
+    A rank with more than ``max_gantt_spans`` spans has its shortest ones left out of the Gantt chart only
+    (they would be narrower than a pixel); the fractions always count every span.
     """
     from nnlo.observe import summary
 
-    streams = [s for s in streams if any(e.get("ph") == "X" for e in s.events)]
+    streams = [s for s in streams if len(s.spans)]
     if not streams:
         return []
     ranks = summary.from_streams(streams)
-    t0 = min(e["ts"] for s in streams for e in s.events if e.get("ph") == "X")
+    t0 = min(min(s.spans.ts) for s in streams)
+    t1 = max(max(t + d for t, d in zip(s.spans.ts, s.spans.dur)) for s in streams)
     height = max(4.0, 0.35 * len(streams) + 2)
     fig, (bars, gantt) = plt.subplots(1, 2, figsize=(14, min(height, 30)), gridspec_kw={"width_ratios": [1, 2.2]})
     labels = [f"{r['rank']} {r['role']}" for r in ranks]
@@ -282,30 +286,37 @@ def plot_utilisation(streams: list[Any], out_dir: Path, max_gantt_ranks: int = 6
     bars.set_title("where the time went, per rank")
     bars.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
     shown = streams[:max_gantt_ranks]
+    thinned = False
     for i, s in enumerate(shown):
+        spans = list(s.spans)
+        if len(spans) > max_gantt_spans:
+            spans.sort(key=lambda sp: -sp[1])
+            spans = spans[:max_gantt_spans]
+            thinned = True
         layers: dict[tuple[int, str], list[tuple[float, float]]] = {}
-        for depth, start, dur, cat in _nesting(s.events):
+        for depth, start, dur, cat in _nesting(spans):
             layers.setdefault((depth, cat), []).append(((start - t0) / 1e6, dur / 1e6))
-        for (depth, cat), spans in sorted(layers.items()):  # parents first, nested spans drawn on top
-            gantt.broken_barh(spans, (i - 0.4, 0.8), facecolors=COLORS.get(cat if cat in CATEGORIES else "other"))
+        for (depth, cat), bars_ in sorted(layers.items()):  # parents first, nested spans drawn on top
+            gantt.broken_barh(bars_, (i - 0.4, 0.8), facecolors=COLORS.get(cat if cat in CATEGORIES else "other"))
     gantt.set_yticks(range(len(shown)))
     gantt.set_yticklabels([f"{s.rank} {s.role or ''}" for s in shown], fontsize=8)
     gantt.invert_yaxis()
+    gantt.set_xlim(0, max(1e-6, (t1 - t0) / 1e6) * 1.01)
     gantt.set_xlabel("seconds since the first span")
-    gantt.set_title("spans over time (main thread)" + (f", first {max_gantt_ranks} ranks" if len(streams) > len(shown) else ""))
+    title = "spans over time (main thread)"
+    if len(streams) > len(shown):
+        title += f", first {max_gantt_ranks} ranks"
+    if thinned:
+        title += f", longest {max_gantt_spans} spans per rank"
+    gantt.set_title(title)
     gantt.grid(axis="x", alpha=0.3)
     return [_save(fig, out_dir / "utilisation.png")]
 
 
-def _nesting(events: list[dict[str, Any]]) -> list[tuple[int, float, float, str]]:
-    """(depth, start, dur, cat) of the main thread's spans; depth 0 = outermost."""
-    spans = sorted(
-        ((float(e["ts"]), float(e.get("dur", 0) or 0), str(e.get("cat", "other")))
-         for e in events if e.get("ph") == "X" and e.get("tid", 0) == 0 and "ts" in e),
-        key=lambda x: (x[0], -x[1]),
-    )
+def _nesting(spans: list[tuple[float, float, str]]) -> list[tuple[int, float, float, str]]:
+    """(depth, start, dur, cat) of one thread's spans; depth 0 = outermost."""
     out, ends = [], []  # ends: end times of the open ancestors
-    for start, dur, cat in spans:
+    for start, dur, cat in sorted(spans, key=lambda x: (x[0], -x[1])):
         while ends and ends[-1] <= start:
             ends.pop()
         out.append((len(ends), start, dur, cat))
@@ -315,24 +326,14 @@ def _nesting(events: list[dict[str, Any]]) -> list[tuple[int, float, float, str]
 
 def streams_from_trace_json(path: Path) -> list[Any]:
     """RankStreams rebuilt from a merged ``timeline.json`` (when the per-rank lines are gone)."""
-    from nnlo.observe.timeline import JobWindow, RankStream
+    from nnlo.observe.timeline import RankStream
 
     data = load_json(path)
     events = data.get("traceEvents", []) if isinstance(data, dict) else data if isinstance(data, list) else []
     by_rank: dict[int, RankStream] = {}
     for e in events:
-        if not isinstance(e, dict) or not isinstance(e.get("pid"), int):
-            continue
-        s = by_rank.setdefault(e["pid"], RankStream(rank=e["pid"], path=path))
-        if e.get("ph") == "M" and e.get("name") == "process_name":
-            s.role = str((e.get("args") or {}).get("name", "")).removeprefix(f"rank {e['pid']} ") or None
-        elif e.get("ph") == "X" and isinstance(e.get("ts"), (int, float)):
-            s.events.append(e)
-            end = e["ts"] + float(e.get("dur", 0) or 0)
-            if not s.sessions:
-                s.sessions.append(JobWindow(float(e["ts"]), end))
-            s.sessions[0].start_us = min(s.sessions[0].start_us, float(e["ts"]))
-            s.sessions[0].extend(float(e["ts"]), end, span=e.get("tid", 0) == 0)
+        if isinstance(e, dict) and isinstance(e.get("pid"), int):
+            by_rank.setdefault(e["pid"], RankStream(rank=e["pid"], path=path, kept=False)).add(e)
     return [by_rank[r] for r in sorted(by_rank)]
 
 

@@ -144,9 +144,10 @@ def format_table(roles: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def exclusive_seconds(spans: Iterable[tuple[float, float, str]]) -> dict[str, float]:
+def exclusive_seconds(spans: Iterable[tuple[float, float, str]] | Any) -> dict[str, float]:
     """Exclusive seconds per category from (start_us, dur_us, cat) spans of ONE thread.
 
+    Takes tuples or a :class:`nnlo.observe.timeline.Spans` (sorted with numpy, no tuple per span).
     Children are clipped to their parent, so a malformed trace can never give more time than its wall.
     """
     totals: dict[str, float] = {}
@@ -155,7 +156,7 @@ def exclusive_seconds(spans: Iterable[tuple[float, float, str]]) -> dict[str, fl
     def finish(item: list[Any]) -> None:
         totals[item[1]] = totals.get(item[1], 0.0) + max(0.0, item[2] - item[3]) / 1e6
 
-    for start, dur, cat in sorted(spans, key=lambda s: (s[0], -s[1])):
+    for start, dur, cat in _sorted_spans(spans):
         while stack and stack[-1][0] <= start:
             finish(stack.pop())
         if stack:
@@ -168,16 +169,25 @@ def exclusive_seconds(spans: Iterable[tuple[float, float, str]]) -> dict[str, fl
     return totals
 
 
+def _sorted_spans(spans: Any) -> Iterable[tuple[float, float, str]]:
+    """By start, the longer first (a parent before the child that starts with it)."""
+    if hasattr(spans, "ts") and hasattr(spans, "names"):
+        import numpy as np
+
+        ts = np.frombuffer(spans.ts, dtype=np.float64) if len(spans.ts) else np.zeros(0)
+        dur = np.frombuffer(spans.dur, dtype=np.float64) if len(spans.dur) else np.zeros(0)
+        cat = np.frombuffer(spans.cat, dtype=np.uint8) if len(spans.cat) else np.zeros(0, np.uint8)
+        order = np.lexsort((-dur, ts))
+        names = spans.names
+        return ((t, d, names[c]) for t, d, c in zip(ts[order].tolist(), dur[order].tolist(), cat[order].tolist()))
+    return sorted(spans, key=lambda s: (s[0], -s[1]))
+
+
 def from_streams(streams: Iterable[Any]) -> list[dict[str, Any]]:
     """Rank summaries recomputed from :class:`nnlo.observe.timeline.RankStream` objects (a trace on disk)."""
     out = []
     for s in streams:
-        spans = [
-            (float(e["ts"]), float(e.get("dur", 0.0)), str(e.get("cat", "other")))
-            for e in s.events
-            if e.get("ph") == "X" and e.get("tid", 0) == 0 and "ts" in e
-        ]
-        seconds = exclusive_seconds(spans)
+        seconds = exclusive_seconds(s.spans)
         wall_s = sum(w.active_s for w in s.sessions)
         startup_s = sum(w.startup_s for w in s.sessions)
         out.append(rank_summary(s.rank, s.role or f"rank {s.rank}", wall_s, seconds, startup_s))

@@ -20,6 +20,7 @@ import os
 import socket
 import threading
 import time
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -93,6 +94,7 @@ class RecordingTracer(Tracer):
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            _end_torn_line(self.path, self._fd)
             self._record({"nnlo": "start", "rank": rank, "role": role, "host": socket.gethostname(),
                           "os_pid": os.getpid(), "unix_us": self._wall0_ns // 1000})
             self._event({"name": "process_name", "ph": "M", "args": {"name": f"rank {rank} {role}"}})
@@ -184,6 +186,20 @@ class RecordingTracer(Tracer):
             pass
 
 
+def _end_torn_line(path: Path, fd: int) -> None:
+    """A job killed mid-write left a line without its newline: end it, so our first line stays whole."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                os.write(fd, b"\n")
+    except OSError:
+        pass
+
+
 def _line(obj: dict[str, Any]) -> bytes:
     return (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()
 
@@ -213,9 +229,48 @@ class JobWindow:
         return max(0.0, (self.first_span_us if self.first_span_us is not None else self.start_us) - self.start_us) / 1e6
 
 
+class Spans:
+    """The main thread's complete spans of one rank in compact arrays (8+8+1 bytes a span, not a dict).
+
+    Summaries and plots need only (start, duration, category); a long run has millions of spans.
+    """
+
+    def __init__(self) -> None:
+        self.ts = array("d")
+        self.dur = array("d")
+        self.cat = array("B")
+        self.names: list[str] = []
+        self._codes: dict[str, int] = {}
+
+    def add(self, ts: float, dur: float, cat: str) -> None:
+        code = self._codes.get(cat)
+        if code is None:
+            if len(self.names) >= 255:  # more categories than a byte holds: fold the rest into "other"
+                cat = "other"
+                code = self._codes.get(cat)
+            if code is None:
+                code = self._codes[cat] = len(self.names)
+                self.names.append(cat)
+        self.ts.append(ts)
+        self.dur.append(dur)
+        self.cat.append(code)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def __iter__(self) -> Iterator[tuple[float, float, str]]:
+        names = self.names
+        return ((t, d, names[c]) for t, d, c in zip(self.ts, self.dur, self.cat))
+
+
 @dataclass
 class RankStream:
-    """What one rank's line file holds, after dropping torn or corrupt lines."""
+    """What one rank's line file holds, after dropping torn or corrupt lines.
+
+    ``events`` holds every event only when read with ``keep_events=True``; otherwise the merge re-reads the
+    file line by line, so merging a long run's trace needs memory for its spans' arrays, not its events.
+    ``rank`` is the process id in the merged trace; ``local_rank`` and ``label`` say where it came from.
+    """
 
     rank: int
     path: Path
@@ -225,45 +280,125 @@ class RankStream:
     dropped: int = 0
     #: one window per job that appended to this file (a restarted chain appends a new one)
     sessions: list[JobWindow] = field(default_factory=list)
+    meta: list[dict[str, Any]] = field(default_factory=list)
+    spans: Spans = field(default_factory=Spans)
+    first_ts: float | None = None
+    kept: bool = True
+    local_rank: int | None = None
+    label: str = ""
+    #: line numbers that are torn or corrupt (skipped) and that hold NaN/Infinity (rewritten by the merge)
+    bad: set[int] = field(default_factory=set)
+    rewrite: set[int] = field(default_factory=set)
+    skip: set[int] = field(default_factory=set)
+    #: lines scanned: the merge copies no further (a running job appends lines nobody has checked yet)
+    lines: int = 0
+
+    def add(self, obj: dict[str, Any]) -> None:
+        """Account one parsed line (a bookkeeping record or a trace event)."""
+        marker = obj.get("nnlo")
+        if marker == "start":
+            self.role, self.closed = obj.get("role"), False
+            self.sessions.append(JobWindow(float(obj.get("unix_us", 0)), float(obj.get("unix_us", 0))))
+            return
+        if marker == "closed":
+            self.closed = True
+            if self.sessions:
+                self.sessions[-1].extend(0.0, float(obj.get("unix_us", 0)), span=False)
+            return
+        ph = obj.get("ph")
+        if ph is None:
+            self.dropped += 1
+            return
+        if ph == "M":
+            self.meta.append(obj)
+            if obj.get("name") == "process_name" and self.role is None:
+                name = str((obj.get("args") or {}).get("name", ""))
+                self.role = name.split(" ", 2)[2] if name.startswith("rank ") and name.count(" ") >= 2 else name
+            return
+        if self.kept:
+            self.events.append(obj)
+        ts = obj.get("ts")
+        if not isinstance(ts, (int, float)):
+            return
+        ts = float(ts)
+        dur = float(obj.get("dur", 0) or 0)
+        self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
+        main = obj.get("tid", 0) == 0
+        if not self.sessions:
+            self.sessions.append(JobWindow(ts, ts + dur))
+        self.sessions[-1].extend(ts, ts + dur, span=ph == "X" and main)
+        if ph == "X" and main:
+            self.spans.add(ts, dur, str(obj.get("cat", "other")))
+
+    def event_lines(self) -> Iterator[str]:
+        """This rank's non-metadata events as strict JSON text, for the merged trace.
+
+        Lines the tracer wrote are copied verbatim (no parse, no re-encoding: merging a long run's trace
+        is I/O bound); only events kept in memory, relabelled streams (several trace folders) and lines
+        holding NaN/Infinity are re-encoded.
+        """
+        relabel = self.local_rank is not None and self.local_rank != self.rank
+        if self.kept:
+            for e in self.events:
+                yield _strict_json(dict(e, pid=self.rank))
+            return
+        bad, rewrite, skip = self.bad, self.rewrite, self.skip
+        with open(self.path, "rb") as f:
+            for index, raw in enumerate(f):
+                if index >= self.lines:
+                    break
+                if index in bad or index in skip or not raw.strip():
+                    continue
+                if relabel or index in rewrite:
+                    obj = json.loads(raw)
+                    if isinstance(obj, dict) and "ph" in obj:
+                        yield _strict_json(dict(obj, pid=self.rank))
+                    continue
+                yield raw.decode("utf-8", "replace").rstrip("\n")
 
 
-def read_stream(path: str | Path) -> RankStream:
+def read_stream(path: str | Path, keep_events: bool = True) -> RankStream:
     """Parse one ``rank-<r>.jsonl``; a torn last line (the job was killed mid-write) is dropped, not fatal."""
     path = Path(path)
     rank = _rank_of(path)
-    stream = RankStream(rank=rank if rank is not None else -1, path=path)
+    stream = RankStream(rank=rank if rank is not None else -1, path=path, kept=keep_events)
+    stream.local_rank = stream.rank
+    index = -1
     with open(path, "rb") as f:
-        data = f.read()
-    for raw in data.split(b"\n"):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            stream.dropped += 1
-            continue
-        if not isinstance(obj, dict):
-            stream.dropped += 1
-            continue
-        marker = obj.get("nnlo")
-        if marker == "start":
-            stream.role, stream.closed = obj.get("role"), False
-            stream.sessions.append(JobWindow(float(obj.get("unix_us", 0)), float(obj.get("unix_us", 0))))
-        elif marker == "closed":
-            stream.closed = True
-            if stream.sessions:
-                stream.sessions[-1].extend(0.0, float(obj.get("unix_us", 0)), span=False)
-        elif "ph" in obj:
-            stream.events.append(obj)
-            ts = obj.get("ts")
-            if isinstance(ts, (int, float)) and obj["ph"] != "M":
-                end = ts + float(obj.get("dur", 0) or 0)
-                if not stream.sessions:
-                    stream.sessions.append(JobWindow(float(ts), end))
-                stream.sessions[-1].extend(float(ts), end, span=obj["ph"] == "X" and obj.get("tid", 0) == 0)
-        else:
-            stream.dropped += 1
+        for index, raw in enumerate(f):
+            if not raw.strip():
+                continue
+            if not raw.endswith(b"\n"):  # the tracer writes each line with its newline: this one is torn
+                stream.bad.add(index)
+                continue
+            try:
+                obj = json.loads(raw, parse_constant=_reject_constant)
+            except _NonFinite:
+                obj = json.loads(raw)
+                stream.rewrite.add(index)  # NaN/Infinity: valid for Python, not for browsers
+            except ValueError:
+                stream.bad.add(index)
+                continue
+            if not isinstance(obj, dict) or ("ph" not in obj and "nnlo" not in obj):
+                stream.bad.add(index)
+                continue
+            if "ph" in obj and "nnlo" in obj:  # not a line this tracer writes; keep it out of the trace
+                stream.bad.add(index)
+                continue
+            if "nnlo" in obj or obj.get("ph") == "M":
+                stream.skip.add(index)  # bookkeeping and metadata: the merge writes these itself
+            stream.add(obj)
+    stream.lines = index + 1
+    stream.dropped += len(stream.bad)
     return stream
+
+
+class _NonFinite(Exception):
+    pass
+
+
+def _reject_constant(name: str) -> None:
+    raise _NonFinite(name)
 
 
 def rank_files(trace_dir: str | Path) -> list[Path]:
@@ -294,25 +429,26 @@ class MergeResult:
         return text
 
 
-def load_events(trace_dir: str | Path) -> tuple[list[RankStream], int]:
+def load_events(trace_dir: str | Path, keep_events: bool = True) -> tuple[list[RankStream], float]:
     """All ranks' streams of ``trace_dir`` and the earliest timestamp (µs), the trace's time zero."""
-    streams = [read_stream(p) for p in rank_files(trace_dir)]
-    t0 = min((e["ts"] for s in streams for e in s.events if e.get("ph") != "M" and "ts" in e), default=0)
-    return streams, t0
+    streams = [read_stream(p, keep_events) for p in rank_files(trace_dir)]
+    return streams, _t0(streams)
 
 
-def iter_merged(streams: list[RankStream], t0: float) -> Iterator[dict[str, Any]]:
-    """Events of all ranks with ``ts`` shifted so the trace starts at 0; metadata first."""
+def _t0(streams: list[RankStream]) -> float:
+    return min((s.first_ts for s in streams if s.first_ts is not None), default=0.0)
+
+
+def _meta_events(streams: list[RankStream]) -> Iterator[dict[str, Any]]:
+    """Process and thread names of every stream, relabelled to the stream's pid (and folder label)."""
     for s in streams:
-        for e in s.events:
-            if e.get("ph") == "M":
-                yield e
-    for s in streams:
-        for e in s.events:
-            if e.get("ph") != "M":
-                e = dict(e)
-                e["ts"] = round(e.get("ts", t0) - t0, 3)
-                yield e
+        for e in s.meta:
+            e = dict(e, pid=s.rank)
+            if e.get("name") == "process_name" and s.label:
+                e["args"] = {"name": f"{s.label} {(e.get('args') or {}).get('name', '')}".strip()}
+            elif e.get("name") == "process_sort_index":
+                e["args"] = {"sort_index": s.rank}
+            yield e
 
 
 def merge(trace_dir: str | Path, out: str | Path | None = None) -> MergeResult:
@@ -326,7 +462,7 @@ def merge(trace_dir: str | Path, out: str | Path | None = None) -> MergeResult:
         from nnlo.errors import ConfigError
 
         raise ConfigError(f"no rank-*.jsonl trace files in {trace_dir}: run with --timeline to record one")
-    streams, _ = load_events(trace_dir)
+    streams, _ = load_events(trace_dir, keep_events=False)
     return write_trace(streams, Path(out) if out is not None else trace_dir.parent / MERGED_NAME)
 
 
@@ -356,28 +492,20 @@ def _subdirs(d: Path) -> list[Path]:
         return []
 
 
-def load_run(root: str | Path) -> list[RankStream]:
+def load_run(root: str | Path, keep_events: bool = False) -> list[RankStream]:
     """Every rank stream under ``root``; with several trace folders (an optimization run), each stream gets a
-    unique ``rank`` (its pid in the merged trace) and a role prefixed with its folder, e.g.
-    ``trials/0003/fold-0 b0:worker:w1``, so trials that ran side by side show up side by side."""
+    unique ``rank`` (its pid in the merged trace) and a ``label`` naming its folder, e.g.
+    ``trials/0003/fold-0``, so trials that ran side by side show up side by side."""
     root = Path(root)
     dirs = find_trace_dirs(root)
     if len(dirs) == 1:
-        return load_events(dirs[0])[0]
+        return load_events(dirs[0], keep_events)[0]
     streams: list[RankStream] = []
     for d in dirs:
         label = d.parent.relative_to(root).as_posix() if d.parent != root else ""
-        for s in load_events(d)[0]:
-            pid = len(streams)
-            original = s.rank
-            s.role = f"{label} {s.role or f'rank {original}'}".strip()
-            for e in s.events:
-                e["pid"] = pid
-                if e.get("ph") == "M" and e.get("name") == "process_name":
-                    e["args"] = {"name": f"{label} {(e.get('args') or {}).get('name', f'rank {original}')}"}
-                elif e.get("ph") == "M" and e.get("name") == "process_sort_index":
-                    e["args"] = {"sort_index": pid}
-            s.rank = pid
+        for s in load_events(d, keep_events)[0]:
+            s.label, s.rank = label, len(streams)
+            s.role = f"{label} {s.role or f'rank {s.local_rank}'}".strip()
             streams.append(s)
     return streams
 
@@ -396,18 +524,25 @@ def merge_run(root: str | Path, out: str | Path | None = None) -> MergeResult:
 
 
 def write_trace(streams: list[RankStream], out_path: Path) -> MergeResult:
-    """Write ``streams`` as one Chrome trace (atomically), time shifted to start at 0."""
-    t0 = min((e["ts"] for s in streams for e in s.events if e.get("ph") != "M" and "ts" in e), default=0)
-    other = {"start_unix_us": t0, "generator": "nnlo", "ranks": len(streams),
+    """Write ``streams`` as one Chrome trace, atomically (temp file + rename), metadata first.
+
+    Timestamps stay as recorded: microseconds since the Unix epoch (viewers show them from the trace's
+    start; ``otherData.start_unix_us`` is the earliest).
+    """
+    other = {"start_unix_us": _t0(streams), "generator": "nnlo", "ranks": len(streams),
              "roles": {str(s.rank): s.role for s in streams}}
     tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
     n = 0
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "w") as f:
+    with open(tmp, "w", encoding="utf-8") as f:
         f.write('{"displayTimeUnit":"ms","otherData":' + json.dumps(other) + ',"traceEvents":[\n')
-        for event in iter_merged(streams, t0):
+        for event in _meta_events(streams):
             f.write((",\n" if n else "") + _strict_json(event))
             n += 1
+        for s in streams:
+            for line in s.event_lines():
+                f.write((",\n" if n else "") + line)
+                n += 1
         f.write("\n]}\n")
     os.replace(tmp, out_path)
     return MergeResult(

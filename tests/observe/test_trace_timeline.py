@@ -173,3 +173,22 @@ def test_an_optimization_run_merges_every_trial_trace_with_unique_processes(tmp_
     assert names == {0: "trials/0000/fold-0 rank 0 b0:master:m0", 1: "trials/0000/fold-0 rank 1 b0:worker:w0",
                      2: "trials/0001/fold-0 rank 0 b0:master:m0", 3: "trials/0001/fold-0 rank 1 b0:worker:w0"}
     assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {0, 1, 2, 3}
+
+
+def test_a_job_restarted_after_a_kill_appends_to_the_same_file_and_both_jobs_are_kept(tmp_path):
+    path = timeline.trace_path(tmp_path, 0)
+    first = timeline.RecordingTracer(path, 0, "master")
+    with first.span("job one", "compute"):
+        pass
+    # killed mid-write: no close marker, a torn line
+    with open(path, "ab") as f:
+        f.write(b'{"name":"job one second span","cat":"comm","ph":"X","pid":0,"tid":0,"ts":1')
+    second = timeline.RecordingTracer(path, 0, "master")
+    with second.span("job two", "compute"):
+        pass
+    second.close()
+    stream = timeline.read_stream(path, keep_events=False)
+    assert stream.dropped == 1 and stream.closed and len(stream.sessions) == 2
+    result = timeline.merge(path.parent)
+    spans = [e["name"] for e in load_trace(result.path)["traceEvents"] if e["ph"] == "X"]
+    assert spans == ["job one", "job two"]
