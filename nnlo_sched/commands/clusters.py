@@ -64,7 +64,7 @@ def show_command(name: str, as_json: bool) -> None:
         f"  nodes          {p.nodes or 'unknown'} x {p.cores_per_node} cores, {p.gpus_per_node} GPUs"
         + (f", {p.memory_gb:g} GB" if p.memory_gb else ""),
         f"  account        {'required' if p.account_required else 'optional'}",
-        f"  signal         "
+        "  signal         "
         + (f"SIG{p.signal} {p.signal_lead_s} s before the walltime" if p.signal else "none (NNLO_DEADLINE clock)"),
     ]
     if p.aliases:
