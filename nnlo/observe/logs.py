@@ -72,6 +72,7 @@ class RankLogging:
         self.path: Path | None = None
         self._handlers: list[logging.Handler] = []
         self.logger = logging.getLogger("nnlo")
+        self._previous_level = self.logger.level
         self.logger.setLevel(self.level)
         if out_dir is not None:
             self.path = Path(out_dir) / LOG_DIR / f"rank-{rank}.log"
@@ -99,6 +100,7 @@ class RankLogging:
             except Exception:
                 pass
         self._handlers.clear()
+        self.logger.setLevel(self._previous_level)
 
 
 def _has_console_handler(logger: logging.Logger) -> bool:

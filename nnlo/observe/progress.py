@@ -23,8 +23,8 @@ from typing import IO, Any
 
 # field -> label, in display order; any other field is shown as "name value" after these
 _TRAIN_FIELDS = (
-    ("train_loss", "loss"), ("loss", "loss"), ("val_loss", "val_loss"), ("val_accuracy", "val_acc"),
-    ("samples_per_s", "samples/s"),
+    ("train_loss", "loss"), ("loss", "loss"), ("accuracy", "acc"), ("val_loss", "val_loss"),
+    ("val_accuracy", "val_acc"), ("samples_per_s", "samples/s"),
 )
 _OPTIMIZE_FIELDS = (("fom", "last fom"), ("running", "running"), ("failed", "failed"))
 _HIDDEN = {"epoch", "epochs", "trial", "trials", "best_fom", "best_trial", "total", "elapsed", "kind"}
