@@ -8,7 +8,9 @@ through the batch shell's trap and srun.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -46,10 +48,17 @@ def slurm():
         yield cluster
 
 
+@pytest.fixture
+def run_dir():
+    """Not pytest's tmp_path: pytest may prune it while slurmd still writes the job's files."""
+    d = Path(tempfile.mkdtemp(prefix="nnlo-sched-slurm-"))
+    (d / "logs").mkdir()
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.mark.slurm
-def test_rendered_script_runs_and_gets_the_warning_signal(slurm: SlurmCluster) -> None:
-    run_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"nnlo-sched-slurm-{os.getpid()}"
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+def test_rendered_script_runs_and_gets_the_warning_signal(slurm: SlurmCluster, run_dir: Path) -> None:
     standin = run_dir / "python"
     standin.write_text(STANDIN)
     standin.chmod(0o755)
