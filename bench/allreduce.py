@@ -229,7 +229,14 @@ def step_part(a: argparse.Namespace, n: int, comm: Any, measure: Callable, nnlo_
         reduce(g)
         nn_backend.apply_gradients(g)
 
-    methods = {"local": lambda: local.train_on_batch(x, y), "ddp_gloo": ddp_step, label: nnlo_step}
+    flat_backend = TorchBackend(copy.deepcopy(model), "mse", "sgd")
+
+    def flat_local_step() -> None:  # nnlo's flat-gradient path without the all-reduce: the copies' cost
+        g, _ = flat_backend.compute_gradients(x, y)
+        flat_backend.apply_gradients(g)
+
+    methods = {"local": lambda: local.train_on_batch(x, y), "ddp_gloo": ddp_step, label: nnlo_step,
+               "flat_local": flat_local_step}
     res: dict[str, list[float]] = {m: [] for m in methods}
     names = list(methods)
     k = int(max(1, min(20, 4e6 // n)))
@@ -242,7 +249,10 @@ def step_part(a: argparse.Namespace, n: int, comm: Any, measure: Callable, nnlo_
     base = sec["local"]["median"]
     return {"params": n_real, "hidden": h, "batch": 16, "per_measurement": k, "nnlo_method": label,
             "seconds": sec,
-            "exposed_comm_s": {m: sec[m]["median"] - base for m in sec if m != "local"},
+            "exposed_comm_s": {m: sec[m]["median"] - base for m in ("ddp_gloo", label)},
+            # nnlo's step split: flattening/unflattening copies (flat_local - local), the rest is communication
+            "nnlo_flatten_overhead_s": sec["flat_local"]["median"] - base,
+            "nnlo_comm_only_s": sec[label]["median"] - sec["flat_local"]["median"],
             "nnlo_over_ddp": sec[label]["median"] / sec["ddp_gloo"]["median"]}
 
 
@@ -265,9 +275,10 @@ def report(r: dict) -> str:
             s, e, lab = row["seconds"], row["exposed_comm_s"], row["nnlo_method"]
             tab.append([f"{row['params']:,}", C.fmt_time(s["local"]["median"]), C.fmt_time(s["ddp_gloo"]["median"]),
                         C.fmt_time(s[lab]["median"]), C.fmt_time(e["ddp_gloo"]), C.fmt_time(e[lab]),
+                        C.fmt_time(row["nnlo_flatten_overhead_s"]), C.fmt_time(row["nnlo_comm_only_s"]),
                         f"{row['nnlo_over_ddp']:.2f}"])
         out.append(C.table(tab, ["params", "local", "DDP gloo", "nnlo", "DDP exposed", "nnlo exposed",
-                                 "nnlo/DDP"]))
+                                 "(flatten", "comm)", "nnlo/DDP"]))
     lat = r["latency"]
     out.append("8-byte all-reduce latency: " + ", ".join(f"{k.split('_')[0]} {C.fmt_time(v['median'])}"
                                                         for k, v in lat.items()))
