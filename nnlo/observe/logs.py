@@ -55,6 +55,20 @@ class RankFormatter(logging.Formatter):
         return f"{self.formatTime(record)} rank {self.rank} {self.role} {record.levelname} {record.name}: {message}"
 
 
+class _ConsoleHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that steps around a live progress line on the same terminal."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from nnlo.observe.progress import live_on
+
+        live = live_on(self.stream)
+        if live is not None:
+            live.suspend()
+        super().emit(record)
+        if live is not None:
+            live.resume()
+
+
 class RankLogging:
     """The handlers one rank installed on the ``nnlo`` logger; :meth:`close` removes exactly those."""
 
@@ -82,7 +96,7 @@ class RankLogging:
             handler.setLevel(self.level)
             self._add(handler)
         if console and not _has_console_handler(self.logger):
-            handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+            handler = _ConsoleHandler(stream if stream is not None else sys.stderr)
             handler.setFormatter(RankFormatter(rank, role, prefix_only=True))
             handler.setLevel(self.level if rank == 0 else max(self.level, logging.WARNING))
             handler._nnlo_console = True  # type: ignore[attr-defined]

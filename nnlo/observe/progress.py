@@ -12,7 +12,8 @@ Usage (the training master, the optimization coordinator)::
     progress.close()
 
 Fields are merged, so ``update`` may carry only what changed. :func:`render` gives the same text for
-other displays (``nnlo status --watch``).
+other displays (``nnlo status --watch``). Log records printed through :mod:`nnlo.observe.logs` clear the
+live line first and redraw it after, so the two never garble each other.
 """
 from __future__ import annotations
 
@@ -121,12 +122,7 @@ class Progress:
         text = render(self.kind, self.fields)
         try:
             if self.live:
-                line = render(self.kind, self.fields, time.monotonic() - self._t0)
-                width = _width(self.stream)
-                if len(line) > width - 1:
-                    line = line[: max(1, width - 2)] + "…"
-                self.stream.write("\r" + line + "\x1b[K")
-                self._drawn = True
+                self._draw()
             elif text != self._last:
                 self.stream.write(text + "\n")
             self._last = text
@@ -134,11 +130,40 @@ class Progress:
         except (OSError, ValueError):  # a closed stream or a vanished terminal must not stop training
             self._closed = True
 
+    def _draw(self) -> None:
+        line = render(self.kind, self.fields, time.monotonic() - self._t0)
+        width = _width(self.stream)
+        if len(line) > width - 1:
+            line = line[: max(1, width - 2)] + "…"
+        self.stream.write("\r" + line + "\x1b[K")
+        self._drawn = True
+        _LIVE[id(self.stream)] = self
+
+    def suspend(self) -> None:
+        """Clear the live line so other output (a log record) starts at the left margin."""
+        if self.live and self._drawn and not self._closed:
+            try:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+            except (OSError, ValueError):
+                self._closed = True
+
+    def resume(self) -> None:
+        """Draw the live line again below what was printed since :meth:`suspend`."""
+        if self.live and self._drawn and not self._closed:
+            try:
+                self._draw()
+                self.stream.flush()
+            except (OSError, ValueError):
+                self._closed = True
+
     def close(self) -> None:
         """End the live line with a newline so later output starts on a fresh line; idempotent."""
         if self._closed:
             return
         self._closed = True
+        if _LIVE.get(id(self.stream)) is self:
+            del _LIVE[id(self.stream)]
         if self.live and self._drawn:
             try:
                 self.stream.write("\n")
@@ -151,6 +176,29 @@ class Progress:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def for_terminal(kind: str = "train", stream: IO[str] | None = None, total: int | None = None) -> Progress | None:
+    """A live :class:`Progress` when ``stream`` (default stderr) is a terminal, else None.
+
+    For callers that already log one line per epoch (the training master): on a terminal they add the
+    live line, in a batch job's output file they add nothing, so no line is printed twice.
+    """
+    stream = stream if stream is not None else sys.stderr
+    return Progress(kind, stream, total=total, live=True) if _isatty(stream) else None
+
+
+#: the live display drawn on each stream (by id), so log output can step around it (see live_on)
+_LIVE: dict[int, Progress] = {}
+
+
+def live_on(stream: IO[str]) -> Progress | None:
+    """The live progress line currently drawn on ``stream``, if any.
+
+    The console log handler of :mod:`nnlo.observe.logs` uses it: ``suspend()``, print the record,
+    ``resume()``, so log lines and the live line never share a row.
+    """
+    return _LIVE.get(id(stream))
 
 
 def _isatty(stream: IO[str]) -> bool:

@@ -76,3 +76,44 @@ def test_a_broken_stream_never_raises():
     out.close()
     p.update(epoch=1)
     p.close()
+
+
+def test_log_records_step_around_the_live_line():
+    import logging
+
+    from nnlo.observe.logs import RankLogging
+
+    master, slave = os.openpty()
+    os.set_blocking(master, False)
+    stream = os.fdopen(slave, "w", encoding="utf-8")
+    handles = RankLogging(None, 0, "master", "info", console=True, stream=stream)
+    try:
+        p = Progress("train", stream, total=3)
+        p.update(epoch=1, train_loss=0.5)
+        logging.getLogger("nnlo.test.progress").info("checkpoint written")
+        p.update(epoch=2, train_loss=0.4)
+        p.close()
+        raw = _drain(master).decode().replace("\r\n", "\n")
+    finally:
+        handles.close()
+        stream.close()
+        os.close(master)
+    # the live line is cleared, the record printed on its own row, the live line drawn again below it
+    assert "\r\x1b[K[rank 0 master] info: checkpoint written\n\rtrain epoch 1/3" in raw
+    rows = raw.split("\n")
+    assert rows[0].endswith("checkpoint written") and "epoch 2/3" in rows[1] and rows[2] == ""
+
+
+def test_for_terminal_only_on_a_terminal():
+    from nnlo.observe.progress import for_terminal
+
+    assert for_terminal("train", io.StringIO(), total=3) is None
+    master, slave = os.openpty()
+    stream = os.fdopen(slave, "w", encoding="utf-8")
+    try:
+        p = for_terminal("optimize", stream, total=4)
+        assert p is not None and p.live and p.fields == {"trials": 4}
+        p.close()
+    finally:
+        stream.close()
+        os.close(master)
