@@ -29,29 +29,24 @@ def plot_command(run: str, out: Path | None) -> None:
 
 
 def resolve_run_dir(value: str) -> Path:
-    """An existing directory as given; otherwise a run name, looked up by ``nnlo_sched.runs`` if present."""
+    """A directory as given (a run directory, or any output directory of nnlo train/optimize), else a run
+    id or unique id prefix known to ``nnlo status`` (looked up by :func:`nnlo_sched.runs.find_run`)."""
     path = Path(value).expanduser()
     if path.is_dir():
         return path
     if path.exists():
         raise click.BadParameter(f"{value} is a file; pass the run's directory", param_hint="RUN_OR_DIR")
     try:
-        runs = importlib.import_module("nnlo_sched.runs")
-    except ImportError:
-        runs = None
-    for name in ("resolve_run_dir", "resolve", "find_run", "run_dir"):
-        finder = getattr(runs, name, None) if runs is not None else None
-        if callable(finder):
-            try:
-                found = finder(value)
-            except Exception:  # noqa: BLE001 - any lookup failure becomes the one-line error below
-                found = None
-            found = getattr(found, "path", getattr(found, "dir", found))
-            if found is not None and Path(found).is_dir():
-                return Path(found)
-            break
+        find_run = importlib.import_module("nnlo_sched.runs").find_run
+    except (ImportError, AttributeError):
+        find_run = None
+    if find_run is not None:
+        try:
+            return Path(find_run(value).dir)
+        except Exception as e:  # noqa: BLE001 - RunNotFound and friends carry a one-line message
+            raise click.BadParameter(str(e), param_hint="RUN_OR_DIR") from None
     raise click.BadParameter(
-        f"no run directory or run named {value!r}; pass the directory the run wrote (its --checkpoint/output dir)",
+        f"no directory {value!r}; pass the directory the run wrote (its --checkpoint or --output directory)",
         param_hint="RUN_OR_DIR",
     )
 

@@ -113,3 +113,12 @@ def test_an_optimization_run_gets_all_trial_curves_in_one_figure(tmp_path):
     names = sorted(p.name for p in plots.plot_run(run))
     assert names == ["convergence.png", "parameters.png", "trial-curves.png"]
     _check_png(run / "plots" / "trial-curves.png")
+
+
+def test_an_unknown_run_is_a_clear_usage_error(tmp_path, nnlo_env):
+    env = {**nnlo_env, "NNLO_HOME": str(tmp_path)}
+    for command in ("plot", "timeline"):
+        proc = subprocess.run([sys.executable, "-m", "nnlo_sched", command, "no-such-run"], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert "Invalid value for RUN_OR_DIR" in proc.stderr and "no-such-run" in proc.stderr
