@@ -1,0 +1,1 @@
+"""The `nnlo` sub-commands, one module each (registered in nnlo_sched/cli.py)."""
