@@ -129,6 +129,10 @@ class KerasBackend(Backend):
                              f"use --backend torch for a PyTorch model")
         self._tf, self._keras, self._losses = tf, keras, keras_losses
         self.model = model
+        outputs = getattr(model, "outputs", None) or []
+        if len(outputs) > 1:
+            raise ModelError(f"Keras model {model.name!r} has {len(outputs)} outputs but nnlo trains one output "
+                             f"with one --loss; return a single-output model from get_model")
         self._vars = list(model.trainable_variables)
         if not self._vars:
             raise ModelError(f"Keras model {model.name!r} has no trainable weights yet; give it an input shape "

@@ -14,6 +14,9 @@ hundreds of MB per process, so nothing in nnlo imports it at module level. Every
   a node and each TensorFlow would otherwise start thread pools as large as the node, oversubscribing it
   many times over. ``NNLO_TF_THREADS=N`` sets both pools to N (``0`` = TensorFlow's own default, one thread
   per core) -- e.g. one rank per Summit resource set of 7 cores wants ``NNLO_TF_THREADS=7``;
+- lets TensorFlow grow its GPU memory as needed (``TF_FORCE_GPU_ALLOW_GROWTH=true``) instead of reserving
+  every visible GPU whole, so ranks sharing a node's GPUs can coexist; give each rank its own GPU with the
+  launcher (``jsrun -g 1``, ``srun --gpus-per-task=1``), which sets ``CUDA_VISIBLE_DEVICES`` per rank;
 - turns a missing TensorFlow into :class:`~nnlo.errors.ModelError` ("install nnlo[tf]").
 
 The environment part is :func:`prepare_environment`: it only sets variables (TensorFlow reads
@@ -87,6 +90,8 @@ def prepare_environment() -> None:
         os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    # Ranks that share a GPU must not each reserve all of its memory up front (TensorFlow's default).
+    os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
     try:
         n = thread_count()
     except ModelError:

@@ -196,6 +196,27 @@ def test_unbuilt_and_foreign_models_are_refused(tf_keras):
         KerasBackend(object(), "mse", "sgd")
 
 
+def test_several_outputs_are_refused(tf_keras):
+    _, keras = tf_keras
+    inp = keras.Input((4,))
+    model = keras.Model(inp, [keras.layers.Dense(2)(inp), keras.layers.Dense(3)(inp)])
+    with pytest.raises(ModelError, match="has 2 outputs.*single-output"):
+        KerasBackend(model, "mse", "sgd")
+
+
+def test_several_inputs_train(tf_keras, batch):
+    _, keras = tf_keras
+    x, y = batch
+    a, b = keras.Input((5,)), keras.Input((3,))
+    out = keras.layers.Dense(3, activation="softmax")(keras.layers.Concatenate()([a, b]))
+    backend = KerasBackend(keras.Model([a, b], out), "sparse_categorical_crossentropy", "adam:lr=0.05")
+    before = backend.evaluate_batch([x[:, :5], x[:, 5:]], y)
+    for _ in range(20):
+        metrics = backend.train_on_batch([x[:, :5], x[:, 5:]], y)
+    assert metrics["count"] == 64
+    assert backend.evaluate_batch([x[:, :5], x[:, 5:]], y)["loss_sum"] < before["loss_sum"]
+
+
 def test_is_keras_model(make_mlp):
     assert is_keras_model(make_mlp())
     assert not is_keras_model(object())

@@ -113,7 +113,8 @@ def test_bad_thread_setting_is_one_line(monkeypatch, value):
 
 
 def test_prepare_environment_keeps_user_settings(monkeypatch):
-    for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "TF_ENABLE_ONEDNN_OPTS", "NNLO_TF_THREADS"):
+    for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "TF_ENABLE_ONEDNN_OPTS", "NNLO_TF_THREADS",
+                "TF_FORCE_GPU_ALLOW_GROWTH"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("PMI_SIZE", "2")
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
@@ -122,6 +123,7 @@ def test_prepare_environment_keeps_user_settings(monkeypatch):
 
     assert os.environ["TF_NUM_INTRAOP_THREADS"] == os.environ["TF_NUM_INTEROP_THREADS"] == "1"
     assert os.environ["TF_ENABLE_ONEDNN_OPTS"] == "1"
+    assert os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
 
 
 @pytest.mark.usefixtures("tf_keras")
