@@ -48,15 +48,26 @@ class Gpu:
         return float(util), float(mem)
 
 
-def visible_gpu_index(env: dict[str, str] | None = None) -> int:
-    """The NVML index of this rank's GPU: the first entry of CUDA_VISIBLE_DEVICES when it is a number.
+def visible_gpu_index(env: dict[str, str] | None = None, cuda_index: int = 0) -> int:
+    """The NVML index of CUDA device ``cuda_index`` (as torch numbers it: among the visible devices).
 
-    Launchers (srun --gpus-per-task, jsrun -g 1) restrict each rank to its own GPU this way. UUID entries
-    and an unset variable fall back to device 0.
+    NVML ignores CUDA_VISIBLE_DEVICES and numbers every device of the node, so ``cuda:1`` under
+    ``CUDA_VISIBLE_DEVICES=4,5`` is NVML device 5. UUID entries, a short list and an unset variable fall
+    back to ``cuda_index`` itself.
     """
     env = os.environ if env is None else env
-    first = env.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    return int(first) if first.isdigit() else 0
+    visible = [v.strip() for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if cuda_index < len(visible) and visible[cuda_index].isdigit():
+        return int(visible[cuda_index])
+    return cuda_index
+
+
+def cuda_index_of(device: str) -> int | None:
+    """``"cuda:2"`` -> 2, ``"cuda"`` -> 0, ``"cpu"`` -> None."""
+    if not device.startswith("cuda"):
+        return None
+    _, _, index = device.partition(":")
+    return int(index) if index.isdigit() else 0
 
 
 def open_gpu(index: int | None = None) -> Gpu | None:
@@ -173,6 +184,15 @@ class Monitor:
         if self.gpu is not None:
             out["gpu_name"] = self.gpu.name
         return out
+
+    def set_device(self, device: str) -> None:
+        """Watch the GPU this rank computes on (``"cuda:1"``), or none (``"cpu"``): the runtime picks the
+        device after the monitor started, and on a node with several visible GPUs the first guess is
+        device 0."""
+        index = cuda_index_of(device)
+        gpu = open_gpu(visible_gpu_index(cuda_index=index)) if index is not None else None
+        with self._lock:
+            self.gpu = gpu
 
     def stop(self) -> None:
         self._stop.set()

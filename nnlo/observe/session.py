@@ -70,6 +70,13 @@ class Session:
         out.pop("samples", None)
         return out
 
+    def set_device(self, device: str) -> None:
+        """Tell the monitor which device this rank computes on (``"cuda:1"``, ``"cpu"``); no-op without it."""
+        if self.monitor is not None:
+            self.monitor.set_device(device)
+        if self.tracer.enabled:
+            self.tracer.instant("device", device=device)
+
     def summary(self) -> dict[str, Any]:
         """This rank's time breakdown (and monitor totals): ``{}`` when spans are not timed."""
         if not self.accounting:

@@ -52,8 +52,19 @@ def test_gpu_lookup_never_raises_and_reads_cuda_visible_devices():
     gpu = mon.open_gpu()
     assert gpu is None or isinstance(gpu.name, str)
     assert mon.visible_gpu_index({"CUDA_VISIBLE_DEVICES": "3,4"}) == 3
+    assert mon.visible_gpu_index({"CUDA_VISIBLE_DEVICES": "3,4"}, cuda_index=1) == 4
+    assert mon.visible_gpu_index({"CUDA_VISIBLE_DEVICES": "10,11,12"}, cuda_index=2) == 12
     assert mon.visible_gpu_index({"CUDA_VISIBLE_DEVICES": "GPU-8f2e"}) == 0
-    assert mon.visible_gpu_index({}) == 0
+    assert mon.visible_gpu_index({}, cuda_index=5) == 5
+    assert mon.cuda_index_of("cuda:3") == 3 and mon.cuda_index_of("cuda") == 0 and mon.cuda_index_of("cpu") is None
+    m = mon.Monitor(interval=10, gpu=False)
+    try:
+        m.set_device("cpu")
+        assert m.gpu is None and m.epoch_end()["gpu"] == mon.NO_GPU
+        m.set_device("cuda:0")  # no NVML here: still "no GPU"; with a GPU, that device
+        assert m.gpu is None or m.gpu.index == mon.visible_gpu_index()
+    finally:
+        m.stop()
 
 
 def test_bad_interval_is_a_one_line_config_error():
