@@ -9,4 +9,3 @@ from __future__ import annotations
 
 TAG_TASK = 0x0B1
 TAG_RESULT = 0x0B2
-TAG_READY = 0x0B3

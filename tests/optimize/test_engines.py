@@ -123,3 +123,12 @@ def test_state_round_trip_continues_identically(name):
     b = make_engine(name, BRANIN, 7, n_initial_points=3, population=3)
     b.load_state_dict(__import__("json").loads(__import__("json").dumps(a.state_dict())))
     assert a.ask([]) == b.ask([])
+
+
+@pytest.mark.parametrize("name", ["bayesian", "random"])
+def test_mixed_spaces_in_the_other_engines(name):
+    engine = make_engine(name, MIXED, 2, n_initial_points=4)
+    best_after(engine, 8, mixed_objective)
+    points = [p for p, _ in engine.observations]
+    assert all(MIXED.contains(p) for p in points)  # plain Python types: bool stays bool, int stays int
+    assert {type(p["bn"]) for p in points} == {bool} and {type(p["layers"]) for p in points} == {int}
