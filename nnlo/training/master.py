@@ -179,11 +179,9 @@ class Master:
             kind = hdr.get("kind")
             if kind == "error":
                 self._record_failure(hdr, src)
-                active.discard(src)
             if self.failure is not None:
-                if kind != "error":
-                    self._reply(src, "abort")
-                    active.discard(src)
+                self._reply(src, "abort")  # to a failed worker too: it learns which failure came first
+                active.discard(src)
                 for p in list(parked):
                     self._reply(p, "abort")
                 active -= parked
@@ -228,13 +226,12 @@ class Master:
         while True:
             acc.fill(0.0)
             total = 0
-            ends, failed = [], []
+            ends: list[bool] = []
             headers = []
             for w in workers:
                 _, hdr, arr = self.link.recv(w, out=self.buf)
                 if hdr.get("kind") == "error":
                     self._record_failure(hdr, w)
-                    failed.append(w)
                     continue
                 headers.append(hdr)
                 n = int(hdr.get("samples", 0))
@@ -244,9 +241,8 @@ class Master:
                     total += n
                 ends.append(bool(hdr.get("epoch_end")))
             if self.failure is not None:
-                for w in workers:
-                    if w not in failed:
-                        self._reply(w, "abort")
+                for w in workers:  # failed workers too: they learn which failure came first
+                    self._reply(w, "abort")
                 return
             if total:
                 with tracer.span("apply update", "compute"):
@@ -358,9 +354,8 @@ class Master:
     def _drain(self, ranks: list[int]) -> None:
         """After a failure, answer the next message of each of ``ranks`` with abort (so none waits)."""
         for r in ranks:
-            _, hdr, _ = self.link.recv(r, out=self.buf)
-            if hdr.get("kind") != "error":
-                self._reply(r, "abort")
+            self.link.recv(r, out=self.buf)
+            self._reply(r, "abort")
 
     def _epoch_entry(self) -> dict[str, Any]:
         s = self.stats

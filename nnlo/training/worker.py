@@ -117,8 +117,13 @@ class Worker:
         message, code = describe_exception(exc)
         failure = RankFailure(message, self.ctx.rank, self.ctx.role_label, exit_code=code, report=True)
         log.debug("failing", exc_info=exc)
-        self.rule.link.send(self.rule.master, {"kind": "error", "failure": failure.to_dict()})
-        raise failure from None
+        link, master = self.rule.link, self.rule.master
+        link.send(master, {"kind": "error", "failure": failure.to_dict()})
+        # The master answers with the group's *first* failure: only its rank prints, so two workers
+        # failing at once still give one line.
+        _, reply, _ = link.recv(master)
+        first = reply.get("failure") or failure.to_dict()
+        raise RankFailure.from_dict(first, report=first.get("rank") == self.ctx.rank) from None
 
     def _handle(self, reply: dict[str, Any]) -> bool:
         """Act on the master's reply; True when this worker must stop."""
