@@ -101,18 +101,22 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     from nnlo.optimize.runners import HookRunner, TrainRunner
 
     rank = world.Get_rank()
-    shape = Shape(n_masters=config.n_masters, n_processes=config.n_processes, block_size=opts.block_size,
-                  n_fold=opts.n_fold)
-    hierarchy = describe(world.Get_size(), shape)
-    source = load_model_source(config.model)
-    module = source.module
-    space = load_space(opts, module)
-    Objective.parse(opts.fom)
-    hook = module is not None and callable(getattr(module, "evaluate", None))
-    if not hook:
-        config.validate()
-    if opts.n_fold > 1 and not hook and not config.train:
-        raise ConfigError("--n-fold needs --train LIST (the samples that the folds split)")
+
+    def check() -> tuple[Any, Any, Any, bool]:
+        shape = Shape(n_masters=config.n_masters, n_processes=config.n_processes, block_size=opts.block_size,
+                      n_fold=opts.n_fold)
+        hierarchy = describe(world.Get_size(), shape)
+        module = load_model_source(config.model).module
+        space = load_space(opts, module)
+        Objective.parse(opts.fom)
+        hook = module is not None and callable(getattr(module, "evaluate", None))
+        if not hook:
+            config.validate()
+            if opts.n_fold > 1 and not config.train:
+                raise ConfigError("--n-fold needs --train LIST (the samples that the folds split)")
+        return hierarchy, module, space, hook
+
+    hierarchy, module, space, hook = _on_every_rank(world, check)
 
     from mpi4py import MPI
 
@@ -149,6 +153,35 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         group_shape = Shape(n_masters=config.n_masters, n_processes=config.n_processes)
         runner = TrainRunner(config, group_shape, opts.seed)
     return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
+
+
+class InputError(NnloError):
+    """Bad input found on some rank, raised on every rank with the first rank's message and exit code."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _on_every_rank(world: Any, fn: Any) -> Any:
+    """Run a check on every rank; if it failed anywhere, raise the first failure everywhere.
+
+    The checks are deterministic, but a file system can answer differently on different nodes: agreeing
+    first means no rank goes on into a collective that the failed ranks never join (no hang).
+    """
+    from nnlo.roles import RoleError
+    from nnlo.training.failure import describe_exception
+
+    value, error = None, None
+    try:
+        value = fn()
+    except (NnloError, RoleError) as e:
+        error = describe_exception(e)
+    errors = world.allgather(error)
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise InputError(first[0], first[1])
+    return value
 
 
 def _progress(total: int, stream: Any) -> Any:
