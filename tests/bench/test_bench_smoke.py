@@ -1,0 +1,129 @@
+"""Smoke tests of the benchmarks: each script runs end to end in its ``--quick`` setting (real mpirun, real
+``nnlo train``/``nnlo optimize``/``nnlo status`` subprocesses) and writes a well-formed JSON result.
+
+Nothing here asserts a speed: timings on a shared 2-core machine say nothing, and the numbers belong in
+docs/performance.md, not in a pass/fail. What is asserted is the shape and the internal consistency of
+each result (every method measured, medians inside their own min..max, ratios that follow from the
+medians), so a benchmark that silently stops measuring something fails here.
+"""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+
+
+def run_bench(name: str, tmp_path: Path, env: dict[str, str], *extra: str) -> dict:
+    out = tmp_path / f"{name}.json"
+    proc = subprocess.run([sys.executable, str(BENCH / f"{name}.py"), "--quick", "--out", str(out), *extra],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "nnlo-bench-1" and doc["benchmark"] == name
+    m = doc["machine"]
+    assert m["cores"] >= 1 and m["cpu_model"] and m["python"] and len(m["loadavg"]) == 3
+    assert doc["command"].startswith(f"bench/run.sh {name}")
+    assert len(doc["loadavg_start"]) == 3 and len(doc["loadavg_end"]) == 3
+    return doc
+
+
+def check_summary(s: dict) -> None:
+    assert s["n"] >= 1 and len(s["samples"]) == s["n"]
+    assert s["min"] <= s["median"] <= s["max"] and s["median"] > 0
+
+
+def test_ps_exchange(tmp_path, nnlo_env, mpirun):
+    doc = run_bench("ps_exchange", tmp_path, nnlo_env)
+    assert "MPI" in doc["machine"]["mpi_library"] or "MPICH" in doc["machine"]["mpi_library"]
+    assert [s["params"] for s in doc["sizes"]] == [1_000, 100_000]
+    for s in doc["sizes"]:
+        assert s["bytes"] == 4 * s["params"]
+        check_summary(s["raw_round_trip_s"])
+        check_summary(s["nnlo_round_trip_s"])
+        assert math.isclose(s["ratio_of_raw_bandwidth"],
+                            s["raw_round_trip_s"]["median"] / s["nnlo_round_trip_s"]["median"])
+    check_summary(doc["latency"]["raw_one_way_8B_s"])
+    assert doc["memcpy_one_core"]["GBps"] > 0
+
+
+def test_allreduce(tmp_path, nnlo_env, mpirun):
+    doc = run_bench("allreduce", tmp_path, nnlo_env)
+    assert doc["ranks"] == 2
+    (row,) = doc["communication"]
+    assert {"mpi4py", "gloo"} <= set(row["seconds"])
+    for s in row["seconds"].values():
+        check_summary(s)
+    assert ("horovod" in row["seconds"]) == (not doc["horovod"].startswith("not available"))
+    assert ("nnlo" in row["seconds"]) == (not doc["nnlo_allreduce"].startswith("not available"))
+    (step,) = doc["step"]
+    assert {"local", "ddp_gloo", "flat_local", step["nnlo_method"]} == set(step["seconds"])
+    assert math.isclose(step["nnlo_over_ddp"], step["seconds"][step["nnlo_method"]]["median"]
+                        / step["seconds"]["ddp_gloo"]["median"])
+
+
+def test_scaling(tmp_path, nnlo_env, mpirun):
+    doc = run_bench("scaling", tmp_path, nnlo_env)
+    check_summary(doc["local_process"]["samples_per_s"])
+    gem = doc["modes"]["gem"]
+    assert set(gem["runs"]) == {"1", "2"}
+    for run in gem["runs"].values():
+        check_summary(run["samples_per_s"])
+        assert run["epochs"] == 2
+    r1, r2 = (gem["runs"][w]["samples_per_s"]["median"] for w in ("1", "2"))
+    assert math.isclose(gem["efficiency_2_workers"], r2 / (2 * r1))
+
+
+def test_search(tmp_path, nnlo_env, mpirun):
+    doc = run_bench("search", tmp_path, nnlo_env)
+    branin = doc["trials_to_target"]["branin"]
+    assert set(branin["methods"]) == {"nnlo_bayesian_2_blocks", "nnlo_random", "skopt_gp_minimize"}
+    for m in branin["methods"].values():
+        assert len(m["trials_to_target"]) == 1 and len(m["best_values"]) == 1
+        assert m["best_values"][0] >= 0.397887 - 1e-6  # Branin's global minimum bounds every result
+        hit = m["trials_to_target"][0]
+        assert hit is None or 1 <= hit <= branin["budget"]
+    (row,) = doc["ask_tell"]["rows"]
+    assert row["observations"] == 10
+    assert set(row["seconds"]) == {"nnlo_bayesian_GP", "nnlo_bayesian_RF", "nnlo_random", "skopt_optimizer_GP"}
+    for engine in ("random", "bayesian"):
+        e = doc["idle"]["engines"][engine]
+        assert e["evaluations"] == 4
+        assert len(e["block_idle_fraction"]) == 2  # both blocks evaluated something
+        assert all(0.0 <= f < 1.0 for f in e["block_idle_fraction"].values())
+
+
+def test_orchestration(tmp_path, nnlo_env):
+    doc = run_bench("orchestration", tmp_path, nnlo_env)
+    lay = doc["layout"]
+    assert lay["ranks_placed"] == {"world_size": 27648, "rank_entries": 27648}  # the full Summit
+    for case in ("layout", "layout_json", "submit_dry_run"):
+        check_summary(lay[case]["in_process_s"])
+        check_summary(lay[case]["cli_s"])
+    st = doc["status"]
+    assert st["runs"] == 20
+    assert st["scheduler_calls_per_status"] == 1  # one squeue for all runs
+    assert st["job_ids_in_the_one_call"] == 20
+
+
+def test_run_sh_rejects_an_unknown_benchmark():
+    proc = subprocess.run(["bash", str(BENCH / "run.sh"), "nosuch"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "bench/run.sh: no benchmark named 'nosuch'; choose from: ps_exchange allreduce scaling search "
+        "orchestration slurm_requeue"]
+
+
+def test_committed_results_are_valid_json():
+    results = sorted((BENCH / "results").glob("*.json"))
+    assert results, "bench/results/ holds the results docs/performance.md reports"
+    for path in results:
+        doc = json.loads(path.read_text())
+        assert doc["schema"] == "nnlo-bench-1" and doc["benchmark"] == path.stem
+        assert doc["machine"]["cores"] >= 1
