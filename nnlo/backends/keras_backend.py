@@ -125,8 +125,12 @@ class KerasBackend(Backend):
         from nnlo.backends.keras_optimizers import make_optimizer
 
         if not is_keras_model(model):
-            raise ModelError(f"the Keras backend needs a keras.Model, got {type(model).__name__}; "
-                             f"use --backend torch for a PyTorch model")
+            origin = (getattr(type(model), "__module__", "") or "").split(".")[0]
+            if origin in ("tf_keras", "tensorflow"):
+                raise ModelError(f"{type(model).__name__} is a Keras 2 (tf.keras/tf_keras) model; nnlo needs "
+                                 f"Keras 3: build it with 'import keras' (keras>=3)")
+            raise ModelError(f"the model is a {type(model).__name__}, neither a torch nn.Module nor a Keras 3 "
+                             f"keras.Model; make get_model() return one of those")
         self._tf, self._keras, self._losses = tf, keras, keras_losses
         self.model = model
         outputs = getattr(model, "outputs", None) or []

@@ -34,6 +34,18 @@ def test_weights_round_trip_in_model_order(make_mlp):
     assert b.get_weights()[1] == np.float32(0.01)
 
 
+def test_single_variable_weights_and_gradients_are_copies(tf_keras):
+    """With one variable the concat could be the variable's own buffer; it must still be a copy."""
+    _, keras = tf_keras
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, use_bias=False)])
+    b = KerasBackend(model, "mse", "sgd")
+    w = b.get_weights()
+    kept = w.copy()
+    w[:] = 42.0
+    np.testing.assert_array_equal(b.get_weights(), kept)
+    np.testing.assert_array_equal(model.trainable_variables[0].numpy().reshape(-1), kept)
+
+
 def test_set_weights_rejects_wrong_size(make_mlp):
     b = KerasBackend(make_mlp(), "categorical_crossentropy", "sgd")
     with pytest.raises(ValueError, match="same model"):
@@ -192,7 +204,7 @@ def test_unbuilt_and_foreign_models_are_refused(tf_keras):
     _, keras = tf_keras
     with pytest.raises(ModelError, match="no trainable weights yet.*keras.Input"):
         KerasBackend(keras.Sequential([keras.layers.Dense(3)]), "mse", "sgd")
-    with pytest.raises(ModelError, match="--backend torch"):
+    with pytest.raises(ModelError, match="object, neither a torch nn.Module nor a Keras 3 keras.Model"):
         KerasBackend(object(), "mse", "sgd")
 
 
