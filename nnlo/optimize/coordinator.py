@@ -122,18 +122,20 @@ class Coordinator:
 
     # -- steps ---------------------------------------------------------------------------------------
     def _dispatch(self, now: float) -> None:
+        handed_out = False
         while self.idle:
             block = self.idle[0]
             trial = self.search.next_trial(block, now)
             if trial is None:
-                return
+                break
             self.idle.pop(0)
             self.busy[block] = trial.id
             self.world.send({"trial": trial.id, "params": trial.params},
                             dest=self.hierarchy.block_leader(block), tag=TAG_TASK)
             log.debug("trial %d -> block %d: %s", trial.id, block, trial.params)
-        # also persist the hand-out so a kill now re-runs exactly these trials
-        self.search.save()
+            handed_out = True
+        if handed_out:  # persist the hand-out: a kill now re-runs exactly these trials
+            self.search.save()
 
     def _on_result(self, msg: dict[str, Any]) -> None:
         block, trial_id = int(msg["block"]), int(msg["trial"])
@@ -172,7 +174,7 @@ class Coordinator:
             print(f"nnlo: error: the first {search.n_failed} trial(s) all failed; first error: {broken.error}",
                   file=sys.stderr)
             return EXIT_BAD_INPUT if broken.error_code == EXIT_BAD_INPUT else EXIT_FAILED
-        if search.done() and not search.requeue:
+        if search.target_reached() or (len(search.finished) >= search.num_iterations and not search.requeue):
             return EXIT_DONE
         log.warning("search stopped (%s) with %d/%d trials done; state saved in %s - resubmit to resume",
                     stop_reason or "deadline", len(search.finished), search.num_iterations, search.out_dir)
