@@ -126,7 +126,13 @@ def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, va
 
     def check() -> Hierarchy:
         config.validate()
-        hierarchy = describe(comm.Get_size(), training_shape(shape))
+        wanted = training_shape(shape)
+        if comm.Get_size() < 2:
+            raise ConfigError(
+                "1 rank cannot hold a master and a worker: use -n 2 or more (e.g. -n 3 = 1 master + 2 "
+                "workers), or start the ranks with mpirun/srun inside a batch job"
+            )
+        hierarchy = describe(comm.Get_size(), wanted)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             if rank == hierarchy.groups[0].top:
