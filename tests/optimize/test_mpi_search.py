@@ -134,6 +134,15 @@ def test_a_model_failing_everywhere_stops_the_search(mpirun, nnlo_env, tmp_path,
     assert len(trials(out)) == 3
 
 
+def test_target_objective_ends_the_search(mpirun, nnlo_env, tmp_path):
+    out = tmp_path / "run"
+    r = optimize(mpirun, nnlo_env, 3, "--block-size", "2", "--num-iterations", "50", "--hyper-opt", "random",
+                 "--target-objective", "300", "--output", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    table = trials(out)
+    assert table[-1]["fom"] <= 300 and all(t["fom"] > 300 for t in table[:-1]) and len(table) < 50
+
+
 def test_upstream_shape_13_ranks(mpirun, nnlo_env, tmp_path):
     """mpirun -np 13 --block-size 6 --n-fold 2 = 1 coordinator + 2 blocks x 2 folds x (1 master + 2 workers)."""
     from nnlo.roles import Role, Shape, describe
