@@ -1,0 +1,202 @@
+"""Tools for injecting faults into real runs: find an MPI rank's process, kill it, bound every wait.
+
+Why a module of its own: every fault test needs the same three things - start a real job in its own process
+group (so a hung job can always be cleaned up), find the process that is rank R of that job (by the
+``PMI_RANK`` the launcher put in its environment, read from ``/proc``), and wait for the job to end with a hard
+limit after which the test fails as a *hang* rather than blocking CI. Nothing here measures speed; the
+limits only separate "ended" from "hung".
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+RUNTIME_MODELS = REPO / "tests" / "runtime" / "models"
+BRANIN = REPO / "examples" / "branin.py"
+
+#: A job that has not ended this long after its fault is reported as a hang (the issue's target is 60 s;
+#: the extra margin is for a busy 2-core CI machine, not for a slow product).
+HANG_LIMIT_S = 90.0
+#: Generous bound for a whole healthy run on a contended machine.
+RUN_LIMIT_S = 300.0
+
+
+def trials(default: int) -> int:
+    """How many trials a many-trials test runs: ``NNLO_FAULT_TRIALS`` if set (for big runs), else ``default``."""
+    value = os.environ.get("NNLO_FAULT_TRIALS", "")
+    return int(value) if value.strip().isdigit() and int(value) > 0 else default
+
+
+def rng(salt: str) -> random.Random:
+    """A random source whose seed is printed on failure (``NNLO_FAULT_SEED`` replays a run)."""
+    seed = int(os.environ.get("NNLO_FAULT_SEED", "0") or 0) or random.randrange(1, 2**31)
+    print(f"fault seed for {salt}: NNLO_FAULT_SEED={seed}")
+    return random.Random(f"{seed}-{salt}")
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """This venv first on PATH, the checkout importable, one BLAS thread, unbuffered output."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env.get('PYTHONPATH', '')}".rstrip(os.pathsep)
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Job:
+    """A started job: its process (the leader of its own process group) and files holding its output."""
+
+    proc: subprocess.Popen
+    out_path: Path
+    err_path: Path
+
+    @property
+    def out(self) -> str:
+        return self.out_path.read_text(errors="replace")
+
+    @property
+    def err(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def output(self) -> str:
+        return self.out + self.err
+
+    def kill_group(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def wait_or_hang(self, limit: float = HANG_LIMIT_S, what: str = "the job") -> int:
+        """The exit status; if the job has not ended within ``limit`` s, kill it and FAIL as a hang."""
+        try:
+            return self.proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            self.kill_group()
+            self.proc.wait(timeout=30)
+            pytest.fail(f"HANG: {what} still running {limit:.0f} s after the fault; output tail:\n"
+                        f"{self.output()[-3000:]}")
+            raise AssertionError  # pragma: no cover - pytest.fail raises
+
+
+def start(argv: Sequence[str], folder: Path, env: Mapping[str, str] | None = None, name: str = "job") -> Job:
+    """Start ``argv`` in its own session (process group), output into ``folder/name.out|err``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out, err = folder / f"{name}.out", folder / f"{name}.err"
+    with open(out, "w") as fo, open(err, "w") as fe:
+        proc = subprocess.Popen(list(argv), env=dict(env or subprocess_env()), stdout=fo, stderr=fe,
+                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(folder))
+    return Job(proc, out, err)
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (from /proc; children of children included)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # the command name is in parentheses and may hold spaces: the fields after the last ')' are fixed
+        fields = stat.rsplit(")", 1)[1].split()
+        parents[int(entry.name)] = int(fields[1])
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        kids = [p for p, pp in parents.items() if pp == pid]
+        found += kids
+        frontier += kids
+    return found
+
+
+def _rank_of(pid: int) -> int | None:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in env:
+        if item.startswith(b"PMI_RANK="):
+            return int(item.split(b"=", 1)[1])
+    return None
+
+
+def rank_pids(root: int) -> dict[int, int]:
+    """``{rank: pid}`` of the MPI ranks started below ``root`` (processes carrying ``PMI_RANK``).
+
+    Only Python processes count: Hydra's proxy does not carry ``PMI_RANK``, and a rank's own children (a
+    data read-ahead thread is a thread, not a process) do not exist in nnlo.
+    """
+    ranks: dict[int, int] = {}
+    for pid in descendants(root):
+        rank = _rank_of(pid)
+        if rank is not None and rank not in ranks:
+            ranks[rank] = pid
+    return ranks
+
+
+def wait_until(what: str, ready: Callable[[], object], limit: float = RUN_LIMIT_S, every: float = 0.1,
+               job: Job | None = None) -> object:
+    """Poll ``ready()`` until truthy; fail (never hang) after ``limit`` s or when ``job`` ends first."""
+    end = time.monotonic() + limit
+    while True:
+        value = ready()
+        if value:
+            return value
+        if job is not None and job.proc.poll() is not None:
+            pytest.fail(f"{what}: the job ended first (rc {job.proc.returncode}):\n{job.output()[-3000:]}")
+        if time.monotonic() > end:
+            if job is not None:
+                job.kill_group()
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(every)
+
+
+def write_standin(bin_dir: Path, name: str, body: str) -> Path:
+    """An executable bash stand-in for a scheduler program, placed first on a test's PATH."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    path = bin_dir / name
+    path.write_text("#!/bin/bash\n" + body.strip() + "\n")
+    path.chmod(0o755)
+    return path
+
+
+def write_blobs(folder: Path, n_train: int = 240, n_val: int = 30, seed: int = 0) -> dict[str, Path]:
+    """A tiny 3-class HDF5 data set (8 float32 features, one-hot labels): train list, val list."""
+    import h5py
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    r = np.random.default_rng(seed)
+    centers = r.normal(0, 2.0, size=(3, 8)).astype(np.float32)
+    for name, n in (("train_0.h5", n_train), ("val_0.h5", n_val)):
+        y = r.integers(0, 3, size=n)
+        with h5py.File(folder / name, "w") as f:
+            f["features"] = (centers[y] + r.normal(0, 1.0, size=(n, 8))).astype(np.float32)
+            f["labels"] = np.eye(3, dtype=np.float32)[y]
+    (folder / "train.list").write_text("train_0.h5\n")
+    (folder / "val.list").write_text("val_0.h5\n")
+    return {"train": folder / "train.list", "val": folder / "val.list", "dir": folder}
+
+
+def nnlo_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "nnlo_sched", *args]
+
+
+def error_lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.startswith("nnlo: error:")]
