@@ -109,6 +109,9 @@ class RankStream:
     skip: set[int] = field(default_factory=set)
     #: lines scanned: the merge copies no further (a running job appends lines nobody has checked yet)
     lines: int = 0
+    #: per line: the event's start and end in µs (NaN without a timestamp), for a windowed merge
+    line_start: array = field(default_factory=lambda: array("d"))
+    line_end: array = field(default_factory=lambda: array("d"))
 
     def add(self, obj: dict[str, Any]) -> None:
         """Account one parsed line (a bookkeeping record or a trace event)."""
@@ -147,24 +150,32 @@ class RankStream:
         if ph == "X" and main:
             self.spans.add(ts, dur, str(obj.get("cat", "other")))
 
-    def event_lines(self) -> Iterator[str]:
+    def event_lines(self, window: tuple[float, float] | None = None) -> Iterator[str]:
         """This rank's non-metadata events as strict JSON text, for the merged trace.
 
         Lines the tracer wrote are copied verbatim (no parse, no re-encoding: merging a long run's trace
         is I/O bound); only events kept in memory, relabelled streams (several trace folders) and lines
-        holding NaN/Infinity are re-encoded.
+        holding NaN/Infinity are re-encoded. ``window`` (start, end) in µs keeps only the events that
+        overlap it.
         """
         relabel = self.local_rank is not None and self.local_rank != self.rank
+        lo, hi = window if window is not None else (-math.inf, math.inf)
         if self.kept:
             for e in self.events:
+                ts = e.get("ts")
+                if isinstance(ts, (int, float)) and (ts > hi or ts + float(e.get("dur", 0) or 0) < lo):
+                    continue
                 yield _strict_json(dict(e, pid=self.rank))
             return
         bad, rewrite, skip = self.bad, self.rewrite, self.skip
+        starts, ends = self.line_start, self.line_end
         with open(self.path, "rb") as f:
             for index, raw in enumerate(f):
                 if index >= self.lines:
                     break
                 if index in bad or index in skip or not raw.strip():
+                    continue
+                if window is not None and (starts[index] > hi or ends[index] < lo):  # NaN compares False
                     continue
                 if relabel or index in rewrite:
                     obj = json.loads(raw)
@@ -181,8 +192,11 @@ def read_stream(path: str | Path, keep_events: bool = True) -> RankStream:
     stream = RankStream(rank=rank if rank is not None else -1, path=path, kept=keep_events)
     stream.local_rank = stream.rank
     index = -1
+    nan = math.nan
     with open(path, "rb") as f:
         for index, raw in enumerate(f):
+            stream.line_start.append(nan)
+            stream.line_end.append(nan)
             if not raw.strip():
                 continue
             if not raw.endswith(b"\n"):  # the tracer writes each line with its newline: this one is torn
@@ -204,6 +218,9 @@ def read_stream(path: str | Path, keep_events: bool = True) -> RankStream:
                 continue
             if "nnlo" in obj or obj.get("ph") == "M":
                 stream.skip.add(index)  # bookkeeping and metadata: the merge writes these itself
+            elif isinstance(obj.get("ts"), (int, float)):
+                stream.line_start[index] = obj["ts"]
+                stream.line_end[index] = obj["ts"] + float(obj.get("dur", 0) or 0)
             stream.add(obj)
     stream.lines = index + 1
     stream.dropped += len(stream.bad)
@@ -340,12 +357,21 @@ def merge_run(root: str | Path, out: str | Path | None = None) -> MergeResult:
     return write_trace(streams, Path(out) if out is not None else root / MERGED_NAME)
 
 
-def write_trace(streams: list[RankStream], out_path: Path) -> MergeResult:
+def write_trace(
+    streams: list[RankStream], out_path: Path, window_s: tuple[float | None, float | None] | None = None
+) -> MergeResult:
     """Write ``streams`` as one Chrome trace, atomically (temp file + rename), metadata first.
 
     Timestamps stay as recorded: microseconds since the Unix epoch (viewers show them from the trace's
-    start; ``otherData.start_unix_us`` is the earliest).
+    start; ``otherData.start_unix_us`` is the earliest). ``window_s`` = (from, to) in seconds since that
+    start (either may be None) keeps only the events overlapping it: a slice of a long run small enough
+    for a browser.
     """
+    window = None
+    if window_s is not None and window_s != (None, None):
+        t0 = _t0(streams)
+        start, end = window_s
+        window = (t0 + (start or 0.0) * 1e6, t0 + end * 1e6 if end is not None else math.inf)
     other = {"start_unix_us": _t0(streams), "generator": "nnlo", "ranks": len(streams),
              "roles": {str(s.rank): s.role for s in streams}}
     tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
@@ -357,7 +383,7 @@ def write_trace(streams: list[RankStream], out_path: Path) -> MergeResult:
             f.write((",\n" if n else "") + _strict_json(event))
             n += 1
         for s in streams:
-            for line in s.event_lines():
+            for line in s.event_lines(window):
                 f.write((",\n" if n else "") + line)
                 n += 1
         f.write("\n]}\n")

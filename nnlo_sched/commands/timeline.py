@@ -19,9 +19,19 @@ from nnlo_sched.commands.plot import resolve_run_dir
               help="Where to write the merged trace [default: RUN/timeline.json].")
 @click.option("--summary/--no-summary", default=True, show_default=True,
               help="Print the per-role time breakdown computed from the trace.")
+@click.option("--from", "start", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Keep only events from this many seconds after the trace's start (a slice of a long run).")
+@click.option("--to", "end", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Keep only events up to this many seconds after the trace's start.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (paths, ranks, summary).")
-def timeline_command(run: str, out: Path | None, summary: bool, as_json: bool) -> None:
-    """Merge RUN's trace/rank-*.jsonl (written with --timeline) into one Chrome trace file."""
+def timeline_command(run: str, out: Path | None, summary: bool, start: float | None, end: float | None,
+                     as_json: bool) -> None:
+    """Merge RUN's trace/rank-*.jsonl (written with --timeline) into one Chrome trace file.
+
+    Works on finished runs, running ones (a snapshot) and killed ones (torn lines are dropped). The summary
+    always covers the whole run; --from/--to only slice the written trace."""
+    if start is not None and end is not None and end <= start:
+        raise click.BadParameter(f"--to {end:g} must be after --from {start:g}", param_hint="--to")
     from nnlo.observe import summary as summ
     from nnlo.observe import timeline
 
@@ -33,7 +43,7 @@ def timeline_command(run: str, out: Path | None, summary: bool, as_json: bool) -
         raise ConfigError(
             f"no trace in {run_dir}: the run was not started with --timeline (add --timeline to nnlo train/optimize)"
         )
-    result = timeline.write_trace(streams, out if out is not None else run_dir / timeline.MERGED_NAME)
+    result = timeline.write_trace(streams, out if out is not None else run_dir / timeline.MERGED_NAME, (start, end))
     ranks = summ.from_streams(streams)
     roles = summ.by_role(ranks)
     if as_json:

@@ -192,3 +192,22 @@ def test_a_job_restarted_after_a_kill_appends_to_the_same_file_and_both_jobs_are
     result = timeline.merge(path.parent)
     spans = [e["name"] for e in load_trace(result.path)["traceEvents"] if e["ph"] == "X"]
     assert spans == ["job one", "job two"]
+
+
+def test_a_slice_of_a_long_trace_keeps_the_events_overlapping_the_window(tmp_path):
+    t0 = 1.7e15
+    trace_dir = tmp_path / "trace"
+    trace_dir.mkdir()
+    lines = [json.dumps({"nnlo": "start", "rank": 0, "role": "master", "unix_us": t0})]
+    lines.append(json.dumps({"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "rank 0 m"}}))
+    for k in range(10):
+        lines.append(json.dumps({"name": f"s{k}", "cat": "compute", "ph": "X", "pid": 0, "tid": 0,
+                                 "ts": t0 + k * 1e6, "dur": 0.6e6, "args": {}}))
+    (trace_dir / "rank-0.jsonl").write_text("\n".join(lines) + "\n")
+    streams = timeline.load_run(tmp_path)
+    result = timeline.write_trace(streams, tmp_path / "slice.json", (2.5, 5.0))
+    trace = load_trace(result.path)
+    assert [e["name"] for e in trace["traceEvents"] if e["ph"] == "X"] == ["s2", "s3", "s4", "s5"]
+    assert any(e["ph"] == "M" for e in trace["traceEvents"])  # names survive the slice
+    whole = timeline.write_trace(timeline.load_run(tmp_path), tmp_path / "all.json", (None, None))
+    assert whole.events == 11
