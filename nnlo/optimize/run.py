@@ -88,6 +88,26 @@ def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
     return search
 
 
+def check_fold_groups(shape: Shape) -> None:
+    """Refuse a block too small for its fold groups, in the terms of the optimize options."""
+    from nnlo.roles import RoleError
+
+    bs, f = int(shape.block_size or 0), shape.n_fold
+    if bs % f:
+        return  # describe() explains the divisibility itself
+    train = Shape(n_masters=shape.n_masters, n_processes=shape.n_processes)
+    try:
+        train.workers_in_group(bs // f)
+    except RoleError:
+        need = train.group_size(1 if train.allreduce else train.masters_with_workers)
+        servers = {0: "an all-reduce group", 1: "1 master"}.get(shape.n_masters, f"{shape.n_masters} masters")
+        groups = f"fold groups of {bs // f} rank(s) ({bs} / --n-fold {f})" if f > 1 else f"blocks of {bs} rank(s)"
+        raise ConfigError(
+            f"--block-size {bs} gives {groups}, but a training group needs at least {need} ranks ({servers} "
+            f"plus a worker); use --block-size {f * need}"
+        ) from None
+
+
 def load_space(opts: OptimizeOptions, module: Any) -> space_mod.Space:
     if opts.space:
         return space_mod.from_toml(opts.space)
@@ -105,13 +125,17 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     def check() -> tuple[Any, Any, Any, bool]:
         shape = Shape(n_masters=config.n_masters, n_processes=config.n_processes, block_size=opts.block_size,
                       n_fold=opts.n_fold)
+        check_fold_groups(shape)
         hierarchy = describe(world.Get_size(), shape)
         module = load_model_source(config.model).module
         space = load_space(opts, module)
         Objective.parse(opts.fom)
         hook = module is not None and callable(getattr(module, "evaluate", None))
         if not hook:
+            from nnlo.training.driver import training_shape
+
             config.validate()
+            training_shape(Shape(n_masters=config.n_masters, n_processes=config.n_processes))  # supported?
             if opts.n_fold > 1 and not config.train:
                 raise ConfigError("--n-fold needs --train LIST (the samples that the folds split)")
         return hierarchy, module, space, hook
