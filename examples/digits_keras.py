@@ -5,7 +5,8 @@
 
 ``get_model`` returns a Keras 3 model, so nnlo picks the Keras backend automatically. The same network as a
 torch module (``examples/digits_torch.py``: 64 -> hidden ReLU -> dropout -> 10) reaches similar validation
-accuracy; the only difference is that this one ends in a softmax (what Keras's ``categorical_crossentropy`` expects), while a torch model returns logits.
+accuracy; the only difference is that this one ends in a softmax (what Keras's ``categorical_crossentropy``
+expects), while a torch model returns logits.
 Hyperparameters are keyword arguments, and ``get_model.parameter_range`` is the search space that
 ``nnlo optimize`` explores (it needs scikit-optimize, which nnlo installs).
 """

@@ -28,6 +28,8 @@ from nnlo.errors import ConfigError
 TORCH_ONLY: dict[str, str] = {
     "cross_entropy": "categorical_crossentropy (with a softmax output) or sparse_categorical_crossentropy",
     "crossentropyloss": "categorical_crossentropy (with a softmax output)",
+    "crossentropy": "categorical_crossentropy (with a softmax output)",
+    "nll": "sparse_categorical_crossentropy (with a softmax output)",
     "nll_loss": "sparse_categorical_crossentropy (with a softmax output)",
     "nllloss": "sparse_categorical_crossentropy (with a softmax output)",
     "bce": "binary_crossentropy",
@@ -64,11 +66,20 @@ def _kind(canonical: str) -> str:
     return "regression"
 
 
+def _per_sample(keras: ModuleType, fn: Any, label: str) -> Loss:
+    """A Keras loss object (``CategoricalCrossentropy()``) reduces over the batch when called; its ``call``
+    gives the per-sample values. Plain loss functions already return them."""
+    if isinstance(fn, keras.losses.Loss):
+        inner = getattr(fn, "fn", None)
+        return Loss(label, fn.call, _kind(getattr(inner, "__name__", "")))
+    return Loss(label, fn, _kind(getattr(fn, "__name__", label)))
+
+
 def resolve_loss(keras: ModuleType, name: Any) -> Loss:
-    """The :class:`Loss` for a Keras loss name (or a callable ``f(y_true, y_pred)`` from a model module)."""
+    """The :class:`Loss` for a Keras loss name or class name (``"mse"``, ``"CategoricalCrossentropy"``), a
+    Keras loss object, or a callable ``f(y_true, y_pred)`` returning per-sample losses."""
     if callable(name) and not isinstance(name, str):
-        label = getattr(name, "__name__", type(name).__name__)
-        return Loss(label, name, _kind(label))
+        return _per_sample(keras, name, getattr(name, "__name__", type(name).__name__))
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"loss must be a Keras loss name such as {', '.join(COMMON)}; got {name!r}")
     key = name.strip()
@@ -81,8 +92,7 @@ def resolve_loss(keras: ModuleType, name: Any) -> Loss:
         fn = None
     if fn is None or isinstance(fn, type):
         raise ConfigError(f"unknown Keras loss {key!r}; use a Keras loss name such as {', '.join(COMMON)}")
-    canonical = getattr(fn, "__name__", key)
-    return Loss(key, fn, _kind(canonical))
+    return _per_sample(keras, fn, key)
 
 
 def align_labels(tf: ModuleType, loss: Loss, y: Any, pred: Any) -> Any:

@@ -157,6 +157,18 @@ def test_label_forms_give_the_same_loss(make_mlp, batch):
         assert got["correct"] == ref["correct"]
 
 
+@pytest.mark.parametrize("name", ["CategoricalCrossentropy", "categorical_crossentropy", "keras-object"])
+def test_loss_class_names_and_objects_are_per_sample(name, make_mlp, batch, tf_keras):
+    _, keras = tf_keras
+    x, y = batch
+    loss = keras.losses.CategoricalCrossentropy() if name == "keras-object" else name
+    b = KerasBackend(make_mlp(seed=8), loss, "sgd")
+    whole, half = b.evaluate_batch(x, onehot(y)), b.evaluate_batch(x[:32], onehot(y[:32]))
+    ref = float(keras.losses.CategoricalCrossentropy()(onehot(y), b.model(x)))
+    assert whole["loss_sum"] == pytest.approx(64 * ref, rel=1e-5)
+    assert half["loss_sum"] < whole["loss_sum"] and "correct" in whole
+
+
 def test_binary_and_regression_losses(make_mlp, batch):
     x, y = batch
     target = (y > 0).astype(np.float32)
@@ -175,7 +187,8 @@ def test_binary_and_regression_losses(make_mlp, batch):
     assert "correct" not in reg.train_on_batch(x, target)
 
 
-@pytest.mark.parametrize("name,hint", [("nll_loss", "sparse_categorical_crossentropy"), ("CrossEntropyLoss", "categorical"),
+@pytest.mark.parametrize("name,hint", [("nll_loss", "sparse_categorical_crossentropy"),
+                                       ("CrossEntropyLoss", "categorical"),
                                        ("cross_entropy", "categorical_crossentropy")])
 def test_torch_loss_names_are_refused_with_the_keras_name(make_mlp, name, hint):
     with pytest.raises(ConfigError, match=f"PyTorch name.*--loss {hint}"):
