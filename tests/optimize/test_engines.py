@@ -132,3 +132,15 @@ def test_mixed_spaces_in_the_other_engines(name):
     points = [p for p, _ in engine.observations]
     assert all(MIXED.contains(p) for p in points)  # plain Python types: bool stays bool, int stays int
     assert {type(p["bn"]) for p in points} == {bool} and {type(p["layers"]) for p in points} == {int}
+
+
+def test_a_scikit_optimize_failure_falls_back_to_a_random_point(monkeypatch, caplog):
+    engine = make_engine("bayesian", BRANIN, 0, n_initial_points=2)
+    best_after(engine, 3)
+
+    def broken(*args, **kwargs):
+        raise ValueError("Input contains NaN")
+
+    monkeypatch.setattr(engine, "_skopt_ask", broken)
+    point = engine.ask([])
+    assert BRANIN.contains(point) and "scikit-optimize failed" in caplog.text

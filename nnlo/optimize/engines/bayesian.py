@@ -12,6 +12,7 @@ seen so far (see :meth:`Engine.imputed`). The first ``n_initial_points`` proposa
 """
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any
 
@@ -22,6 +23,7 @@ from nnlo.optimize.engines.base import Engine, Point
 from nnlo.optimize.space import Categorical, Integer, Real, Space
 
 ESTIMATORS = ("GP", "RF", "ET")
+log = logging.getLogger("nnlo.optimize.bayesian")
 
 
 def _skopt_dimensions(space: Space) -> list[Any]:
@@ -57,7 +59,20 @@ class BayesianEngine(Engine):
         told = self.imputed()
         if len(told) < self.n_initial_points:
             return self.fresh_sample(pending, rng)
+        try:
+            x = self._skopt_ask(told, pending, rng)
+        except Exception as e:  # noqa: BLE001 - an unmaintained library must not end a search
+            log.warning("scikit-optimize failed to propose a point (%s: %s); proposing a random one",
+                        type(e).__name__, e)
+            return self.fresh_sample(pending, rng)
+        point = self.space.point(x)
+        if self.space.key(point) in self.seen(pending):
+            return self.fresh_sample(pending, rng)
+        return point
+
+    def _skopt_ask(self, told: list[tuple[Point, float]], pending: list[Point], rng: np.random.Generator) -> list:
         from skopt import Optimizer
+        from threadpoolctl import threadpool_limits
 
         lie = min(v for _, v in told)
         xs = [self.space.as_list(p) for p, _ in told] + [self.space.as_list(p) for p in pending]
@@ -68,19 +83,13 @@ class BayesianEngine(Engine):
             n_initial_points=self.n_initial_points,
             random_state=int(rng.integers(2**31 - 1)),
         )
-        from threadpoolctl import threadpool_limits
-
         # One BLAS thread: the fits are small, and a threaded BLAS on a busy node (the coordinator shares
         # it with blocks) is ~10x slower than one thread. Warnings such as "The objective has been
         # evaluated at this point before" are harmless with lies and retries.
         with threadpool_limits(limits=1), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             opt.tell(xs, ys)
-            x = opt.ask()
-        point = self.space.point(x)
-        if self.space.key(point) in self.seen(pending):
-            return self.fresh_sample(pending, rng)
-        return point
+            return opt.ask()
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
