@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.mpi]
 
 MODES = {
     "downpour": ["--mode", "downpour"],
-    "easgd": ["--mode", "easgd", "--worker-optimizer", "sgd:lr=0.05"],
+    "easgd": ["--mode", "easgd", "--worker-optimizer", "sgd:lr=0.05", "--preload-data"],
     "gem": ["--mode", "gem", "--gem-lr", "0.05"],
     "synchronous": ["--mode", "downpour", "--synchronous", "--worker-optimizer", "sgd:lr=0.1"],
 }

@@ -310,3 +310,25 @@ def test_command_module_imports_no_framework() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     assert out.stdout.strip() == "[]"
+
+
+# -- device choice ----------------------------------------------------------------------------------------
+def test_device_choice_per_node_local_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mpi4py import MPI
+
+    from nnlo import device
+
+    monkeypatch.delenv("NNLO_DEVICE", raising=False)
+    assert device.node_local_index(MPI.COMM_SELF, True) == (0, 1)
+    assert device.select_device(MPI.COMM_SELF, False) == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert device.select_device(MPI.COMM_SELF, True) == "cpu"  # clean CPU fallback
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(device, "node_local_index", lambda comm, needs: (3, 4))
+    assert device.select_device(MPI.COMM_SELF, True) == "cuda:1"  # 4th worker of the node, 2 GPUs
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 12)
+    monkeypatch.setattr(device, "node_local_index", lambda comm, needs: (10, 12))
+    assert device.select_device(MPI.COMM_SELF, True) == "cuda:10"  # beyond 9 GPUs (upstream broke here)
+    monkeypatch.setenv("NNLO_DEVICE", "cpu")
+    assert device.select_device(MPI.COMM_SELF, True) == "cpu"
