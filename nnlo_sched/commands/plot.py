@@ -18,13 +18,18 @@ def plot_command(run: str, out: Path | None) -> None:
     from nnlo.observe.plots import plot_run
 
     run_dir = resolve_run_dir(run)
-    written = plot_run(run_dir, out)
+    problems: list[str] = []
+    written = plot_run(run_dir, out, problems)
+    for path in written:
+        click.echo(str(path))
+    for problem in problems:
+        click.echo(f"nnlo plot: {problem}", err=True)
+    if problems and not written:
+        raise click.ClickException(f"no plot of {run_dir} could be drawn ({problems[0]})")
     if not written:
         raise ConfigError(
             f"nothing to plot in {run_dir}: no history.json, trials.json or --timeline trace found there"
         )
-    for path in written:
-        click.echo(str(path))
 
 
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from nnlo.observe import plots
+from nnlo.observe.plots import common as plots_common
 from nnlo.observe.timeline import RecordingTracer, trace_path
 from observe_helpers import non_blank_fraction, png_size
 
@@ -93,13 +94,13 @@ def test_per_trial_histories_get_their_own_prefixed_plots(tmp_path):
 @pytest.mark.parametrize("direction,expected_best", [("min", 0.5), ("max", 0.9)])
 def test_convergence_respects_the_direction(tmp_path, direction, expected_best, monkeypatch):
     seen = {}
-    real_step = plots.plt.Axes.step
+    real_step = plots_common.plt.Axes.step
 
     def spy(self, x, y, *a, **k):
         seen["best"] = y[-1]
         return real_step(self, x, y, *a, **k)
 
-    monkeypatch.setattr(plots.plt.Axes, "step", spy)
+    monkeypatch.setattr(plots_common.plt.Axes, "step", spy)
     trials = [{"id": i, "params": {"x": i}, "status": "ok", "fom": f} for i, f in enumerate([0.7, 0.5, 0.9, 0.6])]
     plots.plot_trials(trials, tmp_path, direction)
     assert seen["best"] == expected_best
@@ -122,3 +123,20 @@ def test_an_unknown_run_is_a_clear_usage_error(tmp_path, nnlo_env):
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
         assert "Invalid value for RUN_OR_DIR" in proc.stderr and "no-such-run" in proc.stderr
+
+
+def test_one_failing_plot_does_not_cost_the_others(tmp_path, monkeypatch):
+    import nnlo.observe.plots as package
+
+    run = tmp_path / "run"
+    _history(run / "history.json")
+    _trials(run)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("matplotlib corner case")
+
+    monkeypatch.setattr(package, "plot_history", broken)
+    problems: list[str] = []
+    written = plots.plot_run(run, tmp_path / "png", problems)
+    assert sorted(p.name for p in written) == ["convergence.png", "parameters.png"]
+    assert len(problems) == 1 and "RuntimeError: matplotlib corner case" in problems[0]

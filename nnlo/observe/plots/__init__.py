@@ -1,0 +1,98 @@
+"""PNG plots of a run: learning curves, optimization progress, per-rank utilisation.
+
+Everything is read from files a run leaves behind (``history.json``, ``trials.json``/``best.json``, the
+trace), so plots can be made on a login node, after the fact, from a killed run. Missing keys are tolerated:
+a curve that has no data is left out, a plot with nothing to draw is not written. matplotlib runs with the
+Agg backend: no display needed.
+
+Files written into the output folder (default ``<run>/plots``)::
+
+    loss.png            train and validation loss per epoch            (history.json)
+    metrics.png         every other numeric per-epoch series, one panel each
+    convergence.png     fom of each trial and the best so far          (trials.json)
+    parameters.png      each hyperparameter against the fom, one panel each
+    trial-curves.png    every trial's validation loss per epoch in one figure (optimization runs)
+    utilisation.png     per-rank fraction of time per category, and the spans over time  (trace)
+
+Several histories without ``trials.json`` get ``<dir>-loss.png`` etc. each (at most 50).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable
+
+from nnlo.observe.plots.common import history_entries, load_json
+from nnlo.observe.plots.curves import plot_history, plot_trial_curves
+from nnlo.observe.plots.trials import plot_trials
+from nnlo.observe.plots.utilisation import plot_utilisation, streams_from_trace_json
+
+__all__ = ["plot_history", "plot_run", "plot_trial_curves", "plot_trials", "plot_utilisation",
+           "streams_from_trace_json"]
+
+_MAX_HISTORIES = 50
+
+log = logging.getLogger("nnlo.observe")
+
+
+def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
+             problems: list[str] | None = None) -> list[Path]:
+    """Every plot the files under ``run_dir`` allow; returns the PNGs written (maybe none).
+
+    One plot failing (an odd file, a matplotlib corner case) does not cost the others: its one-line reason
+    is appended to ``problems`` (and logged) and the next plot is drawn.
+    """
+    from nnlo.observe import timeline
+
+    run_dir = Path(run_dir)
+    out = Path(out_dir) if out_dir is not None else run_dir / "plots"
+    written: list[Path] = []
+    problems = problems if problems is not None else []
+
+    def attempt(what: str, draw: Callable[[], list[Path]]) -> None:
+        try:
+            written.extend(draw())
+        except Exception as e:  # noqa: BLE001 - reported, and the other plots still get drawn
+            problems.append(f"could not draw {what}: {type(e).__name__}: {e}")
+            log.warning("plots: %s", problems[-1])
+
+    histories = _find(run_dir, "history.json")
+    trials_path = run_dir / "trials.json"
+    if trials_path.exists() and len(histories) > 1:  # an optimization run: all trials' curves in one figure
+        curves = [("/".join(p.parent.relative_to(run_dir).parts), history_entries(load_json(p))) for p in histories]
+        attempt("the trials' learning curves", lambda: plot_trial_curves(curves, out))
+    else:
+        for path in histories[:_MAX_HISTORIES]:
+            rel = path.parent.relative_to(run_dir)
+            prefix = "" if rel == Path(".") or len(histories) == 1 else "-".join(rel.parts)
+            attempt(f"the learning curves of {path}",
+                    lambda path=path, prefix=prefix: plot_history(history_entries(load_json(path)), out, prefix))
+    if trials_path.exists():
+        best = load_json(run_dir / "best.json")
+        best = best if isinstance(best, dict) else {}
+        trials = load_json(trials_path)
+        if isinstance(trials, list):
+            attempt("the optimization plots", lambda: plot_trials(
+                trials, out, str(best.get("direction") or "min"), str(best.get("fom_name") or "fom")))
+    if timeline.find_trace_dirs(run_dir):
+        attempt("the utilisation", lambda: plot_utilisation(timeline.load_run(run_dir), out))
+    elif (run_dir / timeline.MERGED_NAME).exists():
+        attempt("the utilisation",
+                lambda: plot_utilisation(streams_from_trace_json(run_dir / timeline.MERGED_NAME), out))
+    return written
+
+
+def _find(root: Path, name: str, depth: int = 3) -> list[Path]:
+    found = [root / name] if (root / name).is_file() else []
+    level = [root]
+    for _ in range(depth):
+        level = sorted(p for d in level for p in _subdirs(d))
+        found += [d / name for d in level if (d / name).is_file()]
+    return found
+
+
+def _subdirs(d: Path) -> list[Path]:
+    try:
+        return [p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != "plots"]
+    except OSError:
+        return []
