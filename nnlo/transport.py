@@ -15,6 +15,7 @@ towards the uber-master.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -39,16 +40,17 @@ ANY = _any_source()
 class Link:
     """Point-to-point header+tensor messages on ``comm``.
 
-    ``timeout`` (seconds, None = wait forever) bounds how long a receive waits for a peer: a peer that hung
-    without dying (a dead one makes the MPI launcher end the job) then raises a TrainingError instead of
-    hanging the run until the walltime. Waiting with a timeout polls, so it is off by default.
+    ``watchdog`` (a :class:`nnlo.training.watchdog.Watchdog`) is armed around every blocking wait, so a
+    peer that died silently ends the job with a clear line instead of hanging it. ``timeout`` (seconds)
+    makes waits poll instead and raise a TrainingError (for callers that want to handle it themselves).
     """
 
-    def __init__(self, comm: Any, timeout: float | None = None) -> None:
+    def __init__(self, comm: Any, timeout: float | None = None, watchdog: Any = None) -> None:
         from mpi4py import MPI
 
         self.comm = comm
         self.timeout = timeout
+        self.watchdog = watchdog
         self._MPI = MPI
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -77,7 +79,7 @@ class Link:
         """
         tracer = get_tracer()
         status = self._MPI.Status()
-        with tracer.span("wait", "wait"):
+        with tracer.span("wait", "wait"), self._armed(source, "waiting for a message from"):
             self._wait(source, HEADER)
             header = self.comm.recv(source=source, tag=HEADER, status=status)
         src = status.Get_source()
@@ -92,10 +94,17 @@ class Link:
 
     def recv_ack(self, source: int) -> str | None:
         """Wait for ``source``'s checkpoint acknowledgement; returns its error message or None."""
-        with get_tracer().span("wait checkpoint ack", "wait", source=source):
+        with get_tracer().span("wait checkpoint ack", "wait", source=source), \
+                self._armed(source, "waiting for the checkpoint part of"):
             self._wait(source, ACK)
             msg = self.comm.recv(source=source, tag=ACK)
         return msg.get("error")
+
+    def _armed(self, source: int, what: str) -> Any:
+        if self.watchdog is None:
+            return contextlib.nullcontext()
+        who = "any worker" if source == ANY else f"rank {source}"
+        return self.watchdog.waiting(f"{what} {who}")
 
     def _wait(self, source: int, tag: int) -> None:
         if self.timeout is None:
@@ -106,7 +115,7 @@ class Link:
             if time.monotonic() > end:
                 who = "any worker" if source == ANY else f"rank {source}"
                 raise TrainingError(
-                    f"no message from {who} for {self.timeout:g} s; a peer hangs (raise NNLO_COMM_TIMEOUT "
+                    f"no message from {who} for {self.timeout:g} s; a peer hangs (raise the timeout "
                     f"if its steps are that slow)"
                 )
             time.sleep(pause)

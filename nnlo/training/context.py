@@ -21,6 +21,7 @@ class RunContext:
     out_dir: Path | None
     stop: StopFlag
     session: Any = None  # nnlo.observe.session.Session
+    watchdog: Any = None  # nnlo.training.watchdog.Watchdog, armed around every blocking wait
 
     @property
     def rank(self) -> int:

@@ -31,6 +31,7 @@ from nnlo.training.context import RunContext
 from nnlo.training.deadline import StopFlag
 from nnlo.training.failure import RankFailure, describe_exception
 from nnlo.training.history import TrainResult
+from nnlo.training.watchdog import Watchdog, abort_job, timeout_from_env
 
 log = logging.getLogger("nnlo.train")
 T = TypeVar("T")
@@ -62,11 +63,13 @@ def train(
     stop = StopFlag().install()
     ctx: RunContext | None = None
     aborting = False
+    watchdog = Watchdog(timeout_from_env(), abort_job(group, lambda: ctx.role_label if ctx else "starting"))
     try:
-        ctx, role = _set_up(group, config, shape, train_indices, val_indices, out_dir, stop)
+        ctx, role = _set_up(group, config, shape, train_indices, val_indices, out_dir, stop, watchdog)
         local = role.run()
         top = ctx.group.top
-        data = group.bcast(local.to_dict() if group.Get_rank() == top else None, root=top)
+        with watchdog.waiting("waiting for the result from the master"):
+            data = group.bcast(local.to_dict() if group.Get_rank() == top else None, root=top)
         result = TrainResult(**data)
         if group.Get_rank() == top:
             _log_summary(result)
@@ -78,6 +81,7 @@ def train(
         _abort(group, e, ctx.role_label if ctx else "starting")
         raise  # pragma: no cover - Abort does not return
     finally:
+        watchdog.close()
         stop.restore()
         if ctx is not None and ctx.session is not None:
             ctx.session.close()
@@ -88,7 +92,7 @@ def train(
 # ----------------------------------------------------------------------------------------------------
 # set-up
 # ----------------------------------------------------------------------------------------------------
-def _phase(comm: Any, hierarchy: Hierarchy | None, fn: Callable[[], T]) -> T:
+def _phase(comm: Any, hierarchy: Hierarchy | None, fn: Callable[[], T], watchdog: Watchdog) -> T:
     """Run ``fn`` on every rank; if it failed anywhere, raise the first failure on every rank."""
     value: Any = None
     error = None
@@ -98,7 +102,8 @@ def _phase(comm: Any, hierarchy: Hierarchy | None, fn: Callable[[], T]) -> T:
         message, code = describe_exception(e)
         error = (message, code)
         log.debug("set-up failed", exc_info=e)
-    errors = comm.allgather(error)
+    with watchdog.waiting("waiting for the other ranks to finish setting up"):
+        errors = comm.allgather(error)
     for r, err in enumerate(errors):
         if err is not None:
             role = hierarchy[r].label() if hierarchy is not None else "starting"
@@ -120,7 +125,7 @@ def training_shape(shape: Shape) -> Shape:
 
 
 def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, val_indices: Any,
-            out_dir: str | Path | None, stop: StopFlag) -> tuple[RunContext, Any]:
+            out_dir: str | Path | None, stop: StopFlag, watchdog: Watchdog) -> tuple[RunContext, Any]:
     rank = comm.Get_rank()
     out = Path(out_dir) if out_dir is not None else None
 
@@ -139,8 +144,8 @@ def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, va
                 ckpt.write_json_atomic(out / "config.json", config.to_dict())
         return hierarchy
 
-    hierarchy = _phase(comm, None, check)
-    ctx = RunContext(comm, config, hierarchy, out, stop)
+    hierarchy = _phase(comm, None, check, watchdog)
+    ctx = RunContext(comm, config, hierarchy, out, stop, watchdog=watchdog)
 
     def start_session() -> Any:
         from nnlo.observe import session
@@ -155,7 +160,7 @@ def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, va
 
         return load_model_source(config.model)
 
-    source = _phase(comm, hierarchy, start_session)
+    source = _phase(comm, hierarchy, start_session, watchdog)
     from nnlo.device import select_device
 
     device = select_device(comm, ctx.info.needs_device)  # collective; cannot fail on bad input
@@ -163,20 +168,21 @@ def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, va
     def build() -> Any:
         return _build_role(ctx, source, device, train_indices, val_indices)
 
-    builder = _phase(comm, hierarchy, build)
+    builder = _phase(comm, hierarchy, build, watchdog)
     sizes = comm.allgather(builder.backend.n_params)
-    _phase(comm, hierarchy, lambda: _same_sizes(sizes, hierarchy))
+    _phase(comm, hierarchy, lambda: _same_sizes(sizes, hierarchy), watchdog)
 
     checkpoint = _find_restore(ctx) if rank == ctx.group.top else None
     checkpoint = comm.bcast(checkpoint, root=ctx.group.top)
-    role = _phase(comm, hierarchy, lambda: builder.make(checkpoint))
+    role = _phase(comm, hierarchy, lambda: builder.make(checkpoint), watchdog)
     center = role.center if ctx.info.role is Role.MASTER else np.empty(builder.backend.n_params, np.float32)
-    comm.Bcast(center, root=ctx.master_rank)
+    with watchdog.waiting("waiting for the initial weights"):
+        comm.Bcast(center, root=ctx.master_rank)
     if ctx.info.role is Role.WORKER:
         role.rule.start(center)
-        _phase(comm, hierarchy, lambda: builder.restore_worker(role, checkpoint))
+        _phase(comm, hierarchy, lambda: builder.restore_worker(role, checkpoint), watchdog)
     else:
-        _phase(comm, hierarchy, lambda: None)
+        _phase(comm, hierarchy, lambda: None, watchdog)
     return ctx, role
 
 
@@ -229,7 +235,7 @@ class _Builder:
         if ctx.info.role is Role.MASTER:
             state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
             return Master(ctx, self.backend, self.data, restored=state)
-        link = Link(ctx.comm, timeout=_timeout())
+        link = Link(ctx.comm, watchdog=ctx.watchdog)
         rule = make_worker_rule(self.backend, ctx.config, ctx.n_workers, link, ctx.master_rank)
         position = (int(manifest["epoch"]), 0) if manifest else (0, 0)
         return Worker(ctx, self.backend, self.data, rule, position)
@@ -254,13 +260,6 @@ class _Builder:
         if epoch < int(manifest["epoch"]):  # its epoch was completed after it parked at the barrier
             epoch, batch = int(manifest["epoch"]), 0
         worker.epoch, worker.batch = epoch, batch
-
-
-def _timeout() -> float | None:
-    import os
-
-    raw = os.environ.get("NNLO_COMM_TIMEOUT")
-    return float(raw) if raw else None
 
 
 def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, val_indices: Any) -> _Builder:

@@ -90,7 +90,7 @@ class Master:
                  restored: dict[str, Any] | None = None) -> None:
         self.ctx, self.backend, self.validator = ctx, backend, validator
         cfg = self.cfg = ctx.config
-        self.link = Link(ctx.comm, timeout=_comm_timeout())
+        self.link = Link(ctx.comm, watchdog=ctx.watchdog)
         self.workers = ctx.worker_ranks
         self.center = backend.get_weights()
         self.buf = np.empty_like(self.center)
@@ -471,9 +471,3 @@ class Master:
             "mode": self.cfg.effective_mode, "n_workers": len(self.workers), "config": self.cfg.to_dict(),
         })
 
-
-def _comm_timeout() -> float | None:
-    import os
-
-    raw = os.environ.get("NNLO_COMM_TIMEOUT")
-    return float(raw) if raw else None

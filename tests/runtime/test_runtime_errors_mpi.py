@@ -81,3 +81,12 @@ def test_bad_option_values(run_train) -> None:
 def test_unsupported_shapes_are_refused(run_train) -> None:
     run = run_train(2, "--n-processes", "2", "--epochs", "1")
     _one_error(run, "--n-processes 2", "not supported", rank="0")
+
+
+def test_a_hanging_worker_ends_the_job_through_the_watchdog(run_train) -> None:
+    run = run_train(3, "--mode", "downpour", "--epochs", "3", model="hangs_on_rank2.py",
+                    env={"NNLO_COMM_TIMEOUT": "4"})
+    assert run.rc != 0, run.err
+    lines = run.error_lines()
+    assert lines and "for more than 4 s: a peer died or hangs" in lines[0], run.err
+    assert "Traceback" not in run.err
