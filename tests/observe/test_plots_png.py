@@ -36,6 +36,14 @@ def _trials(run):
     (run / "best.json").write_text(json.dumps({"fom_name": "val_loss", "direction": "min", "best_trial": 0}))
 
 
+def _optimizer_state(run):
+    space = {"lr": {"type": "real", "low": 1e-4, "high": 1.0, "prior": "log-uniform"},
+             "units": {"type": "integer", "low": 16, "high": 48, "prior": "uniform"},
+             "activation": {"type": "categorical", "values": ["relu", "tanh"]}}
+    (run / "optimizer-state.json").write_text(json.dumps({"version": 1, "space": space,
+                                                          "objective": {"name": "val_loss", "direction": "min"}}))
+
+
 def _trace(run):
     for rank, role in ((0, "b0:master:m0"), (1, "b0:worker:w0")):
         t = RecordingTracer(trace_path(run, rank), rank, role)
@@ -56,12 +64,14 @@ def test_nnlo_plot_writes_every_kind_of_plot(tmp_path, nnlo_env):
     run = tmp_path / "run"
     _history(run / "history.json")
     _trials(run)
+    _optimizer_state(run)
     _trace(run)
     proc = subprocess.run([sys.executable, "-m", "nnlo_sched", "plot", str(run), "--out", str(tmp_path / "png")],
                           env=nnlo_env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     written = {p.rsplit("/", 1)[-1] for p in proc.stdout.split()}
-    assert written == {"loss.png", "metrics.png", "convergence.png", "parameters.png", "utilisation.png"}
+    assert written == {"loss.png", "metrics.png", "convergence.png", "parameters.png", "objective.png",
+                       "utilisation.png"}
     for name in written:
         _check_png(tmp_path / "png" / name)
 

@@ -11,6 +11,7 @@ Files written into the output folder (default ``<run>/plots``)::
     metrics.png         every other numeric per-epoch series, one panel each
     convergence.png     fom of each trial and the best so far          (trials.json)
     parameters.png      each hyperparameter against the fom, one panel each
+    objective.png       scikit-optimize's partial dependence of the fom (optimizer-state.json + trials.json)
     trial-curves.png    every trial's validation loss per epoch in one figure (optimization runs)
     utilisation.png     per-rank fraction of time per category, and the spans over time  (trace)
 
@@ -24,10 +25,11 @@ from typing import Callable
 
 from nnlo.observe.plots.common import history_entries, load_json
 from nnlo.observe.plots.curves import plot_history, plot_trial_curves
+from nnlo.observe.plots.surrogate import plot_surrogate
 from nnlo.observe.plots.trials import plot_trials
 from nnlo.observe.plots.utilisation import plot_utilisation, streams_from_trace_json
 
-__all__ = ["plot_history", "plot_run", "plot_trial_curves", "plot_trials", "plot_utilisation",
+__all__ = ["plot_history", "plot_run", "plot_surrogate", "plot_trial_curves", "plot_trials", "plot_utilisation",
            "streams_from_trace_json"]
 
 _MAX_HISTORIES = 50
@@ -74,6 +76,8 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
         if isinstance(trials, list):
             attempt("the optimization plots", lambda: plot_trials(
                 trials, out, str(best.get("direction") or "min"), str(best.get("fom_name") or "fom")))
+        if (run_dir / "optimizer-state.json").exists():
+            attempt("the partial dependence (objective.png)", lambda: plot_surrogate(run_dir, out))
     if timeline.find_trace_dirs(run_dir):
         attempt("the utilisation", lambda: plot_utilisation(timeline.load_run(run_dir), out))
     elif (run_dir / timeline.MERGED_NAME).exists():

@@ -1,0 +1,72 @@
+"""``objective.png``: scikit-optimize's partial-dependence plot of a search, from the files it left.
+
+Which parameters matter, and where their good values lie, is what a person asks after a search; skopt's
+:func:`skopt.plots.plot_objective` answers it from a Gaussian-process surrogate fitted to the finished
+trials. The search space comes from ``optimizer-state.json`` (``"space"``: per parameter ``type`` real,
+integer or categorical with ``low``/``high``/``prior`` or ``values``), the points from ``trials.json``.
+skopt minimizes, so a ``max`` figure of merit is plotted negated (the title says so).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nnlo.observe.plots.common import load_json, num, plt, save
+
+MIN_TRIALS = 3  # fewer points than this fit no useful surrogate
+
+
+def plot_surrogate(run_dir: Path, out_dir: Path) -> list[Path]:
+    """The partial dependence of the fom on each parameter (and pairs); [] when the files do not allow it."""
+    state = load_json(run_dir / "optimizer-state.json")
+    trials = load_json(run_dir / "trials.json")
+    if not isinstance(state, dict) or not isinstance(state.get("space"), dict) or not isinstance(trials, list):
+        return []
+    names = list(state["space"])
+    direction = str((state.get("objective") or {}).get("direction") or "min")
+    fom_name = str((state.get("objective") or {}).get("name") or "fom")
+    points, values = [], []
+    for t in trials:
+        if not isinstance(t, dict) or t.get("status", "ok") != "ok" or num(t.get("fom")) is None:
+            continue
+        params = t.get("params") or {}
+        if all(n in params for n in names):
+            points.append([params[n] for n in names])
+            values.append(float(t["fom"]) if direction != "max" else -float(t["fom"]))
+    if len(points) < MIN_TRIALS:
+        return []
+    from skopt import Optimizer  # scikit-optimize: imported only when there is a search to draw
+    from skopt.plots import plot_objective
+
+    dims = [_dimension(name, spec) for name, spec in state["space"].items()]
+    optimizer = Optimizer(dims, base_estimator="GP", n_initial_points=1, random_state=0)
+    result = optimizer.tell(points, values)
+    axes = plot_objective(result, n_points=20, size=2.4)
+    fig = _figure_of(axes)
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(max(width, 6.0), max(height, 5.0))
+    fig.suptitle(f"partial dependence of {fom_name}" + (" (negated: higher is better)" if direction == "max" else "")
+                 + f"\nGaussian-process surrogate of {len(points)} trials (red: best)", fontsize=9)
+    return [save(fig, out_dir / "objective.png")]
+
+
+def _dimension(name: str, spec: dict[str, Any]) -> Any:
+    from skopt.space import Categorical, Integer, Real
+
+    kind = str(spec.get("type", "")).lower()
+    if kind == "real":
+        return Real(float(spec["low"]), float(spec["high"]), prior=spec.get("prior", "uniform"), name=name)
+    if kind == "integer":
+        return Integer(int(spec["low"]), int(spec["high"]), prior=spec.get("prior", "uniform"), name=name)
+    if kind == "categorical":
+        return Categorical(list(spec.get("values") or spec.get("categories") or []), name=name)
+    raise ValueError(f"parameter {name!r} has an unknown type {kind!r} in optimizer-state.json")
+
+
+def _figure_of(axes: Any) -> Any:
+    """plot_objective returns one Axes or an array of them; the figure they share."""
+    first = axes.flat[0] if hasattr(axes, "flat") else axes
+    return first.figure if first is not None else plt.gcf()
+
+
+__all__ = ["MIN_TRIALS", "plot_surrogate"]
