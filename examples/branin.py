@@ -14,7 +14,9 @@ Environment knobs for tests and demos (all optional):
 ``BRANIN_CHOICE=1`` adds a categorical dimension ``shift`` in {"none", "up"} (+5 when "up") and an integer
 dimension ``k`` in [0, 3] (+k), to exercise mixed spaces;
 ``BRANIN_SLEEP=s`` sleeps s seconds per evaluation (to kill a search mid-way in tests);
-``BRANIN_LOG=path`` appends one JSON line per evaluation (to prove what was, and was not, re-evaluated).
+``BRANIN_LOG=path`` appends one JSON line per evaluation (to prove what was, and was not, re-evaluated);
+``BRANIN_HOLD_FIRST=n`` (with ``BRANIN_LOG``) holds the run's first evaluation until n others are logged:
+a coordinator that waited for all blocks would never see them (the hold gives up after 120 s).
 """
 from __future__ import annotations
 
@@ -48,8 +50,26 @@ if os.environ.get("BRANIN_CHOICE"):
     ]
 
 
+def _hold_if_first(log: str, others: int, params: dict) -> None:
+    try:  # whoever creates the marker first is "the first evaluation"; it names itself in it
+        fd = os.open(log + ".first", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(params))
+    give_up = time.monotonic() + 120
+    while time.monotonic() < give_up:
+        if os.path.exists(log) and len(open(log).read().splitlines()) >= others:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"held the first evaluation 120 s and only saw fewer than {others} others")
+
+
 def evaluate(params: dict, *, fold: int = 0, n_fold: int = 1) -> dict:
     """The objective hook: metrics of one fold for one parameter set."""
+    hold = os.environ.get("BRANIN_HOLD_FIRST")
+    if hold:
+        _hold_if_first(os.environ["BRANIN_LOG"], int(hold), params)
     sleep = float(os.environ.get("BRANIN_SLEEP", "0") or 0)
     if sleep:
         time.sleep(sleep)

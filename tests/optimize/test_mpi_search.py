@@ -136,6 +136,23 @@ def test_a_model_failing_everywhere_stops_the_search(mpirun, nnlo_env, tmp_path,
     assert len(trials(out)) == 3
 
 
+def test_no_block_waits_for_another(mpirun, nnlo_env, tmp_path):
+    """The first trial is held until 4 other trials have finished: only an asynchronous coordinator that
+    serves whichever block frees up first lets the other block run them (a synchronous one would hang)."""
+    out, log = tmp_path / "run", tmp_path / "evals.jsonl"
+    r = optimize(mpirun, nnlo_env, 5, "--block-size", "2", "--num-iterations", "6", "--hyper-opt", "bayesian",
+                 "--n-initial-points", "2", "--output", str(out),
+                 extra_env={"BRANIN_LOG": str(log), "BRANIN_HOLD_FIRST": "4"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    table = {t["id"]: t for t in trials(out)}
+    assert all(t["status"] == "ok" for t in table.values()) and len(table) == 6
+    held = json.loads((tmp_path / "evals.jsonl.first").read_text())
+    slow = next(t for t in table.values() if t["params"] == held)
+    others = [t for t in table.values() if t["id"] != slow["id"]]
+    assert sum(t["block"] != slow["block"] for t in others) >= 4
+    assert len({json.dumps(t["params"], sort_keys=True) for t in table.values()}) == 6  # pending points avoided
+
+
 def test_target_objective_ends_the_search(mpirun, nnlo_env, tmp_path):
     out = tmp_path / "run"
     # one block, random search, seed 0: the values are 15.3, 49.6, 63.9, 129.0, 9.46, ... (first <= 10: trial 4)
