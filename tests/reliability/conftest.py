@@ -1,6 +1,7 @@
 """Fixtures of the fault-injection suite: the helpers importable as ``fault_tools``, a tiny HDF5 data set."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,9 +11,29 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from fault_tools import write_blobs  # noqa: E402
+from fault_tools import BIN, REPO, write_blobs, write_standin  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def blobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return write_blobs(tmp_path_factory.mktemp("reliability-blobs"))
+
+
+PROFILE = 'scheduler = "slurm"\nlauncher = "srun"\ncores_per_node = 8\nnodes = 1\n'
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fake Slurm site: a profile, a runs home, a bin folder of stand-ins first on PATH, a model file."""
+    clusters = tmp_path / "clusters"
+    clusters.mkdir()
+    (clusters / "fakeslurm.toml").write_text(PROFILE)
+    monkeypatch.setenv("NNLO_CLUSTERS", str(clusters))
+    monkeypatch.setenv("NNLO_HOME", str(tmp_path / "runs"))
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.py").write_text("def get_model():\n    return None\n")
+    for name in ("sacct", "scancel"):
+        write_standin(tmp_path / "bin", name, "exit 0")
+    return tmp_path

@@ -200,3 +200,23 @@ def nnlo_argv(*args: str) -> list[str]:
 
 def error_lines(text: str) -> list[str]:
     return [ln for ln in text.splitlines() if ln.startswith("nnlo: error:")]
+
+
+def nnlo(*args: str, timeout: float = 120, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The real CLI in a subprocess (this test's environment unless ``env``)."""
+    return subprocess.run(nnlo_argv(*args), capture_output=True, text=True, timeout=timeout,
+                          env=dict(env) if env is not None else None)
+
+
+GOOD_SBATCH = 'echo "Submitted batch job 4242"'
+GOOD_SQUEUE = 'echo "4242|RUNNING|None"'
+
+
+def submitted_run(site: Path, name: str = "t") -> Path:
+    """Submit a one-job run on the fake Slurm ``site`` (conftest's ``site``) and return its run directory."""
+    write_standin(site / "bin", "sbatch", GOOD_SBATCH)
+    proc = nnlo("submit", "-c", "fakeslurm", "--name", name, "-t", "10m", "--workers", "1", "train",
+                "--model", "model.py", "--epochs", "1")
+    assert proc.returncode == 0, proc.stderr
+    (run,) = [p for p in (site / "runs").iterdir() if p.is_dir() and p.name.startswith(f"{name}-")]
+    return run

@@ -8,41 +8,12 @@ read as "the job is gone".
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from fault_tools import BIN, REPO, error_lines, write_standin
-
-PROFILE = 'scheduler = "slurm"\nlauncher = "srun"\ncores_per_node = 8\nnodes = 1\n'
-GOOD_SBATCH = 'echo "Submitted batch job 4242"'
-GOOD_SQUEUE = 'echo "4242|RUNNING|None"'
-
-
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fake Slurm site: a profile, a runs home, a bin folder of stand-ins first on PATH, a model file."""
-    clusters = tmp_path / "clusters"
-    clusters.mkdir()
-    (clusters / "fakeslurm.toml").write_text(PROFILE)
-    monkeypatch.setenv("NNLO_CLUSTERS", str(clusters))
-    monkeypatch.setenv("NNLO_HOME", str(tmp_path / "runs"))
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "model.py").write_text("def get_model():\n    return None\n")
-    for name in ("sacct", "scancel"):
-        write_standin(tmp_path / "bin", name, "exit 0")
-    return tmp_path
-
-
-def nnlo(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nnlo_sched", *args], capture_output=True, text=True,
-                          timeout=timeout)
-
+from fault_tools import GOOD_SQUEUE, error_lines, nnlo, submitted_run, write_standin
 
 def _submit(site: Path) -> subprocess.CompletedProcess:
     return nnlo("submit", "-c", "fakeslurm", "--name", "t", "-t", "10m", "--workers", "1", "train",
@@ -52,13 +23,6 @@ def _submit(site: Path) -> subprocess.CompletedProcess:
 def _only_run(site: Path) -> Path:
     (run,) = [p for p in (site / "runs").iterdir() if p.is_dir()]
     return run
-
-
-def _submitted(site: Path) -> Path:
-    write_standin(site / "bin", "sbatch", GOOD_SBATCH)
-    proc = _submit(site)
-    assert proc.returncode == 0, proc.stderr
-    return _only_run(site)
 
 
 @pytest.mark.parametrize("sbatch, message", [
@@ -83,7 +47,7 @@ def test_a_failed_submission_is_one_line_and_recorded(site: Path, sbatch: str, m
     'echo "squeue: error: Invalid user" >&2; exit 2',
 ])
 def test_status_shows_unknown_when_the_query_fails_and_changes_nothing(site: Path, squeue: str) -> None:
-    run = _submitted(site)
+    run = submitted_run(site)
     before = (run / "state.json").read_bytes()
     write_standin(site / "bin", "squeue", squeue)
     proc = nnlo("status", run.name, "--json")
@@ -102,7 +66,7 @@ def test_status_shows_unknown_when_the_query_hangs(site: Path, monkeypatch: pyte
     from nnlo_sched.cli import main
     from nnlo_sched.schedulers import base
 
-    run = _submitted(site)
+    run = submitted_run(site)
     before = (run / "state.json").read_bytes()
     write_standin(site / "bin", "squeue", "exec sleep 600")
     defaults = list(base.run_capture.__kwdefaults__.items())
@@ -121,7 +85,7 @@ def test_status_shows_unknown_when_the_query_hangs(site: Path, monkeypatch: pyte
                                        "text with exit status 0 is read as 'job gone from the queue' (ENDED), so "
                                        "nnlo status reconciles a live run to failed; garbage should be UNKNOWN")
 def test_garbage_from_squeue_changes_nothing(site: Path) -> None:
-    run = _submitted(site)
+    run = submitted_run(site)
     before = (run / "state.json").read_bytes()
     garbage = 'printf "*** maintenance tonight ***\\n<html><body>503</body></html>\\n"'
     write_standin(site / "bin", "squeue", garbage)
@@ -135,7 +99,7 @@ def test_garbage_from_squeue_changes_nothing(site: Path) -> None:
                                        "as strict UTF-8, so a scheduler printing non-UTF-8 bytes makes nnlo status "
                                        "die with a UnicodeDecodeError traceback (decode with errors='replace')")
 def test_non_utf8_bytes_from_squeue_are_no_traceback(site: Path) -> None:
-    run = _submitted(site)
+    run = submitted_run(site)
     write_standin(site / "bin", "squeue", 'printf "4242|RUNNING|\\xff\\xfe bad bytes\\n"')
     proc = nnlo("status", run.name, "--json")
     assert "Traceback" not in proc.stderr and proc.returncode == 0, proc.stderr[-2000:]
@@ -145,7 +109,7 @@ def test_non_utf8_bytes_from_squeue_are_no_traceback(site: Path) -> None:
                                        "never retried, so one transient controller timeout shows UNKNOWN; retry "
                                        "with backoff (e.g. 3 tries, 1-4 s) before giving up")
 def test_a_transient_query_failure_is_retried(site: Path) -> None:
-    run = _submitted(site)
+    run = submitted_run(site)
     write_standin(site / "bin", "squeue", f"""
 if [ ! -e "{site}/squeue.failed" ]; then
   touch "{site}/squeue.failed"; echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2; exit 1
@@ -159,7 +123,7 @@ fi
 
 def test_a_working_squeue_is_believed(site: Path) -> None:
     """The control case: the same set-up with an answering squeue shows the job's real state."""
-    run = _submitted(site)
+    run = submitted_run(site)
     write_standin(site / "bin", "squeue", GOOD_SQUEUE)
     proc = nnlo("status", run.name, "--json")
     assert proc.returncode == 0, proc.stderr
