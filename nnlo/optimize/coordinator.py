@@ -38,6 +38,7 @@ class StopRequest:
     def __init__(self, deadline: float | None):
         self.deadline = deadline
         self.signal: str | None = None
+        self.interrupted_by_block = False
 
     def install(self) -> None:
         for name in self.SIGNALS:
@@ -50,6 +51,8 @@ class StopRequest:
     def reason(self, now: float) -> str | None:
         if self.signal:
             return f"signal {self.signal}"
+        if self.interrupted_by_block:
+            return "a training was interrupted (deadline or signal)"
         if self.deadline is not None and now >= self.deadline - SAFETY_S:
             return "deadline"
         return None
@@ -145,6 +148,9 @@ class Coordinator:
         if any(f.get("interrupted") for f in folds) and not any(f.get("error") for f in folds):
             self.search.interrupted(trial_id)
             log.warning("trial %d was interrupted by the deadline; it re-runs after resubmission", trial_id)
+            # a training stops early only on a deadline or a signal: the whole job is ending, even if the
+            # coordinator's own clock or signal has not said so yet - never hand the trial out again now
+            self.stop.interrupted_by_block = True
             self.search.save()
             return
         trial = self.search.record(trial_id, folds, block)

@@ -158,3 +158,11 @@ def test_stop_request_deadline_and_signals():
     stop.signal = "SIGUSR2"
     assert stop.reason(0.0) == "signal SIGUSR2"
     assert StopRequest(None).reason(1e12) is None
+
+
+def test_an_interrupted_training_stops_the_hand_out():
+    from nnlo.optimize.coordinator import StopRequest
+
+    stop = StopRequest(deadline=None)
+    stop.interrupted_by_block = True
+    assert "interrupted" in stop.reason(0.0)
