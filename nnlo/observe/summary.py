@@ -144,6 +144,19 @@ def format_table(roles: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def format_rank_table(ranks: list[dict[str, Any]]) -> str:
+    """One row per rank (its role label, wall seconds and fractions): finds the one straggler among many."""
+    width = max([len("rank role")] + [len(f"{r.get('rank')} {r.get('role')}") for r in ranks])
+    head = f"{'rank role':<{width}} {'wall s':>8} " + " ".join(f"{c:>8}" for c in COLUMNS)
+    lines = [head]
+    for r in ranks:
+        fr = r.get("fractions", {})
+        label = f"{r.get('rank')} {r.get('role')}"
+        lines.append(f"{label:<{width}} {r.get('wall_s', 0.0):>8.1f} "
+                     + " ".join(f"{fr.get(c, 0.0):>8.1%}" for c in COLUMNS))
+    return "\n".join(lines)
+
+
 def exclusive_seconds(spans: Iterable[tuple[float, float, str]] | Any) -> dict[str, float]:
     """Exclusive seconds per category from (start_us, dur_us, cat) spans of ONE thread.
 

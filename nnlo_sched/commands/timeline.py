@@ -23,9 +23,10 @@ from nnlo_sched.commands.plot import resolve_run_dir
               help="Keep only events from this many seconds after the trace's start (a slice of a long run).")
 @click.option("--to", "end", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Keep only events up to this many seconds after the trace's start.")
+@click.option("--per-rank", is_flag=True, help="Also print one row per rank (to spot a straggler).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (paths, ranks, summary).")
 def timeline_command(run: str, out: Path | None, summary: bool, start: float | None, end: float | None,
-                     as_json: bool) -> None:
+                     per_rank: bool, as_json: bool) -> None:
     """Merge RUN's trace/rank-*.jsonl (written with --timeline) into one Chrome trace file.
 
     Works on finished runs, running ones (a snapshot) and killed ones (torn lines are dropped). The summary
@@ -49,11 +50,13 @@ def timeline_command(run: str, out: Path | None, summary: bool, start: float | N
     if as_json:
         click.echo(json.dumps({"path": str(result.path), "ranks": result.ranks, "events": result.events,
                                "dropped_lines": result.dropped_lines, "unclosed": result.unclosed,
-                               "roles": roles}, indent=1))
+                               "roles": roles, "per_rank": ranks if per_rank else None}, indent=1))
         return
     click.echo(result.describe())
     if summary and ranks:
         click.echo(summ.format_table(roles))
+    if per_rank and ranks:
+        click.echo(summ.format_rank_table(ranks))
     click.echo(f"open it in https://ui.perfetto.dev (or chrome://tracing): {result.path}")
 
 

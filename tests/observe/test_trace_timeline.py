@@ -81,14 +81,16 @@ def test_sigkill_mid_run_still_merges_into_a_valid_trace(tmp_path, mpirun, nnlo_
     with open(tmp_path / "trace" / "rank-1.jsonl", "a") as f:
         f.write('{"name":"batch","cat":"compute","ph":"X","ts":12')
     assert not (tmp_path / "timeline.json").exists()
-    cli = subprocess.run([sys.executable, "-m", "nnlo_sched", "timeline", str(tmp_path)], env=nnlo_env,
-                         capture_output=True, text=True, timeout=120)
+    cli = subprocess.run([sys.executable, "-m", "nnlo_sched", "timeline", str(tmp_path), "--per-rank"],
+                         env=nnlo_env, capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stderr
     assert "dropped 1 torn line" in cli.stdout and "did not end cleanly" in cli.stdout
     trace = load_trace(tmp_path / "timeline.json")
     assert {"recv update", "send weights"} <= _spans(trace, 0)
     assert {"batch", "send update"} <= _spans(trace, 1)
     assert "worker" in cli.stdout  # the summary table from the trace
+    rows = {line.split()[0]: line for line in cli.stdout.splitlines() if line[:2] in ("0 ", "1 ")}
+    assert set(rows) == {"0", "1"} and describe(2)[1].label() in rows["1"]  # --per-rank
 
 
 def _wait_gone(out: Path) -> None:
