@@ -87,6 +87,16 @@ class RankLogging:
         self._handlers: list[logging.Handler] = []
         self.logger = logging.getLogger("nnlo")
         self._previous_level = self.logger.level
+        # Lowering the logger's level for our file must not make handlers someone else installed (a
+        # command's console handler set to warnings on non-zero ranks) print more: raise them to the level
+        # they effectively had, and put everything back at close.
+        before = self.logger.getEffectiveLevel()
+        self._raised: list[tuple[logging.Handler, int]] = []
+        if self.level < before:
+            for h in self.logger.handlers:
+                if h.level < before:
+                    self._raised.append((h, h.level))
+                    h.setLevel(before)
         self.logger.setLevel(self.level)
         if out_dir is not None:
             self.path = Path(out_dir) / LOG_DIR / f"rank-{rank}.log"
@@ -114,6 +124,9 @@ class RankLogging:
             except Exception:
                 pass
         self._handlers.clear()
+        for handler, level in self._raised:
+            handler.setLevel(level)
+        self._raised.clear()
         self.logger.setLevel(self._previous_level)
 
 

@@ -54,3 +54,24 @@ def test_log_level_names_and_a_clear_error():
 
 def test_no_logs_means_no_merged_file(tmp_path):
     assert logs.merge_logs(tmp_path) is None
+
+
+def test_a_console_handler_installed_by_a_command_prints_no_more_than_before(tmp_path):
+    logger = logging.getLogger("nnlo")
+    theirs = logging.StreamHandler(io.StringIO())
+    logger.addHandler(theirs)
+    old_level = logger.level
+    logger.setLevel(logging.WARNING)  # e.g. nnlo optimize on a non-zero rank
+    try:
+        h = logs.RankLogging(tmp_path, 3, "b1:worker:w0", "info", console=True)
+        assert len(logger.handlers) == 2  # our file; no second console handler
+        logging.getLogger("nnlo.test.console").info("detail for the file only")
+        logging.getLogger("nnlo.test.console").warning("for both")
+        h.close()
+        assert theirs.stream.getvalue() == "for both\n"
+        text = (tmp_path / "logs" / "rank-3.log").read_text()
+        assert "detail for the file only" in text and "for both" in text
+        assert logger.level == logging.WARNING and theirs.level == logging.NOTSET  # all put back
+    finally:
+        logger.removeHandler(theirs)
+        logger.setLevel(old_level)
