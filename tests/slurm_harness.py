@@ -277,8 +277,28 @@ LogFile={r / 'slurmdbd.log'}
                     pass
                 proc.wait(timeout=5)
         self._procs.clear()
+        self._kill_leftovers()
         if not os.environ.get("NNLO_KEEP_SLURM"):
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+    def _kill_leftovers(self) -> None:
+        """slurmstepd and job processes outlive slurmd (they run in their own sessions): end every process
+        whose environment names this cluster's SLURM_CONF - ours alone, found by id, never by name."""
+        mine = f"SLURM_CONF={self.env['SLURM_CONF']}".encode()
+        me = os.getpid()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == me:
+                continue
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if mine in environ.split(b"\0"):
+                try:
+                    os.kill(int(entry.name), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
 
 def _port_open(port: int) -> bool:
