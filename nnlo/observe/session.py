@@ -38,6 +38,9 @@ _FRESH_MARGIN_S = 300.0
 
 @dataclass
 class Session:
+    """One rank's observability: its tracer, monitor and log files. Made by :func:`start`, ended by
+    :meth:`close`; ``rank`` is the rank within the communicator the run's files belong to."""
+
     rank: int
     role: str
     out_dir: Path | None
