@@ -1,0 +1,39 @@
+"""What `nnlo status` reads for progress: the runtime's history.json and the search's best.json; absence is fine."""
+from __future__ import annotations
+
+import json
+
+from nnlo_sched.commands.status import _fmt_jobs, _fmt_progress, progress
+from nnlo_sched.spec import RunSpec
+
+
+def test_training_progress_from_history(tmp_path):
+    spec = RunSpec(kind="train", args=["--model", "m.py", "--epochs=40"], cluster="local")
+    assert progress(tmp_path, spec)["epoch"] is None and _fmt_progress(progress(tmp_path, spec)) == "-"
+    (tmp_path / "history.json").write_text(json.dumps({
+        "history": [{"epoch": 1, "val_loss": 0.9}, {"epoch": 2, "val_loss": 0.5}, {"epoch": 3, "val_loss": 0.7}],
+        "best": {"epoch": 2, "val_loss": 0.5}}))
+    p = progress(tmp_path, spec)
+    assert (p["epoch"], p["epochs"], p["best"], p["best_name"]) == (3, 40, 0.5, "val_loss")
+    assert _fmt_progress(p) == "epoch 3/40"
+
+
+def test_search_progress_from_best_json(tmp_path):
+    spec = RunSpec(kind="optimize", args=["--model", "m.py"], cluster="local")
+    (tmp_path / "best.json").write_text(json.dumps({"trials_done": 7, "trials_total": 20, "best_fom": 0.12,
+                                                    "fom_name": "val_loss"}))
+    p = progress(tmp_path, spec)
+    assert _fmt_progress(p) == "7/20 trials" and p["best"] == 0.12
+
+
+def test_corrupt_files_do_not_break_status(tmp_path):
+    spec = RunSpec(kind="train", args=["--model", "m.py"], cluster="local")
+    (tmp_path / "history.json").write_text("{not json")
+    assert progress(tmp_path, spec)["epoch"] is None
+
+
+def test_long_chains_are_shortened_in_the_table():
+    view = {"jobs": [{"job_id": str(i), "status": "walltime", "scheduler_state": None} for i in range(1, 9)]
+            + [{"job_id": "9", "status": "running", "scheduler_state": "RUNNING"},
+               {"job_id": "10", "status": "queued", "scheduler_state": "PENDING"}]}
+    assert _fmt_jobs(view) == "1>…>9*>10…"
