@@ -72,3 +72,23 @@ def test_bad_interval_is_a_one_line_config_error():
 
     with pytest.raises(ConfigError, match="interval must be positive"):
         mon.Monitor(interval=0)
+
+
+def test_gpu_samples_aggregate_per_epoch_and_per_role():
+    # the aggregation a GPU node takes (NVML itself needs a device, which this machine lacks)
+    window = mon._Window()
+    for util, mem in ((10.0, 1000.0), (90.0, 1500.0)):
+        window.add(50.0, 300.0, (util, mem))
+    epoch = window.aggregate(has_gpu=True)
+    assert epoch["gpu_util_mean"] == 50.0 and epoch["gpu_util_max"] == 90.0 and epoch["gpu_mem_mb_max"] == 1500.0
+    assert "gpu" not in epoch
+    from nnlo.observe import summary
+
+    ranks = [dict(summary.rank_summary(r, f"b0:worker:w{r}", 10.0, {"compute": 5.0}), monitor=epoch)
+             for r in (1, 2)]
+    ranks.append(dict(summary.rank_summary(0, "b0:master:m0", 10.0, {"comm": 5.0}),
+                      monitor=mon._Window().aggregate(has_gpu=False) | {"cpu_percent_mean": 20.0}))
+    roles = summary.by_role(ranks)
+    assert roles["worker"]["monitor"]["gpu_util_mean"] == 50.0 and roles["master"]["monitor"]["gpu"] == "no GPU"
+    table = summary.format_table(roles)
+    assert "gpu 50% mean, 1500 MB max" in table and "no GPU" in table
