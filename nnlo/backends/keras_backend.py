@@ -213,7 +213,11 @@ class KerasBackend(Backend):
             hits = L.correct(tf, loss, y, pred)
             return tf.reduce_sum(per), tf.shape(per)[0], (tf.constant(-1.0) if hits is None else hits)
 
-        self._read, self._write, self._apply_step = read, write, apply_step
+        # Concrete functions: calling them skips tf.function's argument binding (~3x less call overhead,
+        # which matters for the small models HEP trains, where a step takes about a millisecond).
+        self._read = read.get_concrete_function()
+        self._write = write.get_concrete_function()
+        self._apply_step = apply_step.get_concrete_function()
         self._steps = {"grad": grad_step, "train": train_step, "eval": eval_step}
         self._compiled: dict[tuple[str, str, str], Any] = {}
 
@@ -235,8 +239,8 @@ class KerasBackend(Backend):
             fn = self._compiled.get(key)
             if fn is None:
                 fn = tf.function(self._steps[step], input_signature=[xs, ys], autograph=False)
-                self._compiled[key] = fn
-            return fn(x, y)
+                fn = self._compiled[key] = fn.get_concrete_function()
+            return fn(tf.nest.map_structure(tf.convert_to_tensor, x), tf.nest.map_structure(tf.convert_to_tensor, y))
         except (self._tf.errors.InvalidArgumentError, ValueError, TypeError) as e:
             text = " ".join(str(e).split())
             text = text if len(text) <= 240 else text[:237] + "..."
@@ -279,7 +283,7 @@ class KerasBackend(Backend):
         return self._read().numpy()
 
     def set_weights(self, flat: np.ndarray) -> None:
-        self._write(self._flat_input(flat, "weights"))
+        self._write(self._tf.convert_to_tensor(self._flat_input(flat, "weights")))
 
     # -- training ----------------------------------------------------------------------------------
     def compute_gradients(self, x: Any, y: Any) -> tuple[np.ndarray, dict[str, float]]:
@@ -287,7 +291,7 @@ class KerasBackend(Backend):
         return flat.numpy(), self._metrics(loss, hits, self._count(x))
 
     def apply_gradients(self, flat_grad: np.ndarray) -> None:
-        self._apply_step(self._flat_input(flat_grad, "gradient"))
+        self._apply_step(self._tf.convert_to_tensor(self._flat_input(flat_grad, "gradient")))
 
     def train_on_batch(self, x: Any, y: Any) -> dict[str, float]:
         loss, hits = self._call("train", x, y)
