@@ -150,3 +150,19 @@ def test_one_failing_plot_does_not_cost_the_others(tmp_path, monkeypatch):
     written = plots.plot_run(run, tmp_path / "png", problems)
     assert sorted(p.name for p in written) == ["convergence.png", "parameters.png"]
     assert len(problems) == 1 and "RuntimeError: matplotlib corner case" in problems[0]
+
+
+def test_utilisation_from_a_merged_trace_when_the_rank_files_are_gone(tmp_path):
+    import shutil
+
+    from nnlo.observe import timeline
+
+    run = tmp_path / "run"
+    _trace(run)
+    timeline.merge(run / "trace")
+    shutil.rmtree(run / "trace")
+    streams = plots.streams_from_trace_json(run / "timeline.json")
+    assert [s.rank for s in streams] == [0, 1] and streams[1].role == "b0:worker:w0" and len(streams[0].spans) == 6
+    written = plots.plot_run(run, tmp_path / "png")
+    assert [p.name for p in written] == ["utilisation.png"]
+    _check_png(written[0])
