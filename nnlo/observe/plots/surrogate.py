@@ -35,32 +35,18 @@ def plot_surrogate(run_dir: Path, out_dir: Path) -> list[Path]:
             values.append(float(t["fom"]) if direction != "max" else -float(t["fom"]))
     if len(points) < MIN_TRIALS:
         return []
-    from skopt import Optimizer  # scikit-optimize: imported only when there is a search to draw
-    from skopt.plots import plot_objective
+    # scikit-optimize is used only through the Bayesian engine's module, and only when there is a search to draw.
+    from nnlo.optimize.engines.bayesian import plot_partial_dependence
+    from nnlo.optimize.space import Space
 
-    dims = [_dimension(name, spec) for name, spec in state["space"].items()]
-    optimizer = Optimizer(dims, base_estimator="GP", n_initial_points=1, random_state=0)
-    result = optimizer.tell(points, values)
-    axes = plot_objective(result, n_points=20, size=2.4)
+    space = Space.from_dict(state["space"], source=str(run_dir / "optimizer-state.json"))
+    axes = plot_partial_dependence(space, points, values, n_points=20, size=2.4)
     fig = _figure_of(axes)
     width, height = fig.get_size_inches()
     fig.set_size_inches(max(width, 6.0), max(height, 5.0))
     fig.suptitle(f"partial dependence of {fom_name}" + (" (negated: higher is better)" if direction == "max" else "")
                  + f"\nGaussian-process surrogate of {len(points)} trials (red: best)", fontsize=9)
     return [save(fig, out_dir / "objective.png")]
-
-
-def _dimension(name: str, spec: dict[str, Any]) -> Any:
-    from skopt.space import Categorical, Integer, Real
-
-    kind = str(spec.get("type", "")).lower()
-    if kind == "real":
-        return Real(float(spec["low"]), float(spec["high"]), prior=spec.get("prior", "uniform"), name=name)
-    if kind == "integer":
-        return Integer(int(spec["low"]), int(spec["high"]), prior=spec.get("prior", "uniform"), name=name)
-    if kind == "categorical":
-        return Categorical(list(spec.get("values") or spec.get("categories") or []), name=name)
-    raise ValueError(f"parameter {name!r} has an unknown type {kind!r} in optimizer-state.json")
 
 
 def _figure_of(axes: Any) -> Any:

@@ -95,3 +95,18 @@ class BayesianEngine(Engine):
         state = super().state_dict()
         state.update(estimator=self.estimator, n_initial_points=self.n_initial_points)
         return state
+
+
+def plot_partial_dependence(space: Space, points: list[list[Any]], values: list[float], **kwargs: Any) -> Any:
+    """scikit-optimize's partial-dependence plot of a Gaussian-process surrogate fitted to finished trials.
+
+    ``points`` are parameter lists in ``space`` order, ``values`` the figures of merit to minimise. Returns
+    what :func:`skopt.plots.plot_objective` returns (one Axes or an array of them). Lives here so that this
+    module stays the only one that imports skopt.
+    """
+    from skopt import Optimizer
+    from skopt.plots import plot_objective
+
+    optimizer = Optimizer(_skopt_dimensions(space), base_estimator="GP", n_initial_points=1, random_state=0)
+    result = optimizer.tell(points, values)
+    return plot_objective(result, **kwargs)
