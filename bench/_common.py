@@ -50,7 +50,7 @@ def mpi_library() -> str | None:
         from mpi4py import MPI
     except Exception:  # noqa: BLE001
         return None
-    return MPI.Get_library_version().strip().splitlines()[0]
+    return " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
 
 
 def git_commit() -> str | None:

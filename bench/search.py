@@ -127,8 +127,10 @@ def run_nnlo(engine_name: str, fn: Callable, bounds: list, budget: int, seed: in
 
 def run_gp_minimize(fn: Callable, bounds: list, budget: int, seed: int, n_initial: int) -> list[float]:
     from skopt import gp_minimize
+    from threadpoolctl import threadpool_limits
 
-    with warnings.catch_warnings():
+    # one BLAS thread, as nnlo's engine uses: the same arithmetic budget per step for both libraries
+    with threadpool_limits(limits=1), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = gp_minimize(fn, bounds, n_calls=budget, n_initial_points=n_initial, random_state=seed)
     return [float(v) for v in res.func_vals]

@@ -23,11 +23,12 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,6 +42,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--skip", nargs="*", default=[], choices=["nnlo", "submitit"])
     p.add_argument("--timeout", type=float, default=420, help="seconds to wait for each side")
+    p.add_argument("--safety", type=float, default=20,
+                   help="NNLO_DEADLINE_SAFETY for the nnlo jobs: seconds kept free before the limit for "
+                        "stopping and leaving (nnlo's default is 10; a busy 2-core node needs more)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary folder (runs, logs) for inspection")
     p.add_argument("--out", help="result JSON path (default bench/results/slurm_requeue.json)")
     return p.parse_args(argv)
 
@@ -83,7 +88,8 @@ def nnlo_side(slurm: Any, tmp: Path, a: argparse.Namespace) -> dict[str, Any]:
     # pip MPICH under srun speaks PMI-2; UCX kept to shared memory and TCP (as the chain test does)
     (clusters / "benchslurm.toml").write_text(
         'scheduler = "slurm"\nlauncher = "srun"\nlauncher_flags = ["--mpi=pmi2"]\ncores_per_node = 8\n'
-        f'nodes = 1\npython = "{sys.executable}"\nsetup = ["export UCX_TLS=self,sm,tcp"]\n')
+        f'nodes = 1\npython = "{sys.executable}"\n'
+        f'setup = ["export UCX_TLS=self,sm,tcp", "export NNLO_DEADLINE_SAFETY={a.safety:g}"]\n')
     data = tmp / "data"
     subprocess.run([sys.executable, str(C.REPO / "examples" / "make_synthetic.py"), "--out", str(data),
                     "--samples", "12000", "--features", "32", "--classes", "4", "--files", "2"],
@@ -143,6 +149,9 @@ def submitit_side(slurm: Any, tmp: Path, a: argparse.Namespace) -> dict[str, Any
         try:
             ev = wait_for("the requeued submitit job to start again",
                           lambda: (e := events()) and sum(x["event"] == "start" for x in e) >= 2 and e, a.timeout)
+            # why the requeued job waited: Slurm's own times for it (Restarts, EligibleTime, StartTime)
+            shown = slurm.run("scontrol", "show", "job", str(job.job_id), check=False).stdout
+            times = {k: v for k, v in re.findall(r"\b(Restarts|SubmitTime|EligibleTime|StartTime)=(\S+)", shown)}
         finally:
             job.cancel(check=False)
     finally:
@@ -154,14 +163,16 @@ def submitit_side(slurm: Any, tmp: Path, a: argparse.Namespace) -> dict[str, Any
     starts = [x["t"] for x in ev if x["event"] == "start"]
     signal = next(x["t"] for x in ev if x["event"] == "signal")
     return {"job": job.job_id, "signal_to_code_running_again_s": starts[1] - signal,
-            "first_start_to_signal_s": signal - starts[0], "submitit": submitit.__version__}
+            "first_start_to_signal_s": signal - starts[0], "submitit": submitit.__version__,
+            "signal_utc": datetime.fromtimestamp(signal, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"),
+            "slurm_times_of_requeued_job": times}
 
 
 def main(argv: list[str]) -> int:
     a = parse(argv)
     load0 = os.getloadavg()
     result: dict[str, Any] = {"what": "walltime end -> successor's training resuming: nnlo chain vs submitit "
-                                      "requeue, on a private single-node Slurm"}
+                                      "requeue, on a private single-node Slurm", "nnlo_deadline_safety_s": a.safety}
     try:
         from slurm_harness import SlurmCluster, SlurmUnavailable
     except ImportError as e:
@@ -177,8 +188,9 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         result["slurm"] = slurm.run("sinfo", "--version").stdout.strip()
-        with tempfile.TemporaryDirectory(prefix="nnlo-bench-requeue-", dir="/tmp") as tmp:
-            os.chmod(tmp, 0o755)
+        tmp = tempfile.mkdtemp(prefix="nnlo-bench-requeue-", dir="/tmp")
+        os.chmod(tmp, 0o755)
+        try:
             for side, fn in (("nnlo", nnlo_side), ("submitit", submitit_side)):
                 if side in a.skip:
                     continue
@@ -189,6 +201,11 @@ def main(argv: list[str]) -> int:
                 except Exception as e:  # noqa: BLE001 - record why one side failed, keep the other
                     result[side] = {"error": f"{type(e).__name__}: {e}"}
                 print(f"  {side}: {json.dumps(result[side])}", flush=True)
+        finally:
+            if a.keep:
+                print(f"kept {tmp}")
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
     finally:
         slurm.stop()
     C.write_result(NAME, result, a.out, argv=argv, mpi=False, started_load=load0)

@@ -1,0 +1,192 @@
+#!/usr/bin/env python
+"""Print Markdown tables from bench/results/*.json (the tables of docs/performance.md come from here).
+
+    python bench/report.py                 # every result present
+    python bench/report.py ps_exchange     # one
+    python bench/report.py --results DIR   # results written elsewhere (e.g. another machine's)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import _common as C
+
+
+def md(rows: list[list[Any]], header: list[str]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def t(s: dict | None) -> str:
+    return "n/a" if not s else C.fmt_time(s["median"])
+
+
+def spread(s: dict) -> str:
+    return f"{C.fmt_time(s['p25'])}-{C.fmt_time(s['p75'])}"
+
+
+def machine_line(d: dict) -> str:
+    m = d["machine"]
+    load = d.get("loadavg_start") or m["loadavg"]
+    parts = [f"{m['cores']} cores {m['cpu_model']}", f"Python {m['python']}"]
+    if m.get("mpi_library"):
+        parts.append(f"{m['mpi_library']} (mpi4py {m.get('mpi4py')})")
+    if m.get("torch"):
+        parts.append(f"torch {m['torch']}")
+    parts.append(f"load average {load[0]:.1f} at start, {d['loadavg_end'][0]:.1f} at end")
+    return f"_Machine: {', '.join(parts)}; {d['when_utc']}, nnlo {m.get('nnlo_commit')}. Rerun: `{d['command']}`_"
+
+
+def ps_exchange(d: dict) -> str:
+    rows = [[f"{s['params']:,}", f"{s['bytes'] / 1e6:.2f} MB", t(s["raw_round_trip_s"]), t(s["nnlo_round_trip_s"]),
+             spread(s["nnlo_round_trip_s"]), f"{s['raw_bandwidth_GBps']:.2f}", f"{s['nnlo_bandwidth_GBps']:.2f}",
+             f"**{s['ratio_of_raw_bandwidth']:.2f}**", f"{s['ratio_paired_median']:.2f}"] for s in d["sizes"]]
+    lat = d["latency"]
+    return "\n\n".join([md(rows, ["params", "bytes each way", "raw round trip", "nnlo round trip", "nnlo p25-p75",
+                                  "raw GB/s", "nnlo GB/s", "nnlo/raw", "paired median"]),
+                        f"Measured by the same script: raw 8-byte one-way latency "
+                        f"{t(lat['raw_one_way_8B_s'])}; nnlo header-only round trip "
+                        f"{t(lat['nnlo_header_round_trip_s'])}; one-core memory copy "
+                        f"{d['memcpy_one_core']['GBps']:.2f} GB/s.", machine_line(d)])
+
+
+def allreduce(d: dict) -> str:
+    methods = ["mpi4py", "gloo", "horovod", "nnlo"]
+    rows = []
+    for r in d["communication"]:
+        s = r["seconds"]
+        rows.append([f"{r['params']:,}", f"{r['bytes'] / 1e6:.0f} MB"] + [t(s.get(m)) for m in methods]
+                    + [f"{r['gloo_over_mpi4py']:.2f}", f"{r['nnlo_over_best_alternative']:.2f}"
+                       if "nnlo_over_best_alternative" in r else "n/a"])
+    parts = [md(rows, ["params", "size", "mpi4py Allreduce", "gloo all_reduce", "Horovod", "nnlo", "gloo/mpi4py",
+                       "nnlo/best"])]
+    if d.get("step"):
+        rows = []
+        for r in d["step"]:
+            s, lab = r["seconds"], r["nnlo_method"]
+            rows.append([f"{r['params']:,}", t(s["local"]), t(s["ddp_gloo"]), t(s[lab]),
+                         C.fmt_time(r["exposed_comm_s"]["ddp_gloo"]), C.fmt_time(r["exposed_comm_s"][lab]),
+                         C.fmt_time(r["nnlo_flatten_overhead_s"]), C.fmt_time(r["nnlo_comm_only_s"]),
+                         f"**{r['nnlo_over_ddp']:.2f}**"])
+        parts.append(md(rows, ["params", "local step", "DDP (gloo) step", f"nnlo step ({d['step'][0]['nnlo_method']})",
+                               "DDP exposed", "nnlo exposed", "of which flatten copies", "of which all-reduce",
+                               "nnlo/DDP"]))
+    lat = d["latency"]
+    parts.append("8-byte all-reduce latency, same script: " + ", ".join(
+        f"{k.split('_')[0]} {t(v)}" for k, v in lat.items()) + f". nnlo all-reduce: {d['nnlo_allreduce']}. "
+        f"Horovod: {d['horovod']}.")
+    parts.append(machine_line(d))
+    return "\n\n".join(parts)
+
+
+def scaling(d: dict) -> str:
+    local = d["local_process"]["samples_per_s"]
+    rows = [["local process (no MPI)", "1", f"{local['median']:.0f}", f"{local['min']:.0f}-{local['max']:.0f}",
+             "1.00", "", ""]]
+    for mode, e in d["modes"].items():
+        for w, run in e["runs"].items():
+            s = run["samples_per_s"]
+            eff = e.get(f"efficiency_{w}_workers")
+            rows.append([f"nnlo {mode}", w, f"{s['median']:.0f}", f"{s['min']:.0f}-{s['max']:.0f}",
+                         f"{e[f'speedup_over_local_{w}_workers']:.2f}", "" if eff is None else f"**{eff:.2f}**",
+                         f"{e['master_overhead']:.2f}" if w == "1" and "master_overhead" in e else ""])
+    m = d["model"]
+    return "\n\n".join([f"Model: {m['kind']}, hidden {m['hidden']}, {m['params']:,} parameters, batch {m['batch']}, "
+                        f"sync every {m['sync_every']}; {d['samples_per_epoch']} samples x {d['epochs']} epochs "
+                        f"(first epoch not counted).",
+                        md(rows, ["run", "workers", "samples/s (median)", "range", "vs local", "efficiency (2w / 2x1w)",
+                                  "master overhead"]), machine_line(d)])
+
+
+def search(d: dict) -> str:
+    parts = []
+    if "trials_to_target" in d:
+        rows = []
+        for obj, o in d["trials_to_target"].items():
+            for m, r in o["methods"].items():
+                rows.append([obj, f"{o['target']:.4f}", o["budget"], m, str(r["trials_to_target"]).replace("None", "-"),
+                             f"{r['reached']}/{o['seeds']}", f"{r['median_trials_to_target']:g}",
+                             f"{r['median_best']:.4f}", t(r["wall_s_per_search"])])
+        parts.append(md(rows, ["objective", "target", "budget", "method", "trials to target per seed", "reached",
+                               "median (miss = budget+1)", "median best", "wall per search"]))
+    if "ask_tell" in d:
+        rows = []
+        names = list(d["ask_tell"]["rows"][0]["seconds"])
+        for r in d["ask_tell"]["rows"]:
+            rows.append([r["observations"], r["repeats"]] + [t(r["seconds"].get(n)) for n in names])
+        parts.append(md(rows, ["observations", "repeats"] + names))
+    if "idle" in d:
+        i = d["idle"]
+        rows = [[eng, e["evaluations"], f"{e['search_window_s']:.1f} s",
+                 ", ".join(f"{v:.0%}" for v in e["block_idle_fraction"].values()), f"**{e['mean_idle_fraction']:.0%}**"]
+                for eng, e in i["engines"].items()]
+        parts.append(f"`nnlo optimize`, {i['blocks']} blocks, {i['trials']} trials of {i['trial_seconds']:g} s each:")
+        parts.append(md(rows, ["engine", "evaluations", "search wall time", "idle per block", "mean idle"]))
+    parts.append(machine_line(d))
+    return "\n\n".join(parts)
+
+
+def orchestration(d: dict) -> str:
+    lay = d["layout"]
+    rows = [[case, t(lay[case]["in_process_s"]), t(lay[case]["cli_s"])]
+            for case in ("layout", "layout_json", "submit_dry_run")]
+    rows.append(["python -c pass (floor)", "", t(lay["python_startup_s"])])
+    rows.append(["nnlo --help", "", t(lay["nnlo_help_cli_s"])])
+    st = d["status"]
+    alt = st["per_job_alternative"]
+    return "\n\n".join([
+        f"Full Summit: {lay['ranks_placed']['world_size']:,} ranks placed.",
+        md(rows, ["command", "in-process", "CLI process"]),
+        md([[st["runs"], t(st["status_cli_s"]), f"{st['scheduler_calls_per_status']:g}",
+             f"{alt['estimated_s_for_all_runs']:.2f} s", alt["scheduler_calls"],
+             f"**{st['alternative_over_nnlo']:.1f}x**"]],
+           ["runs", "nnlo status --json", "squeue calls", "one squeue per job (est.)", "its calls", "nnlo faster by"]),
+        machine_line(d)])
+
+
+def slurm_requeue(d: dict) -> str:
+    if d.get("skipped"):
+        return f"Not run: {d['skipped']}.\n\n" + machine_line(d)
+    rows = []
+    n = d.get("nnlo", {})
+    if "error" in n:
+        rows.append(["nnlo chain", f"failed: {n['error']}", "", ""])
+    elif n:
+        rows.append(["nnlo chain", f"{n['job_end_to_successor_start_s']:.1f} s",
+                     f"{n['job_end_to_training_resumed_s']:.1f} s", ""])
+    s = d.get("submitit", {})
+    if "error" in s:
+        rows.append(["submitit requeue", f"failed: {s['error']}", "", ""])
+    elif s:
+        rows.append(["submitit requeue", "", "", f"{s['signal_to_code_running_again_s']:.1f} s"])
+    return "\n\n".join([md(rows, ["path", "job end -> successor starts", "job end -> training resumed",
+                                  "signal -> code running again"]), f"Slurm: {d.get('slurm')}.", machine_line(d)])
+
+
+REPORTS = {"ps_exchange": ps_exchange, "allreduce": allreduce, "scaling": scaling, "search": search,
+           "orchestration": orchestration, "slurm_requeue": slurm_requeue}
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("names", nargs="*", help="benchmarks to report (default: all with a result)")
+    p.add_argument("--results", default=str(C.RESULTS))
+    a = p.parse_args(argv)
+    unknown = [n for n in a.names if n not in REPORTS]
+    if unknown:
+        p.error(f"no report for {', '.join(unknown)}; choose from {', '.join(REPORTS)}")
+    for name in a.names or list(REPORTS):
+        path = Path(a.results) / f"{name}.json"
+        if not path.exists():
+            continue
+        print(f"### {name}\n\n{REPORTS[name](json.loads(path.read_text()))}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
