@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.conftest import MODELS, TIMEOUT
+MODELS = Path(__file__).resolve().parent / "models"
+TIMEOUT = 240
 
 pytestmark = [pytest.mark.mpi]
 

@@ -71,10 +71,12 @@ def test_sigusr1_to_the_launching_command_checkpoints_and_exits_75(nnlo_env, blo
     import subprocess
     import sys
 
-    from tests.runtime.conftest import MODELS, TIMEOUT
+    from pathlib import Path
+
+    models, timeout = Path(__file__).resolve().parent / "models", 240
 
     out = tmp_path / "signalled"
-    cmd = [sys.executable, "-m", "nnlo_sched", "train", "-n", "3", "--model", str(MODELS / "tiny.py"),
+    cmd = [sys.executable, "-m", "nnlo_sched", "train", "-n", "3", "--model", str(models / "tiny.py"),
            "--train", str(blobs["train"]), "--val", str(blobs["val"]), "--epochs", "100000", "--batch", "4",
            "--mode", "easgd", "--checkpoint", str(out)]
     proc = subprocess.Popen(cmd, env=nnlo_env, stderr=subprocess.PIPE, text=True)
@@ -86,7 +88,7 @@ def test_sigusr1_to_the_launching_command_checkpoints_and_exits_75(nnlo_env, blo
                 proc.send_signal(signal.SIGUSR1)
                 break
         seen += proc.stderr.readlines()
-        rc = proc.wait(timeout=TIMEOUT)
+        rc = proc.wait(timeout=timeout)
     finally:
         if proc.poll() is None:
             proc.kill()
