@@ -4,11 +4,16 @@
     python bench/report.py                 # every result present
     python bench/report.py ps_exchange     # one
     python bench/report.py --results DIR   # results written elsewhere (e.g. another machine's)
+    python bench/report.py --update docs/performance.md   # refresh the tables between the markers
+
+``--update`` replaces the text between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in the file with
+the table of NAME's result, so the prose around the tables stays hand-written and the numbers stay exact.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -176,15 +181,32 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("names", nargs="*", help="benchmarks to report (default: all with a result)")
     p.add_argument("--results", default=str(C.RESULTS))
+    p.add_argument("--update", metavar="FILE", help="rewrite the tables between <!-- bench:NAME --> markers")
     a = p.parse_args(argv)
     unknown = [n for n in a.names if n not in REPORTS]
     if unknown:
         p.error(f"no report for {', '.join(unknown)}; choose from {', '.join(REPORTS)}")
+    if a.update:
+        return update(Path(a.update), Path(a.results), a.names or list(REPORTS))
     for name in a.names or list(REPORTS):
         path = Path(a.results) / f"{name}.json"
         if not path.exists():
             continue
         print(f"### {name}\n\n{REPORTS[name](json.loads(path.read_text()))}\n")
+    return 0
+
+
+def update(doc: Path, results: Path, names: list[str]) -> int:
+    text = doc.read_text()
+    for name in names:
+        path = results / f"{name}.json"
+        pattern = re.compile(rf"(<!-- bench:{name} -->\n).*?(<!-- /bench:{name} -->)", re.S)
+        if not path.exists() or not pattern.search(text):
+            continue
+        table = REPORTS[name](json.loads(path.read_text()))
+        text = pattern.sub(lambda m: m.group(1) + table + "\n" + m.group(2), text)
+        print(f"updated {name}")
+    doc.write_text(text)
     return 0
 
 
