@@ -31,12 +31,34 @@ def _deadline_default() -> float | None:
         raise click.BadParameter(f"NNLO_DEADLINE={raw!r} is not unix seconds", param_hint="--deadline") from None
 
 
+def _model_args(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    for item in values:
+        parse_model_arg(item)
+    return values
+
+
+def parse_model_arg(item: str) -> tuple[str, Any]:
+    """``"hidden=128"`` -> ("hidden", 128): values are JSON literals when they parse, else strings."""
+    import json
+
+    key, eq, raw = item.partition("=")
+    if not eq or not key.strip().isidentifier():
+        raise click.BadParameter(f"{item!r} is not NAME=VALUE (e.g. hidden=128)", param_hint="--model-arg")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    return key.strip(), value
+
+
 def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Every training option (upstream vocabulary), as one reusable decorator."""
     options = [
         click.option("--model", required=True, metavar="PATH",
                      help="Model: a .py module with get_model() (upstream contract), a torch .pt/.pth saved "
                           "with torch.save(model), or a Keras .json/.keras/.h5 file."),
+        click.option("--model-arg", "model_arg", multiple=True, metavar="NAME=VALUE", callback=_model_args,
+                     help="Keyword argument of get_model() (repeatable), e.g. --model-arg hidden=128."),
         click.option("--train", "train", metavar="LIST",
                      help="Text file naming the training HDF5 files, one per line (default: get_train())."),
         click.option("--val", metavar="LIST",
@@ -58,9 +80,11 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--worker-optimizer", metavar="SPEC",
                      help=f"Each worker's local optimizer: {_OPTIMIZERS}. Default: sgd:lr=<gem-lr> with "
                           "--mode gem, adam:lr=0.001 otherwise."),
-        click.option("--mode", type=click.Choice(["downpour", "easgd", "gem"]), default="gem", show_default=True,
+        click.option("--mode", type=click.Choice(["downpour", "easgd", "gem", "allreduce"]), default="gem",
+                     show_default=True,
                      help="Algorithm: downpour (workers send weight deltas), easgd (elastic averaging), gem "
-                          "(gradient energy matching, arXiv:1805.08469)."),
+                          "(gradient energy matching, arXiv:1805.08469), allreduce (no master: every rank a "
+                          "replica, gradients averaged over all ranks each step; same as --n-masters 0)."),
         click.option("--sync-every", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Local batches a worker trains between exchanges with its master."),
         click.option("--synchronous", is_flag=True,
@@ -96,9 +120,17 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Seed of the weight initialisation and of every epoch's data order."),
         click.option("--n-masters", type=click.IntRange(min=0), default=1, show_default=True,
-                     help="1: one master; 0: pure all-reduce; M > 1: an uber-master above M-1 masters."),
+                     help="1: one master; 0: pure all-reduce (--mode allreduce); M > 1: an uber-master above "
+                          "M-1 masters (so -n 5 --n-masters 3 = uber-master + 2 masters + 2 workers)."),
         click.option("--n-processes", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Ranks per worker (an all-reduce group acting as one worker)."),
+                     help="Ranks per worker: K > 1 makes each worker an all-reduce group of K ranks that split "
+                          "its batch (K x --batch samples per step) and talk to the master through their leader."),
+        click.option("--allreduce-engine", type=click.Choice(["auto", "mpi", "horovod"]), default="auto",
+                     show_default=True,
+                     help="Who sums gradients (--mode allreduce, --n-processes > 1): mpi (one MPI Allreduce of "
+                          "one flat buffer), horovod (if installed); auto = mpi on CPUs, horovod with NCCL on GPUs."),
+        click.option("--scale-lr", is_flag=True,
+                     help="--mode allreduce: multiply the worker optimizer's learning rate by the number of ranks."),
         click.option("--monitor", is_flag=True, help="Sample CPU/GPU use; adds it to the history and a time summary."),
         click.option("--timeline", is_flag=True,
                      help="Record a per-rank trace (see 'nnlo timeline RUN' for a Chrome trace)."),
@@ -117,6 +149,8 @@ def config_from_params(params: dict[str, Any]) -> Any:
 
     names = set(TrainConfig.__dataclass_fields__)
     values = {k: v for k, v in params.items() if k in names}
+    if params.get("model_arg"):
+        values["model_args"] = {**values.get("model_args", {}), **dict(map(parse_model_arg, params["model_arg"]))}
     return TrainConfig.from_dict(values)
 
 
@@ -124,7 +158,8 @@ def shape_from_params(params: dict[str, Any]) -> Any:
     """click parameters -> :class:`nnlo.roles.Shape` (n_masters, n_processes)."""
     from nnlo.roles import Shape
 
-    return Shape(n_masters=int(params.get("n_masters", 1)), n_processes=int(params.get("n_processes", 1)))
+    n_masters = 0 if params.get("mode") == "allreduce" else int(params.get("n_masters", 1))
+    return Shape(n_masters=n_masters, n_processes=int(params.get("n_processes", 1)))
 
 
 def default_out_dir(config: Any) -> str:
@@ -146,6 +181,9 @@ def argv_from_params(command: click.Command, params: dict[str, Any], drop: tuple
         if p.is_flag:
             if value:
                 argv.append(flag)
+        elif p.multiple:
+            for item in value or ():
+                argv += [flag, str(item)]
         elif value is not None:
             argv += [flag, str(value)]
     return argv

@@ -275,18 +275,25 @@ def _parse(args: list[str]) -> dict:
 def test_cli_params_become_config_and_shape_and_round_trip_to_argv(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NNLO_DEADLINE", raising=False)
     args = ["--model", "m.py", "--train", "t.list", "--mode", "easgd", "--sync-every", "3", "--synchronous",
-            "--early-stopping", "val_loss,<,3", "--n-masters", "1", "--n-processes", "2", "--seed", "5"]
+            "--early-stopping", "val_loss,<,3", "--n-masters", "1", "--n-processes", "2", "--seed", "5",
+            "--model-arg", "hidden=32", "--model-arg", "act=tanh", "--model-arg", "sizes=[1,2]"]
     params = _parse(args + ["-n", "4"])
     assert params.pop("np_") == 4
     cfg = train_cmd.config_from_params(params)
     assert (cfg.model, cfg.train, cfg.mode, cfg.sync_every, cfg.synchronous, cfg.seed) == \
         ("m.py", "t.list", "easgd", 3, True, 5)
     assert cfg.deadline is None and cfg.worker_optimizer is None
+    assert cfg.model_args == {"hidden": 32, "act": "tanh", "sizes": [1, 2]}
     assert train_cmd.shape_from_params(params) == Shape(n_masters=1, n_processes=2)
     argv = train_cmd.argv_from_params(train_cmd.train_command, params)
     again = _parse(argv)
     again.pop("np_")
     assert again == params
+
+
+def test_bad_model_arg_is_a_usage_error() -> None:
+    with pytest.raises(click.BadParameter, match="NAME=VALUE"):
+        _parse(["--model", "m.py", "--model-arg", "hidden"])
 
 
 def test_deadline_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
