@@ -17,7 +17,8 @@ from typing import Any, Mapping
 
 from nnlo.errors import ConfigError
 
-MODES = ("downpour", "easgd", "gem")
+MODES = ("downpour", "easgd", "gem", "allreduce")
+ALLREDUCE_ENGINES = ("auto", "mpi", "horovod")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -55,6 +56,8 @@ class TrainConfig:
     seed: int = 0
     n_masters: int = 1
     n_processes: int = 1
+    allreduce_engine: str = "auto"  # auto|mpi|horovod: who sums gradients (all-reduce mode and worker groups)
+    scale_lr: bool = False  # all-reduce mode: worker optimizer lr times the number of ranks
     monitor: bool = False
     timeline: bool = False
     deadline: float | None = None  # unix seconds; a complete checkpoint is written before it
@@ -101,6 +104,13 @@ class TrainConfig:
             raise ConfigError("no model given; pass --model path/to/model.py (or a saved model file)")
         if self.mode not in MODES:
             raise ConfigError(f"--mode {self.mode!r} is unknown; use one of {', '.join(MODES)}")
+        if self.allreduce_engine not in ALLREDUCE_ENGINES:
+            raise ConfigError(f"--allreduce-engine {self.allreduce_engine!r} is unknown; use one of "
+                              f"{', '.join(ALLREDUCE_ENGINES)}")
+        if self.mode == "allreduce" and self.n_masters not in (0, 1):
+            raise ConfigError(f"--mode allreduce has no masters; drop --n-masters {self.n_masters}")
+        if self.mode == "allreduce" and self.synchronous:
+            raise ConfigError("--mode allreduce is synchronous by design; drop --synchronous")
         if self.synchronous and self.mode != "downpour":
             raise ConfigError(
                 f"--synchronous averages the workers' updates and works with --mode downpour; "

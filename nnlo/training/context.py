@@ -56,5 +56,18 @@ class RunContext:
         return self.info.worker
 
     @property
+    def data_split(self) -> tuple[int, int, int, int]:
+        """``(n_shards, shard_index, group_size, member)`` of this worker rank's training data.
+
+        Shards are per logical worker over *all* logical workers of the training group (under every master),
+        so shards are disjoint and complete; the ranks of one all-reduce group share a shard and split each
+        batch. In pure all-reduce mode the whole group is one logical worker of ``size`` ranks.
+        """
+        info = self.info
+        assert info.worker is not None and info.member is not None
+        members = len(self.group.workers[info.worker])
+        return len(self.group.workers), info.worker, members, info.member
+
+    @property
     def checkpoint_dir(self) -> Path | None:
         return self.out_dir / CHECKPOINT_SUBDIR if self.out_dir is not None else None

@@ -111,17 +111,23 @@ def _phase(comm: Any, hierarchy: Hierarchy | None, fn: Callable[[], T], watchdog
     return value
 
 
-def training_shape(shape: Shape) -> Shape:
-    """The shape of one training group; refuses what this runtime does not run yet (one line each)."""
-    if shape.n_masters != 1:
-        what = "pure all-reduce (--n-masters 0)" if shape.n_masters == 0 else f"{shape.n_masters - 1} sub-masters"
-        raise ConfigError(f"{what} is not supported by this runtime yet; use --n-masters 1")
-    if shape.n_processes != 1:
-        raise ConfigError(
-            f"all-reduce worker groups (--n-processes {shape.n_processes}) are not supported by this runtime "
-            f"yet; use --n-processes 1"
-        )
-    return Shape(n_masters=shape.n_masters, n_processes=shape.n_processes)
+def training_shape(shape: Shape, config: TrainConfig | None = None) -> Shape:
+    """The shape of one training group; refuses what this runtime does not run yet (one line each).
+
+    ``--mode allreduce`` and ``--n-masters 0`` mean the same (pure all-reduce): either one gives
+    ``n_masters == 0``.
+    """
+    n_masters = 0 if config is not None and config.mode == "allreduce" else shape.n_masters
+    if n_masters == 0 and config is not None and config.mode != "allreduce":
+        raise ConfigError(f"--n-masters 0 is pure all-reduce data parallelism: use --mode allreduce "
+                          f"instead of --mode {config.mode}")
+    if n_masters > 1:
+        raise ConfigError(f"{n_masters - 1} sub-masters (--n-masters {n_masters}) are not supported by this "
+                          f"runtime yet; use --n-masters 1 (optionally with --n-processes K)")
+    if n_masters == 0 and shape.n_processes != 1:
+        raise ConfigError("--n-processes groups ranks under a master; --mode allreduce already all-reduces "
+                          "over every rank: drop --n-processes")
+    return Shape(n_masters=n_masters, n_processes=shape.n_processes)
 
 
 def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, val_indices: Any,
@@ -131,8 +137,8 @@ def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, va
 
     def check() -> Hierarchy:
         config.validate()
-        wanted = training_shape(shape)
-        if comm.Get_size() < 2:
+        wanted = training_shape(shape, config)
+        if comm.Get_size() < 2 and not wanted.allreduce:
             raise ConfigError(
                 "1 rank cannot hold a master and a worker: use -n 2 or more (e.g. -n 3 = 1 master + 2 "
                 "workers), or start the ranks with mpirun/srun inside a batch job"
@@ -175,6 +181,10 @@ def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, va
     checkpoint = _find_restore(ctx) if rank == ctx.group.top else None
     checkpoint = comm.bcast(checkpoint, root=ctx.group.top)
     role = _phase(comm, hierarchy, lambda: builder.make(checkpoint), watchdog)
+    if hierarchy.shape.allreduce:  # no master: the replicas agree on an engine and take rank 0's weights
+        role.engine_name = comm.bcast(role.engine_name, root=0)
+        _phase(comm, hierarchy, role.start, watchdog)
+        return ctx, role
     center = role.center if ctx.info.role is Role.MASTER else np.empty(builder.backend.n_params, np.float32)
     with watchdog.waiting("waiting for the initial weights"):
         comm.Bcast(center, root=ctx.master_rank)
@@ -221,8 +231,8 @@ def _seed(seed: int) -> None:
 class _Builder:
     """Builds this rank's role object (master or worker) from the loaded model source."""
 
-    def __init__(self, ctx: RunContext, backend: Any, data: Any) -> None:
-        self.ctx, self.backend, self.data = ctx, backend, data
+    def __init__(self, ctx: RunContext, backend: Any, data: Any, device: str = "cpu") -> None:
+        self.ctx, self.backend, self.data, self.device = ctx, backend, data, device
 
     def make(self, checkpoint: str | None) -> Any:
         from nnlo.training.master import Master
@@ -231,6 +241,12 @@ class _Builder:
         from nnlo.transport import Link
 
         ctx = self.ctx
+        if ctx.hierarchy.shape.allreduce:
+            from nnlo.training.allreduce import AllreduceReplica, choose_engine
+
+            loader, validator = self.data
+            return AllreduceReplica(ctx, self.backend, loader, validator, choose_engine(ctx, self.device),
+                                    checkpoint)
         manifest = ckpt.read_manifest(checkpoint) if checkpoint else None
         if ctx.info.role is Role.MASTER:
             state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
@@ -268,11 +284,18 @@ def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, v
     cfg = ctx.config
     _seed(cfg.seed)
     model = source.build(**cfg.model_args)
+    if ctx.hierarchy.shape.allreduce:
+        from nnlo.training.allreduce import scaled_config
+
+        cfg = scaled_config(cfg, ctx.comm.Get_size())
     backend = make_backend(model, cfg, device)
     _seed(cfg.seed + 7919 * (ctx.rank + 1))  # distinct dropout streams per rank, reproducible per seed
+    if ctx.hierarchy.shape.allreduce:  # every replica trains, and validates its share of the samples
+        data: Any = (_training(ctx, source, train_indices), _validation(ctx, source, val_indices))
+        return _Builder(ctx, backend, data, device)
     is_master = ctx.info.role is Role.MASTER
     data = _validation(ctx, source, val_indices) if is_master else _training(ctx, source, train_indices)
-    return _Builder(ctx, backend, data)
+    return _Builder(ctx, backend, data, device)
 
 
 def _fields(ctx: RunContext, source: Any) -> tuple[Any, Any]:
@@ -307,7 +330,11 @@ def _training(ctx: RunContext, source: Any, indices: Any) -> Any:
     features, labels = _fields(ctx, source)
     dataset = H5Dataset(files, features=features, labels=labels, preload=cfg.preload_data or cfg.cache_data)
     assert ctx.worker_index is not None
-    return ShardedLoader(dataset, indices, ctx.n_workers, ctx.worker_index, cfg.batch, seed=cfg.seed)
+    # Shard by logical worker over every worker of the training group; the K ranks of an all-reduce group
+    # (or all replicas in all-reduce mode) split each batch of K x --batch samples (--batch is per rank).
+    n_shards, index, members, member = ctx.data_split
+    return ShardedLoader(dataset, indices, n_shards, index, cfg.batch * members, seed=cfg.seed,
+                         group=(members, member))
 
 
 def _validation(ctx: RunContext, source: Any, indices: Any) -> Any:
