@@ -1,7 +1,9 @@
 """A generic multilayer perceptron for the synthetic HDF5 data of examples/make_synthetic.py (and any flat
 features): sizes come from hyperparameters, so benchmarks can scale the model without new files.
 
-    nnlo train -n 3 --model examples/mlp_torch.py --train data/synthetic/train.list --loss categorical_crossentropy
+    python examples/make_synthetic.py --out data/synth --samples 100000 --features 64 --classes 10 --files 8
+    nnlo train -n 3 --model examples/mlp_torch.py --model-arg n_inputs=64 --model-arg n_classes=10 \
+        --model-arg hidden=256 --train data/synth/data.list --mode easgd --epochs 3
 """
 from __future__ import annotations
 
