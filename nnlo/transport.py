@@ -25,16 +25,13 @@ from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
 
 HEADER, ARRAY, ACK = 101, 102, 103
-ANY: int = -2  # replaced by MPI.ANY_SOURCE at import (MPICH: -2); never hard-code it
-
-
 def _any_source() -> int:
     from mpi4py import MPI
 
     return int(MPI.ANY_SOURCE)
 
 
-ANY = _any_source()
+ANY = _any_source()  # MPI.ANY_SOURCE; its value differs between MPI libraries (MPICH: -2), never hard-code it
 
 
 class Link:
@@ -59,11 +56,12 @@ class Link:
     def send(self, dest: int, header: dict[str, Any], array: np.ndarray | None = None) -> None:
         """Send ``header`` and, if given, ``array`` (flat, contiguous float32) to ``dest``."""
         header = dict(header, array=array is not None)
+        if array is not None:
+            _check(array)  # before the header: a peer must never wait for an array that will not come
         tracer = get_tracer()
         with tracer.span(f"send {header.get('kind', 'msg')}", "comm", dest=dest):
             self.comm.send(header, dest=dest, tag=HEADER)
             if array is not None:
-                _check(array)
                 self.comm.Send([array, self._MPI.FLOAT], dest=dest, tag=ARRAY)
                 self.bytes_sent += array.nbytes
 
