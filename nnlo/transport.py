@@ -25,6 +25,8 @@ from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
 
 HEADER, ARRAY, ACK = 101, 102, 103
+
+
 def _any_source() -> int:
     from mpi4py import MPI
 
