@@ -87,6 +87,8 @@ def make_backend(model: Any, config: Any = None) -> "KerasBackend":
     (missing fields get defaults). Dropout streams are seeded from ``seed`` and this process's MPI rank, so
     workers draw different masks and a rerun draws the same ones (the runtime does the same for torch).
     """
+    if not is_keras_model(model):  # before importing TensorFlow: "install nnlo[tf]" would mislead here
+        raise _not_keras(model)
     loss = getattr(config, "loss", None) or DEFAULT_LOSS
     optimizer = (getattr(config, "worker_optimizer_spec", None) or getattr(config, "worker_optimizer", None)
                  or DEFAULT_OPTIMIZER)
@@ -94,6 +96,15 @@ def make_backend(model: Any, config: Any = None) -> "KerasBackend":
     if seed is not None:
         seed = int(seed) + 7919 * (_mpi_rank() + 1)
     return KerasBackend(model, loss=loss, optimizer=optimizer, seed=seed)
+
+
+def _not_keras(model: Any) -> ModelError:
+    origin = (getattr(type(model), "__module__", "") or "").split(".")[0]
+    if origin in ("tf_keras", "tensorflow"):
+        return ModelError(f"{type(model).__name__} is a Keras 2 (tf.keras/tf_keras) model; nnlo needs Keras 3: "
+                          f"build it with 'import keras' (keras>=3)")
+    return ModelError(f"the model is a {type(model).__name__}, neither a torch nn.Module nor a Keras 3 "
+                      f"keras.Model; make get_model() return one of those")
 
 
 def _mpi_rank() -> int:
@@ -125,12 +136,7 @@ class KerasBackend(Backend):
         from nnlo.backends.keras_optimizers import make_optimizer
 
         if not is_keras_model(model):
-            origin = (getattr(type(model), "__module__", "") or "").split(".")[0]
-            if origin in ("tf_keras", "tensorflow"):
-                raise ModelError(f"{type(model).__name__} is a Keras 2 (tf.keras/tf_keras) model; nnlo needs "
-                                 f"Keras 3: build it with 'import keras' (keras>=3)")
-            raise ModelError(f"the model is a {type(model).__name__}, neither a torch nn.Module nor a Keras 3 "
-                             f"keras.Model; make get_model() return one of those")
+            raise _not_keras(model)
         self._tf, self._keras, self._losses = tf, keras, keras_losses
         self.model = model
         outputs = getattr(model, "outputs", None) or []

@@ -54,6 +54,22 @@ def test_cli_without_tensorflow_is_one_line_not_a_traceback(tmp_path, nnlo_env, 
     assert errors and any("nnlo[tf]" in ln for ln in errors), proc.stderr[-3000:]
 
 
+def test_neither_torch_nor_keras_model_is_named_without_importing_tensorflow(nnlo_env):
+    code = BLOCK_TF + """
+from nnlo.backends import make_backend
+from nnlo.config import TrainConfig
+from nnlo.errors import ModelError
+try:
+    make_backend({"not": "a model"}, TrainConfig(model="m.py"))
+except ModelError as e:
+    print(e)
+"""
+    proc = _python(code, nnlo_env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "the model is a dict, neither a torch nn.Module nor a Keras 3 keras.Model" in proc.stdout
+    assert "nnlo[tf]" not in proc.stdout
+
+
 def test_torch_paths_never_import_tensorflow(nnlo_env):
     code = """
 import sys
