@@ -22,6 +22,7 @@ class RunContext:
     stop: StopFlag
     session: Any = None  # nnlo.observe.session.Session
     watchdog: Any = None  # nnlo.training.watchdog.Watchdog, armed around every blocking wait
+    worker_comm: Any = None  # this rank's all-reduce worker group (--n-processes > 1); None elsewhere
 
     @property
     def rank(self) -> int:

@@ -152,6 +152,10 @@ def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, va
 
     hierarchy = _phase(comm, None, check, watchdog)
     ctx = RunContext(comm, config, hierarchy, out, stop, watchdog=watchdog)
+    if hierarchy.shape.n_processes > 1 and not hierarchy.shape.allreduce:
+        from nnlo.training.groups import split_worker_groups
+
+        ctx.worker_comm = split_worker_groups(comm, hierarchy)  # collective: every rank of the group
 
     def start_session() -> Any:
         from nnlo.observe import session
@@ -254,6 +258,12 @@ class _Builder:
         link = Link(ctx.comm, watchdog=ctx.watchdog)
         rule = make_worker_rule(self.backend, ctx.config, ctx.n_workers, link, ctx.master_rank)
         position = (int(manifest["epoch"]), 0) if manifest else (0, 0)
+        if ctx.worker_comm is not None:
+            from nnlo.training.allreduce import choose_engine
+            from nnlo.training.groups import GroupWorker
+
+            return GroupWorker(ctx, self.backend, self.data, rule, position,
+                               engine_name=choose_engine(ctx, self.device))
         return Worker(ctx, self.backend, self.data, rule, position)
 
     def restore_worker(self, worker: Any, checkpoint: str | None) -> None:

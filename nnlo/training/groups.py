@@ -1,0 +1,179 @@
+"""All-reduce worker groups (``--n-processes K > 1``): K ranks act as one worker towards their master.
+
+Each member reads its own slice of every batch (the logical worker's batch is ``K x --batch`` samples,
+:func:`nnlo.data.split_batch`, so members never read the same sample), computes the gradient of its slice,
+and the group sums ``count x gradient`` plus the scalars (count, loss sum, correct, a stop/fail vote) in
+*one* all-reduce of one flat buffer; every member divides by the total and applies the same step. The
+members' replicas stay identical, so the group is exactly one worker with a K-times larger batch.
+
+Only the leader (member 0) talks to the master; after each exchange it broadcasts the master's reply
+header (small, pickled) and its resulting weights (one ``Bcast`` of the flat buffer) to the members. Only
+the leader writes the worker's checkpoint part: the members' optimizer state is the leader's.
+
+A member whose step fails votes "failed" in the same all-reduce; the leader forwards the first failure to
+the master (which stops the other workers), and every member raises the same
+:class:`~nnlo.training.failure.RankFailure`, printed once by the rank that failed.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from nnlo.allreduce import Engine, make_engine
+from nnlo.errors import NnloError, TrainingError
+from nnlo.observe.trace import get_tracer
+from nnlo.training.failure import RankFailure, describe_exception
+from nnlo.training.worker import Worker
+
+log = logging.getLogger("nnlo.worker")
+
+_COUNT, _LOSS, _CORRECT, _VOTE = range(4)
+_STOP, _FAIL = 1.0, 1024.0
+
+
+def split_worker_groups(comm: Any, hierarchy: Any) -> Any:
+    """Collective over the training group: each logical worker's communicator (None on other ranks)."""
+    from mpi4py import MPI
+
+    color = hierarchy.colors(comm.Get_rank())["worker"]
+    sub = comm.Split(MPI.UNDEFINED if color is None else color, comm.Get_rank())
+    return None if sub == MPI.COMM_NULL else sub
+
+
+class GroupWorker(Worker):
+    """A member of an all-reduce worker group (the leader is also the group's worker towards the master)."""
+
+    def __init__(self, *args: Any, engine_name: str = "mpi", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.group_comm = self.ctx.worker_comm
+        assert self.group_comm is not None
+        self.member = self.group_comm.Get_rank()
+        self.leader = self.member == 0
+        self.engine_name = engine_name
+        self.engine: Engine | None = None
+        n = self.n = self.backend.n_params
+        self.buf = np.zeros(n + 4, dtype=np.float32)
+        self.weights = np.empty(n, dtype=np.float32)
+
+    # -- main loop ---------------------------------------------------------------------------------
+    def run(self) -> None:
+        self.engine = make_engine(self.engine_name, self.group_comm)
+        try:
+            se = self.cfg.sync_every
+            while self.epoch < self.cfg.epochs:
+                plan = self.loader.batch_indices(self.epoch)
+                while True:
+                    chunk = plan[self.batch:self.batch + se]
+                    header = self._train_chunk(chunk)
+                    self.batch += len(chunk)
+                    header.update(epoch=self.epoch, epoch_end=self.batch >= len(plan))
+                    reply = self._group_exchange(header)
+                    if self._handle(reply):
+                        return
+                    if self.batch >= len(plan):
+                        break
+                self.epoch, self.batch = self.epoch + 1, 0
+        finally:
+            self.engine.close()
+            self.group_comm.Free()
+
+    def _train_chunk(self, chunk: list[np.ndarray]) -> dict[str, Any]:
+        t0 = time.monotonic()
+        samples, loss_sum, correct, stop = 0.0, 0.0, None, False
+        for b, idx in enumerate(chunk):
+            total, lsum, corr, has_correct, vote = self._group_step(idx, b)
+            samples += total
+            loss_sum += lsum
+            if has_correct:
+                correct = (correct or 0.0) + corr
+            stop = stop or vote > 0
+        header: dict[str, Any] = {"samples": int(round(samples)), "loss_sum": loss_sum, "correct": correct,
+                                  "seconds": time.monotonic() - t0}
+        header["stop_requested"] = (self.ctx.stop.signal_name or "a signal on a group member") if stop else None
+        return header
+
+    def _group_step(self, idx: np.ndarray, b: int) -> tuple[float, float, float, bool, float]:
+        tracer = get_tracer()
+        buf, n = self.buf, self.n
+        error = None
+        has_correct = False
+        try:
+            if len(idx):
+                with tracer.span("read batch", "io"):
+                    x, y = self.loader.dataset.read(idx)
+                with tracer.span("compute gradients", "compute"):
+                    grad, metrics = self._gradients(x, y)
+                count = float(metrics.get("count", len(idx)))
+                np.multiply(grad, np.float32(count), out=buf[:n])
+                buf[n + _COUNT] = count
+                buf[n + _LOSS] = float(metrics.get("loss", 0.0)) * count
+                buf[n + _CORRECT] = float(metrics.get("correct", 0.0) or 0.0)
+                has_correct = "correct" in metrics
+            else:
+                buf.fill(0.0)
+            buf[n + _VOTE] = _STOP if self.ctx.stop.raised else 0.0
+        except Exception as e:  # noqa: BLE001 - vote "failed" so the whole group stops at this step
+            error = describe_exception(e)
+            log.debug("group step failed", exc_info=e)
+            buf.fill(0.0)
+            buf[n + _VOTE] = _FAIL
+        with tracer.span("group allreduce", "comm"), self.ctx.watchdog.waiting("waiting in the group all-reduce"):
+            self.engine.allreduce_sum(buf)  # type: ignore[union-attr]
+        vote = float(buf[n + _VOTE])
+        if vote >= _FAIL:
+            self._fail_group(error)
+        total = float(buf[n + _COUNT])
+        if total > 0:
+            buf[:n] /= np.float32(total)
+            with tracer.span("apply gradients", "compute"):
+                self.backend.apply_gradients(buf[:n])
+            loss = float(buf[n + _LOSS]) / total
+            if not math.isfinite(loss):
+                self._fail_group(None if not self.leader else describe_exception(TrainingError(
+                    f"loss is {loss} at epoch {self.epoch + 1}, batch {self.batch + b + 1}; lower the learning "
+                    f"rate (--worker-optimizer/--gem-lr) or check the data for NaN/inf")))
+        return total, float(buf[n + _LOSS]), float(buf[n + _CORRECT]), has_correct, vote
+
+    def _gradients(self, x: Any, y: Any) -> tuple[np.ndarray, dict[str, float]]:
+        try:
+            return self.backend.compute_gradients(x, y)
+        except (NnloError, MemoryError):
+            raise
+        except Exception as e:  # noqa: BLE001 - name the user's model
+            raise TrainingError(f"the model raised {type(e).__name__} while training: {e}") from e
+
+    # -- the leader speaks for the group -----------------------------------------------------------
+    def _group_exchange(self, header: dict[str, Any]) -> dict[str, Any]:
+        reply = self.rule.exchange(header) if self.leader else None
+        with self.ctx.watchdog.waiting("waiting for the group leader's reply from the master"):
+            reply = self.group_comm.bcast(reply, root=0)
+        if reply.get("action") != "abort":
+            if self.leader:
+                np.copyto(self.weights, self.backend.get_weights())
+            self.engine.broadcast(self.weights, root=0)  # type: ignore[union-attr]
+            if not self.leader:
+                self.backend.set_weights(self.weights)
+        return reply
+
+    def _fail_group(self, error: tuple[str, int] | None) -> None:
+        errors = self.group_comm.allgather(None if error is None else
+                                           (error[0], error[1], self.ctx.rank, self.ctx.role_label))
+        first = next(e for e in errors if e is not None)
+        failure = RankFailure(first[0], first[2], first[3], exit_code=first[1], report=False)
+        if self.leader:  # tell the master; it answers with the training's first failure
+            link, master = self.rule.link, self.rule.master
+            link.send(master, {"kind": "error", "failure": failure.to_dict()})
+            _, reply, _ = link.recv(master)
+            data = reply.get("failure") or failure.to_dict()
+        else:
+            data = None
+        data = self.group_comm.bcast(data, root=0)
+        raise RankFailure.from_dict(data, report=data.get("rank") == self.ctx.rank) from None
+
+    def _write_part(self, directory: str) -> None:
+        if self.leader:  # the members' state is the leader's: one part per logical worker
+            super()._write_part(directory)
