@@ -97,14 +97,16 @@ def scaling(d: dict) -> str:
         for w, run in e["runs"].items():
             s = run["samples_per_s"]
             eff = e.get(f"efficiency_{w}_workers")
+            near = f" ({run['vs_local_just_before']:.2f})" if "vs_local_just_before" in run else ""
             rows.append([f"nnlo {mode}", w, f"{s['median']:.0f}", f"{s['min']:.0f}-{s['max']:.0f}",
-                         f"{e[f'speedup_over_local_{w}_workers']:.2f}", "" if eff is None else f"**{eff:.2f}**",
+                         f"{e[f'speedup_over_local_{w}_workers']:.2f}{near}", "" if eff is None else f"**{eff:.2f}**",
                          f"{e['master_overhead']:.2f}" if w == "1" and "master_overhead" in e else ""])
     m = d["model"]
     return "\n\n".join([f"Model: {m['kind']}, hidden {m['hidden']}, {m['params']:,} parameters, batch {m['batch']}, "
                         f"sync every {m['sync_every']}; {d['samples_per_epoch']} samples x {d['epochs']} epochs "
                         f"(first epoch not counted).",
-                        md(rows, ["run", "workers", "samples/s (median)", "range", "vs local", "efficiency (2w / 2x1w)",
+                        md(rows, ["run", "workers", "samples/s (median)", "range",
+                                  "vs local (vs the local run just before)", "efficiency (2w / 2x1w)",
                                   "master overhead"]), machine_line(d)])
 
 

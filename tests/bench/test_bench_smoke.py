@@ -76,6 +76,7 @@ def test_scaling(tmp_path, nnlo_env, mpirun):
     for run in gem["runs"].values():
         check_summary(run["samples_per_s"])
         assert run["epochs"] == 2
+        assert math.isclose(run["vs_local_just_before"], run["samples_per_s"]["median"] / run["local_just_before"])
     r1, r2 = (gem["runs"][w]["samples_per_s"]["median"] for w in ("1", "2"))
     assert math.isclose(gem["efficiency_2_workers"], r2 / (2 * r1))
 
