@@ -53,17 +53,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 # -- nnlo's all-reduce, if this checkout has one ---------------------------------------------------------
-def nnlo_allreduce(comm: Any) -> tuple[Callable[[np.ndarray], None] | None, str]:
-    """nnlo's gradient all-reduce as ``fn(flat_grad)`` (in place, mean over ranks), or why it is missing."""
+def nnlo_allreduce(comm: Any) -> tuple[Any, str]:
+    """nnlo's own all-reduce engine (``--mode allreduce``: :mod:`nnlo.allreduce`, the default "auto" choice on
+    CPU), or why this checkout has none. Returns ``(engine, description)``."""
     try:
-        from nnlo.training import allreduce as mod  # type: ignore[attr-defined]
+        from nnlo.allreduce import make_engine, resolve_engine
     except ImportError:
-        return None, "not available: this checkout has no nnlo.training.allreduce (--mode allreduce)"
-    for name in ("allreduce_mean", "average_gradients", "allreduce_gradients"):
-        fn = getattr(mod, name, None)
-        if callable(fn):
-            return (lambda g, fn=fn: fn(comm, g)), f"nnlo.training.allreduce.{name}"
-    return None, "not available: nnlo.training.allreduce has no gradient all-reduce function this script knows"
+        return None, "not available: this checkout has no nnlo.allreduce (--mode allreduce)"
+    name = resolve_engine("auto", on_gpu=False)
+    engine = make_engine(name, comm)
+    return engine, f"nnlo.allreduce engine {engine.describe()} (--mode allreduce, --allreduce-engine auto)"
 
 
 def horovod() -> tuple[Any, str]:
@@ -110,7 +109,7 @@ def main_child(a: argparse.Namespace, argv: list[str]) -> int:
     load0 = os.getloadavg()
     gloo_init(comm)
     hvd, hvd_note = horovod()
-    nnlo_fn, nnlo_note = nnlo_allreduce(comm)
+    nnlo_engine, nnlo_note = nnlo_allreduce(comm)
 
     def measure(fn: Callable[[], None], k: int) -> float:
         comm.Barrier()
@@ -144,8 +143,8 @@ def main_child(a: argparse.Namespace, argv: list[str]) -> int:
         }
         if hvd is not None:
             methods["horovod"] = lambda: hvd.allreduce_(t, op=hvd.Sum)
-        if nnlo_fn is not None:
-            methods["nnlo"] = lambda: nnlo_fn(buf)
+        if nnlo_engine is not None:
+            methods["nnlo"] = lambda: nnlo_engine.allreduce_sum(buf)
         k = int(max(1, min(50, 2e7 // (4 * n))))
         res: dict[str, list[float]] = {m: [] for m in methods}
         names = list(methods)
@@ -166,14 +165,14 @@ def main_child(a: argparse.Namespace, argv: list[str]) -> int:
         comm_rows.append(row)
         del buf, t
 
-    step_rows = [] if a.no_step else [step_part(a, n, comm, measure, nnlo_fn) for n in a.params]
+    step_rows = [] if a.no_step else [step_part(a, n, comm, measure, nnlo_engine) for n in a.params]
 
     if rank == 0:
         result = {
             "what": "gradient all-reduce and whole data-parallel step: nnlo vs torch gloo / DDP, Horovod, raw mpi4py",
             "ranks": size,
             "target": "nnlo's communication time <= the best alternative's",
-            "nnlo_allreduce": nnlo_note if nnlo_fn is not None else nnlo_note,
+            "nnlo_allreduce": nnlo_note,
             "horovod": hvd_note,
             "latency": lat,
             "communication": comm_rows,
@@ -181,17 +180,23 @@ def main_child(a: argparse.Namespace, argv: list[str]) -> int:
         }
         print(report(result))
         C.write_result(NAME, result, a.out, argv=argv, started_load=load0)
+    if nnlo_engine is not None:
+        nnlo_engine.close()
     dist.destroy_process_group()
     return 0
 
 
-def step_part(a: argparse.Namespace, n: int, comm: Any, measure: Callable, nnlo_fn: Any) -> dict[str, Any]:
-    """Whole steps: local only, DDP(gloo), and nnlo's flat-gradient all-reduce step."""
+def step_part(a: argparse.Namespace, n: int, comm: Any, measure: Callable, engine: Any) -> dict[str, Any]:
+    """Whole steps: local only, DDP(gloo), and nnlo's all-reduce step.
+
+    nnlo's step is the arithmetic of ``--mode allreduce`` (:class:`nnlo.training.allreduce.AllreduceReplica`):
+    the backend's flat gradient scaled by the sample count into one buffer with the count appended, one
+    ``allreduce_sum`` through nnlo's engine, division by the total count, ``apply_gradients``. Without the
+    engine (an older checkout) the same path runs over a plain mpi4py Allreduce and is labelled so."""
     import torch
     from mpi4py import MPI
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from nnlo.algorithms.synchronous import scale_in_place
     from nnlo.backends.torch_backend import TorchBackend
 
     torch.manual_seed(0)
@@ -214,20 +219,25 @@ def step_part(a: argparse.Namespace, n: int, comm: Any, measure: Callable, nnlo_
         ddp_opt.step()
 
     nn_backend = TorchBackend(copy.deepcopy(model), "mse", "sgd")
-    size = comm.Get_size()
-    reduce: Callable[[np.ndarray], None]
-    if nnlo_fn is not None:
-        reduce, label = nnlo_fn, "nnlo"
+    n_flat = nn_backend.n_params
+    buf = np.zeros(n_flat + 4, np.float32)
+    reduce_sum: Callable[[np.ndarray], None]
+    if engine is not None:
+        reduce_sum, label = engine.allreduce_sum, "nnlo"
     else:
-        def reduce(g: np.ndarray) -> None:
-            comm.Allreduce(MPI.IN_PLACE, [g, MPI.FLOAT], op=MPI.SUM)
-            scale_in_place(g, size)
+        def reduce_sum(b: np.ndarray) -> None:
+            comm.Allreduce(MPI.IN_PLACE, [b, MPI.FLOAT], op=MPI.SUM)
         label = "nnlo_backend+mpi4py"  # nnlo's flat-gradient backend path with a plain Allreduce
 
     def nnlo_step() -> None:
-        g, _ = nn_backend.compute_gradients(x, y)
-        reduce(g)
-        nn_backend.apply_gradients(g)
+        g, metrics = nn_backend.compute_gradients(x, y)
+        count = float(metrics.get("count", len(x)))
+        np.multiply(g, np.float32(count), out=buf[:n_flat])
+        buf[n_flat] = count
+        buf[n_flat + 1] = float(metrics.get("loss", 0.0)) * count
+        reduce_sum(buf)
+        buf[:n_flat] /= np.float32(buf[n_flat])
+        nn_backend.apply_gradients(buf[:n_flat])
 
     flat_backend = TorchBackend(copy.deepcopy(model), "mse", "sgd")
 

@@ -5,11 +5,13 @@ What is measured (2 ranks: rank 0 plays the master, rank 1 the worker):
 
 * ``raw``: the worker ``Send``s N float32 to the master, the master ``Recv``s them into a preallocated
   buffer and ``Send``s N float32 back, the worker ``Recv``s them: the floor for moving those bytes.
+* ``raw_two_messages``: raw MPI with nnlo's message count (a 32-byte numeric header, then the tensor):
+  separates the cost of the second message from the cost of pickling the header.
 * ``nnlo``: the same round trip through :class:`nnlo.transport.Link` exactly as the training runtime does it
   (a pickled header then the tensor; the master receives from ANY_SOURCE like its asynchronous loop, and
   answers a reply header plus the center) - what a Downpour/EASGD exchange costs beyond the arithmetic.
 
-Both run in the same process pair, alternating (raw, nnlo, raw, nnlo, ...) so that load from other users
+All run in the same process pair, in an order rotated every repeat, so that load from other users
 of the machine hits both equally. Also measured by the same script, to say what limits the result: the
 8-byte ping-pong latency, an nnlo header-only round trip (the GEM "pull" request costs one), and the
 single-core memory copy bandwidth (on one node MPI moves messages through shared memory, i.e. memcpy).
@@ -77,6 +79,23 @@ def main_child(a: argparse.Namespace, argv: list[str]) -> int:
                 comm.Recv([buf, F], source=1, tag=TAG)
                 comm.Send([buf, F], dest=1, tag=TAG)
 
+    hdr_out, hdr_in = np.zeros(8, np.float32), np.zeros(8, np.float32)
+
+    def raw2_rt(buf: np.ndarray, rbuf: np.ndarray, k: int) -> None:
+        """Raw MPI with nnlo's message count: a 32-byte numeric header, then the tensor, each way. Isolates
+        what the second message costs from what pickling the header costs."""
+        for _ in range(k):
+            if rank == 1:
+                comm.Send([hdr_out, F], dest=0, tag=TAG)
+                comm.Send([buf, F], dest=0, tag=TAG)
+                comm.Recv([hdr_in, F], source=0, tag=TAG)
+                comm.Recv([rbuf, F], source=0, tag=TAG)
+            else:
+                comm.Recv([hdr_in, F], source=1, tag=TAG)
+                comm.Recv([buf, F], source=1, tag=TAG)
+                comm.Send([hdr_out, F], dest=1, tag=TAG)
+                comm.Send([buf, F], dest=1, tag=TAG)
+
     def nnlo_rt(buf: np.ndarray, rbuf: np.ndarray, k: int) -> None:
         for _ in range(k):
             if rank == 1:
@@ -118,19 +137,20 @@ def main_child(a: argparse.Namespace, argv: list[str]) -> int:
         rbuf = np.empty(n, np.float32)
         nbytes = buf.nbytes
         k = iterations(nbytes)
-        raw, nn = [], []
+        got: dict[str, list[float]] = {"raw": [], "raw_two_messages": [], "nnlo": []}
+        fns = {"raw": raw_rt, "raw_two_messages": raw2_rt, "nnlo": nnlo_rt}
+        names = list(fns)
         for i in range(a.warmup + a.repeats):
-            order = [("raw", raw_rt), ("nnlo", nnlo_rt)]
-            if i % 2:
-                order.reverse()
-            for label, fn in order:
-                t = measure(fn, buf, rbuf, k=k)
+            for label in names[i % 3:] + names[:i % 3]:  # rotate the order every repeat
+                t = measure(fns[label], buf, rbuf, k=k)
                 if i >= a.warmup:
-                    (raw if label == "raw" else nn).append(t)
+                    got[label].append(t)
+        raw, nn = got["raw"], got["nnlo"]
         sr, sn = C.summary(raw), C.summary(nn)
         rows.append({
             "params": n, "bytes": nbytes, "round_trips_per_measurement": k,
             "raw_round_trip_s": sr, "nnlo_round_trip_s": sn,
+            "raw_two_messages_round_trip_s": C.summary(got["raw_two_messages"]),
             "raw_bandwidth_GBps": 2 * nbytes / sr["median"] / 1e9,
             "nnlo_bandwidth_GBps": 2 * nbytes / sn["median"] / 1e9,
             # fraction of raw bandwidth nnlo reaches (time ratio raw/nnlo), median of paired repeats too

@@ -48,11 +48,13 @@ def machine_line(d: dict) -> str:
 
 
 def ps_exchange(d: dict) -> str:
-    rows = [[f"{s['params']:,}", f"{s['bytes'] / 1e6:.2f} MB", t(s["raw_round_trip_s"]), t(s["nnlo_round_trip_s"]),
+    rows = [[f"{s['params']:,}", f"{s['bytes'] / 1e6:.2f} MB", t(s["raw_round_trip_s"]),
+             t(s.get("raw_two_messages_round_trip_s")), t(s["nnlo_round_trip_s"]),
              spread(s["nnlo_round_trip_s"]), f"{s['raw_bandwidth_GBps']:.2f}", f"{s['nnlo_bandwidth_GBps']:.2f}",
              f"**{s['ratio_of_raw_bandwidth']:.2f}**", f"{s['ratio_paired_median']:.2f}"] for s in d["sizes"]]
     lat = d["latency"]
-    return "\n\n".join([md(rows, ["params", "bytes each way", "raw round trip", "nnlo round trip", "nnlo p25-p75",
+    return "\n\n".join([md(rows, ["params", "bytes each way", "raw round trip", "raw, 2 messages each way",
+                                  "nnlo round trip", "nnlo p25-p75",
                                   "raw GB/s", "nnlo GB/s", "nnlo/raw", "paired median"]),
                         f"Measured by the same script: raw 8-byte one-way latency "
                         f"{t(lat['raw_one_way_8B_s'])}; nnlo header-only round trip "

@@ -3,7 +3,8 @@
 
 The baseline is the strongest alternative on the same machine: the same torch model trained by one process
 with no MPI at all (``TorchBackend.train_on_batch`` over the same in-memory data, one thread). Then real
-``nnlo train -n K`` runs (K = workers + 1 master) for each mode; samples/s is read from the run's
+``nnlo train -n K`` runs (K = workers + 1 master; with ``--mode allreduce`` K = workers: replicas, no master)
+for each mode; samples/s is read from the run's
 ``history.json`` (the median over epochs after the first, which includes start-up).
 
 * master overhead = 1 - (nnlo with 1 worker) / (local process): what the parameter server costs;
@@ -36,7 +37,7 @@ from typing import Any
 import _common as C
 
 NAME = "scaling"
-MODES = ("gem", "downpour", "easgd", "sync")
+MODES = ("gem", "downpour", "easgd", "sync", "allreduce")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -107,7 +108,9 @@ def local_rate(a: argparse.Namespace, data_list: Path, epochs: int | None = None
 
 
 def nnlo_rate(a: argparse.Namespace, data_list: Path, mode: str, workers: int, run_dir: Path) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "nnlo_sched", "train", "-n", str(workers + 1),
+    # the parameter-server modes run 1 master + W workers; --mode allreduce runs W replicas and no master
+    ranks = workers if mode == "allreduce" else workers + 1
+    cmd = [sys.executable, "-m", "nnlo_sched", "train", "-n", str(ranks),
            "--model", str(C.BENCH_DIR / "models" / "scaling_mlp.py"), "--train", str(data_list),
            "--epochs", str(a.epochs), "--batch", str(a.batch), "--sync-every", str(a.sync_every),
            "--preload-data", "--checkpoint", str(run_dir), "--checkpoint-interval", "0", "--log-level", "warning"]
