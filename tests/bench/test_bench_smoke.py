@@ -46,6 +46,7 @@ def test_ps_exchange(tmp_path, nnlo_env, mpirun):
     for s in doc["sizes"]:
         assert s["bytes"] == 4 * s["params"]
         check_summary(s["raw_round_trip_s"])
+        check_summary(s["raw_two_messages_round_trip_s"])
         check_summary(s["nnlo_round_trip_s"])
         assert math.isclose(s["ratio_of_raw_bandwidth"],
                             s["raw_round_trip_s"]["median"] / s["nnlo_round_trip_s"]["median"])
@@ -62,6 +63,11 @@ def test_allreduce(tmp_path, nnlo_env, mpirun):
         check_summary(s)
     assert ("horovod" in row["seconds"]) == (not doc["horovod"].startswith("not available"))
     assert ("nnlo" in row["seconds"]) == (not doc["nnlo_allreduce"].startswith("not available"))
+    try:
+        import nnlo.allreduce  # noqa: F401 - the pure all-reduce mode exists: then it must be measured
+        assert "nnlo" in row["seconds"] and "nnlo_over_best_alternative" in row
+    except ImportError:
+        pass
     (step,) = doc["step"]
     assert {"local", "ddp_gloo", "flat_local", step["nnlo_method"]} == set(step["seconds"])
     assert math.isclose(step["nnlo_over_ddp"], step["seconds"][step["nnlo_method"]]["median"]
