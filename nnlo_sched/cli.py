@@ -58,7 +58,7 @@ def _available(module: str) -> bool:
 def cli() -> None:
     """nnlo: distributed training and hyperparameter search across an HPC allocation.
 
-    Typical use: ``nnlo train -n 3 --model examples/mnist_torch.py --train train.list --val val.list``
+    Typical use: ``nnlo train -n 3 --model examples/digits_torch.py --train train.list --val val.list``
     locally, ``nnlo submit --cluster summit ...`` on a cluster, ``nnlo status`` to follow runs.
     """
 
