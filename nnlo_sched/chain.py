@@ -156,8 +156,10 @@ def job_start(run_dir: Path, job_id: str | None, *, submit_successor: bool = Tru
             profile = load_profile_for(run_dir, cluster, env)
             succ = submit_job(run_dir, spec, profile, depends_on=job_id)
         except NnloError as e:
-            print(f"nnlo: warning: run {run_id}: could not queue the successor job ({e}); "
-                  "this job runs, but the run will not resubmit itself", file=sys.stderr)
+            note = f"could not queue the successor job ({e}); this job runs, but the run will not resubmit itself"
+            print(f"nnlo: warning: run {run_id}: {note}", file=sys.stderr)
+            with update_state(run_dir) as st:
+                st.error = note
         else:
             with update_state(run_dir) as st:
                 cancelled = st.state in FINAL_STATES
@@ -265,6 +267,7 @@ def log_error_line(run_dir: Path, job_id: str) -> str:
 # -- user commands -------------------------------------------------------------------------------------
 def cancel_run(run_dir: Path) -> list[str]:
     """Cancel the run's whole chain (running and queued jobs); returns the job ids cancelled."""
+    run_dir = Path(run_dir)
     now = time.time()
     with update_state(run_dir) as st:
         if st.state == DONE:
@@ -277,7 +280,11 @@ def cancel_run(run_dir: Path) -> list[str]:
         scheduler = st.scheduler
     ids = [j.job_id for j in alive]
     if ids:
-        get_scheduler(scheduler, run_dir).cancel(ids)
+        try:
+            get_scheduler(scheduler, run_dir).cancel(ids)
+        except NnloError as e:
+            raise ChainError(f"run {run_dir.name} is marked cancelled (its queued jobs exit as soon as they start), "
+                             f"but the scheduler refused: {e}; cancel job(s) {', '.join(ids)} by hand") from None
     return ids
 
 

@@ -108,5 +108,16 @@ def run_capture(argv: list[str], *, what: str, cwd: Path | None = None, env: Map
     return proc
 
 
+def cancel_tolerant(program: str, ids: Sequence[str], harmless: tuple[str, ...]) -> None:
+    """Cancel ``ids`` with ``program`` in one call; complaints about jobs that already ended are no error."""
+    proc = run_capture([program, *ids], what="cancel jobs")
+    if proc.returncode == 0:
+        return
+    lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+    real = [ln for ln in lines if not any(h in ln for h in harmless) and "is being terminated" not in ln]
+    if real:
+        raise SchedulerError(f"{program} failed: {one_line(' '.join(real))}")
+
+
 def one_line(text: str, limit: int = 300) -> str:
     return " ".join(text.split())[:limit]

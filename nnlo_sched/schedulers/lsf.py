@@ -10,8 +10,8 @@ import re
 from typing import Sequence
 
 from nnlo_sched.schedulers.base import (
-    COMPLETED, ENDED, FAILED, PENDING, RUNNING, UNKNOWN, JobInfo, Scheduler, SchedulerError, one_line,
-    run_capture, run_program)
+    COMPLETED, ENDED, FAILED, PENDING, RUNNING, UNKNOWN, cancel_tolerant, JobInfo, one_line, run_capture,
+    Scheduler, SchedulerError)
 
 _STATES = {"PEND": PENDING, "PSUSP": PENDING, "WAIT": PENDING, "RUN": RUNNING, "USUSP": RUNNING,
            "SSUSP": RUNNING, "PROV": RUNNING, "DONE": COMPLETED, "EXIT": FAILED, "UNKWN": UNKNOWN,
@@ -58,4 +58,4 @@ class LsfScheduler(Scheduler):
     def cancel(self, job_ids: Sequence[str]) -> None:
         ids = [j for j in dict.fromkeys(job_ids) if j]
         if ids:
-            run_program(["bkill", *ids], what="cancel jobs", check=False)
+            cancel_tolerant("bkill", ids, ('already finished', 'No matching job', 'is not found'))

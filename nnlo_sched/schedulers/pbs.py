@@ -10,8 +10,8 @@ import re
 from typing import Sequence
 
 from nnlo_sched.schedulers.base import (
-    ENDED, PENDING, RUNNING, UNKNOWN, JobInfo, Scheduler, SchedulerError, one_line, run_capture,
-    run_program)
+    ENDED, PENDING, RUNNING, UNKNOWN, cancel_tolerant, JobInfo, one_line, run_capture, Scheduler,
+    SchedulerError)
 
 _STATES = {"Q": PENDING, "H": PENDING, "W": PENDING, "T": PENDING, "S": PENDING, "R": RUNNING,
            "E": RUNNING, "B": RUNNING, "C": ENDED, "F": ENDED, "X": ENDED}
@@ -62,4 +62,4 @@ class PbsScheduler(Scheduler):
     def cancel(self, job_ids: Sequence[str]) -> None:
         ids = [j for j in dict.fromkeys(job_ids) if j]
         if ids:
-            run_program(["qdel", *ids], what="cancel jobs", check=False)
+            cancel_tolerant("qdel", ids, ('Unknown Job Id', 'already', 'finished'))

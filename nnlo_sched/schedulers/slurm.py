@@ -10,8 +10,8 @@ import re
 from typing import Sequence
 
 from nnlo_sched.schedulers.base import (
-    CANCELLED, COMPLETED, ENDED, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobInfo, Scheduler, SchedulerError,
-    one_line, run_capture, run_program)
+    CANCELLED, COMPLETED, ENDED, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN, cancel_tolerant, JobInfo,
+    one_line, run_capture, run_program, Scheduler, SchedulerError)
 
 _STATES = {
     "PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
@@ -79,5 +79,4 @@ class SlurmScheduler(Scheduler):
     def cancel(self, job_ids: Sequence[str]) -> None:
         ids = [j for j in dict.fromkeys(job_ids) if j]
         if ids:
-            # scancel of a job that already ended prints a warning and exits 0 or 1: not our concern
-            run_program(["scancel", *ids], what="cancel jobs", check=False)
+            cancel_tolerant("scancel", ids, ('already completed', 'Invalid job id', 'Job/step already'))

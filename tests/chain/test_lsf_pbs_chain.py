@@ -164,3 +164,20 @@ def test_pbs_chain_afterany_failure_stops_without_resubmitting(standins):
     assert "failed" in detail and "payload: error: the model diverged" in detail
     logs = nnlo("logs", run.id).stdout
     assert "==> logs/t.o1001 <==" in logs and "payload: error" in logs
+
+
+def test_a_refused_cancel_says_so_and_the_queued_job_exits_at_once_later(standins):
+    run = submit(make_spec("testlsf", walltime_s=600))
+    bkill = Path(standins).parent / "standin-bin" / "bkill"
+    bkill.unlink()
+    bkill.write_text("#!/bin/sh\necho 'LSF daemon (LIM) not responding ... still trying' >&2\nexit 255\n")
+    bkill.chmod(0o755)
+    proc = nnlo("cancel", run.id, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "LIM) not responding" in proc.stderr and f"job(s) {run.job_id} by hand" in proc.stderr
+    assert run.state.state == "cancelled"
+    # LSF starts the job anyway: it sees the cancelled run and exits without running or queueing anything
+    set_state(standins, run.job_id, "RUN")
+    assert run_job(run, "LSB_JOBID", run.job_id, run.dir / "logs" / f"job-{run.job_id}.out") == 0
+    assert len(calls(standins, "bsub")) == 1 and run.state.jobs[0].status == "skipped"
+    assert "exits without running" in (run.dir / "logs" / f"job-{run.job_id}.out").read_text()
