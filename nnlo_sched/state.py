@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -156,8 +157,9 @@ def locked(run_dir: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
             os.mkdir(lock)
             break
         except FileExistsError:
+            seen = _owner_text(lock)
             if _stale(lock):
-                _break(lock)
+                _break_stale(lock, seen)
                 continue
             if time.monotonic() > deadline:
                 raise StateError(f"run {Path(run_dir).name} is locked by {_owner(lock) or 'another process'}; "
@@ -209,6 +211,28 @@ def _stale(lock: Path) -> bool:
         except PermissionError:
             pass
     return time.time() - stamp > STALE_AFTER_S
+
+
+def _owner_text(lock: Path) -> str | None:
+    try:
+        return (lock / "owner").read_text()
+    except OSError:
+        return None
+
+
+def _break_stale(lock: Path, seen: str | None) -> None:
+    """Take a stale lock away by renaming it (atomic), then make sure it was the stale one: if its owner
+    changed in between (another process broke it and took it anew), give it back."""
+    tomb = lock.with_name(f"{lock.name}.stale.{socket.gethostname()}.{os.getpid()}.{time.monotonic_ns()}")
+    try:
+        os.rename(lock, tomb)
+    except OSError:
+        return  # gone already: someone else broke it
+    if _owner_text(tomb) != seen:
+        with contextlib.suppress(OSError):
+            os.rename(tomb, lock)
+            return
+    shutil.rmtree(tomb, ignore_errors=True)
 
 
 def _break(lock: Path) -> None:

@@ -77,3 +77,19 @@ def test_missing_and_corrupt_records_are_one_line_errors(tmp_path):
     (tmp_path / "state.json").write_text("{half")
     with pytest.raises(StateError, match="cannot be read"):
         read_state(tmp_path)
+
+
+def test_an_old_lock_from_another_host_is_broken_a_fresh_one_is_not(tmp_path):
+    write_state(tmp_path, RunState(run_id="r", name="n", cluster="c", scheduler="slurm"))
+    lock = tmp_path / LOCK_DIR
+    lock.mkdir()
+    (lock / "owner").write_text(f"compute-node-17 4242 {time.time() - 3600}\n")  # killed at its walltime
+    with update_state(tmp_path) as st:
+        st.error = "after"
+    assert read_state(tmp_path).error == "after"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(LOCK_DIR)] == []
+    lock.mkdir()
+    (lock / "owner").write_text(f"compute-node-17 4242 {time.time()}\n")  # alive elsewhere, just taken
+    with pytest.raises(StateError, match="pid 4242 on compute-node-17"):
+        with locked(tmp_path, timeout=0.3):
+            pass
