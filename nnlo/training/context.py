@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nnlo.config import TrainConfig
-from nnlo.roles import Hierarchy, RankInfo, TrainingGroup
+from nnlo.roles import Hierarchy, RankInfo, Role, TrainingGroup
 from nnlo.training.deadline import StopFlag
 
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -42,11 +42,21 @@ class RunContext:
 
     @property
     def master_rank(self) -> int:
+        """The rank this rank exchanges with: a worker's own master, a sub-master's uber-master."""
+        info = self.info
+        if info.role is Role.MASTER and self.group.uber_master is not None:
+            return self.group.uber_master
+        if info.role is Role.WORKER and info.master is not None:
+            return self.group.masters[info.master]
         return self.group.masters[0]
 
     @property
     def worker_ranks(self) -> tuple[int, ...]:
-        return self.group.worker_leaders(0)
+        """Who this rank serves (the uber-master: the masters) or, for a worker, its master's workers."""
+        info = self.info
+        if info.role is Role.UBER_MASTER:
+            return self.group.masters
+        return self.group.worker_leaders(info.master if info.master is not None else 0)
 
     @property
     def n_workers(self) -> int:

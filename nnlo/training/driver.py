@@ -121,9 +121,9 @@ def training_shape(shape: Shape, config: TrainConfig | None = None) -> Shape:
     if n_masters == 0 and config is not None and config.mode != "allreduce":
         raise ConfigError(f"--n-masters 0 is pure all-reduce data parallelism: use --mode allreduce "
                           f"instead of --mode {config.mode}")
-    if n_masters > 1:
-        raise ConfigError(f"{n_masters - 1} sub-masters (--n-masters {n_masters}) are not supported by this "
-                          f"runtime yet; use --n-masters 1 (optionally with --n-processes K)")
+    if n_masters > 1 and config is not None and config.synchronous:
+        raise ConfigError(f"--synchronous needs one master; drop --synchronous or use --n-masters 1 "
+                          f"(got --n-masters {n_masters})")
     if n_masters == 0 and shape.n_processes != 1:
         raise ConfigError("--n-processes groups ranks under a master; --mode allreduce already all-reduces "
                           "over every rank: drop --n-processes")
@@ -189,9 +189,10 @@ def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, va
         role.engine_name = comm.bcast(role.engine_name, root=0)
         _phase(comm, hierarchy, role.start, watchdog)
         return ctx, role
-    center = role.center if ctx.info.role is Role.MASTER else np.empty(builder.backend.n_params, np.float32)
+    # the top of the tree (the master, or the uber-master) sets everyone's initial weights
+    center = role.center if ctx.info.role is not Role.WORKER else np.empty(builder.backend.n_params, np.float32)
     with watchdog.waiting("waiting for the initial weights"):
-        comm.Bcast(center, root=ctx.master_rank)
+        comm.Bcast(center, root=ctx.group.top)
     if ctx.info.role is Role.WORKER:
         role.rule.start(center)
         _phase(comm, hierarchy, lambda: builder.restore_worker(role, checkpoint), watchdog)
@@ -252,6 +253,17 @@ class _Builder:
             return AllreduceReplica(ctx, self.backend, loader, validator, choose_engine(ctx, self.device),
                                     checkpoint)
         manifest = ckpt.read_manifest(checkpoint) if checkpoint else None
+        if ctx.group.uber_master is not None and ctx.info.role is not Role.WORKER:
+            from nnlo.training import submaster
+
+            if ctx.info.role is Role.UBER_MASTER:
+                state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
+                return submaster.UberMaster(ctx, self.backend, self.data, restored=state)
+            name = submaster.part_name(int(ctx.info.master))
+            has_part = checkpoint is not None and (Path(checkpoint) / name).is_file()
+            state = ckpt.read_part(checkpoint, name) if has_part else None
+            return submaster.SubMaster(ctx, self.backend, restored=state,
+                                       epoch=int(manifest["epoch"]) if manifest else 0)
         if ctx.info.role is Role.MASTER:
             state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
             return Master(ctx, self.backend, self.data, restored=state)
@@ -272,7 +284,7 @@ class _Builder:
         ctx = self.ctx
         manifest = ckpt.read_manifest(checkpoint)
         name = ckpt.part_name("worker", ctx.worker_index)
-        same = manifest.get("n_workers") == ctx.n_workers and manifest.get("mode") == ctx.config.effective_mode
+        same = manifest.get("n_workers") == len(ctx.group.workers) and manifest.get("mode") == ctx.config.effective_mode
         if not same or not (Path(checkpoint) / name).is_file():
             if ctx.worker_index == 0:
                 log.warning("checkpoint %s was written by %s worker(s) in mode %s; workers restart epoch %d "
@@ -303,7 +315,9 @@ def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, v
     if ctx.hierarchy.shape.allreduce:  # every replica trains, and validates its share of the samples
         data: Any = (_training(ctx, source, train_indices), _validation(ctx, source, val_indices))
         return _Builder(ctx, backend, data, device)
-    is_master = ctx.info.role is Role.MASTER
+    is_master = ctx.info.role is not Role.WORKER
+    if ctx.info.role is Role.MASTER and ctx.group.uber_master is not None:
+        return _Builder(ctx, backend, None, device)  # sub-masters neither validate nor read data
     data = _validation(ctx, source, val_indices) if is_master else _training(ctx, source, train_indices)
     return _Builder(ctx, backend, data, device)
 

@@ -430,7 +430,7 @@ class Master:
                 ckpt.write_part(tmp, ckpt.part_name("master"), self.state_dict())
                 self.writer.commit(tmp, {
                     "epoch": self.epoch, "updates": self.updates, "mode": self.cfg.effective_mode,
-                    "n_workers": len(self.workers), "config": self.cfg.to_dict(),
+                    "n_workers": len(self.ctx.group.workers), "config": self.cfg.to_dict(),
                     "stopped_reason": self.stop_reason,
                 })
                 if self.writer.last_duration is not None:
