@@ -19,6 +19,11 @@ from nnlo_sched.layout.model import Layout
 from nnlo_sched.profiles.schema import Profile
 from nnlo_sched.spec import RunSpec
 
+#: No layout has more ranks than this. Why a bound at all: an oversubscribed profile (``local``) has no node
+#: or process limit, so an absurd count (``--workers 1e30``) would otherwise reach the role hierarchy, which
+#: lists every rank (a hang, or an OverflowError past 2**63). A million ranks is beyond today's largest runs.
+MAX_RANKS = 1_000_000
+
 
 class LayoutError(ConfigError):
     """A request that cannot be placed on the cluster; the message says why and what would work."""
@@ -222,6 +227,9 @@ def _place(
     queue: str | None,
 ) -> Layout:
     """Lay ``world`` ranks out on ``nodes`` nodes (None: as few as hold them) and check the site's limits."""
+    if world > MAX_RANKS:
+        raise LayoutError(f"{world} ranks are more than nnlo lays out (at most {MAX_RANKS:,}); "
+                          "ask for fewer workers/blocks")
     slots = node.gpu_slots
     if nodes is None:
         nodes = 1 if _fits_one_node(node, shape, world) else -(-world // node.uniform_cap())
