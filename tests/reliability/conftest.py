@@ -37,3 +37,17 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("sacct", "scancel"):
         write_standin(tmp_path / "bin", name, "exit 0")
     return tmp_path
+
+
+@pytest.fixture
+def local_chain(tmp_path: Path) -> dict[str, str]:
+    """Environment for real local chains whose payload is tests/chain/payload.py (epochs are sleeps, checkpoints
+    real): profile ``chainlocal`` extends ``local`` with the chain tests' fake python; runs home in tmp_path."""
+    clusters = tmp_path / "clusters"
+    clusters.mkdir()
+    fake_python = REPO / "tests" / "chain" / "fake_python.sh"
+    (clusters / "chainlocal.toml").write_text(f'extends = "local"\npython = "{fake_python}"\n')
+    (tmp_path / "model.py").write_text("def get_model():\n    return None\n")
+    return dict(os.environ, NNLO_CLUSTERS=str(clusters), NNLO_HOME=str(tmp_path / "home"),
+                NNLO_TEST_REAL_PYTHON=sys.executable, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
+                NNLO_LOCAL_KILL_WAIT="3", PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")

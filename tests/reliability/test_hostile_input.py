@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from fault_tools import BIN, REPO, RUNTIME_MODELS, nnlo, wait_until
+from fault_tools import RUNTIME_MODELS, nnlo, wait_until
 
 CANARY = "/tmp/nnlo-reliability-canary"
 PAYLOADS = [f"$(touch {CANARY})", f"`touch {CANARY}`", f"'; touch {CANARY}; '", f'"; touch {CANARY}; "',
@@ -131,20 +131,13 @@ def test_hostile_profile_files_give_one_line(tmp_path_factory, monkeypatch: pyte
 HOSTILE_NAME = f"n $(touch {CANARY}) `touch {CANARY}` '\"; é🙂"
 
 
-def test_a_local_run_with_hostile_name_and_dir_runs_no_code(tmp_path: Path) -> None:
+def test_a_local_run_with_hostile_name_and_dir_runs_no_code(local_chain: dict[str, str], tmp_path: Path) -> None:
     """The whole local chain (render, submit, job start, payload, job end) with a hostile name and folder."""
     if os.path.exists(CANARY):
         os.unlink(CANARY)
-    clusters = tmp_path / "clusters"
-    clusters.mkdir()
-    fake_python = REPO / "tests" / "chain" / "fake_python.sh"
-    (clusters / "hostile.toml").write_text(f'extends = "local"\npython = "{fake_python}"\n')
+    env = local_chain
     run_dir = tmp_path / f"runs $(touch {CANARY}) `touch {CANARY}` ' \" é🙂" / "r"
-    env = dict(os.environ, NNLO_CLUSTERS=str(clusters), NNLO_HOME=str(tmp_path / "home"),
-               NNLO_TEST_REAL_PYTHON=sys.executable, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
-               PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    (tmp_path / "model.py").write_text("def get_model():\n    return None\n")
-    proc = subprocess.run([sys.executable, "-m", "nnlo_sched", "submit", "-c", "hostile", "--name", HOSTILE_NAME,
+    proc = subprocess.run([sys.executable, "-m", "nnlo_sched", "submit", "-c", "chainlocal", "--name", HOSTILE_NAME,
                            "--run-dir", str(run_dir), "-t", "5m", "--workers", "1", "train", "--model", "model.py",
                            "--epochs", "2"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
