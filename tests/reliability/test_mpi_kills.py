@@ -18,6 +18,7 @@ import pytest
 from fault_tools import (BRANIN, HANG_LIMIT_S, RUNTIME_MODELS, Job, error_lines, nnlo_argv, rank_pids, rng, start,
                          subprocess_env, wait_until)
 from nnlo.checkpoint import list_checkpoints, read_manifest
+from nnlo.roles import Shape, describe
 
 pytestmark = [pytest.mark.mpi]
 
@@ -61,13 +62,21 @@ def test_walltime_kills_at_random_moments_then_resume_finishes(blobs, tmp_path: 
     assert [e["samples"] for e in history["history"]] == [240] * EPOCHS
 
 
+def _rank_of(role: str, world: int, shape: Shape, last: bool = False) -> int:
+    """The rank holding ``role`` in nnlo's own role map (never a hard-coded guess)."""
+    ranks = [r.rank for r in describe(world, shape).ranks if r.role.value == role]
+    return ranks[-1] if last else ranks[0]
+
+
 # -- one rank killed ------------------------------------------------------------------------------------
 CASES = {
-    # role: (argv after mpirun, world size, rank to kill, words an error line must hold)
-    "worker": ("train", 3, 2, "worker"),
-    "master": ("train", 3, 0, "master"),
-    "coordinator": ("optimize", 5, 0, "coordinator"),
-    "block member": ("optimize", 5, 3, "block"),
+    # role: (command, world size, rank to kill, words an error line must hold, extra options)
+    "worker": ("train", 3, 2, "worker", []),
+    "master": ("train", 3, 0, "master", []),
+    "sub-master": ("train", 5, _rank_of("master", 5, Shape(n_masters=3), last=True), "master",
+                   ["--n-masters", "3"]),
+    "coordinator": ("optimize", 5, 0, "coordinator", []),
+    "block member": ("optimize", 5, 3, "block", []),
 }
 _results: dict[str, tuple[int, str]] = {}
 
@@ -76,9 +85,9 @@ def _killed_rank_job(role: str, blobs: dict[str, Path], folder: Path, mpirun: st
     """Start the job under real mpirun, SIGKILL one rank once it works, return (rc, output); cached per role."""
     if role in _results:
         return _results[role]
-    command, size, rank, _ = CASES[role]
+    command, size, rank, _, extra = CASES[role]
     if command == "train":
-        args = ["train", *TRAIN_ARGS, "--epochs", "100000", "--train", str(blobs["train"]), "--val",
+        args = ["train", *TRAIN_ARGS, *extra, "--epochs", "100000", "--train", str(blobs["train"]), "--val",
                 str(blobs["val"]), "--checkpoint", str(folder / "run")]
         env = subprocess_env()
         started = lambda job: "epoch " in job.err  # noqa: E731
@@ -109,7 +118,7 @@ def test_a_killed_rank_ends_the_whole_job(role: str, blobs, tmp_path: Path, mpir
 @pytest.mark.parametrize("role", list(CASES))
 def test_a_killed_rank_is_named_with_its_role(role: str, blobs, tmp_path: Path, mpirun: str) -> None:
     rc, output = _killed_rank_job(role, blobs, tmp_path, mpirun)
-    _, _, rank, word = CASES[role]
+    _, _, rank, word, _ = CASES[role]
     lines = error_lines(output)
     assert any(f"rank {rank}" in ln and word in ln for ln in lines), output[-2000:]
     assert rc == 1
