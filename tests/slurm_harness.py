@@ -171,7 +171,7 @@ MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
 # quick ends at the time limit and jobs kept in memory long enough for squeue-based status
-KillWait=10
+KillWait=20
 OverTimeLimit=0
 MinJobAge=600
 InactiveLimit=0
