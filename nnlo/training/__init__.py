@@ -15,17 +15,14 @@ module                what it holds
 ``deadline``          walltime deadline and stop signals (SIGUSR1/SIGUSR2/SIGTERM)
 ``history``           per-epoch history, best epoch, :class:`~nnlo.training.history.TrainResult`
 ``failure``           :class:`~nnlo.training.failure.RankFailure`: one rank's failure known to all
+``watchdog``          aborts the job when a blocking wait outlives ``NNLO_COMM_TIMEOUT`` (dead peer)
+``allreduce``         pure all-reduce data parallelism (``--mode allreduce`` / ``--n-masters 0``)
+``groups``            all-reduce worker groups (``--n-processes K``) acting as one worker
+``submaster``         sub-masters under an uber-master (``--n-masters M > 1``)
 ====================  ==============================================================================
 
-Seams for what comes next (no rewrite needed):
-
-- *pure all-reduce* (``--n-masters 0``): a third role class beside Master/Worker whose exchange is an
-  ``Allreduce`` of the delta on the group communicator; :func:`driver.training_shape` is where it is
-  switched on, :func:`driver._build_role` where the role is picked.
-- *sub-masters* (``--n-masters M > 1``): a sub-master is a Master towards its workers
-  (``hierarchy.group.worker_leaders(m)``) and a worker towards the uber-master (a second
-  :class:`~nnlo.transport.Link`); the uber-master is a Master whose "workers" are the masters.
-- *all-reduce worker groups* (``--n-processes K``): ranks of one logical worker all-reduce their gradients
-  in :meth:`worker.Worker._train_batch` (each reading its part of the batch,
-  :func:`nnlo.data.split_batch`), and only the leader (``RankInfo.is_leader``) calls the exchange.
+The shape of a training group (:func:`driver.training_shape`) picks the roles; every role class talks to
+its peers only through :class:`~nnlo.transport.Link` (parameter-server exchanges) or flat-buffer
+collectives, arms the watchdog around blocking waits, and reports failures through the master so that no
+rank is left waiting.
 """

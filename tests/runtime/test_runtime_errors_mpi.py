@@ -78,9 +78,11 @@ def test_bad_option_values(run_train) -> None:
     _one_error(run, "--worker-optimizer", "lr", rank="0")
 
 
-def test_unsupported_shapes_are_refused(run_train) -> None:
+def test_contradictory_shapes_are_refused(run_train) -> None:
+    run = run_train(2, "--n-masters", "0", "--mode", "gem", "--epochs", "1")
+    _one_error(run, "--n-masters 0", "--mode allreduce", rank="0")
     run = run_train(2, "--n-processes", "2", "--epochs", "1")
-    _one_error(run, "--n-processes 2", "not supported", rank="0")
+    _one_error(run, "2 ranks cannot hold 1 master plus workers of 2 rank(s)", "use 3 ranks", rank="0")
 
 
 def test_a_hanging_worker_ends_the_job_through_the_watchdog(run_train) -> None:

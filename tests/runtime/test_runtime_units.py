@@ -55,12 +55,12 @@ def test_worker_optimizer_default_follows_the_mode() -> None:
     assert TrainConfig(model="m", worker_optimizer="rmsprop").worker_optimizer_spec == "rmsprop"
 
 
-def test_unsupported_shapes_have_one_line_errors() -> None:
+def test_training_shape_strips_the_block_layout_and_refuses_contradictions() -> None:
     assert training_shape(Shape(n_masters=1, block_size=4, n_fold=2)) == Shape()
-    with pytest.raises(ConfigError, match="--n-masters 0"):
-        training_shape(Shape(n_masters=0))
-    with pytest.raises(ConfigError, match="sub-masters"):
-        training_shape(Shape(n_masters=3))
+    with pytest.raises(ConfigError, match="--mode allreduce"):
+        training_shape(Shape(n_masters=0), TrainConfig(model="m.py", mode="gem"))
+    with pytest.raises(ConfigError, match="--synchronous needs one master"):
+        training_shape(Shape(n_masters=3), TrainConfig(model="m.py", mode="downpour", synchronous=True))
 
 
 # -- stopping ---------------------------------------------------------------------------------------------
