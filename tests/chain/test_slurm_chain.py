@@ -32,6 +32,7 @@ def _run_view(run_id: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # ~3.5 min alone; several 1-minute walltimes and the reference run on a busy machine
 def test_training_chain_over_three_walltimes_matches_an_uninterrupted_run(slurm, chain_env, mpirun):
     data = chain_env / "data"
     subprocess.run([sys.executable, str(REPO / "examples" / "make_synthetic.py"), "--out", str(data),
