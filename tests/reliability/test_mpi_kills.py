@@ -7,6 +7,7 @@ allocation): a job still running :data:`fault_tools.HANG_LIMIT_S` after the kill
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -122,3 +123,23 @@ def test_a_killed_rank_is_named_with_its_role(role: str, blobs, tmp_path: Path, 
     lines = error_lines(output)
     assert any(f"rank {rank}" in ln and word in ln for ln in lines), output[-2000:]
     assert rc == 1
+
+
+def test_a_frozen_worker_ends_the_job_through_the_watchdog(blobs, tmp_path: Path, mpirun: str) -> None:
+    """SIGSTOP, not SIGKILL: the rank stays alive, so the launcher sees nothing; nnlo's watchdog must end it."""
+    args = ["train", *TRAIN_ARGS, "--epochs", "100000", "--train", str(blobs["train"]), "--val", str(blobs["val"]),
+            "--checkpoint", str(tmp_path / "run")]
+    job = start([mpirun, "-np", "3", *nnlo_argv(*args)], tmp_path, env=subprocess_env(NNLO_COMM_TIMEOUT="5"),
+                name="frozen")
+    wait_until("training to start", lambda: "epoch " in job.err, job=job)
+    pids = wait_until("every rank's process", lambda: (lambda p: p if len(p) == 3 else None)(rank_pids(job.proc.pid)),
+                      job=job)
+    os.kill(pids[2], signal.SIGSTOP)  # type: ignore[index]
+    try:
+        rc = job.wait_or_hang(HANG_LIMIT_S, what="the job after a worker froze (NNLO_COMM_TIMEOUT=5)")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pids[2], signal.SIGKILL)  # type: ignore[index]
+    assert rc != 0
+    lines = error_lines(job.output())
+    assert lines and "a peer died or hangs" in lines[0], job.output()[-3000:]
