@@ -18,12 +18,16 @@ def _close(a: list[float], b: list[float]) -> None:
     assert a == pytest.approx(b, rel=1e-4), f"{a} != {b}"
 
 
+def _same_rank_map_as_the_layout(run, ranks: int) -> None:
+    shape = shape_from_args("train", ["--mode", "allreduce"])
+    layout = compute_layout(load_profile("local"), shape, workers=ranks)
+    assert rank_map_logged(run) == layout.hierarchy.rank_map()
+
+
 @pytest.mark.parametrize("engine", available_engines())
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_n_ranks_match_one_process_with_n_times_the_batch(run_train, ranks: int, engine: str) -> None:
-    # with 2 ranks, --scale-lr doubles lr=0.05 to the one process's 0.1
-    lr = ("--worker-optimizer", "sgd:lr=0.05", "--scale-lr") if ranks == 2 else ()
-    many = run_train(ranks, *OPTS, *lr, "--epochs", "2", "--batch", "8", "--allreduce-engine", engine)
+def test_n_ranks_match_one_process_with_n_times_the_batch(run_train, engine: str) -> None:
+    ranks = 3 if engine == "mpi" else 2
+    many = run_train(ranks, *OPTS, "--epochs", "2", "--batch", "8", "--allreduce-engine", engine)
     assert many.rc == 0, many.err[-3000:]
     one = run_train(1, *OPTS, "--epochs", "2", "--batch", str(8 * ranks))
     assert one.rc == 0, one.err[-3000:]
@@ -31,25 +35,25 @@ def test_n_ranks_match_one_process_with_n_times_the_batch(run_train, ranks: int,
     _close(losses(many.history, "val_loss"), losses(one.history, "val_loss"))
     assert [e["samples"] for e in many.history["history"]] == [96, 96]
     assert many.history["engine"] == engine and many.history["n_workers"] == ranks
-    # the layout side computes the same rank map for the same argv
-    shape = shape_from_args("train", ["--mode", "allreduce"])
-    layout = compute_layout(load_profile("local"), shape, workers=ranks)
-    assert rank_map_logged(many) == layout.hierarchy.rank_map()
+    _same_rank_map_as_the_layout(many, ranks)
 
 
-def test_only_rank_0_writes_and_restore_continues_exactly(run_train, tmp_path) -> None:
-    whole = run_train(2, *OPTS, "--epochs", "3", "--batch", "8", out_dir=tmp_path / "whole")
-    assert whole.rc == 0, whole.err[-3000:]
-    first = run_train(2, *OPTS, "--epochs", "2", "--batch", "8", "--checkpoint-interval", "1",
-                      out_dir=tmp_path / "split")
+def test_two_ranks_split_by_a_restore_match_one_process(run_train, tmp_path) -> None:
+    """2 ranks, --scale-lr (0.05 -> 0.1), stopped after epoch 1 and restored, = 1 process, batch 16, lr 0.1."""
+    scaled = (*OPTS, "--worker-optimizer", "sgd:lr=0.05", "--scale-lr", "--batch", "8")
+    first = run_train(2, *scaled, "--epochs", "1", out_dir=tmp_path / "split")
     assert first.rc == 0, first.err[-3000:]
     ckpts = sorted((tmp_path / "split" / "checkpoints").glob("ckpt-*"))
     assert ckpts, "no checkpoint written"
-    assert sorted(p.name for p in ckpts[-1].iterdir()) == ["manifest.json", "replica.pkl"]  # one writer
-    second = run_train(2, *OPTS, "--epochs", "3", "--batch", "8", "--restore", "auto", out_dir=tmp_path / "split")
+    assert sorted(p.name for p in ckpts[-1].iterdir()) == ["manifest.json", "replica.pkl"]  # rank 0 only
+    second = run_train(2, *scaled, "--epochs", "2", "--restore", "auto", out_dir=tmp_path / "split")
     assert second.rc == 0, second.err[-3000:]
-    _close(losses(second.history), losses(whole.history))
-    assert len(second.history["history"]) == 3
+    one = run_train(1, *OPTS, "--epochs", "2", "--batch", "16")
+    assert one.rc == 0, one.err[-3000:]
+    assert len(second.history["history"]) == 2
+    _close(losses(second.history), losses(one.history))
+    _close(losses(second.history, "val_loss"), losses(one.history, "val_loss"))
+    _same_rank_map_as_the_layout(first, 2)
 
 
 def test_bad_shapes_give_one_line(run_train) -> None:

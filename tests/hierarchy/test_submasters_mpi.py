@@ -19,12 +19,12 @@ PARTS = ["manifest.json", "master.pkl", "submaster-0.pkl", "submaster-1.pkl", "w
 
 @pytest.mark.parametrize("mode", ["downpour", "easgd", "gem"])
 def test_every_mode_trains_through_the_tree(run_train, mode: str) -> None:
-    run = run_train(5, *TREE, "--mode", mode, "--epochs", "2", "--checkpoint-interval", "1")
+    epochs = 2 if mode == "downpour" else 1
+    run = run_train(5, *TREE, "--mode", mode, "--epochs", str(epochs), "--checkpoint-interval", "1")
     assert run.rc == 0, run.err[-3000:]
     history = run.history["history"]
-    assert [e["samples"] for e in history] == [96, 96]  # the whole training set, once per epoch
-    assert all("val_loss" in e for e in history)
-    assert history[-1]["loss"] < history[0]["loss"] * 1.05  # it learns (no divergence through the tree)
+    assert [e["samples"] for e in history] == [96] * epochs  # the whole training set, once per epoch
+    assert all(e["val_accuracy"] > 0.5 for e in history)  # it learns through the tree (3 classes: 1/3 by chance)
     last = sorted((run.out_dir / "checkpoints").glob("ckpt-*"))[-1]
     assert sorted(p.name for p in last.iterdir()) == PARTS
     layout = compute_layout(load_profile("local"), shape_from_args("train", ["--n-masters", "3"]), workers=2)
