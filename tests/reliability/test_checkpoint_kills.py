@@ -122,9 +122,16 @@ def _is_complete(ckpt: Path) -> bool:
                                        "that still has manifest.json but lacks parts; list_checkpoints() then "
                                        "offers a torn checkpoint (rename it to a dot-name first, or delete "
                                        "manifest.json first)")
-@pytest.mark.parametrize("kill_after", [1, 2, 3])
-def test_a_kill_while_pruning_leaves_no_torn_checkpoint(tmp_path: Path, kill_after: int) -> None:
-    """Kill the writer after its k-th file removal while it prunes (keep=1): older checkpoints stay whole."""
+def test_a_kill_while_pruning_leaves_no_torn_checkpoint(tmp_path: Path) -> None:
+    """Kill the writer inside its pruning, after one part of an old checkpoint is gone (keep=1).
+
+    ``shutil.rmtree`` is replaced in the child by one that removes a single non-manifest file of the folder
+    it was given and then SIGKILLs the process: the worst moment, whatever order the file system lists
+    files in. A prune that first hides the folder (rename to a dot-name, or removes the manifest first)
+    passes; one that deletes a listed checkpoint in place leaves it torn.
+    """
+    import shutil
+
     directory = tmp_path / "checkpoints"
     writer = CheckpointWriter(directory, keep=5)
     for step in (1, 2):
@@ -134,19 +141,18 @@ def test_a_kill_while_pruning_leaves_no_torn_checkpoint(tmp_path: Path, kill_aft
         writer.commit(tmp, {"epoch": step, "updates": step})
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child prunes down to one checkpoint and dies mid-way
-        real_unlink, count = os.unlink, []
+        def rmtree(path, *args, **kwargs):
+            for p in sorted(Path(path).iterdir()):
+                if p.name != MANIFEST:
+                    p.unlink()
+                    break
+            os.kill(os.getpid(), signal.SIGKILL)
 
-        def unlink(*args, **kwargs):
-            real_unlink(*args, **kwargs)
-            count.append(1)
-            if len(count) >= kill_after:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-        os.unlink = unlink  # type: ignore[assignment]
+        shutil.rmtree = rmtree  # type: ignore[assignment]
         CheckpointWriter(directory, keep=1)._prune()
         os._exit(0)
     _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status), "the kill was not injected (pruning removed fewer files)"
+    assert os.WIFSIGNALED(status), "pruning removed nothing: the kill was not injected"
     for ckpt in list_checkpoints(directory):
         _check_complete(ckpt)
 
