@@ -70,8 +70,10 @@ def horovod() -> tuple[Any, str]:
         import horovod.torch as hvd  # type: ignore[import-not-found]
     except Exception as e:  # noqa: BLE001 - not built here: say so
         return None, f"not available: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".strip()
+    import horovod
+
     hvd.init()
-    return hvd, f"horovod {getattr(hvd, '__version__', '?')}"
+    return hvd, f"horovod {getattr(horovod, '__version__', '?')} (horovod.torch allreduce_, op=Sum)"
 
 
 def gloo_init(comm: Any) -> None:
