@@ -166,13 +166,15 @@ def slurm_requeue(d: dict) -> str:
     if "error" in n:
         rows.append(["nnlo chain", f"failed: {n['error']}", "", ""])
     elif n:
-        rows.append(["nnlo chain", f"{n['job_end_to_successor_start_s']:.1f} s",
+        when = f" (run at {n['carried_from_run_at']})" if n.get("carried_from_run_at") else ""
+        rows.append([f"nnlo chain{when}", f"{n['job_end_to_successor_start_s']:.1f} s",
                      f"{n['job_end_to_training_resumed_s']:.1f} s", ""])
     s = d.get("submitit", {})
     if "error" in s:
         rows.append(["submitit requeue", f"failed: {s['error']}", "", ""])
     elif s:
-        rows.append(["submitit requeue", "", "", f"{s['signal_to_code_running_again_s']:.1f} s"])
+        when = f" (run at {s['carried_from_run_at']})" if s.get("carried_from_run_at") else ""
+        rows.append([f"submitit requeue{when}", "", "", f"{s['signal_to_code_running_again_s']:.1f} s"])
     return "\n\n".join([md(rows, ["path", "job end -> successor starts", "job end -> training resumed",
                                   "signal -> code running again"]), f"Slurm: {d.get('slurm')}.", machine_line(d)])
 
