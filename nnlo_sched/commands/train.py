@@ -196,7 +196,9 @@ def argv_from_params(command: click.Command, params: dict[str, Any], drop: tuple
                    "existing MPI launch (mpirun/srun/jsrun/aprun), which sets the ranks itself.")
 @click.pass_context
 def train_command(ctx: click.Context, np_: int | None, **params: Any) -> None:
-    """Train one model with 1 master and N-1 workers (Downpour, EASGD, GEM or synchronous).
+    """Train one model with 1 master and N-1 workers (Downpour, EASGD, GEM or synchronous), or deeper
+    hierarchies: --n-masters M (uber-master above M-1 masters), --n-processes K (workers of K ranks that
+    all-reduce), --mode allreduce (no master; every rank a replica).
 
     Example: nnlo train -n 3 --model examples/digits_torch.py --train train.list --val val.list --mode gem
 
