@@ -48,7 +48,7 @@ def trained(blobs, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("damage", ["truncated part", "garbled manifest"])
+@pytest.mark.parametrize("damage", ["truncated part"])  # a garbled manifest: test_checkpoint_kills.py, in-process
 def test_a_damaged_newest_checkpoint_is_one_line_and_an_older_one_still_restores(
         damage: str, trained: Path, blobs, tmp_path: Path) -> None:
     run = tmp_path / "run"
