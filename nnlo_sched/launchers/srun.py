@@ -1,4 +1,5 @@
-"""Slurm's ``srun``: ``-n --nodes --ntasks-per-node --cpus-per-task [--gpus-per-task]`` plus site MPI flags."""
+"""Slurm's ``srun``: ``-n --nodes --ntasks-per-node --cpus-per-task --kill-on-bad-exit [--gpus-per-task]``
+plus site MPI flags."""
 from __future__ import annotations
 
 from nnlo_sched.launchers.base import LaunchPlan, Launcher
@@ -15,6 +16,8 @@ class Srun(Launcher):
             f"--nodes={plan.nodes}",
             f"--ntasks-per-node={plan.ranks_per_node}",
             f"--cpus-per-task={plan.cores_per_rank}",
+            # A rank that dies ends the whole step: the others must never sit idle until the walltime.
+            "--kill-on-bad-exit=1",
         ]
         # Whole GPUs per task are bound by Slurm; shared or layout-chosen GPUs stay visible to all tasks
         # (the job's --gres/--gpus-per-node) and each rank selects its device from the layout.
