@@ -1,4 +1,4 @@
-"""Slurm's ``srun``: ``-n --nodes --ntasks-per-node --cpus-per-task --kill-on-bad-exit [--gpus-per-task]``
+"""Slurm's ``srun``: ``-n --nodes --ntasks-per-node --cpus-per-task --wait [--gpus-per-task]``
 plus site MPI flags."""
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ class Srun(Launcher):
             f"--nodes={plan.nodes}",
             f"--ntasks-per-node={plan.ranks_per_node}",
             f"--cpus-per-task={plan.cores_per_rank}",
-            # A rank that dies ends the whole step: the others must never sit idle until the walltime.
-            "--kill-on-bad-exit=1",
+            # When one rank has ended, the others get 120 s (enough to finish a checkpoint or exit 75 in
+            # step) and are then ended: a rank that died must never leave the rest idle until the walltime.
+            # (--kill-on-bad-exit would also kill ranks still writing when the first exits 75.)
+            "--wait=120",
         ]
         # Whole GPUs per task are bound by Slurm; shared or layout-chosen GPUs stay visible to all tasks
         # (the job's --gres/--gpus-per-node) and each rank selects its device from the layout.

@@ -26,7 +26,7 @@ trap 'forward TERM' TERM
 module load slurm openmpi cuda
 /sw/nnlo/bin/python -m nnlo_sched job start "$NNLO_RUN_DIR" || exit 0
 # The MPI program runs in the background so that the batch shell can catch the scheduler's signals.
-srun --mpi=pmix -n 8 --nodes=2 --ntasks-per-node=4 --cpus-per-task=9 --kill-on-bad-exit=1 --gpus-per-task=1 /sw/nnlo/bin/python -m nnlo_sched run "$NNLO_RUN_DIR" &
+srun --mpi=pmix -n 8 --nodes=2 --ntasks-per-node=4 --cpus-per-task=9 --wait=120 --gpus-per-task=1 /sw/nnlo/bin/python -m nnlo_sched run "$NNLO_RUN_DIR" &
 child=$!
 [ -n "$pending" ] && kill -"$pending" "$child" 2>/dev/null
 while :; do
