@@ -127,7 +127,7 @@ class TrainRunner:
             log_level=self.config.log_level if self.config.log_level == "debug" else "warning",
         )
         if lr is not None:
-            cfg = cfg.replace(worker_optimizer=with_lr(cfg.worker_optimizer, float(lr)))
+            cfg = cfg.replace(worker_optimizer=with_lr(cfg.worker_optimizer_spec, float(lr)))
         return cfg
 
     def n_samples(self) -> int:

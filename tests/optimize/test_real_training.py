@@ -51,6 +51,18 @@ def test_hyperparameters_route_to_training_options_or_get_model(tmp_path):
     assert trial.checkpoint.endswith("0007/fold-1") and trial.restore == "auto"
 
 
+@pytest.mark.parametrize("mode, base", [("gem", "sgd"), ("downpour", "adam")])
+def test_worker_lr_applies_to_the_default_worker_optimizer(tmp_path, mode, base):
+    """No --worker-optimizer given: worker_lr sets the learning rate of the mode's default optimizer."""
+    from nnlo.algorithms.optimizers import parse_optimizer_spec
+
+    cfg = TrainConfig(model=DIGITS_MODEL, mode=mode)
+    assert cfg.worker_optimizer is None
+    trial = TrainRunner(cfg, Shape(), 0).config_for({"worker_lr": 0.05}, tmp_path / "trials" / "0001" / "fold-0")
+    name, opts = parse_optimizer_spec(trial.worker_optimizer)
+    assert name == base and opts["lr"] == 0.05
+
+
 @pytest.mark.mpi
 def test_real_optimize_on_digits(mpirun, nnlo_env, digits, tmp_path):
     out = tmp_path / "run"
