@@ -10,6 +10,7 @@ hammer a shared controller. A scheduler that cannot answer says ``unknown`` rath
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from abc import ABC, abstractmethod
@@ -58,17 +59,29 @@ class Scheduler(ABC):
         out = run_program(list(argv), cwd=cwd, env=env, what="submit")
         return self.parse_submit_output(out)
 
-    @abstractmethod
+    #: the submit program (named in errors) and the pattern whose first group is the new job's id
+    submit_program: str = ""
+    submit_pattern: re.Pattern[str] | None = None
+    #: the cancel program, and words in its complaints that only mean "that job already ended"
+    cancel_program: str = ""
+    cancel_harmless: tuple[str, ...] = ()
+
     def parse_submit_output(self, text: str) -> str:
         """The job id from the submit program's standard output."""
+        m = self.submit_pattern.search(text) if self.submit_pattern is not None else None
+        if not m:
+            raise SchedulerError(f"{self.submit_program} printed no job id: {' '.join(text.split())[:200]!r}")
+        return m.group(1)
 
     @abstractmethod
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
         """State of every job in ``job_ids`` from one scheduler call; ``UNKNOWN`` where it cannot tell."""
 
-    @abstractmethod
     def cancel(self, job_ids: Sequence[str]) -> None:
         """Cancel the jobs (one call); jobs that already ended are not an error."""
+        ids = unique_ids(job_ids)
+        if ids:
+            cancel_tolerant(self.cancel_program, ids, self.cancel_harmless)
 
     def current_job_id(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The id of the job this process runs in, from the scheduler's environment."""
@@ -80,6 +93,11 @@ class Scheduler(ABC):
 
     def unknown(self, job_ids: Sequence[str], why: str = "") -> dict[str, JobInfo]:
         return {j: JobInfo(j, UNKNOWN, reason=why) for j in job_ids}
+
+
+def unique_ids(job_ids: Sequence[str]) -> list[str]:
+    """The non-empty ids, each once, in order."""
+    return [j for j in dict.fromkeys(job_ids) if j]
 
 
 def run_program(argv: list[str], *, what: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,

@@ -10,8 +10,8 @@ import re
 from typing import Sequence
 
 from nnlo_sched.schedulers.base import (
-    COMPLETED, ENDED, FAILED, PENDING, RUNNING, UNKNOWN, cancel_tolerant, JobInfo, one_line, run_capture,
-    Scheduler, SchedulerError)
+    COMPLETED, ENDED, FAILED, PENDING, RUNNING, UNKNOWN, JobInfo, one_line, run_capture,
+    Scheduler, SchedulerError, unique_ids)
 
 _STATES = {"PEND": PENDING, "PSUSP": PENDING, "WAIT": PENDING, "RUN": RUNNING, "USUSP": RUNNING,
            "SSUSP": RUNNING, "PROV": RUNNING, "DONE": COMPLETED, "EXIT": FAILED, "UNKWN": UNKNOWN,
@@ -22,15 +22,11 @@ _SUBMITTED = re.compile(r"Job <(\d+)> is submitted")
 class LsfScheduler(Scheduler):
     name = "lsf"
     job_id_vars = ("LSB_JOBID",)
-
-    def parse_submit_output(self, text: str) -> str:
-        m = _SUBMITTED.search(text)
-        if not m:
-            raise SchedulerError(f"bsub printed no job id: {' '.join(text.split())[:200]!r}")
-        return m.group(1)
+    submit_program, submit_pattern = "bsub", _SUBMITTED
+    cancel_program, cancel_harmless = "bkill", ('already finished', 'No matching job', 'is not found')
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
-        ids = [j for j in dict.fromkeys(job_ids) if j]
+        ids = unique_ids(job_ids)
         if not ids:
             return {}
         try:
@@ -54,8 +50,3 @@ class LsfScheduler(Scheduler):
         for j in ids:
             found.setdefault(j, JobInfo(j, ENDED, "", "not found by bjobs"))
         return found
-
-    def cancel(self, job_ids: Sequence[str]) -> None:
-        ids = [j for j in dict.fromkeys(job_ids) if j]
-        if ids:
-            cancel_tolerant("bkill", ids, ('already finished', 'No matching job', 'is not found'))

@@ -10,7 +10,7 @@ import re
 from typing import Sequence
 
 from nnlo_sched.schedulers.base import (
-    ENDED, PENDING, RUNNING, UNKNOWN, cancel_tolerant, JobInfo, one_line, run_capture, Scheduler,
+    ENDED, PENDING, RUNNING, UNKNOWN, JobInfo, one_line, run_capture, Scheduler, unique_ids,
     SchedulerError)
 
 _STATES = {"Q": PENDING, "H": PENDING, "W": PENDING, "T": PENDING, "S": PENDING, "R": RUNNING,
@@ -27,15 +27,11 @@ class PbsScheduler(Scheduler):
     name = "pbs"
     # Slurm's Torque wrappers (slurm-wlm-torque) run PBS scripts as Slurm jobs and leave PBS_JOBID empty
     job_id_vars = ("PBS_JOBID", "SLURM_JOB_ID")
-
-    def parse_submit_output(self, text: str) -> str:
-        m = _SUBMITTED.search(text)
-        if not m:
-            raise SchedulerError(f"qsub printed no job id: {' '.join(text.split())[:200]!r}")
-        return m.group(1)
+    submit_program, submit_pattern = "qsub", _SUBMITTED
+    cancel_program, cancel_harmless = "qdel", ('Unknown Job Id', 'already', 'finished')
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
-        ids = [j for j in dict.fromkeys(job_ids) if j]
+        ids = unique_ids(job_ids)
         if not ids:
             return {}
         try:
@@ -58,8 +54,3 @@ class PbsScheduler(Scheduler):
         for j in ids:
             found.setdefault(j, JobInfo(j, ENDED, "", "unknown to qstat"))
         return found
-
-    def cancel(self, job_ids: Sequence[str]) -> None:
-        ids = [j for j in dict.fromkeys(job_ids) if j]
-        if ids:
-            cancel_tolerant("qdel", ids, ('Unknown Job Id', 'already', 'finished'))

@@ -10,8 +10,8 @@ import re
 from typing import Sequence
 
 from nnlo_sched.schedulers.base import (
-    CANCELLED, COMPLETED, ENDED, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN, cancel_tolerant, JobInfo,
-    one_line, run_capture, run_program, Scheduler, SchedulerError)
+    CANCELLED, COMPLETED, ENDED, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobInfo,
+    one_line, run_capture, run_program, Scheduler, SchedulerError, unique_ids)
 
 _STATES = {
     "PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
@@ -32,15 +32,11 @@ def normalise(native: str) -> str:
 class SlurmScheduler(Scheduler):
     name = "slurm"
     job_id_vars = ("SLURM_JOB_ID", "SLURM_JOBID")
-
-    def parse_submit_output(self, text: str) -> str:
-        m = _SUBMITTED.search(text)
-        if not m:
-            raise SchedulerError(f"sbatch printed no job id: {' '.join(text.split())[:200]!r}")
-        return m.group(1)
+    submit_program, submit_pattern = "sbatch", _SUBMITTED
+    cancel_program, cancel_harmless = "scancel", ('already completed', 'Invalid job id', 'Job/step already')
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
-        ids = [j for j in dict.fromkeys(job_ids) if j]
+        ids = unique_ids(job_ids)
         if not ids:
             return {}
         try:
@@ -75,8 +71,3 @@ class SlurmScheduler(Scheduler):
         for j in ids:
             found.setdefault(j, JobInfo(j, ENDED, "", "not in squeue or sacct"))
         return found
-
-    def cancel(self, job_ids: Sequence[str]) -> None:
-        ids = [j for j in dict.fromkeys(job_ids) if j]
-        if ids:
-            cancel_tolerant("scancel", ids, ('already completed', 'Invalid job id', 'Job/step already'))
