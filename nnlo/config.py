@@ -20,6 +20,7 @@ from nnlo.errors import ConfigError
 MODES = ("downpour", "easgd", "gem", "allreduce")
 ALLREDUCE_ENGINES = ("auto", "mpi", "horovod")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+BACKENDS = ("auto", "torch", "keras")
 
 
 @dataclass
@@ -27,6 +28,7 @@ class TrainConfig:
     """Options of one training (see ``nnlo train --help`` for each one's meaning)."""
 
     model: str = ""
+    backend: str = "auto"  # auto|torch|keras: auto follows the model's type; the others insist on it
     train: str | None = None
     val: str | None = None
     features_name: str | None = None  # None: the model module's get_features(), else "features"
@@ -104,6 +106,8 @@ class TrainConfig:
             raise ConfigError("no model given; pass --model path/to/model.py (or a saved model file)")
         if self.mode not in MODES:
             raise ConfigError(f"--mode {self.mode!r} is unknown; use one of {', '.join(MODES)}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"--backend {self.backend!r} is unknown; use one of {', '.join(BACKENDS)}")
         if self.allreduce_engine not in ALLREDUCE_ENGINES:
             raise ConfigError(f"--allreduce-engine {self.allreduce_engine!r} is unknown; use one of "
                               f"{', '.join(ALLREDUCE_ENGINES)}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from nnlo.errors import ConfigError
 from nnlo.models import is_torch_model
 
 if TYPE_CHECKING:
@@ -15,7 +16,12 @@ if TYPE_CHECKING:
 
 
 def make_backend(model: Any, config: "TrainConfig", device: str = "cpu") -> "Backend":
-    """The backend for ``model`` with ``config``'s loss and worker optimizer, on ``device``."""
+    """The backend for ``model`` with ``config``'s loss and worker optimizer, on ``device``.
+
+    ``config.backend`` (``--backend``) ``auto`` follows the model's type; ``torch`` or ``keras`` insist on it,
+    so a model module that returns the other kind stops with one line instead of training the wrong thing.
+    """
+    check_backend_choice(model, getattr(config, "backend", "auto"))
     if is_torch_model(model):
         from nnlo.backends.torch_backend import TorchBackend
 
@@ -23,3 +29,25 @@ def make_backend(model: Any, config: "TrainConfig", device: str = "cpu") -> "Bac
     from nnlo.backends import keras_backend  # lazy: only Keras users import TensorFlow
 
     return keras_backend.make_backend(model, config)
+
+
+def model_kind(model: Any) -> str:
+    """``"torch"``, ``"keras"`` or the type's name; never imports TensorFlow for a torch model."""
+    if is_torch_model(model):
+        return "torch"
+    from nnlo.backends.keras_backend import is_keras_model  # imports no TensorFlow by itself
+
+    return "keras" if is_keras_model(model) else type(model).__name__
+
+
+def check_backend_choice(model: Any, backend: str) -> None:
+    """Raise ConfigError (one line, with the fix) when ``--backend`` names the other kind of model."""
+    if backend in (None, "", "auto"):
+        return
+    kind = model_kind(model)
+    if kind == backend:
+        return
+    described = {"torch": "a torch nn.Module", "keras": "a Keras model"}.get(kind, f"a {kind}")
+    wanted = {"torch": "a torch nn.Module", "keras": "a Keras model"}.get(backend, backend)
+    raise ConfigError(f"--backend {backend} but get_model returned {described}; drop --backend or "
+                      f"pass {wanted}")

@@ -59,6 +59,11 @@ def train(
     Returns the :class:`TrainResult` on every rank (the master computes it and broadcasts it). Raises
     :class:`RankFailure` on every rank when a rank failed (``report`` is True only on the failing rank).
     """
+    from nnlo.backends.keras_env import prepare_environment
+
+    # Before any model module runs (it may import Keras): TensorFlow reads its thread-pool sizes and
+    # backend choice from the environment once, when it starts; prepare_environment imports nothing.
+    prepare_environment()
     group = comm.Dup()
     stop = StopFlag().install()
     ctx: RunContext | None = None
@@ -174,6 +179,8 @@ def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, va
     from nnlo.device import select_device
 
     device = select_device(comm, ctx.info.needs_device)  # collective; cannot fail on bad input
+    if ctx.session is not None:
+        ctx.session.set_device(device)  # the monitor samples this device; the trace records it
 
     def build() -> Any:
         return _build_role(ctx, source, device, train_indices, val_indices)

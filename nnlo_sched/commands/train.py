@@ -59,6 +59,10 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "with torch.save(model), or a Keras .json/.keras/.h5 file."),
         click.option("--model-arg", "model_arg", multiple=True, metavar="NAME=VALUE", callback=_model_args,
                      help="Keyword argument of get_model() (repeatable), e.g. --model-arg hidden=128."),
+        click.option("--backend", type=click.Choice(["auto", "torch", "keras"]), default="auto", show_default=True,
+                     help="Deep-learning backend: auto follows the type get_model() returns (torch nn.Module -> "
+                          "torch, Keras model -> keras); torch/keras insist on it and stop with a clear error if "
+                          "the model is of the other kind."),
         click.option("--train", "train", metavar="LIST",
                      help="Text file naming the training HDF5 files, one per line (default: get_train())."),
         click.option("--val", metavar="LIST",
@@ -68,8 +72,10 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--labels-name", metavar="NAME",
                      help="HDF5 dataset holding the targets (default: get_labels() or 'labels')."),
         click.option("--loss", default="categorical_crossentropy", show_default=True,
-                     help="Loss, Keras or torch spelling: categorical_crossentropy (logits; one-hot or index "
-                          "labels), sparse_categorical_crossentropy, binary_crossentropy, nll, mse, mae, huber."),
+                     help="Loss, Keras or torch spelling: categorical_crossentropy (one-hot or index labels), "
+                          "sparse_categorical_crossentropy, binary_crossentropy, nll, mse, mae, huber. Torch "
+                          "models output logits (no softmax layer) and Keras models end in a softmax; "
+                          "categorical_crossentropy applies to each accordingly."),
         click.option("--epochs", type=click.IntRange(min=1), default=10, show_default=True,
                      help="Passes over the training samples (each sample once per epoch across all workers)."),
         click.option("--batch", type=click.IntRange(min=1), default=100, show_default=True,
