@@ -205,9 +205,30 @@ def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:
         for j in successors if stop else []:
             j.status, j.ended_at = JOB_CANCELLED, now
         state, scheduler = st.state, st.scheduler
+    merge_timeline(run_dir, spec)
     if stop and successors:
         get_scheduler(scheduler, run_dir).cancel([j.job_id for j in successors])
     return state
+
+
+def merge_timeline(run_dir: Path, spec: RunSpec) -> Path | None:
+    """Merge the per-rank traces of a ``--timeline`` run into ``timeline.json``; the file, or None.
+
+    Why here: a job killed at its walltime never reaches the runtime's own merge, but its ``nnlo job end``
+    still runs, so every job of a chain leaves a valid Chrome trace. A failed merge (a torn or unreadable
+    trace) is reported on stderr and never changes the job's outcome.
+    """
+    root = Path(run_dir) if spec.kind == "optimize" else checkpoint_dir(run_dir, spec)
+    try:
+        from nnlo.observe.timeline import find_trace_dirs, merge_run
+
+        if not find_trace_dirs(root):
+            return None
+        return Path(merge_run(root).path)
+    except Exception as e:  # noqa: BLE001 - the job's bookkeeping is done; the trace stays as rank files
+        print(f"nnlo: warning: cannot merge the timeline of {root} ({e}); the per-rank traces stay in "
+              f"{root}; merge them later with `nnlo timeline {root}`", file=sys.stderr)
+        return None
 
 
 def log_path(run_dir: Path, job_id: str) -> Path:
