@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nnlo.atomic import atomic_open, fsync_folder
+from nnlo.atomic import write_json as write_json_atomic  # noqa: F401 - also used by history and the driver
 from nnlo.errors import ConfigError
 
 log = logging.getLogger("nnlo.checkpoint")
@@ -48,12 +50,8 @@ def part_name(role: str, index: int | None = None) -> str:
 def write_part(directory: str | Path, name: str, obj: Any) -> Path:
     """Pickle ``obj`` into ``directory/name`` (write to a temporary name, fsync, rename)."""
     path = Path(directory) / name
-    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
+    with atomic_open(path, "wb") as f:
         pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return path
 
 
@@ -132,7 +130,7 @@ class CheckpointWriter:
         manifest = dict(manifest, format=FORMAT, written=time.time(),
                         parts=sorted(p.name for p in tmp.iterdir() if not p.name.startswith(".")))
         write_json_atomic(tmp / MANIFEST, manifest)
-        _fsync_dir(tmp)
+        fsync_folder(tmp)
         final = self.directory / checkpoint_name(int(manifest["epoch"]), int(manifest["updates"]))
         if final.exists():
             trash = final.with_name(f".old-{final.name}-{os.getpid()}")
@@ -141,7 +139,7 @@ class CheckpointWriter:
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.rename(tmp, final)
-        _fsync_dir(self.directory)
+        fsync_folder(self.directory)
         if self._started is not None:
             self.last_duration = time.monotonic() - self._started
         self.last_path = final
@@ -156,41 +154,3 @@ class CheckpointWriter:
         for old in list_checkpoints(self.directory)[:-self.keep]:
             shutil.rmtree(old, ignore_errors=True)
 
-
-def write_json_atomic(path: str | Path, data: Any) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, default=_json_default)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
-
-
-def _json_default(obj: Any) -> Any:
-    try:
-        import numpy as np
-
-        if isinstance(obj, np.generic):
-            return obj.item()
-        if isinstance(obj, np.ndarray):
-            return obj.tolist()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(obj)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

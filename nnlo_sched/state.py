@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator
 
+from nnlo.atomic import write_json
 from nnlo.errors import NnloError
 
 STATE_FILE = "state.json"
@@ -110,20 +111,8 @@ class RunState:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path``: temporary file beside it, fsync, rename, fsync the folder."""
-    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    with contextlib.suppress(OSError):
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    """Write ``data`` as JSON to ``path`` atomically (see :mod:`nnlo.atomic`)."""
+    write_json(path, data, indent=2, sort_keys=True)
 
 
 def read_state(run_dir: Path) -> RunState:

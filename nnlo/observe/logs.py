@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import heapq
 import logging
-import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Iterator
+
+from nnlo.atomic import atomic_open
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_DIR = "logs"
@@ -173,9 +174,7 @@ def merge_logs(out_dir: str | Path, out: str | Path | None = None) -> Path | Non
     if not files:
         return None
     out_path = Path(out) if out is not None else log_dir / MERGED_NAME
-    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(out_path, "w") as f:
         for _, _, text in heapq.merge(*(_records(p) for p in files), key=lambda r: (r[0], r[1])):
             f.write(text)
-    os.replace(tmp, out_path)
     return out_path

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nnlo.atomic import write_json
 from nnlo.observe import logs as _logs
 from nnlo.observe import summary as _summary
 from nnlo.observe.trace import Tracer, get_tracer, set_tracer
@@ -190,10 +191,7 @@ def _mtime(path: Path) -> float:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_json(path, data)
 
 
 def start(

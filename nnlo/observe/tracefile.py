@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from nnlo.atomic import atomic_open
+
 TRACE_DIR = "trace"
 MERGED_NAME = "timeline.json"
 
@@ -374,10 +376,8 @@ def write_trace(
         window = (t0 + (start or 0.0) * 1e6, t0 + end * 1e6 if end is not None else math.inf)
     other = {"start_unix_us": _t0(streams), "generator": "nnlo", "ranks": len(streams),
              "roles": {str(s.rank): s.role for s in streams}}
-    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
     n = 0
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(out_path, "w") as f:
         f.write('{"displayTimeUnit":"ms","otherData":' + json.dumps(other) + ',"traceEvents":[\n')
         for event in _meta_events(streams):
             f.write((",\n" if n else "") + _strict_json(event))
@@ -387,7 +387,6 @@ def write_trace(
                 f.write((",\n" if n else "") + line)
                 n += 1
         f.write("\n]}\n")
-    os.replace(tmp, out_path)
     return MergeResult(
         path=out_path,
         ranks=[s.rank for s in streams],

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nnlo.optimize.state import atomic_write_json, atomic_write_text
+from nnlo.atomic import write_text
+from nnlo.optimize.state import atomic_write_json
 
 OK = "ok"
 FAILED = "failed"
@@ -153,7 +154,7 @@ def write_results(out_dir: Path, trials: list[Trial], objective: Objective, para
     """(Re)write trials.json, trials.csv and best.json atomically."""
     done = sorted(trials, key=lambda t: t.id)
     atomic_write_json(out_dir / "trials.json", [t.to_dict() for t in done])
-    atomic_write_text(out_dir / "trials.csv", _csv(done, param_names, n_fold))
+    write_text(out_dir / "trials.csv", _csv(done, param_names, n_fold))
     best = best_trial(done, objective)
     atomic_write_json(out_dir / "best.json", {
         "fom_name": objective.name,

@@ -8,45 +8,19 @@ trials, in-flight trials, options) - no pickles - so it survives library upgrade
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from nnlo.atomic import write_json
 from nnlo.errors import ConfigError
 
 STATE_FILE = "optimizer-state.json"
 STATE_VERSION = 1
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=1, allow_nan=False, default=_default) + "\n")
-
-
-def _default(o: Any) -> Any:
-    if hasattr(o, "item"):
-        return o.item()
-    if isinstance(o, (set, tuple)):
-        return list(o)
-    raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
+    """Strict JSON (no NaN: a failed trial's fom must not make the file unreadable to other tools)."""
+    write_json(path, data, allow_nan=False)
 
 
 def save_state(out_dir: Path, state: dict[str, Any]) -> None:
