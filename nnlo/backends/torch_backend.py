@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -234,7 +235,10 @@ class TorchBackend(Backend):
 
     def save_model(self, path: str) -> str:
         """``torch.save(model)`` (loadable with ``--model file.pt``); a state_dict if the class cannot be
-        pickled (e.g. defined inside a function)."""
+        pickled (e.g. defined inside a function). A path without a suffix (the runtime's backend-neutral
+        ``model``) gets ``.pt``; the path written is returned."""
+        if not Path(path).suffix:
+            path = f"{path}.pt"
         try:
             buf = io.BytesIO()
             torch.save(self.model.to("cpu"), buf)

@@ -29,6 +29,7 @@ import numpy as np
 from nnlo import checkpoint as ckpt
 from nnlo.allreduce import Engine, make_engine, resolve_engine
 from nnlo.backends.base import Backend
+from nnlo.backends.native_model import save_final_model, write_checkpoint_model
 from nnlo.config import TrainConfig
 from nnlo.data.sampling import shard
 from nnlo.errors import NnloError, TrainingError
@@ -311,10 +312,11 @@ class AllreduceReplica:
             tmp = self.writer.begin(self.epoch, self.updates)
             try:
                 ckpt.write_part(tmp, PART, self.state_dict())
+                native = write_checkpoint_model(self.backend, tmp)  # Keras: model.keras; torch: None
                 self.writer.commit(tmp, {
                     "epoch": self.epoch, "updates": self.updates, "mode": self.cfg.effective_mode,
                     "n_workers": self.size, "config": self.cfg.to_dict(), "stopped_reason": self.stop_reason,
-                    "position": {"epoch": self.epoch, "batch": self.batch},
+                    "position": {"epoch": self.epoch, "batch": self.batch}, **({"model": native} if native else {}),
                 })
             except BaseException:
                 self.writer.abandon(tmp)
@@ -332,7 +334,7 @@ class AllreduceReplica:
             updates=self.updates, seconds=round(time.monotonic() - self._t_start, 3),
         )
         if out is not None and self.rank == 0:
-            result.model_path = self.backend.save_model(str(out / "model.pt"))
+            result.model_path = save_final_model(self.backend, out)  # model.pt or model.keras
             result.history_path = str(self._write_history(result))
         return result
 

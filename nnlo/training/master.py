@@ -27,6 +27,7 @@ from nnlo import checkpoint as ckpt
 from nnlo.algorithms import synchronous
 from nnlo.algorithms.optimizers import make_optimizer
 from nnlo.backends.base import Backend
+from nnlo.backends.native_model import save_final_model, write_checkpoint_model
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
 from nnlo.training.context import RunContext
@@ -106,6 +107,7 @@ class Master:
         self.writer = ckpt.CheckpointWriter(ctx.checkpoint_dir, cfg.checkpoint_keep) if ctx.checkpoint_dir else None
         self.deadline = Deadline(cfg.deadline, self.center.nbytes)
         self.signal_at = injected_signal_update()
+        self.progress: Any = None  # nnlo.observe.progress.Progress on a terminal (see _live_progress)
         self._pending_tmp: Any = None
         self._to_ack: list[int] = []
         self._dead: set[int] = set()
@@ -160,15 +162,40 @@ class Master:
             self.stop_reason = "completed"
             log.info("the restored run has already done %d of %d epochs; nothing to train", self.epoch, cfg.epochs)
         else:
-            self._t_epoch = time.monotonic()
-            if cfg.synchronous:
-                self._serve_synchronous()
-            else:
-                self._serve_async()
-            self._finish_stop_checkpoint()
+            self.progress = self._live_progress()
+            try:
+                self._t_epoch = time.monotonic()
+                if cfg.synchronous:
+                    self._serve_synchronous()
+                else:
+                    self._serve_async()
+                self._finish_stop_checkpoint()
+            finally:
+                if self.progress is not None:
+                    self.progress.close()  # ends the live line, also on errors, so later output starts clean
         if self.failure is not None:
             raise self.failure
         return self._result()
+
+    def _live_progress(self) -> Any:
+        """A live status line on the terminal (None elsewhere: the per-epoch log lines are the progress).
+
+        Only for the person at the terminal: the master of a plain ``nnlo train`` that is the world's rank 0.
+        Inside an optimization trial the coordinator's display is the progress, so trials draw nothing.
+        """
+        if self.ctx.rank != self.ctx.group.top:
+            return None
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
+        if world.Get_rank() != 0 or self.ctx.comm.Get_size() != world.Get_size():
+            return None  # not rank 0, or one training group of an optimization (the coordinator shows progress)
+        from nnlo.observe.progress import for_terminal
+
+        progress = for_terminal("train", total=self.cfg.epochs)
+        if progress is not None and self.epoch:
+            progress.update(epoch=self.epoch)  # a restored run starts from its checkpoint's epoch
+        return progress
 
     def _serve_async(self) -> None:
         active, parked = set(self.workers), set()
@@ -333,6 +360,8 @@ class Master:
                 reason = "completed"
             self.stop_reason = reason
             self._log_epoch(entry)
+            if self.progress is not None:
+                self.progress.update(**entry)
             if self._want_checkpoint(reason):
                 assert self.writer is not None
                 tmp = self.writer.begin(self.epoch, self.updates)
@@ -428,10 +457,11 @@ class Master:
                 if bad:
                     raise self.failure  # type: ignore[misc]
                 ckpt.write_part(tmp, ckpt.part_name("master"), self.state_dict())
+                native = write_checkpoint_model(self.backend, tmp, self.center)  # Keras: model.keras; torch: None
                 self.writer.commit(tmp, {
                     "epoch": self.epoch, "updates": self.updates, "mode": self.cfg.effective_mode,
                     "n_workers": len(self.ctx.group.workers), "config": self.cfg.to_dict(),
-                    "stopped_reason": self.stop_reason,
+                    "stopped_reason": self.stop_reason, **({"model": native} if native else {}),
                 })
                 if self.writer.last_duration is not None:
                     self.deadline.note_checkpoint(self.writer.last_duration)
@@ -455,7 +485,7 @@ class Master:
         )
         if out is not None:
             self.backend.set_weights(self.center)
-            result.model_path = self.backend.save_model(str(out / "model.pt"))
+            result.model_path = save_final_model(self.backend, out)  # model.pt or model.keras
             result.history_path = str(self._write_history(result))
         return result
 
