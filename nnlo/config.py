@@ -13,9 +13,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from nnlo.errors import ConfigError
+
+if TYPE_CHECKING:
+    from nnlo.roles import Shape
 
 MODES = ("downpour", "easgd", "gem", "allreduce")
 ALLREDUCE_ENGINES = ("auto", "mpi", "horovod")
@@ -99,6 +102,13 @@ class TrainConfig:
     def effective_mode(self) -> str:
         """``synchronous`` or the asynchronous mode name (for logs and the history file)."""
         return "synchronous" if self.synchronous else self.mode
+
+    @property
+    def training_group_shape(self) -> "Shape":
+        """The shape of one training group: ``--mode allreduce`` means no master (``n_masters == 0``)."""
+        from nnlo.roles import Shape
+
+        return Shape(n_masters=0 if self.mode == "allreduce" else self.n_masters, n_processes=self.n_processes)
 
     def validate(self) -> "TrainConfig":
         """Raise ConfigError (one line: option, problem, fix) for values that can never work."""

@@ -123,7 +123,8 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     rank = world.Get_rank()
 
     def check() -> tuple[Any, Any, Any, bool]:
-        shape = Shape(n_masters=config.n_masters, n_processes=config.n_processes, block_size=opts.block_size,
+        group = config.training_group_shape
+        shape = Shape(n_masters=group.n_masters, n_processes=group.n_processes, block_size=opts.block_size,
                       n_fold=opts.n_fold)
         check_fold_groups(shape)
         hierarchy = describe(world.Get_size(), shape)
@@ -135,7 +136,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
             from nnlo.training.driver import training_shape
 
             config.validate()
-            training_shape(Shape(n_masters=config.n_masters, n_processes=config.n_processes))  # supported?
+            training_shape(config.training_group_shape, config)  # supported?
             if opts.n_fold > 1 and not config.train:
                 raise ConfigError("--n-fold needs --train LIST (the samples that the folds split)")
         return hierarchy, module, space, hook
@@ -174,7 +175,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     if hook:
         runner = HookRunner(module, Objective.parse(opts.fom).name)
     else:
-        group_shape = Shape(n_masters=config.n_masters, n_processes=config.n_processes)
+        group_shape = config.training_group_shape
         runner = TrainRunner(config, group_shape, opts.seed)
     return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
 

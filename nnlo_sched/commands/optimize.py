@@ -161,6 +161,8 @@ def shape_from_params(params: dict[str, Any]) -> Any:
         return default if value is None else int(value)
 
     n_masters, n_processes, n_fold = num("n_masters", 1), num("n_processes", 1), num("n_fold", 1)
+    if params.get("mode") == "allreduce":
+        n_masters = 0  # pure all-reduce: every rank of a fold group is a replica
     block_size = params.get("block_size")
     if block_size is None:
         block_size = n_fold * Shape(n_masters=n_masters, n_processes=n_processes).group_size(1)

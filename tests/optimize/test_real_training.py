@@ -85,6 +85,33 @@ def test_real_optimize_on_digits(mpirun, nnlo_env, digits, tmp_path):
     assert best["best_fom"] == max(t["fom"] for t in table) and best["direction"] == "max"
 
 
+def test_allreduce_mode_makes_every_rank_of_a_fold_group_a_replica():
+    from nnlo.roles import Role, describe
+    from nnlo_sched.commands.optimize import shape_from_params
+
+    cfg = TrainConfig(model=DIGITS_MODEL, mode="allreduce")
+    assert cfg.training_group_shape == Shape(n_masters=0)
+    shape = shape_from_params({"mode": "allreduce", "block_size": 2})
+    assert shape.n_masters == 0
+    roles = [r.role for r in describe(5, shape)]
+    assert roles == [Role.COORDINATOR] + [Role.WORKER] * 4
+
+
+@pytest.mark.mpi
+def test_real_optimize_in_allreduce_mode(mpirun, nnlo_env, digits, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "nnlo_sched", "optimize", "-n", "3", "--model", DIGITS_MODEL,
+           "--train", str(digits / "train.list"), "--val", str(digits / "val.list"), "--block-size", "2",
+           "--epochs", "1", "--batch", "32", "--mode", "allreduce", "--num-iterations", "1",
+           "--hyper-opt", "random", "--output", str(out)]
+    r = subprocess.run(cmd, env=nnlo_env, cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (trial,) = json.loads((out / "trials.json").read_text())
+    assert trial["status"] == "ok", trial
+    fold_dir = out / "trials" / f"{trial['id']:04d}" / "fold-0"
+    assert json.loads((fold_dir / "config.json").read_text())["mode"] == "allreduce"
+
+
 FRAGILE_MODEL = '''
 from torch import nn
 
