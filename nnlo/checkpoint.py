@@ -13,7 +13,9 @@ Why a directory written by every rank: tensors never travel over MPI just to be 
 own optimizer state to the shared file system, as HPC checkpointing does), and the checkpoint appears only
 when complete: parts go into ``.tmp-ckpt-...``, the master writes ``manifest.json`` after every worker has
 acknowledged its part, fsyncs, and renames the folder into place. A crash at any moment leaves either the
-previous checkpoint or the new one, never half of one. The last ``keep`` checkpoints are kept.
+previous checkpoint or the new one, never half of one. The last ``keep`` checkpoints are kept; an older one is
+first renamed to a hidden ``.old-...`` name (atomic) and only then deleted, so a kill while pruning leaves a
+hidden leftover, never a listed checkpoint with parts missing.
 """
 from __future__ import annotations
 
@@ -85,13 +87,36 @@ def _key(path: Path) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def _is_complete(path: Path) -> bool:
+    """A published checkpoint: a manifest, and every part the manifest names.
+
+    A manifest that cannot be read at all still counts: that is damage from outside the writer (a bad copy,
+    a full disk), and restoring it must fail loudly naming the file rather than silently fall back to an
+    older checkpoint. A readable manifest whose parts are missing is a checkpoint torn by a kill (an older
+    nnlo deleted in place while pruning): it is skipped.
+    """
+    manifest = path / MANIFEST
+    if not manifest.is_file():
+        return False
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return True
+    parts = data.get("parts") if isinstance(data, dict) else None
+    if not isinstance(parts, list):
+        return True
+    return all(isinstance(name, str) and (path / name).is_file() for name in parts)
+
+
 def list_checkpoints(directory: str | Path) -> list[Path]:
-    """Complete checkpoints in ``directory`` (or its ``checkpoints/`` folder), oldest first."""
+    """Complete checkpoints in ``directory`` (or its ``checkpoints/`` folder), oldest first.
+
+    Only ``ckpt-e*-u*`` names: hidden temporary (``.tmp-``) and trash (``.old-``) folders are never offered.
+    """
     found: list[Path] = []
     for base in (Path(directory), Path(directory) / SUBDIR):
         if base.is_dir():
-            found.extend(p for p in base.iterdir()
-                         if p.is_dir() and _NAME.match(p.name) and (p / MANIFEST).is_file())
+            found.extend(p for p in base.iterdir() if p.is_dir() and _NAME.match(p.name) and _is_complete(p))
     return sorted(set(found), key=_key)
 
 
@@ -151,6 +176,19 @@ class CheckpointWriter:
         shutil.rmtree(tmp, ignore_errors=True)
 
     def _prune(self) -> None:
-        for old in list_checkpoints(self.directory)[:-self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        """Delete all but the newest ``keep`` checkpoints: hide each one first (one atomic rename), then delete.
 
+        Deleting in place would leave, after a kill mid-way, a listed folder with its manifest but not all
+        its parts; the hidden name is never listed.
+        """
+        for old in list_checkpoints(self.directory)[:-self.keep]:
+            trash = old.with_name(f".old-{old.name}-{os.getpid()}")
+            try:
+                os.rename(old, trash)
+            except FileNotFoundError:
+                continue
+            except OSError as e:  # e.g. a leftover of the same name: keep the checkpoint rather than tear it
+                log.warning("cannot prune checkpoint %s (%s); it is kept", old, e)
+                continue
+            fsync_folder(self.directory)
+            shutil.rmtree(trash, ignore_errors=True)

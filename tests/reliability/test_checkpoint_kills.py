@@ -117,11 +117,6 @@ def _is_complete(ckpt: Path) -> bool:
     return True
 
 
-@pytest.mark.xfail(strict=True, reason="nnlo/checkpoint.py: CheckpointWriter._prune deletes an old checkpoint "
-                                       "with shutil.rmtree in place, so a kill during pruning leaves a folder "
-                                       "that still has manifest.json but lacks parts; list_checkpoints() then "
-                                       "offers a torn checkpoint (rename it to a dot-name first, or delete "
-                                       "manifest.json first)")
 def test_a_kill_while_pruning_leaves_no_torn_checkpoint(tmp_path: Path) -> None:
     """Kill the writer inside its pruning, after one part of an old checkpoint is gone (keep=1).
 
