@@ -16,6 +16,10 @@ acknowledged its part, fsyncs, and renames the folder into place. A crash at any
 previous checkpoint or the new one, never half of one. The last ``keep`` checkpoints are kept; an older one is
 first renamed to a hidden ``.old-...`` name (atomic) and only then deleted, so a kill while pruning leaves a
 hidden leftover, never a listed checkpoint with parts missing.
+
+Temporary and hidden folders carry the writer's host and pid (``.tmp-ckpt-e0004-u00000360-<host>-<pid>``):
+the master removes those of dead writers when it opens a checkpoint and after it publishes one, so a job
+killed mid-write (a walltime, a node failure) does not leak a full copy of the model state per kill.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import os
 import pickle
 import re
 import shutil
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +44,8 @@ FORMAT = 1
 MANIFEST = "manifest.json"
 SUBDIR = "checkpoints"
 _NAME = re.compile(r"^ckpt-e(\d+)-u(\d+)$")
+#: a writer's temporary or trash folder; ``host`` is absent in names written by nnlo before it was recorded
+_LEFTOVER = re.compile(r"^\.(?:tmp|old)-ckpt-e\d+-u\d+-(?:(?P<host>.+)-)?(?P<pid>\d+)$")
 
 
 def checkpoint_name(epoch: int, updates: int) -> str:
@@ -144,7 +151,8 @@ class CheckpointWriter:
         """Create and return the temporary folder the ranks write their parts into."""
         self._started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f".tmp-{checkpoint_name(epoch, updates)}-{os.getpid()}"
+        self.remove_leftovers()
+        tmp = self.directory / f".tmp-{checkpoint_name(epoch, updates)}-{_owner()}"
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir()
@@ -158,7 +166,7 @@ class CheckpointWriter:
         fsync_folder(tmp)
         final = self.directory / checkpoint_name(int(manifest["epoch"]), int(manifest["updates"]))
         if final.exists():
-            trash = final.with_name(f".old-{final.name}-{os.getpid()}")
+            trash = final.with_name(f".old-{final.name}-{_owner()}")
             os.rename(final, trash)
             os.rename(tmp, final)
             shutil.rmtree(trash, ignore_errors=True)
@@ -169,6 +177,7 @@ class CheckpointWriter:
             self.last_duration = time.monotonic() - self._started
         self.last_path = final
         self._prune()
+        self.remove_leftovers()
         log.info("checkpoint %s written in %.2f s", final, self.last_duration or 0.0)
         return final
 
@@ -179,10 +188,10 @@ class CheckpointWriter:
         """Delete all but the newest ``keep`` checkpoints: hide each one first (one atomic rename), then delete.
 
         Deleting in place would leave, after a kill mid-way, a listed folder with its manifest but not all
-        its parts; the hidden name is never listed.
+        its parts; the hidden name is never listed and is removed later by :meth:`remove_leftovers`.
         """
         for old in list_checkpoints(self.directory)[:-self.keep]:
-            trash = old.with_name(f".old-{old.name}-{os.getpid()}")
+            trash = old.with_name(f".old-{old.name}-{_owner()}")
             try:
                 os.rename(old, trash)
             except FileNotFoundError:
@@ -192,3 +201,54 @@ class CheckpointWriter:
                 continue
             fsync_folder(self.directory)
             shutil.rmtree(trash, ignore_errors=True)
+
+    def remove_leftovers(self) -> None:
+        """Remove temporary and trash folders that no live writer owns (only the master calls this).
+
+        A folder is stale if its writer ran on this host and its pid is gone, or if it is older than the
+        newest published checkpoint (one master writes a run's checkpoints, so such a folder belongs to an
+        earlier job, perhaps on another host where its pid cannot be checked). Our own process's folders are
+        left alone: this writer may have one open.
+        """
+        if not self.directory.is_dir():
+            return
+        host, me = socket.gethostname(), os.getpid()
+        published = list_checkpoints(self.directory)
+        newest = _mtime(published[-1]) if published else None
+        for path in self.directory.iterdir():
+            m = _LEFTOVER.match(path.name)
+            if m is None or not path.is_dir():
+                continue
+            pid, owner = int(m.group("pid")), m.group("host")
+            if owner == host and pid == me:
+                continue
+            when = _mtime(path)
+            stale = ((owner == host and not _alive(pid))
+                     or (newest is not None and when is not None and when < newest))
+            if stale:
+                log.info("removing %s, left by a writer that is gone", path)
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _owner() -> str:
+    """This writer in a folder name: host and pid (several nodes may share one file system)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process of this host exists (one of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+

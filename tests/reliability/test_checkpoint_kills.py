@@ -171,9 +171,6 @@ def test_a_truncated_or_garbled_part_is_a_one_line_error(tmp_path: Path) -> None
         read_manifest(ckpt)
 
 
-@pytest.mark.xfail(strict=True, reason="nnlo/checkpoint.py: the .tmp-ckpt-* folder of a writer killed mid-write "
-                                       "is never removed (CheckpointWriter.begin only clears its own pid's name), so "
-                                       "every kill during a checkpoint leaks a full-size copy of the model state")
 def test_a_killed_writers_temporary_folder_is_cleaned_up(tmp_path: Path) -> None:
     directory = tmp_path / "checkpoints"
     pid = os.fork()
