@@ -112,13 +112,17 @@ def run_program(argv: list[str], *, what: str, cwd: Path | None = None, env: Map
 
 def run_capture(argv: list[str], *, what: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
                 timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess:
-    """Run a scheduler program and return its result; SchedulerError only if it is missing or hangs."""
+    """Run a scheduler program and return its result; SchedulerError only if it is missing or hangs.
+
+    Output is decoded with undecodable bytes replaced: a scheduler printing Latin-1 job names or a
+    maintenance banner must not crash ``nnlo status``; lines that do not parse are the parser's business.
+    """
     if not argv or shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None:
         raise SchedulerError(f"{argv[0] if argv else '?'} not found: cannot {what} "
                              f"(is this a login node of the cluster, with its batch system in PATH?)")
     try:
         proc = subprocess.run(argv, cwd=cwd, env=dict(env) if env is not None else None, capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                              text=True, errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise SchedulerError(f"{argv[0]} did not answer within {timeout:.0f} s ({what})") from None
     except OSError as e:

@@ -95,9 +95,6 @@ def test_garbage_from_squeue_changes_nothing(site: Path) -> None:
     assert (run / "state.json").read_bytes() == before
 
 
-@pytest.mark.xfail(strict=True, reason="nnlo_sched/schedulers/base.py: run_capture decodes the program's output "
-                                       "as strict UTF-8, so a scheduler printing non-UTF-8 bytes makes nnlo status "
-                                       "die with a UnicodeDecodeError traceback (decode with errors='replace')")
 def test_non_utf8_bytes_from_squeue_are_no_traceback(site: Path) -> None:
     run = submitted_run(site)
     write_standin(site / "bin", "squeue", 'printf "4242|RUNNING|\\xff\\xfe bad bytes\\n"')
