@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +27,17 @@ PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED, UNKNOWN = (
 ENDED = "ENDED"  # gone from the queue; how it ended is not known (e.g. squeue without accounting)
 ALIVE_STATES = (PENDING, RUNNING)
 QUERY_TIMEOUT_S = 60
+#: a failed query is tried again this many times (env NNLO_SCHED_RETRIES), after 0.5 s, 1 s, 2 s ...
+QUERY_RETRIES = 3
+RETRY_DELAY_S = 0.5
 
 
 class SchedulerError(NnloError):
     """A scheduler program failed or answered something unexpected; the message quotes it."""
+
+
+class SchedulerTimeout(SchedulerError):
+    """A scheduler program did not answer in time (it may still have done what it was asked)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,11 @@ class Scheduler(ABC):
     def submit(self, argv: Sequence[str], *, cwd: Path | None = None,
                env: Mapping[str, str] | None = None) -> str:
         """Run the submit command line and return the new job's id (SchedulerError, one line, if it fails)."""
-        out = run_program(list(argv), cwd=cwd, env=env, what="submit")
+        try:
+            out = run_program(list(argv), cwd=cwd, env=env, what="submit")
+        except SchedulerTimeout as e:  # never retried: the controller may have queued the job before the timeout
+            raise SchedulerTimeout(f"{e}; the job may have been submitted anyway: check the queue before "
+                                   f"submitting again") from None
         return self.parse_submit_output(out)
 
     #: the submit program (named in errors) and the pattern whose first group is the new job's id
@@ -110,6 +122,49 @@ def run_program(argv: list[str], *, what: str, cwd: Path | None = None, env: Map
     return proc.stdout
 
 
+def query_capture(argv: list[str], *, what: str, answers: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """Run a query program (squeue, sacct, bjobs, qstat: safe to repeat), retrying a failure with backoff.
+
+    Why here: one transient controller hiccup ("Socket timed out", a daemon restarting) must not turn into
+    ``UNKNOWN`` in ``nnlo status``, and every batch system needs the same policy. A non-zero exit whose output
+    contains one of ``answers`` (e.g. squeue's "Invalid job id") is a real answer and is not retried; nor is a
+    program that is missing or that hung for the whole timeout (retrying would multiply the wait). Submits
+    never come here: a submit that failed may still have queued the job.
+    """
+    retries = _env_count("NNLO_SCHED_RETRIES", QUERY_RETRIES)
+    delay = _env_seconds("NNLO_SCHED_RETRY_DELAY", RETRY_DELAY_S)
+    for attempt in range(retries + 1):
+        proc = run_capture(argv, what=what)
+        if proc.returncode == 0 or attempt == retries:
+            return proc
+        if any(a in proc.stderr or a in proc.stdout for a in answers):
+            return proc
+        time.sleep(delay * 2 ** attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _env_count(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if not value.isdigit():
+        raise SchedulerError(f"{name} must be a whole number of retries (0 or more), not {value!r}")
+    return int(value)
+
+
+def _env_seconds(name: str, default: float) -> float:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise SchedulerError(f"{name} must be a number of seconds (0 or more), not {value!r}")
+    return seconds
+
+
 def run_capture(argv: list[str], *, what: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
                 timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess:
     """Run a scheduler program and return its result; SchedulerError only if it is missing or hangs.
@@ -124,7 +179,7 @@ def run_capture(argv: list[str], *, what: str, cwd: Path | None = None, env: Map
         proc = subprocess.run(argv, cwd=cwd, env=dict(env) if env is not None else None, capture_output=True,
                               text=True, errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        raise SchedulerError(f"{argv[0]} did not answer within {timeout:.0f} s ({what})") from None
+        raise SchedulerTimeout(f"{argv[0]} did not answer within {timeout:.0f} s ({what})") from None
     except OSError as e:
         raise SchedulerError(f"{argv[0]} cannot run ({e.strerror}); cannot {what}") from None
     return proc

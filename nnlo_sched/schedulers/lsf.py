@@ -10,7 +10,7 @@ import re
 from typing import Sequence
 
 from nnlo_sched.schedulers.base import (
-    COMPLETED, ENDED, FAILED, PENDING, RUNNING, UNKNOWN, JobInfo, one_line, run_capture,
+    COMPLETED, ENDED, FAILED, PENDING, RUNNING, UNKNOWN, JobInfo, one_line, query_capture,
     Scheduler, SchedulerError, unique_ids)
 
 _STATES = {"PEND": PENDING, "PSUSP": PENDING, "WAIT": PENDING, "RUN": RUNNING, "USUSP": RUNNING,
@@ -30,7 +30,7 @@ class LsfScheduler(Scheduler):
         if not ids:
             return {}
         try:
-            proc = run_capture(["bjobs", "-a", "-w", *ids], what="query jobs")
+            proc = query_capture(["bjobs", "-a", "-w", *ids], what="query jobs", answers=("is not found",))
         except SchedulerError as e:
             return self.unknown(ids, str(e))
         out = proc.stdout

@@ -10,7 +10,7 @@ import re
 from typing import Sequence
 
 from nnlo_sched.schedulers.base import (
-    ENDED, PENDING, RUNNING, UNKNOWN, JobInfo, one_line, run_capture, Scheduler, unique_ids,
+    ENDED, PENDING, RUNNING, UNKNOWN, JobInfo, one_line, query_capture, Scheduler, unique_ids,
     SchedulerError)
 
 _STATES = {"Q": PENDING, "H": PENDING, "W": PENDING, "T": PENDING, "S": PENDING, "R": RUNNING,
@@ -35,7 +35,7 @@ class PbsScheduler(Scheduler):
         if not ids:
             return {}
         try:
-            proc = run_capture(["qstat", *ids], what="query jobs")
+            proc = query_capture(["qstat", *ids], what="query jobs", answers=("Unknown Job Id",))
         except SchedulerError as e:
             return self.unknown(ids, str(e))
         out = proc.stdout

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from nnlo_sched.schedulers.base import (
     CANCELLED, COMPLETED, ENDED, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobInfo,
-    one_line, run_capture, run_program, Scheduler, SchedulerError, unique_ids)
+    one_line, query_capture, Scheduler, SchedulerError, unique_ids)
 
 _STATES = {
     "PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
@@ -40,8 +40,8 @@ class SlurmScheduler(Scheduler):
         if not ids:
             return {}
         try:
-            proc = run_capture(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r"],
-                               what="query jobs")
+            proc = query_capture(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r"],
+                                 what="query jobs", answers=("Invalid job id",))
         except SchedulerError as e:
             return self.unknown(ids, str(e))
         if proc.returncode != 0 and "Invalid job id" not in proc.stderr:
@@ -59,10 +59,13 @@ class SlurmScheduler(Scheduler):
     def _sacct(self, ids: list[str]) -> dict[str, JobInfo]:
         """Jobs squeue forgot: sacct when accounting exists (one call), else ENDED (gone from the queue)."""
         try:
-            out = run_program(["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State"],
-                              what="query ended jobs")
+            proc = query_capture(["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State"],
+                                 what="query ended jobs", answers=("accounting storage is disabled",))
         except SchedulerError:
+            proc = None
+        if proc is None or proc.returncode != 0:
             return {j: JobInfo(j, ENDED, "", "not in squeue; no accounting") for j in ids}
+        out = proc.stdout
         found = {}
         for line in out.splitlines():
             parts = line.strip().split("|")

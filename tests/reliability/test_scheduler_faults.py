@@ -15,6 +15,13 @@ import pytest
 
 from fault_tools import GOOD_SQUEUE, error_lines, nnlo, submitted_run, write_standin
 
+
+@pytest.fixture(autouse=True)
+def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Failed queries are retried (0.5 s, 1 s, 2 s in production); short waits keep these tests quick."""
+    monkeypatch.setenv("NNLO_SCHED_RETRY_DELAY", "0.05")
+
+
 def _submit(site: Path) -> subprocess.CompletedProcess:
     return nnlo("submit", "-c", "fakeslurm", "--name", "t", "-t", "10m", "--workers", "1", "train",
                 "--model", "model.py", "--epochs", "1")
@@ -102,9 +109,6 @@ def test_non_utf8_bytes_from_squeue_are_no_traceback(site: Path) -> None:
     assert "Traceback" not in proc.stderr and proc.returncode == 0, proc.stderr[-2000:]
 
 
-@pytest.mark.xfail(strict=True, reason="nnlo_sched/schedulers: a query (squeue/bjobs/qstat, safe to repeat) is "
-                                       "never retried, so one transient controller timeout shows UNKNOWN; retry "
-                                       "with backoff (e.g. 3 tries, 1-4 s) before giving up")
 def test_a_transient_query_failure_is_retried(site: Path) -> None:
     run = submitted_run(site)
     write_standin(site / "bin", "squeue", f"""
@@ -116,6 +120,24 @@ fi
     view = json.loads(proc.stdout)
     view = view[0] if isinstance(view, list) else view
     assert [j["scheduler_state"] for j in view["jobs"]] == ["RUNNING"]
+
+
+def test_a_submit_that_times_out_is_not_retried_and_may_have_gone_through(
+        site: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Unlike a query, a submit is never repeated: the controller may have queued the job before timing out."""
+    from nnlo_sched.cli import main
+    from nnlo_sched.schedulers import base
+
+    calls = site / "sbatch.calls"
+    write_standin(site / "bin", "sbatch", f'echo call >> "{calls}"; exec sleep 600')
+    monkeypatch.setitem(base.run_program.__kwdefaults__, "timeout", 2)
+    with pytest.raises(SystemExit) as exit_:
+        main(["submit", "-c", "fakeslurm", "--name", "t", "-t", "10m", "--workers", "1", "train",
+              "--model", "model.py", "--epochs", "1"])
+    assert exit_.value.code
+    lines = error_lines(capsys.readouterr().err)
+    assert len(lines) == 1 and "may have been submitted anyway" in lines[0], lines
+    assert calls.read_text().splitlines() == ["call"]
 
 
 def test_a_working_squeue_is_believed(site: Path) -> None:
