@@ -112,6 +112,9 @@ def _import_file(p: Path) -> ModuleType:
         raise ModelError(f"cannot import model module {p}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    from nnlo.backends.keras_env import prepare_environment
+
+    prepare_environment()  # the module may import Keras at its top: TensorFlow reads its settings only once
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # noqa: BLE001

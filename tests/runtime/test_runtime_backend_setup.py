@@ -79,3 +79,18 @@ def test_backend_keras_with_a_torch_model_stops_with_one_line(run_train):
                              "a Keras model"), lines
     assert "Traceback" not in run.err
     assert not (run.out_dir / "model.pt").exists()
+
+
+def test_a_model_module_that_imports_keras_at_its_top_sees_the_environment(tmp_path, monkeypatch):
+    """``nnlo optimize`` loads the model module in every rank before any training: the environment must be
+    ready when the module's top-level code runs, not only when get_model() is called."""
+    from nnlo.models import load_model_source
+
+    for var in TF_VARS:  # set then delete: the test's end restores the environment exactly as it was
+        monkeypatch.setenv(var, "x")
+        monkeypatch.delenv(var)
+    module = tmp_path / "imports_at_top.py"
+    module.write_text("import os\nSEEN = os.environ.get('TF_ENABLE_ONEDNN_OPTS')\n"
+                      "BACKEND = os.environ.get('KERAS_BACKEND')\n\ndef get_model():\n    return None\n")
+    source = load_model_source(str(module))
+    assert (source.module.SEEN, source.module.BACKEND) == ("0", "tensorflow")
