@@ -208,8 +208,8 @@ def train_command(ctx: click.Context, np_: int | None, **params: Any) -> None:
 
     Example: nnlo train -n 3 --model examples/digits_torch.py --train train.list --val val.list --mode gem
 
-    Writes history.json, config.json, model.pt and logs/ into the run directory (--checkpoint DIR, else
-    nnlo-runs/NAME). Exit status: 0 done, 75 stopped on deadline/signal with a checkpoint (resumable), 1 a
+    Writes history.json, config.json, the model (model.pt for torch, model.keras for Keras) and logs/ into
+    the run directory (--checkpoint DIR, else nnlo-runs/NAME). Exit status: 0 done, 75 stopped on deadline/signal with a checkpoint (resumable), 1 a
     rank failed, 2 bad input.
     """
     from nnlo.launch import inside_mpi_launch, relaunch
