@@ -3,6 +3,10 @@
 Status asks ``squeue -t all`` once for every job id; jobs it no longer knows (purged after ``MinJobAge``)
 are asked of ``sacct`` in one more call when accounting exists, and are otherwise ``ENDED`` - a job absent
 from squeue is certainly neither pending nor running, which is all the chain needs to know.
+
+Absence only means "ended" when the answer was readable: if squeue or sacct prints a line that is not in the
+format asked for (a maintenance banner, an HTML error page from a REST proxy), the jobs not found in it are
+``UNKNOWN`` - garbage must never make ``nnlo status`` mark a live run as failed.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ _STATES = {
     "CANCELLED": CANCELLED, "FAILED": FAILED, "NODE_FAIL": FAILED, "BOOT_FAIL": FAILED,
     "OUT_OF_MEMORY": FAILED, "PREEMPTED": FAILED, "SPECIAL_EXIT": FAILED, "REVOKED": CANCELLED,
 }
+#: one line of ``squeue -o %i|%T|%r`` or ``sacct -P -o JobID,State`` ("CANCELLED by 1234", "FAILED+")
+_LINE = re.compile(r"^(?P<id>[^|\s]+)\|(?P<state>[A-Z_]+\+?(?: by \d+)?)(?:\|(?P<reason>.*))?$")
 _SUBMITTED = re.compile(r"^\s*(?:Submitted batch job\s+)?(\d+(?:_\d+)?)(?:;\S+)?\s*$", re.M)
 
 
@@ -46,13 +52,11 @@ class SlurmScheduler(Scheduler):
             return self.unknown(ids, str(e))
         if proc.returncode != 0 and "Invalid job id" not in proc.stderr:
             return self.unknown(ids, f"squeue failed: {one_line(proc.stderr)}")
-        found: dict[str, JobInfo] = {}
-        for line in proc.stdout.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) >= 2 and parts[0] in ids:
-                found[parts[0]] = JobInfo(parts[0], normalise(parts[1]), parts[1], parts[2] if len(parts) > 2 else "")
+        found, garbage = _parse(proc.stdout, ids)
         missing = [j for j in ids if j not in found]
-        if missing:
+        if missing and garbage:
+            found.update(self.unknown(missing, f"squeue printed unreadable output: {one_line(garbage, 120)!r}"))
+        elif missing:
             found.update(self._sacct(missing))
         return found
 
@@ -65,12 +69,26 @@ class SlurmScheduler(Scheduler):
             proc = None
         if proc is None or proc.returncode != 0:
             return {j: JobInfo(j, ENDED, "", "not in squeue; no accounting") for j in ids}
-        out = proc.stdout
-        found = {}
-        for line in out.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) >= 2 and parts[0] in ids:
-                found[parts[0]] = JobInfo(parts[0], normalise(parts[1]), parts[1])
+        found, garbage = _parse(proc.stdout, ids)
         for j in ids:
-            found.setdefault(j, JobInfo(j, ENDED, "", "not in squeue or sacct"))
+            if j not in found:
+                found[j] = (JobInfo(j, UNKNOWN, "", f"sacct printed unreadable output: {one_line(garbage, 120)!r}")
+                            if garbage else JobInfo(j, ENDED, "", "not in squeue or sacct"))
         return found
+
+
+def _parse(text: str, ids: Sequence[str]) -> tuple[dict[str, JobInfo], str]:
+    """The jobs of ``ids`` found in squeue/sacct output, and the first line that is not in the format (or "")."""
+    found: dict[str, JobInfo] = {}
+    garbage = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            garbage = garbage or line
+        elif m.group("id") in ids:
+            native = m.group("state")
+            found[m.group("id")] = JobInfo(m.group("id"), normalise(native), native, m.group("reason") or "")
+    return found, garbage
