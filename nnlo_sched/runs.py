@@ -207,9 +207,10 @@ def list_runs(home: Path | None = None) -> list[Run]:
 
 def _created(run: Run) -> float:
     try:
-        return read_state(run.dir).created_at
+        created = read_state(run.dir).created_at
     except NnloError:
         return 0.0
+    return float(created) if isinstance(created, (int, float)) else 0.0  # a hand-edited record sorts first
 
 
 def find_run(ref: str, home: Path | None = None) -> Run:

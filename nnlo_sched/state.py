@@ -124,9 +124,17 @@ def read_state(run_dir: Path) -> RunState:
         raise StateError(f"{run_dir} is not an nnlo run directory (no {STATE_FILE})") from None
     except (ValueError, OSError) as e:
         raise StateError(f"{path} cannot be read ({e}); the run directory is damaged") from None
+    # valid JSON of the wrong shape (a list, a string, jobs that are not objects) is as damaged as torn JSON
+    if not isinstance(data, dict):
+        kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(data), "null")
+        raise StateError(f"{path} is corrupt: it holds a JSON {kind}, not a run state record "
+                         f"(object); the run directory is damaged") from None
+    jobs = data.get("jobs", [])
+    if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
+        raise StateError(f"{path} is corrupt: 'jobs' is not a list of job records; the run directory is damaged")
     try:
         return RunState.from_dict(data)
-    except TypeError as e:
+    except (TypeError, AttributeError, ValueError) as e:
         raise StateError(f"{path} is not a run state record ({e})") from None
 
 
