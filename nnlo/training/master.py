@@ -40,6 +40,9 @@ from nnlo.transport import ANY, Link
 
 log = logging.getLogger("nnlo.train")
 
+#: history-entry fields shown on the live progress line
+_LIVE_FIELDS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "samples_per_s", "gpu_util_mean")
+
 
 @dataclass
 class EpochStats:
@@ -360,8 +363,8 @@ class Master:
                 reason = "completed"
             self.stop_reason = reason
             self._log_epoch(entry)
-            if self.progress is not None:
-                self.progress.update(**entry)
+            if self.progress is not None:  # the figures a person watches; the history keeps the rest
+                self.progress.update(**{k: v for k, v in entry.items() if k in _LIVE_FIELDS})
             if self._want_checkpoint(reason):
                 assert self.writer is not None
                 tmp = self.writer.begin(self.epoch, self.updates)
