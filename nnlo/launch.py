@@ -13,8 +13,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import IO, Mapping, Sequence
 
 from nnlo.errors import ConfigError
 
@@ -59,10 +61,73 @@ def mpirun_command(n: int, argv: Sequence[str], mpirun: str | None = None) -> li
 
 
 def relaunch(n: int, argv: Sequence[str]) -> int:
-    """Run ``nnlo <argv>`` on ``n`` ranks under mpirun; returns its exit status (signals passed on)."""
+    """Run ``nnlo <argv>`` on ``n`` ranks under mpirun; returns its exit status (signals passed on).
+
+    mpirun's output passes through as it comes, and is also watched: when the job fails because a rank was
+    killed by a signal and no rank printed its own ``nnlo: error:`` line, one line names that rank and its
+    role (from the rank records, :mod:`nnlo.rankfate`) and the status is 1, not the signal's number.
+    """
+    from nnlo import rankfate
+
     cmd = mpirun_command(n, argv)
-    env = dict(os.environ, **{MARKER: "1"})
-    proc = subprocess.Popen(cmd, env=env)
+    sys.setswitchinterval(0.001)  # this process only waits: let the rank watcher run the moment it wakes
+    with tempfile.TemporaryDirectory(prefix="nnlo-ranks-") as records:
+        env = dict(os.environ, **{MARKER: "1", rankfate.RECORDS_ENV: records})
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deaths = rankfate.FirstDeath(records)
+        deaths.start()
+        watch = _Watch()
+        pumps = [threading.Thread(target=watch.pump, args=(src, dst), daemon=True)
+                 for src, dst in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
+        for t in pumps:
+            t.start()
+        code = _wait(proc)
+        deaths.stop()
+        for t in pumps:
+            t.join(timeout=30)
+        if code != 0 and not watch.own_error:
+            line = rankfate.launcher_fate(watch.text(), records, deaths.fate())
+            if line is not None:
+                sys.stderr.write(f"nnlo: error: {line}\n")
+                sys.stderr.flush()
+                return 1
+        return code
+
+
+class _Watch:
+    """Copies a child's output through and keeps its tail and whether nnlo printed its own error line."""
+
+    KEEP = 64 * 1024
+
+    def __init__(self) -> None:
+        self.own_error = False
+        self._tail = bytearray()
+        self._lock = threading.Lock()
+
+    def pump(self, src: IO[bytes], dst: IO[str]) -> None:
+        out = getattr(dst, "buffer", None)
+        for chunk in iter(src.readline, b""):
+            try:
+                if out is not None:
+                    out.write(chunk)
+                else:  # pragma: no cover - a text-only stream (a test's capture)
+                    dst.write(chunk.decode(errors="replace"))
+                dst.flush()
+            except (OSError, ValueError):  # our own output closed: keep draining the child
+                pass
+            with self._lock:
+                if chunk.startswith(b"nnlo: error:"):
+                    self.own_error = True
+                self._tail += chunk
+                del self._tail[:-self.KEEP]
+
+    def text(self) -> str:
+        with self._lock:
+            return self._tail.decode(errors="replace")
+
+
+def _wait(proc: subprocess.Popen) -> int:
+    """Wait for mpirun, passing the forwarded signals on to it meanwhile."""
     previous = {}
 
     def forward(signum: int, frame: object) -> None:

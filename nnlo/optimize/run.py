@@ -149,6 +149,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     undefined = MPI.UNDEFINED
     block_comm = world.Split(undefined if info.block is None else info.block, rank)
     group_comm = world.Split(undefined if info.group is None else info.group, rank)
+    _record(rank, info, opts.out_dir)
 
     search: Search | None = None
     error: str | None = None
@@ -207,6 +208,17 @@ def _on_every_rank(world: Any, fn: Any) -> Any:
     if first is not None:
         raise InputError(first[0], first[1])
     return value
+
+
+def _record(rank: int, info: Any, out_dir: Path) -> None:
+    """Record this rank for naming it should it be killed (:mod:`nnlo.rankfate`): "coordinator" or
+    "block B <role>", so a dead block member is named with its block."""
+    from nnlo.rankfate import record_rank
+
+    label = info.label()
+    if info.block is not None and info.role is not Role.COORDINATOR:
+        label = f"block {info.block} " + label.split(":", 1)[-1]
+    record_rank(rank, label, out_dir)
 
 
 def _progress(total: int, stream: Any) -> Any:

@@ -163,8 +163,13 @@ def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, va
         ctx.worker_comm = split_worker_groups(comm, hierarchy)  # collective: every rank of the group
 
     def start_session() -> Any:
-        from nnlo.observe import session
+        from mpi4py import MPI
 
+        from nnlo.observe import session
+        from nnlo.rankfate import record_rank
+
+        if comm.Get_size() == MPI.COMM_WORLD.Get_size():  # a training of its own (optimize records its ranks)
+            record_rank(rank, ctx.role_label, out)
         ctx.session = session.start(out, rank, ctx.role_label, log_level=config.log_level,
                                     timeline=config.timeline, monitor=config.monitor,
                                     world_size=comm.Get_size())

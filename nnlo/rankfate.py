@@ -1,0 +1,262 @@
+"""Which rank died, and how: rank records written at start-up, matched against the launcher's report.
+
+Why: a rank killed by a signal (SIGKILL, the OOM killer, a segfault) cannot print anything itself, and the
+launcher only reports a process id (MPICH's Hydra: ``PID 1234 RUNNING AT host`` / ``EXIT CODE: 9``) or a
+task number (``srun: error: nid0012: task 3: Killed``). So every rank records itself at start-up
+(``<out>/ranks/rank-<r>.json``: rank, role label, host, pid), and whoever watches the launcher (the ``-n``
+relaunch wrapper in :mod:`nnlo.launch`, the chain's ``nnlo job end`` on a job log) turns the report into one
+line: ``rank R (role) on HOST was killed by SIGKILL (signal 9); the job was ended``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from nnlo.atomic import write_json
+
+#: Folder (inside a run's output directory) holding one record per rank.
+RANKS_DIR = "ranks"
+#: Extra folder for the records, set by the ``-n`` relaunch wrapper (which does not know the run's out dir).
+RECORDS_ENV = "NNLO_RANK_RECORDS"
+#: The words of a rank-fate line, so that a log reader can recognise one.
+FATE_WORDS = "was killed by"
+
+_HYDRA = re.compile(r"PID\s+(?P<pid>\d+)\s+RUNNING AT\s+(?P<host>\S+)\s*\n=?\s*(?:EXIT CODE|KILLED BY SIGNAL):"
+                    r"\s*(?P<code>\d+)")
+_SRUN = re.compile(r"srun: error: (?P<host>\S+): tasks? (?P<ranks>[\d,\-]+): (?P<what>Killed|Segmentation fault"
+                   r"|Aborted|Bus error|Terminated|Out Of Memory)", re.IGNORECASE)
+_SRUN_SIGNALS = {"killed": signal.SIGKILL, "segmentation fault": signal.SIGSEGV, "aborted": signal.SIGABRT,
+                 "bus error": signal.SIGBUS, "terminated": signal.SIGTERM, "out of memory": signal.SIGKILL}
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """What a rank wrote about itself at start-up."""
+
+    rank: int
+    role: str
+    host: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class RankFate:
+    """A rank the launcher reported dead by a signal (``rank``/``role`` None when no record matched)."""
+
+    signal: int
+    host: str
+    rank: int | None = None
+    role: str | None = None
+    pid: int | None = None
+
+    def line(self) -> str:
+        """The one line the user sees (without the ``nnlo: error:`` prefix)."""
+        try:
+            name = signal.Signals(self.signal).name
+        except ValueError:
+            name = f"signal {self.signal}"
+        who = f"rank {self.rank}" if self.rank is not None else f"a rank (pid {self.pid})" if self.pid else "a rank"
+        role = f" ({self.role})" if self.role else ""
+        how = f"{name} (signal {self.signal})" if self.signal else "a signal"
+        return f"{who}{role} on {self.host} was killed by {how}; the job was ended"
+
+
+def record_rank(rank: int, role: str, out_dir: str | Path | None = None) -> list[Path]:
+    """Record this rank (pid, host, role) in ``<out_dir>/ranks/`` and in ``$NNLO_RANK_RECORDS``; best effort.
+
+    A record that cannot be written (read-only or full disk) is skipped: naming a dead rank is a courtesy,
+    never a reason for a run to fail.
+    """
+    data = {"rank": int(rank), "role": str(role), "host": socket.gethostname(), "pid": os.getpid()}
+    folders = [Path(out_dir) / RANKS_DIR] if out_dir is not None else []
+    if os.environ.get(RECORDS_ENV):
+        folders.append(Path(os.environ[RECORDS_ENV]))
+    written = []
+    for folder in folders:
+        try:
+            written.append(write_json(folder / f"rank-{int(rank)}.json", data))
+        except OSError:
+            continue
+    return written
+
+
+def read_records(folder: str | Path) -> list[RankRecord]:
+    """Every readable rank record in ``folder`` (a ``ranks/`` folder); unreadable ones are skipped."""
+    records = []
+    for path in sorted(Path(folder).glob("rank-*.json")):
+        try:
+            d = json.loads(path.read_text())
+            records.append(RankRecord(int(d["rank"]), str(d["role"]), str(d["host"]), int(d["pid"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return records
+
+
+def _signal_of(code: int) -> int | None:
+    """The signal behind a launcher's exit code: Hydra reports the signal number, shells 128+n."""
+    if 128 < code < 128 + 65:
+        code -= 128
+    return code if code in (int(s) for s in signal.Signals) and code not in (0, 1, 2) else None
+
+
+def find_fates(output: str, records: Iterable[RankRecord] = ()) -> list[RankFate]:
+    """The ranks a launcher's ``output`` reports killed by a signal, named from ``records`` where possible."""
+    records = list(records)
+    by_pid = {(r.pid, r.host.split(".")[0]): r for r in records}
+    by_pid_only = {r.pid: r for r in records}
+    by_rank = {r.rank: r for r in records}
+    fates = []
+    for m in _HYDRA.finditer(output):
+        sig = _signal_of(int(m["code"]))
+        if sig is None:
+            continue
+        pid, host = int(m["pid"]), m["host"]
+        rec = by_pid.get((pid, host.split(".")[0])) or by_pid_only.get(pid)
+        fates.append(RankFate(sig, host, rec.rank if rec else None, rec.role if rec else None, pid))
+    for m in _SRUN.finditer(output):
+        sig = int(_SRUN_SIGNALS[m["what"].lower()])
+        for rank in _ranks(m["ranks"]):
+            rec = by_rank.get(rank)
+            fates.append(RankFate(sig, m["host"], rank, rec.role if rec else None, rec.pid if rec else None))
+    return fates
+
+
+def _ranks(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit():
+            out.extend(range(int(lo), int(hi) + 1) if hi.isdigit() else [int(lo)])
+    return out
+
+
+def fate_line(output: str, *folders: str | Path) -> str | None:
+    """The rank-fate line for a failed job's ``output`` (records read from ``folders``); None if no rank
+    was reported killed by a signal. The first report wins: the ranks Hydra or srun end afterwards are
+    the job's teardown, not its cause."""
+    records: list[RankRecord] = []
+    for folder in folders:
+        records.extend(read_records(folder))
+    fates = find_fates(output, records)
+    return fates[0].line() if fates else None
+
+
+class FirstDeath(threading.Thread):
+    """Watches the records' processes on this host while a launcher runs; remembers the first to vanish.
+
+    Why: once a rank dies, Hydra SIGKILLs all the others and its banner then names whichever process it
+    reports first, not necessarily the one that died first. The first to vanish is the cause; the rest are
+    the teardown. The kernel wakes this thread the moment a watched process exits (a pidfd per rank, Linux
+    5.3+), well before Hydra's proxy has noticed, told mpiexec and been told to kill the rest; without
+    pidfds it checks every ``every`` seconds. Records are read again as they appear.
+    """
+
+    def __init__(self, folder: str | Path, every: float = 0.01) -> None:
+        super().__init__(name="nnlo-rank-watch", daemon=True)
+        self.folder, self.every = Path(folder), every
+        self.first: RankRecord | None = None
+        self.signal = 0
+        self._done = threading.Event()
+        self._host = socket.gethostname()
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(timeout=5)
+
+    def run(self) -> None:
+        import select
+
+        watched: dict[int, tuple[RankRecord, int | None]] = {}  # pid -> (record, pidfd)
+        poller = select.poll()
+        by_fd: dict[int, RankRecord] = {}
+        seen: object = None
+        try:
+            while not self._done.is_set() and self.first is None:
+                stamp = _stamp(self.folder)
+                if stamp != seen:  # records were added: watch them at once (a rank may be killed early)
+                    seen = stamp
+                    for rec in read_records(self.folder):
+                        if rec.host != self._host or rec.pid in watched:
+                            continue
+                        fd = _pidfd(rec.pid)
+                        watched[rec.pid] = (rec, fd)
+                        if fd is not None:
+                            poller.register(fd, select.POLLIN)
+                            by_fd[fd] = rec
+                ready = [by_fd[fd] for fd, _ in poller.poll(int(1000 * max(self.every, 0.05)))]
+                ready += [rec for rec, fd in watched.values() if fd is None and _gone(rec.pid)[0]]
+                for rec in sorted(ready, key=lambda r: r.rank)[:1]:
+                    self.first, self.signal = rec, _gone(rec.pid)[1]
+                if not ready and not by_fd:
+                    self._done.wait(self.every)
+        finally:
+            for fd in by_fd:
+                os.close(fd)
+
+    def fate(self) -> RankFate | None:
+        """The first rank seen to vanish (signal 0 when its exit status could not be read), or None."""
+        rec = self.first
+        return None if rec is None else RankFate(self.signal, rec.host, rec.rank, rec.role, rec.pid)
+
+
+def _stamp(folder: Path) -> object:
+    """Changes when a record is added to ``folder`` (its modification time and entry count)."""
+    try:
+        st = folder.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_nlink, st.st_size)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when ``pid`` exits; None where pidfds do not exist."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return opener(pid)
+    except OSError:  # already gone (ESRCH), or an old kernel: the polling check decides
+        return None
+
+
+def _gone(pid: int) -> tuple[bool, int]:
+    """(the process is dead or a zombie, its killing signal if the zombie's exit code could be read)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True, 0
+    except OSError:  # no /proc (not Linux): existence only
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True, 0
+        except PermissionError:
+            return False, 0
+        return False, 0
+    fields = stat.rsplit(")", 1)[-1].split()
+    if fields and fields[0] in ("Z", "X"):
+        code = int(fields[-1]) if fields[-1].isdigit() else 0  # exit_code (Linux >= 3.5): the wait status
+        return True, code & 0x7F
+    return False, 0
+
+
+def launcher_fate(output: str, folder: str | Path, first: RankFate | None) -> str | None:
+    """The fate line after a failed launch: the first rank seen to vanish (its signal from the banner when
+    the banner names it too), else the launcher's own report matched against the records."""
+    reported = find_fates(output, read_records(folder))
+    if first is None:
+        return reported[0].line() if reported else None
+    if not first.signal and not reported:  # no signal anywhere: a rank that exited by itself, not a kill
+        return None
+    if not first.signal:
+        same = [f for f in reported if f.pid == first.pid]
+        if same:
+            first = RankFate(same[0].signal, first.host, first.rank, first.role, first.pid)
+    return first.line()
