@@ -81,11 +81,12 @@ def relaunch(n: int, argv: Sequence[str]) -> int:
                  for src, dst in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
         for t in pumps:
             t.start()
-        code = _wait(proc)
+        forwarded: list[int] = []
+        code = _wait(proc, forwarded)
         deaths.stop()
         for t in pumps:
             t.join(timeout=30)
-        if code != 0 and not watch.own_error:
+        if code != 0 and not watch.own_error and not forwarded:  # a signal sent to us is the user's, not a death
             line = rankfate.launcher_fate(watch.text(), records, deaths.fate())
             if line is not None:
                 sys.stderr.write(f"nnlo: error: {line}\n")
@@ -126,11 +127,13 @@ class _Watch:
             return self._tail.decode(errors="replace")
 
 
-def _wait(proc: subprocess.Popen) -> int:
-    """Wait for mpirun, passing the forwarded signals on to it meanwhile."""
+def _wait(proc: subprocess.Popen, forwarded: list[int] | None = None) -> int:
+    """Wait for mpirun, passing the forwarded signals on to it meanwhile (noted in ``forwarded``)."""
     previous = {}
 
     def forward(signum: int, frame: object) -> None:
+        if forwarded is not None:
+            forwarded.append(signum)
         try:
             proc.send_signal(signum)
         except ProcessLookupError:  # pragma: no cover - already gone

@@ -99,11 +99,18 @@ def read_records(folder: str | Path) -> list[RankRecord]:
     return records
 
 
+#: Signals that end a process from outside or on a fault; not SIGHUP (1) or SIGINT (2), which a launcher
+#: cannot tell from exit codes 1 and 2 (an error, bad input), nor the other codes a program may choose.
+FATAL = frozenset(int(s) for s in (signal.SIGQUIT, signal.SIGILL, signal.SIGABRT, signal.SIGBUS,
+                                   signal.SIGFPE, signal.SIGKILL, signal.SIGSEGV, signal.SIGPIPE, signal.SIGTERM,
+                                   signal.SIGXCPU, signal.SIGSYS))
+
+
 def _signal_of(code: int) -> int | None:
     """The signal behind a launcher's exit code: Hydra reports the signal number, shells 128+n."""
     if 128 < code < 128 + 65:
         code -= 128
-    return code if code in (int(s) for s in signal.Signals) and code not in (0, 1, 2) else None
+    return code if code in FATAL else None
 
 
 def find_fates(output: str, records: Iterable[RankRecord] = ()) -> list[RankFate]:
