@@ -2,7 +2,8 @@
 
 ``bjobs -a -w ID ...`` answers for many jobs in one call with its classic table (``JOBID USER STAT QUEUE
 FROM_HOST EXEC_HOST JOB_NAME SUBMIT_TIME``) and says ``Job <ID> is not found`` on stderr for ids it has
-forgotten (``CLEAN_PERIOD``): those jobs have ended.
+forgotten (``CLEAN_PERIOD``): those jobs have ended - unless the table held lines that are not job rows (a
+banner, an error page), in which case jobs missing from it are ``UNKNOWN``.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ _STATES = {"PEND": PENDING, "PSUSP": PENDING, "WAIT": PENDING, "RUN": RUNNING, "
            "SSUSP": RUNNING, "PROV": RUNNING, "DONE": COMPLETED, "EXIT": FAILED, "UNKWN": UNKNOWN,
            "ZOMBI": UNKNOWN}
 _SUBMITTED = re.compile(r"Job <(\d+)> is submitted")
+_JOB_ID = re.compile(r"^\d+(?:\[\d+\])?$")
 
 
 class LsfScheduler(Scheduler):
@@ -43,10 +45,16 @@ class LsfScheduler(Scheduler):
             i_id, i_stat = header.index("JOBID"), header.index("STAT")
         except ValueError:
             return self.unknown(ids, "bjobs printed an unexpected header")
+        garbage = ""
         for line in lines[1:] if lines and lines[0].startswith("JOBID") else lines:
             cols = line.split()
-            if len(cols) > max(i_id, i_stat) and cols[i_id] in ids:
+            if not cols:
+                continue
+            if len(cols) <= max(i_id, i_stat) or not _JOB_ID.match(cols[i_id]):
+                garbage = garbage or line.strip()  # a banner or an error page: absence proves nothing
+            elif cols[i_id] in ids:
                 found[cols[i_id]] = JobInfo(cols[i_id], _STATES.get(cols[i_stat], UNKNOWN), cols[i_stat])
         for j in ids:
-            found.setdefault(j, JobInfo(j, ENDED, "", "not found by bjobs"))
+            found.setdefault(j, JobInfo(j, UNKNOWN, "", f"bjobs printed unreadable output: {one_line(garbage, 120)!r}")
+                             if garbage else JobInfo(j, ENDED, "", "not found by bjobs"))
         return found

@@ -2,7 +2,8 @@
 
 ``qstat ID ...`` answers for many jobs at once in its classic table (``Job ID  Name  User  Time Use S
 Queue``) and prints ``Unknown Job Id`` for jobs the server has forgotten: those have ended. Torque keeps
-finished jobs a while in state ``C``; PBS Pro's ``F`` is the same.
+finished jobs a while in state ``C``; PBS Pro's ``F`` is the same. Lines that are not job rows (a banner,
+an error page) make the jobs missing from the table ``UNKNOWN``, never ``ENDED``.
 """
 from __future__ import annotations
 
@@ -43,14 +44,19 @@ class PbsScheduler(Scheduler):
             return self.unknown(ids, f"qstat failed: {one_line(proc.stderr)}")
         by_short = {short_id(j): j for j in ids}
         found: dict[str, JobInfo] = {}
+        garbage = ""
         for line in out.splitlines():
             cols = line.split()
-            if len(cols) < 5 or cols[0].startswith(("Job", "---")):
+            if not cols or cols[0].startswith(("Job", "---")):
+                continue
+            if len(cols) < 5 or not cols[0][:1].isdigit():
+                garbage = garbage or line.strip()  # a banner or an error page: absence proves nothing
                 continue
             full = by_short.get(short_id(cols[0]))
             if full is not None:
                 state = cols[-2]
                 found[full] = JobInfo(full, _STATES.get(state, UNKNOWN), state)
         for j in ids:
-            found.setdefault(j, JobInfo(j, ENDED, "", "unknown to qstat"))
+            found.setdefault(j, JobInfo(j, UNKNOWN, "", f"qstat printed unreadable output: {one_line(garbage, 120)!r}")
+                             if garbage else JobInfo(j, ENDED, "", "unknown to qstat"))
         return found

@@ -116,6 +116,22 @@ def test_unreadable_lines_make_missing_jobs_unknown_not_ended(site: Path, squeue
     assert {j: info.state for j, info in got.items()} == expected, got
 
 
+@pytest.mark.parametrize("scheduler, program, output, expected", [
+    ("lsf", "bjobs", "*** LSF maintenance ***", "UNKNOWN"),
+    ("lsf", "bjobs", "JOBID USER STAT QUEUE\\n<html>503</html>", "UNKNOWN"),
+    ("lsf", "bjobs", "JOBID USER STAT QUEUE\\n8 u RUN batch", "ENDED"),
+    ("pbs", "qstat", "<html><body>503 Service Unavailable</body></html>", "UNKNOWN"),
+    ("pbs", "qstat", "Job ID Name User Time S Queue\\n------\\n8.pbs01 t u 0 R batch", "ENDED"),
+])
+def test_lsf_and_pbs_garbage_is_unknown_not_ended(site: Path, scheduler: str, program: str, output: str,
+                                                  expected: str) -> None:
+    """The same rule for bjobs and qstat: absence from an answer only means "ended" if the answer was readable."""
+    from nnlo_sched.schedulers import get_scheduler
+
+    write_standin(site / "bin", program, f'printf "{output}\\n"')
+    assert get_scheduler(scheduler).query(["7"])["7"].state == expected
+
+
 def test_non_utf8_bytes_from_squeue_are_no_traceback(site: Path) -> None:
     run = submitted_run(site)
     write_standin(site / "bin", "squeue", 'printf "4242|RUNNING|\\xff\\xfe bad bytes\\n"')
