@@ -186,3 +186,27 @@ def test_a_killed_writers_temporary_folder_is_cleaned_up(tmp_path: Path) -> None
     write_part(tmp, "master.pkl", {"blob": b"y"})
     writer.commit(tmp, {"epoch": 2, "updates": 2})
     assert [p.name for p in directory.iterdir()] == ["ckpt-e0002-u00000002"]
+
+
+def test_leftovers_of_other_hosts_go_once_a_newer_checkpoint_is_published(tmp_path: Path) -> None:
+    """A chain's next job may run on another node: its predecessor's pid cannot be checked there, so a
+    leftover older than the newest published checkpoint is removed; a live writer's newer folder is kept."""
+    import socket
+
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
+    other = directory / ".tmp-ckpt-e0001-u00000001-other-node-17"
+    (other / "master.pkl").parent.mkdir()
+    (other / "master.pkl").write_bytes(b"x" * 1000)
+    os.utime(other, (time.time() - 3600, time.time() - 3600))
+    writer = CheckpointWriter(directory)
+    tmp = writer.begin(2, 2)
+    assert other.exists(), "removed before any checkpoint proved it stale"
+    write_part(tmp, "master.pkl", {"blob": b"y"})
+    writer.commit(tmp, {"epoch": 2, "updates": 2})
+    assert not other.exists()
+    live = directory / f".tmp-ckpt-e0003-u00000003-{socket.gethostname()}-{os.getppid()}"
+    live.mkdir()
+    os.utime(live, (time.time() + 60, time.time() + 60))
+    writer.commit(writer.begin(4, 4), {"epoch": 4, "updates": 4})
+    assert live.exists(), "a live writer's folder was removed"
