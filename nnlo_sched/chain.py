@@ -17,6 +17,10 @@ Rules (each keeps allocations from being burnt in a loop):
 * a job whose predecessor ended without writing a new checkpoint stops the chain (``failed``);
 * a job that failed for another reason than its walltime (rc not 0/75, and not SIGTERM/SIGKILL with a
   fresh checkpoint) stops the chain and records the tail of its log;
+* a job whose rank died by a signal (a lost node, the OOM killer, a segfault: a launcher exit status from a
+  signal or a rank-fate line, see :mod:`nnlo.rankfate`) and that left a checkpoint newer than its start is
+  retried from it, at most ``max_retries`` times per chain; a Python error (``nnlo: error:``, exit 1) or
+  bad input (exit 2) is deterministic and stops the chain as before;
 * ``max_resubmits`` bounds the jobs after the first; ``nnlo resume`` starts a new chain from the newest
   checkpoint.
 """
@@ -41,6 +45,11 @@ EXIT_FINISHED = 0
 EXIT_CHECKPOINTED = 75  # EX_TEMPFAIL: stopped before the deadline (or on a signal) with a fresh checkpoint
 KILLED_AT_LIMIT = (128 + 15, 128 + 9, 128 + 10, 128 + 12)  # SIGTERM, SIGKILL, SIGUSR1, SIGUSR2 as seen by bash
 OPTIMIZER_STATE = "optimizer-state.json"
+#: A job ended by a rank's death and retried from its checkpoint (a job status beside state.py's outcomes).
+RETRIED = "rank-died"
+#: Exit statuses MPICH's Hydra reports for a rank killed by a signal (the signal's number: ABRT, BUS, KILL,
+#: SEGV, TERM); nnlo's own ranks exit 0, 1, 2 or 75.
+HYDRA_SIGNAL_CODES = (6, 7, 9, 11, 15)
 
 
 class ChainError(NnloError):
@@ -200,8 +209,22 @@ def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:
                             f"(--max-resubmits {spec.max_resubmits} reached or submission failed); "
                             f"`nnlo resume {st.run_id}` continues")
         else:
-            rec.status, st.state = JOB_FAILED, FAILED
-            st.error = f"job {job_id} failed (exit {rc}): {log_error_line(run_dir, job_id)}"
+            death = rank_death(run_dir, spec, job_id, rc)
+            retried = retries(st)
+            if death is not None and fresh and successors and retried < spec.max_retries:
+                rec.status, st.state, stop = RETRIED, RESUBMITTING, False
+                st.error = (f"job {job_id}: {death}; retry {retried + 1} of {spec.max_retries} "
+                            "(--max-retries) from the newest checkpoint")
+            elif death is not None:
+                rec.status, st.state = JOB_FAILED, FAILED
+                why = ("it left no new checkpoint" if not fresh else
+                       f"--max-retries {spec.max_retries} reached" if retried >= spec.max_retries else
+                       "no successor job is queued")
+                st.error = (f"job {job_id} failed (exit {rc}): {death}; not retried: {why}; "
+                            f"`nnlo resume {st.run_id}` continues from the newest checkpoint")
+            else:
+                rec.status, st.state = JOB_FAILED, FAILED
+                st.error = f"job {job_id} failed (exit {rc}): {log_error_line(run_dir, job_id)}"
         for j in successors if stop else []:
             j.status, j.ended_at = JOB_CANCELLED, now
         state, scheduler = st.state, st.scheduler
@@ -209,6 +232,38 @@ def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:
     if stop and successors:
         get_scheduler(scheduler, run_dir).cancel([j.job_id for j in successors])
     return state
+
+
+def retries(st: RunState) -> int:
+    """Jobs of the present chain retried after a rank death (what ``--max-retries`` bounds)."""
+    return sum(1 for j in _chain(st) if j.status == RETRIED)
+
+
+def rank_death(run_dir: Path, spec: RunSpec, job_id: str, rc: int) -> str | None:
+    """Why a failed job's rank died by a signal (a rank-fate line), or None for any other failure.
+
+    A rank-fate line (printed by ``nnlo ... -n``, or built here from Hydra's banner or srun's ``task N:
+    Killed`` and the rank records) wins; else an ``nnlo: error:`` line means a Python failure; else an exit
+    status from a signal (128+n through a shell, or Hydra's bare signal number) is a death without a name.
+    """
+    from nnlo.rankfate import FATE_WORDS, RANKS_DIR, fate_line
+
+    tail = log_tail(run_dir, job_id, 200)
+    own = [ln.split("nnlo: error:", 1)[1].strip() for ln in tail if "nnlo: error:" in ln]
+    named = [ln for ln in own if FATE_WORDS in ln]
+    if named:
+        return named[0]
+    if rc in (1, 2):
+        return None  # nnlo's own error exit, or bad input
+    folders = [Path(run_dir) / RANKS_DIR, checkpoint_dir(run_dir, spec) / RANKS_DIR]
+    line = fate_line("\n".join(tail), *folders)
+    if line is not None:
+        return line
+    if own:
+        return None
+    if 128 < rc < 128 + 65 or rc in HYDRA_SIGNAL_CODES:
+        return f"a rank was killed by a signal (exit {rc})"
+    return None
 
 
 def merge_timeline(run_dir: Path, spec: RunSpec) -> Path | None:

@@ -16,6 +16,9 @@ from nnlo.errors import ConfigError
 
 KINDS = ("train", "optimize")
 DEFAULT_MAX_RESUBMITS = 10
+#: Retries after a rank death (a signal, not a Python error) that left a checkpoint: a lost node or an OOM
+#: kill is often transient, a deterministic crash is not, so a small bound.
+DEFAULT_MAX_RETRIES = 2
 
 
 @dataclass
@@ -43,6 +46,7 @@ class RunSpec:
     gpus_per_worker: float | None = None
     constraint: str | None = None
     max_resubmits: int = DEFAULT_MAX_RESUBMITS
+    max_retries: int = DEFAULT_MAX_RETRIES  # jobs retried after a rank death (separate from the walltime chain)
     directives: list[str] = field(default_factory=list)
     layout: dict[str, Any] | None = None
     workdir: str | None = None
@@ -54,6 +58,8 @@ class RunSpec:
             raise ConfigError(f"walltime must be positive, got {self.walltime_s} s")
         if self.max_resubmits < 0:
             raise ConfigError(f"--max-resubmits must be 0 or more, got {self.max_resubmits}")
+        if self.max_retries < 0:
+            raise ConfigError(f"--max-retries must be 0 or more, got {self.max_retries}")
         for d in self.directives:
             if any(c in d for c in "\n\r\0"):
                 raise ConfigError("an extra directive contains a line break; give one directive per option")

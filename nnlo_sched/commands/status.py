@@ -19,7 +19,8 @@ import click
 from nnlo_sched.state import ACTIVE_STATES
 
 _JOB_MARK = {"finished": "", "walltime": "", "running": "*", "queued": "…", "failed": "!", "cancelled": "x",
-             "no-checkpoint": "!", "skipped": "-"}
+             "no-checkpoint": "!", "skipped": "-",
+             "rank-died": "!"}
 
 
 def _query_all(runs: list[Any]) -> dict[str, dict[str, Any]]:
@@ -104,6 +105,7 @@ def progress(run_dir: Path, spec: Any) -> dict[str, Any]:
 def run_view(run: Any, answers: dict[str, dict[str, Any]], reconcile: bool = True) -> dict[str, Any]:
     """Everything status shows about one run, as plain data (the --json form)."""
     from nnlo_sched.chain import reconcile as reconcile_run
+    from nnlo_sched.chain import retries
     from nnlo_sched.runs import load_spec
     from nnlo_sched.state import read_state
 
@@ -132,6 +134,7 @@ def run_view(run: Any, answers: dict[str, dict[str, Any]], reconcile: bool = Tru
         "state": st.state, "error": st.error, "dir": str(run.dir), "jobs": jobs,
         "progress": progress(run.dir, spec), "elapsed_s": elapsed, "created_at": st.created_at,
         "walltime_s": spec.walltime_s, "max_resubmits": spec.max_resubmits, "kind": spec.kind,
+        "retries": retries(st), "max_retries": spec.max_retries,
     }
 
 
@@ -192,7 +195,8 @@ def detail(v: dict[str, Any]) -> str:
         f"run       {v['run_id']}  ({v['kind']}, {v['name']})",
         f"dir       {v['dir']}",
         f"cluster   {v['cluster']} ({v['scheduler']}); walltime {_fmt_elapsed(v['walltime_s'])} per job, "
-        f"up to {v['max_resubmits']} resubmission(s)",
+        f"up to {v['max_resubmits']} resubmission(s); {v['retries']} of {v['max_retries']} retries after a "
+        "rank death used",
         f"state     {v['state']}" + (f": {v['error']}" if v["error"] else ""),
         f"progress  {_fmt_progress(p)}" + (f"; best {p['best_name']} {_fmt_num(p['best'])}" if p["best"] is not None
                                            else ""),
@@ -246,7 +250,7 @@ def status_command(run: str | None, as_json: bool, watch: bool, every: float) ->
 
     \b
     States: queued, running, resubmitting (waiting for its next job), done, failed, cancelled.
-    Jobs: a chain like 812>813*>814… (* running, … queued, ! failed, x cancelled, ? scheduler cannot tell).
+    Jobs: a chain like 812>813*>814… (* running, … queued, ! failed or a rank died, x cancelled, ? scheduler cannot tell).
     Runs live under $NNLO_HOME (default ./nnlo-runs).
     """
     while True:

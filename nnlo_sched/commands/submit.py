@@ -81,6 +81,9 @@ def _warn_inner_np(args: tuple[str, ...]) -> None:
 @click.option("--constraint", "-C", default=None, help="Node feature (Slurm --constraint), e.g. a100.")
 @click.option("--max-resubmits", type=int, default=10, show_default=True,
               help="Jobs the checkpoint-restart chain may add after the first.")
+@click.option("--max-retries", type=int, default=2, show_default=True,
+              help="Jobs retried from the newest checkpoint after a rank was killed (signal, OOM, lost node); "
+                   "a Python error or bad input is never retried.")
 @click.option("--directive", "directives", multiple=True,
               help="Extra scheduler directive, e.g. --directive '--mail-type=END' (repeatable).")
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None,
@@ -100,6 +103,7 @@ def submit_command(
     gpus_per_worker: float | None,
     constraint: str | None,
     max_resubmits: int,
+    max_retries: int,
     directives: tuple[str, ...],
     run_dir: Path | None,
     dry_run: bool,
@@ -136,6 +140,7 @@ def submit_command(
         gpus_per_worker=gpus_per_worker,
         constraint=constraint,
         max_resubmits=max_resubmits,
+        max_retries=max_retries,
         directives=list(directives),
         workdir=os.getcwd(),
     )

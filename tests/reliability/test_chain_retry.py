@@ -40,10 +40,6 @@ def _payload_pid(run_dir: Path) -> int | None:
 
 
 @pytest.mark.mpi
-@pytest.mark.xfail(strict=True, reason="nnlo_sched/chain.py job_end: a job whose rank was killed (mpirun exit 9, "
-                                       "or any failure) with a checkpoint newer than the job's start stops the "
-                                       "chain as failed; the issue asks for a resubmission from that checkpoint "
-                                       "up to a retry limit (e.g. --max-retries, default 2)")
 def test_a_killed_rank_in_a_chain_is_retried_from_the_newest_checkpoint(local_chain, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "nnlo_sched", "submit", "-c", "chainlocal", "--name", "kill",
@@ -61,3 +57,8 @@ def test_a_killed_rank_in_a_chain_is_retried_from_the_newest_checkpoint(local_ch
     assert final["state"] == "done", final.get("error")  # type: ignore[union-attr]
     history = json.loads((run_dir / "history.json").read_text())["history"]
     assert [e["epoch"] for e in history] == [1, 2, 3, 4, 5, 6]
+    statuses = [j["status"] for j in final["jobs"]]  # type: ignore[index]
+    assert statuses.count("rank-died") == 1 and statuses.count("finished") == 1, statuses
+    shown = subprocess.run([sys.executable, "-m", "nnlo_sched", "status", str(run_dir)], cwd=tmp_path,
+                           env=local_chain, capture_output=True, text=True, timeout=120)
+    assert "1 of 2 retries after a rank death used" in shown.stdout, shown.stdout + shown.stderr

@@ -1,0 +1,125 @@
+"""Naming a rank killed by a signal from a launcher's report, and telling a rank death from a Python failure.
+
+In-process and fast: the launchers' own report formats (MPICH Hydra's banner as a real ``mpirun`` printed it,
+srun's task lines) against real rank records on disk; and the chain's classification of a failed job's log,
+which decides between a retry from the newest checkpoint and stopping the chain. The real kills are in
+``test_mpi_kills.py`` (the ``-n`` wrapper) and ``test_chain_retry.py`` (a local chain).
+"""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from nnlo import rankfate
+from nnlo_sched.chain import rank_death
+from nnlo_sched.spec import RunSpec
+
+# as MPICH 4's mpirun printed it for a rank SIGKILLed on host "vm"
+HYDRA = """
+===================================================================================
+=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+=   PID 30801 RUNNING AT vm
+=   EXIT CODE: 9
+=   CLEANING UP REMAINING PROCESSES
+=   YOU CAN IGNORE THE BELOW CLEANUP MESSAGES
+===================================================================================
+YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)
+"""
+
+
+def _records(folder: Path, *rows: tuple[int, str, str, int]) -> Path:
+    for rank, role, host, pid in rows:
+        rankfate.write_json(folder / f"rank-{rank}.json", {"rank": rank, "role": role, "host": host, "pid": pid})
+    return folder
+
+
+def test_hydra_banner_names_the_rank_by_its_pid(tmp_path: Path) -> None:
+    folder = _records(tmp_path, (0, "master", "vm", 30800), (1, "worker:w1", "vm", 30801), (2, "worker:w2", "vm", 1))
+    line = rankfate.fate_line(HYDRA, folder)
+    assert line == "rank 1 (worker:w1) on vm was killed by SIGKILL (signal 9); the job was ended"
+
+
+def test_hydra_banner_without_records_still_gives_the_pid_and_signal(tmp_path: Path) -> None:
+    line = rankfate.fate_line(HYDRA.replace("EXIT CODE: 9", "EXIT CODE: 139"), tmp_path / "none")
+    assert line == "a rank (pid 30801) on vm was killed by SIGSEGV (signal 11); the job was ended"
+
+
+def test_a_python_exit_code_in_the_banner_is_no_fate() -> None:
+    assert rankfate.fate_line(HYDRA.replace("EXIT CODE: 9", "EXIT CODE: 1")) is None
+    assert rankfate.fate_line("nnlo: error: rank 2 (worker:w2): loss is NaN\n") is None
+
+
+@pytest.mark.parametrize("report, rank, signame", [
+    ("srun: error: nid00012: task 3: Killed", 3, "SIGKILL (signal 9)"),
+    ("srun: error: nid00012: tasks 2-3: Segmentation fault (core dumped)", 2, "SIGSEGV (signal 11)"),
+    ("srun: error: nid00012: task 4: Out Of Memory", 4, "SIGKILL (signal 9)"),
+])
+def test_srun_task_lines_name_the_rank_from_its_record(report: str, rank: int, signame: str, tmp_path: Path) -> None:
+    folder = _records(tmp_path, *((r, "worker" if r else "coordinator", "nid00012", 100 + r) for r in range(5)))
+    line = rankfate.fate_line(f"epoch 3\n{report}\nsrun: error: nid00012: task 0: Killed\n", folder)
+    assert line == f"rank {rank} (worker) on nid00012 was killed by {signame}; the job was ended"
+
+
+def test_record_rank_writes_the_out_dir_and_the_wrappers_folder(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(rankfate.RECORDS_ENV, str(tmp_path / "wrapper"))
+    written = rankfate.record_rank(3, "block 1 master", tmp_path / "out")
+    assert written == [tmp_path / "out" / "ranks" / "rank-3.json", tmp_path / "wrapper" / "rank-3.json"]
+    for folder in (tmp_path / "out" / "ranks", tmp_path / "wrapper"):
+        assert rankfate.read_records(folder) == [
+            rankfate.RankRecord(3, "block 1 master", socket.gethostname(), os.getpid())]
+
+
+# -- the chain's decision: retry (a rank death) or stop (a Python failure, bad input) ----------------------
+def _run_dir(tmp_path: Path, log: str) -> Path:
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    (run / "spec.json").write_text(RunSpec(kind="train", args=["--model", "m.py"], cluster="local").to_json())
+    (run / "logs" / "job-7.out").write_text(log)
+    return run
+
+
+@pytest.mark.parametrize("log, rc, death", [
+    (HYDRA, 9, "a rank (pid 30801) on vm was killed by SIGKILL (signal 9); the job was ended"),
+    ("nnlo: error: rank 1 (worker:w1) on vm was killed by SIGKILL (signal 9); the job was ended\n", 1,
+     "rank 1 (worker:w1) on vm was killed by SIGKILL (signal 9); the job was ended"),
+    ("epoch 2\n", 137, "a rank was killed by a signal (exit 137)"),
+    ("nnlo: error: rank 0 (master): loss is NaN at epoch 2\n", 1, None),
+    ("nnlo: error: --epochs must be positive\n", 2, None),
+    ("Traceback (most recent call last):\nValueError: bad\n", 1, None),
+    ("nnlo: error: rank 2 (worker:w2): MPI error\n", 9, None),
+])
+def test_rank_death_or_python_failure(log: str, rc: int, death: str | None, tmp_path: Path) -> None:
+    assert rank_death(_run_dir(tmp_path, log), RunSpec.from_json(
+        (tmp_path / "run" / "spec.json").read_text()), "7", rc) == death
+
+
+def test_the_first_process_to_vanish_is_the_cause_not_the_teardown(tmp_path: Path) -> None:
+    """Real processes: rank 2 is killed first, ranks 0-1 a moment later (Hydra's teardown); the watcher
+    names rank 2 even though the launcher's banner may name any of them."""
+    import subprocess
+    import time
+
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    try:
+        _records(tmp_path, *((r, f"role{r}", socket.gethostname(), p.pid) for r, p in enumerate(procs)))
+        watch = rankfate.FirstDeath(tmp_path)
+        watch.start()
+        time.sleep(0.7)  # the watcher has read the records
+        procs[2].kill()
+        procs[2].wait()
+        watch.join(timeout=10)  # it ends by itself once it has seen a death
+        for p in procs[:2]:
+            p.kill()
+        fate = watch.fate()
+        host = socket.gethostname()
+        banner = HYDRA.replace("30801", str(procs[0].pid)).replace("RUNNING AT vm", f"RUNNING AT {host}")
+        line = rankfate.launcher_fate(banner, tmp_path, fate)
+        assert fate is not None and fate.rank == 2
+        assert line is not None and line.startswith(f"rank 2 (role2) on {socket.gethostname()} was killed by")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
