@@ -123,3 +123,47 @@ def test_the_first_process_to_vanish_is_the_cause_not_the_teardown(tmp_path: Pat
         for p in procs:
             p.kill()
             p.wait()
+
+
+def _chain_run(tmp_path: Path, log: str, *, retried: int = 0, max_retries: int = 2, checkpoint: bool = True) -> Path:
+    """A run whose job "9" is running with a successor "10" queued; ``retried`` earlier jobs died and were retried;
+    job 9 wrote a checkpoint after its start unless ``checkpoint`` is False."""
+    import json
+
+    from nnlo_sched.state import JobRecord, RunState, write_state
+
+    run = tmp_path / "chain"
+    (run / "logs").mkdir(parents=True)
+    (run / "spec.json").write_text(RunSpec(kind="train", args=["--model", "m.py"], cluster="local",
+                                           max_retries=max_retries, workdir=str(tmp_path)).to_json())
+    jobs = [JobRecord(job_id=str(i), submitted_at=1.0, started_at=2.0, ended_at=3.0, rc=9, status="rank-died")
+            for i in range(1, retried + 1)]
+    jobs += [JobRecord(job_id="9", submitted_at=1.0, started_at=2.0, status="running"),
+             JobRecord(job_id="10", submitted_at=2.0, depends_on="9")]
+    write_state(run, RunState(run_id="r1", name="r", cluster="local", scheduler="local", state="running", jobs=jobs))
+    if checkpoint:
+        ckpt = run / "checkpoints" / "ckpt-e0002-u00000000"
+        ckpt.mkdir(parents=True)
+        (ckpt / "manifest.json").write_text(json.dumps({"format": 1, "epoch": 2, "updates": 0, "parts": []}))
+    (run / "logs" / "job-9.out").write_text(log)
+    return run
+
+
+@pytest.mark.parametrize("log, rc, retried, max_retries, checkpoint, state, status, words", [
+    (HYDRA, 9, 0, 2, True, "resubmitting", "rank-died", "retry 1 of 2"),
+    (HYDRA, 9, 2, 2, True, "failed", "failed", "--max-retries 2 reached"),
+    (HYDRA, 9, 0, 2, False, "failed", "failed", "it left no new checkpoint"),
+    ("nnlo: error: rank 0 (master): loss is NaN at epoch 2\n", 1, 0, 2, True, "failed", "failed", "loss is NaN"),
+])
+def test_job_end_retries_a_rank_death_and_stops_on_anything_else(
+        log: str, rc: int, retried: int, max_retries: int, checkpoint: bool, state: str, status: str, words: str,
+        tmp_path: Path) -> None:
+    from nnlo_sched.chain import job_end
+    from nnlo_sched.state import read_state
+
+    run = _chain_run(tmp_path, log, retried=retried, max_retries=max_retries, checkpoint=checkpoint)
+    assert job_end(run, "9", rc) == state
+    st = read_state(run)
+    assert st.job("9").status == status  # type: ignore[union-attr]
+    assert words in (st.error or ""), st.error
+    assert st.job("10").alive == (state == "resubmitting")  # type: ignore[union-attr]
