@@ -9,6 +9,7 @@ line: ``rank R (role) on HOST was killed by SIGKILL (signal 9); the job was ende
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -44,6 +45,7 @@ class RankRecord:
     role: str
     host: str
     pid: int
+    exited: bool = False  # set as the process leaves through Python's exit (any exit status): no kill
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,13 @@ def record_rank(rank: int, role: str, out_dir: str | Path | None = None) -> list
     folders = [Path(out_dir) / RANKS_DIR] if out_dir is not None else []
     if os.environ.get(RECORDS_ENV):
         folders.append(Path(os.environ[RECORDS_ENV]))
+    written = _write(folders, rank, data)
+    if written:
+        atexit.register(_write, folders, rank, dict(data, exited=True))
+    return written
+
+
+def _write(folders: list[Path], rank: int, data: dict) -> list[Path]:
     written = []
     for folder in folders:
         try:
@@ -93,7 +102,8 @@ def read_records(folder: str | Path) -> list[RankRecord]:
     for path in sorted(Path(folder).glob("rank-*.json")):
         try:
             d = json.loads(path.read_text())
-            records.append(RankRecord(int(d["rank"]), str(d["role"]), str(d["host"]), int(d["pid"])))
+            records.append(RankRecord(int(d["rank"]), str(d["role"]), str(d["host"]), int(d["pid"]),
+                                      bool(d.get("exited", False))))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return records
@@ -183,6 +193,7 @@ class FirstDeath(threading.Thread):
         watched: dict[int, tuple[RankRecord, int | None]] = {}  # pid -> (record, pidfd)
         poller = select.poll()
         by_fd: dict[int, RankRecord] = {}
+        ended: set[int] = set()  # ranks' pids that left through Python's exit: not the cause
         seen: object = None
         try:
             while not self._done.is_set() and self.first is None:
@@ -198,14 +209,30 @@ class FirstDeath(threading.Thread):
                             poller.register(fd, select.POLLIN)
                             by_fd[fd] = rec
                 ready = [by_fd[fd] for fd, _ in poller.poll(int(1000 * max(self.every, 0.05)))]
-                ready += [rec for rec, fd in watched.values() if fd is None and _gone(rec.pid)[0]]
-                for rec in sorted(ready, key=lambda r: r.rank)[:1]:
-                    self.first, self.signal = rec, _gone(rec.pid)[1]
-                if not ready and not by_fd:
+                ready += [rec for rec, fd in watched.values()
+                          if fd is None and rec.pid not in ended and _gone(rec.pid)[0]]
+                for rec in sorted(ready, key=lambda r: r.rank):
+                    fd = watched[rec.pid][1]
+                    if fd is not None:
+                        poller.unregister(fd)
+                        by_fd.pop(fd)
+                        os.close(fd)
+                    watched[rec.pid] = (rec, None)
+                    if self._left_by_itself(rec):
+                        ended.add(rec.pid)
+                    else:
+                        self.first, self.signal = rec, _gone(rec.pid)[1]
+                        break
+                if not by_fd:
                     self._done.wait(self.every)
         finally:
             for fd in by_fd:
                 os.close(fd)
+
+    def _left_by_itself(self, rec: RankRecord) -> bool:
+        """True when the vanished rank's record says it left through Python's exit (an error, the end)."""
+        now = [r for r in read_records(self.folder) if r.rank == rec.rank and r.pid == rec.pid]
+        return bool(now and now[0].exited)
 
     def fate(self) -> RankFate | None:
         """The first rank seen to vanish (signal 0 when its exit status could not be read), or None."""

@@ -167,3 +167,28 @@ def test_job_end_retries_a_rank_death_and_stops_on_anything_else(
     assert st.job("9").status == status  # type: ignore[union-attr]
     assert words in (st.error or ""), st.error
     assert st.job("10").alive == (state == "resubmitting")  # type: ignore[union-attr]
+
+
+def test_a_rank_leaving_through_pythons_exit_is_not_the_cause(tmp_path: Path) -> None:
+    """Rank 0 ends by itself (its record marked at exit), then rank 1 is killed: rank 1 is named."""
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys, time; from nnlo import rankfate; rankfate.record_rank(int(sys.argv[1]), 'r' + sys.argv[1]);"
+            "time.sleep(float(sys.argv[2]))")
+    env = dict(os.environ, **{rankfate.RECORDS_ENV: str(tmp_path)})
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(r), s], env=env) for r, s in ((0, "1"), (1, "60"))]
+    try:
+        watch = rankfate.FirstDeath(tmp_path)
+        watch.start()
+        assert procs[0].wait(timeout=60) == 0
+        time.sleep(0.5)
+        assert watch.first is None and [r.exited for r in rankfate.read_records(tmp_path)] == [True, False]
+        procs[1].kill()
+        watch.join(timeout=10)
+        assert watch.fate() is not None and watch.fate().rank == 1  # type: ignore[union-attr]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
