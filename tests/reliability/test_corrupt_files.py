@@ -89,7 +89,7 @@ def test_a_truncated_hdf5_file_is_one_line(blobs, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("text", [
     '{"run_id": "x", "jobs": [', "", "\x00\x01garbage",
-    '["a list"]', '{"run_id": "x", "jobs": ["not a job"]}',
+    '["a list"]',
 ])
 def test_a_damaged_state_record(site: Path, text: str) -> None:
     """status lists the damaged run (and the others) without failing; commands on it say what is wrong."""
@@ -103,6 +103,17 @@ def test_a_damaged_state_record(site: Path, text: str) -> None:
         proc = nnlo(*command)
         _one_line(proc, "state.json")
     assert (bad / "state.json").read_text() == text
+
+
+@pytest.mark.parametrize("text", ['"a string"', "null", '{"run_id": "x", "jobs": ["not a job"]}',
+                                  '{"run_id": "x", "jobs": {"1": {}}}'])
+def test_a_state_record_of_the_wrong_shape_is_a_state_error(tmp_path: Path, text: str) -> None:
+    """Valid JSON that is no run record (in-process: the CLI path is covered by the list case above)."""
+    from nnlo_sched.state import StateError, read_state
+
+    (tmp_path / "state.json").write_text(text)
+    with pytest.raises(StateError, match=r"state\.json is corrupt"):
+        read_state(tmp_path)
 
 
 @pytest.mark.mpi
