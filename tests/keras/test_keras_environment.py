@@ -131,7 +131,9 @@ def test_prepare_environment_keeps_user_settings(monkeypatch):
     for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "TF_ENABLE_ONEDNN_OPTS", "NNLO_TF_THREADS",
                 "TF_FORCE_GPU_ALLOW_GROWTH"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("PMI_SIZE", "2")
+    # as one of several ranks (patched: an MPI already initialised as a singleton in this pytest process
+    # would otherwise decide, whatever PMI_SIZE says)
+    monkeypatch.setattr(keras_env, "under_mpi", lambda: True)
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
     keras_env.prepare_environment()
     import os
