@@ -11,6 +11,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
+# Scheduler queries retry with backoff (0.5, 1, 2 s); tests that break a scheduler on purpose need not wait.
+os.environ.setdefault("NNLO_SCHED_RETRY_DELAY", "0.05")
+
 
 def tool(name: str) -> str | None:
     """A program from this interpreter's environment first (mpirun, nnlo), else from PATH."""
