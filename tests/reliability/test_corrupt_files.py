@@ -22,8 +22,9 @@ ARGS = ["--model", str(RUNTIME_MODELS / "tiny.py"), "--mode", "downpour", "--bat
 
 
 def _digests(folder: Path) -> dict[str, str]:
+    """The run's data: not its logs, nor ranks/ (each attempt records its own ranks, refused or not)."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and "logs" not in p.parts}
+            for p in sorted(folder.rglob("*")) if p.is_file() and not {"logs", "ranks"} & set(p.parts)}
 
 
 def _one_line(proc, *needles: str, rc: int = 2) -> str:
