@@ -73,6 +73,10 @@ def relaunch(n: int, argv: Sequence[str]) -> int:
     sys.setswitchinterval(0.001)  # this process only waits: let the rank watcher run the moment it wakes
     with tempfile.TemporaryDirectory(prefix="nnlo-ranks-") as records:
         env = dict(os.environ, **{MARKER: "1", rankfate.RECORDS_ENV: records})
+        if _isatty(sys.stderr):  # the ranks' output reaches this terminal: let rank 0 draw its live line
+            from nnlo.observe.progress import LIVE_ENV
+
+            env[LIVE_ENV] = "1"
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deaths = rankfate.FirstDeath(records)
         deaths.start()
@@ -95,6 +99,13 @@ def relaunch(n: int, argv: Sequence[str]) -> int:
         return code
 
 
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 class _Watch:
     """Copies a child's output through and keeps its tail and whether nnlo printed its own error line."""
 
@@ -106,8 +117,11 @@ class _Watch:
         self._lock = threading.Lock()
 
     def pump(self, src: IO[bytes], dst: IO[str]) -> None:
+        """Copy as it comes, not line by line: a live progress line is redrawn with carriage returns."""
         out = getattr(dst, "buffer", None)
-        for chunk in iter(src.readline, b""):
+        fd = src.fileno()
+        recent = b"\n"  # the stream's last bytes: an error line may be split between two reads
+        for chunk in iter(lambda: os.read(fd, 65536), b""):
             try:
                 if out is not None:
                     out.write(chunk)
@@ -117,8 +131,10 @@ class _Watch:
             except (OSError, ValueError):  # our own output closed: keep draining the child
                 pass
             with self._lock:
-                if chunk.startswith(b"nnlo: error:"):
+                probe = recent + chunk
+                if b"\nnnlo: error:" in probe:
                     self.own_error = True
+                recent = probe[-len(b"\nnnlo: error:"):]
                 self._tail += chunk
                 del self._tail[:-self.KEEP]
 

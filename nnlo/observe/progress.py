@@ -178,14 +178,21 @@ class Progress:
         self.close()
 
 
+#: set to "1" by ``nnlo train|optimize -n`` when its own stderr is a terminal: the ranks write into mpirun's
+#: pipes, but what they write reaches that terminal unchanged (see :func:`nnlo.launch.relaunch`)
+LIVE_ENV = "NNLO_LIVE"
+
+
 def for_terminal(kind: str = "train", stream: IO[str] | None = None, total: int | None = None) -> Progress | None:
     """A live :class:`Progress` when ``stream`` (default stderr) is a terminal, else None.
 
     For callers that already log one line per epoch (the training master): on a terminal they add the
-    live line, in a batch job's output file they add nothing, so no line is printed twice.
+    live line, in a batch job's output file they add nothing, so no line is printed twice. A rank started
+    by the ``-n`` launcher counts as on a terminal when the launcher is (``NNLO_LIVE=1``).
     """
     stream = stream if stream is not None else sys.stderr
-    return Progress(kind, stream, total=total, live=True) if _isatty(stream) else None
+    live = _isatty(stream) or os.environ.get(LIVE_ENV) == "1"
+    return Progress(kind, stream, total=total, live=True) if live else None
 
 
 #: the live display drawn on each stream (by id), so log output can step around it (see live_on)

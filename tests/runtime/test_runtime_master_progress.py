@@ -62,3 +62,37 @@ def test_the_live_line_is_closed_when_training_fails(monkeypatch):
         m.run()
     assert term.getvalue().endswith("\n")  # later output (the error line) starts on a fresh line
     assert m.progress._closed
+
+
+@pytest.mark.mpi
+def test_nnlo_train_n_on_a_terminal_shows_the_live_line(mpirun, nnlo_env, blobs, tmp_path):
+    """`nnlo train -n 3` at a terminal: rank 0 writes into mpirun's pipe, yet the live line (carriage
+    returns, redrawn in place) reaches the person's terminal through the launcher."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from tests.runtime.conftest import MODELS, TIMEOUT
+
+    leader, follower = pty.openpty()
+    cmd = [sys.executable, "-m", "nnlo_sched", "train", "-n", "3", "--model", str(MODELS / "tiny.py"),
+           "--train", str(blobs["train"]), "--val", str(blobs["val"]), "--epochs", "3",
+           "--checkpoint", str(tmp_path / "run")]
+    env = {k: v for k, v in nnlo_env.items() if k != "NNLO_LIVE"}
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
+    os.close(follower)
+    seen = bytearray()
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: every writer is gone
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    assert proc.wait(timeout=TIMEOUT) == 0, seen.decode(errors="replace")[-3000:]
+    text = seen.decode(errors="replace")
+    assert "\r" in text.replace("\r\n", "\n"), text[-2000:]  # redrawn in place, not only whole lines
+    assert "3/3" in text, text[-2000:]
