@@ -101,7 +101,7 @@ class Progress:
             raise ValueError(f"Progress kind must be 'train' or 'optimize', got {kind!r}")
         self.kind = kind
         self.stream = stream if stream is not None else sys.stderr
-        self.live = _isatty(self.stream) if live is None else live
+        self.live = _on_terminal(self.stream) if live is None else live
         self.fields: dict[str, Any] = {}
         if total is not None:
             self.fields["epochs" if kind == "train" else "trials"] = total
@@ -191,8 +191,7 @@ def for_terminal(kind: str = "train", stream: IO[str] | None = None, total: int 
     by the ``-n`` launcher counts as on a terminal when the launcher is (``NNLO_LIVE=1``).
     """
     stream = stream if stream is not None else sys.stderr
-    live = _isatty(stream) or os.environ.get(LIVE_ENV) == "1"
-    return Progress(kind, stream, total=total, live=True) if live else None
+    return Progress(kind, stream, total=total, live=True) if _on_terminal(stream) else None
 
 
 #: the live display drawn on each stream (by id), so log output can step around it (see live_on)
@@ -206,6 +205,13 @@ def live_on(stream: IO[str]) -> Progress | None:
     ``resume()``, so log lines and the live line never share a row.
     """
     return _LIVE.get(id(stream))
+
+
+def _on_terminal(stream: IO[str]) -> bool:
+    """A terminal, or this process's own stderr/stdout when the ``-n`` launcher says they reach one."""
+    if _isatty(stream):
+        return True
+    return os.environ.get(LIVE_ENV) == "1" and stream in (sys.stderr, sys.stdout)
 
 
 def _isatty(stream: IO[str]) -> bool:
