@@ -146,7 +146,7 @@ def test_pbs_path_through_slurms_torque_wrappers(slurm, chain_env):
 
 def test_sacct_answers_for_ended_jobs_with_accounting():
     """slurmdbd + MariaDB on loopback: the path status takes for jobs squeue has forgotten."""
-    from conftest import SlurmCluster, SlurmUnavailable
+    from slurm_harness import SlurmCluster, SlurmUnavailable  # tests/ is on sys.path (see conftest)
     from nnlo_sched.schedulers.slurm import SlurmScheduler
 
     try:

@@ -39,7 +39,23 @@ def test_backend_mismatch_is_one_line_without_importing_tensorflow():
                             "a Keras model")
     with pytest.raises(ConfigError, match=r"^--backend torch but get_model returned a dict; drop --backend"):
         check_backend_choice({"not": "a model"}, "torch")
-    assert "tensorflow" not in sys.modules
+
+
+def test_choosing_the_backend_of_a_torch_model_never_imports_tensorflow(nnlo_env):
+    """In a fresh interpreter: this pytest process may hold TensorFlow already (the Keras tests)."""
+    import subprocess
+
+    code = (
+        "import sys, torch\n"
+        "from nnlo.backends import check_backend_choice\n"
+        "from nnlo.errors import ConfigError\n"
+        "check_backend_choice(torch.nn.Linear(8, 3), 'auto')\n"
+        "try:\n    check_backend_choice(torch.nn.Linear(8, 3), 'keras')\nexcept ConfigError:\n    pass\n"
+        "print('tensorflow' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=nnlo_env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
 
 
 @pytest.mark.mpi
