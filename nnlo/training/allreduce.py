@@ -32,20 +32,19 @@ from nnlo.backends.base import Backend
 from nnlo.backends.native_model import save_final_model, write_checkpoint_model
 from nnlo.config import TrainConfig
 from nnlo.data.sampling import shard
-from nnlo.errors import NnloError, TrainingError
+from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
 from nnlo.training.context import RunContext
 from nnlo.training.deadline import Deadline
-from nnlo.training.failure import RankFailure, describe_exception
+from nnlo.training.failure import RankFailure
 from nnlo.training.history import TrainResult, best_entry, write_history
 from nnlo.training.stopping import Stopper
+from nnlo.training.voted_step import EXTRA, allreduce_step
 
 log = logging.getLogger("nnlo.train")
 
 PART = ckpt.part_name("replica")
 # positions of the scalars after the gradient in the step buffer
-_COUNT, _LOSS, _CORRECT, _VOTE = range(4)
-_STOP, _FAIL = 1.0, 1024.0  # a failure outweighs any number of stop votes
 
 
 def scaled_config(config: TrainConfig, n_ranks: int) -> TrainConfig:
@@ -73,7 +72,7 @@ class AllreduceReplica:
         self.engine_name = engine_name
         self.engine: Engine | None = None
         n = self.n = backend.n_params
-        self.buf = np.zeros(n + 4, dtype=np.float32)
+        self.buf = np.zeros(n + EXTRA, dtype=np.float32)
         self.epoch, self.batch, self.updates = 0, 0, 0
         self.history: list[dict[str, Any]] = []
         self.stopper = Stopper.from_config(self.cfg.early_stopping, self.cfg.target_metric)
@@ -155,62 +154,29 @@ class AllreduceReplica:
                 self.engine.close()
 
     def _step(self, idx: np.ndarray) -> None:
-        tracer = get_tracer()
-        buf, n = self.buf, self.n
-        error: tuple[str, int] | None = None
-        try:
-            if len(idx):
-                with tracer.span("read batch", "io"):
-                    x, y = self.loader.dataset.read(idx)
-                with tracer.span("compute gradients", "compute"):
-                    grad, metrics = self._gradients(x, y)
-                count = float(metrics.get("count", len(idx)))
-                np.multiply(grad, np.float32(count), out=buf[:n])
-                buf[n + _COUNT] = count
-                buf[n + _LOSS] = float(metrics.get("loss", 0.0)) * count
-                buf[n + _CORRECT] = float(metrics.get("correct", 0.0) or 0.0)
-                if "correct" in metrics:
-                    self.stats["has_correct"] = True
-            else:
-                buf.fill(0.0)
-            buf[n + _VOTE] = _STOP if self._stop_wanted() else 0.0
-        except Exception as e:  # noqa: BLE001 - vote "failed"; every rank then stops at this step
-            error = describe_exception(e)
-            log.debug("step failed", exc_info=e)
-            buf.fill(0.0)
-            buf[n + _VOTE] = _FAIL
-        with tracer.span("allreduce", "comm"), self.ctx.watchdog.waiting("waiting in the gradient all-reduce"):
-            self.engine.allreduce_sum(buf)  # type: ignore[union-attr]
-        vote = float(buf[n + _VOTE])
-        if vote >= _FAIL:
-            self._fail_together(error)
-        total = float(buf[n + _COUNT])
-        if total > 0:
-            buf[:n] /= np.float32(total)
-            with tracer.span("apply gradients", "compute"):
-                self.backend.apply_gradients(buf[:n])
+        sums = allreduce_step(self.ctx, self.engine, self.backend, self.loader, self.buf, idx,
+                              stop_wanted=self._stop_wanted(), label="gradient")
+        if sums.has_correct:
+            self.stats["has_correct"] = True
+        if sums.failed:
+            self._fail_together(sums.error)
+        if sums.total > 0:
+            with get_tracer().span("apply gradients", "compute"):
+                self.backend.apply_gradients(self.buf[:self.n])
             self.updates += 1
-            loss = float(buf[n + _LOSS]) / total
+            loss = sums.loss_sum / sums.total
             if not math.isfinite(loss):
                 self._fail_together(None if self.rank else (
                     f"loss is {loss} at epoch {self.epoch + 1}, batch {self.batch + 1}; lower the learning rate "
                     f"(--worker-optimizer) or check the data for NaN/inf", 1), agreed=True)
-            self.stats["samples"] += total
-            self.stats["loss_sum"] += float(buf[n + _LOSS])
-            self.stats["correct"] += float(buf[n + _CORRECT])
-        if vote > 0 and self.stop_reason is None:
+            self.stats["samples"] += sums.total
+            self.stats["loss_sum"] += sums.loss_sum
+            self.stats["correct"] += sums.correct
+        if sums.stop and self.stop_reason is None:
             self.stop_reason = "deadline" if self.deadline.reached() else "signal"
             if self.rank == 0:
                 log.warning("stopping at epoch %d, batch %d (%s): writing a checkpoint", self.epoch + 1,
                             self.batch + 1, self.stop_reason)
-
-    def _gradients(self, x: Any, y: Any) -> tuple[np.ndarray, dict[str, float]]:
-        try:
-            return self.backend.compute_gradients(x, y)
-        except (NnloError, MemoryError):
-            raise
-        except Exception as e:  # noqa: BLE001 - the user's model raised: name it
-            raise TrainingError(f"the model raised {type(e).__name__} while training: {e}") from e
 
     def _stop_wanted(self) -> bool:
         return self.ctx.stop.raised or self.deadline.reached()

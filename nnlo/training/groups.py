@@ -24,15 +24,14 @@ from typing import Any
 import numpy as np
 
 from nnlo.allreduce import Engine, make_engine
-from nnlo.errors import NnloError, TrainingError
+from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
 from nnlo.training.failure import RankFailure, describe_exception
+from nnlo.training.voted_step import EXTRA, allreduce_step
 from nnlo.training.worker import Worker
 
 log = logging.getLogger("nnlo.worker")
 
-_COUNT, _LOSS, _CORRECT, _VOTE = range(4)
-_STOP, _FAIL = 1.0, 1024.0
 
 
 def split_worker_groups(comm: Any, hierarchy: Any) -> Any:
@@ -56,7 +55,7 @@ class GroupWorker(Worker):
         self.engine_name = engine_name
         self.engine: Engine | None = None
         n = self.n = self.backend.n_params
-        self.buf = np.zeros(n + 4, dtype=np.float32)
+        self.buf = np.zeros(n + EXTRA, dtype=np.float32)
         self.weights = np.empty(n, dtype=np.float32)
 
     # -- main loop ---------------------------------------------------------------------------------
@@ -97,54 +96,19 @@ class GroupWorker(Worker):
         return header
 
     def _group_step(self, idx: np.ndarray, b: int) -> tuple[float, float, float, bool, float]:
-        tracer = get_tracer()
-        buf, n = self.buf, self.n
-        error = None
-        has_correct = False
-        try:
-            if len(idx):
-                with tracer.span("read batch", "io"):
-                    x, y = self.loader.dataset.read(idx)
-                with tracer.span("compute gradients", "compute"):
-                    grad, metrics = self._gradients(x, y)
-                count = float(metrics.get("count", len(idx)))
-                np.multiply(grad, np.float32(count), out=buf[:n])
-                buf[n + _COUNT] = count
-                buf[n + _LOSS] = float(metrics.get("loss", 0.0)) * count
-                buf[n + _CORRECT] = float(metrics.get("correct", 0.0) or 0.0)
-                has_correct = "correct" in metrics
-            else:
-                buf.fill(0.0)
-            buf[n + _VOTE] = _STOP if self.ctx.stop.raised else 0.0
-        except Exception as e:  # noqa: BLE001 - vote "failed" so the whole group stops at this step
-            error = describe_exception(e)
-            log.debug("group step failed", exc_info=e)
-            buf.fill(0.0)
-            buf[n + _VOTE] = _FAIL
-        with tracer.span("group allreduce", "comm"), self.ctx.watchdog.waiting("waiting in the group all-reduce"):
-            self.engine.allreduce_sum(buf)  # type: ignore[union-attr]
-        vote = float(buf[n + _VOTE])
-        if vote >= _FAIL:
-            self._fail_group(error)
-        total = float(buf[n + _COUNT])
-        if total > 0:
-            buf[:n] /= np.float32(total)
-            with tracer.span("apply gradients", "compute"):
-                self.backend.apply_gradients(buf[:n])
-            loss = float(buf[n + _LOSS]) / total
+        sums = allreduce_step(self.ctx, self.engine, self.backend, self.loader, self.buf, idx,
+                              stop_wanted=self.ctx.stop.raised, label="group")
+        if sums.failed:
+            self._fail_group(sums.error)
+        if sums.total > 0:
+            with get_tracer().span("apply gradients", "compute"):
+                self.backend.apply_gradients(self.buf[:self.n])
+            loss = sums.loss_sum / sums.total
             if not math.isfinite(loss):
                 self._fail_group(None if not self.leader else describe_exception(TrainingError(
                     f"loss is {loss} at epoch {self.epoch + 1}, batch {self.batch + b + 1}; lower the learning "
                     f"rate (--worker-optimizer/--gem-lr) or check the data for NaN/inf")))
-        return total, float(buf[n + _LOSS]), float(buf[n + _CORRECT]), has_correct, vote
-
-    def _gradients(self, x: Any, y: Any) -> tuple[np.ndarray, dict[str, float]]:
-        try:
-            return self.backend.compute_gradients(x, y)
-        except (NnloError, MemoryError):
-            raise
-        except Exception as e:  # noqa: BLE001 - name the user's model
-            raise TrainingError(f"the model raised {type(e).__name__} while training: {e}") from e
+        return sums.total, sums.loss_sum, sums.correct, sums.has_correct, sums.vote
 
     # -- the leader speaks for the group -----------------------------------------------------------
     def _group_exchange(self, header: dict[str, Any]) -> dict[str, Any]:
