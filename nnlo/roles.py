@@ -19,6 +19,7 @@ whole group is a single all-reduce group.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -148,6 +149,7 @@ class RankInfo:
     worker: int | None = None  # logical-worker index in its group (workers only)
     member: int | None = None  # rank inside its all-reduce worker group, 0 = leader (workers only)
     parent: int | None = None  # world rank this rank reports to inside its training group
+    search: bool = False  # part of an optimization run (its labels then name the block and fold)
 
     @property
     def needs_device(self) -> bool:
@@ -165,7 +167,7 @@ class RankInfo:
             parts.append(f"m{self.master}")
         if self.role is Role.WORKER:
             parts.append(f"w{self.worker}" + (f".{self.member}" if self.member else ""))
-        if self.block is not None and self.role is not Role.COORDINATOR:
+        if self.search and self.block is not None and self.role is not Role.COORDINATOR:
             parts.insert(0, f"b{self.block}" + (f"f{self.fold}" if self.fold else ""))
         return ":".join(parts)
 
@@ -368,6 +370,8 @@ def describe(world_size: int, shape: Shape | None = None) -> Hierarchy:
                 )
                 groups.append(g)
                 infos.extend(gi)
+    if shape.optimization:
+        infos = [dataclasses.replace(r, search=True) for r in infos]
     infos.sort(key=lambda r: r.rank)
     assert [r.rank for r in infos] == list(range(world_size))
     return Hierarchy(world_size, shape, coordinator, tuple(blocks), tuple(groups), tuple(infos))

@@ -17,6 +17,7 @@ def test_three_ranks_is_one_master_two_workers():
     assert [r.parent for r in h] == [None, 0, 0]
     assert h.groups[0].workers == ((1,), (2,))
     assert h.rank_map() == "0 master | 1-2 worker"
+    assert [r.label() for r in h] == ["master:m0", "worker:w0", "worker:w1"]  # no block: a plain training
     assert not h[0].needs_device and h[1].needs_device
 
 
