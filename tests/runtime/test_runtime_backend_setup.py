@@ -105,6 +105,8 @@ def test_a_model_module_that_imports_keras_at_its_top_sees_the_environment(tmp_p
     for var in TF_VARS:  # set then delete: the test's end restores the environment exactly as it was
         monkeypatch.setenv(var, "x")
         monkeypatch.delenv(var)
+    # as in a fresh rank: Keras not imported yet (the Keras tests may have imported it in this process)
+    monkeypatch.delitem(sys.modules, "keras", raising=False)
     module = tmp_path / "imports_at_top.py"
     module.write_text("import os\nSEEN = os.environ.get('TF_ENABLE_ONEDNN_OPTS')\n"
                       "BACKEND = os.environ.get('KERAS_BACKEND')\n\ndef get_model():\n    return None\n")
