@@ -203,8 +203,9 @@ def test_rendered_local_script_runs_with_a_hostile_run_dir(tmp_path: Path, mpiru
     rec = tmp_path / "rec.sh"
     rec.write_text(
         '#!/bin/bash\n'
-        'printf "%s|" "$@" >> "$NNLO_RUN_DIR/calls.txt"; echo >> "$NNLO_RUN_DIR/calls.txt"\n'
-        '[ "$3" = run ] && exit 75\nexit 0\n'
+        # one write per call (ranks append side by side), and no rank exits before the other has written
+        'line=$(printf "%s|" "$@"); printf "%s\\n" "$line" >> "$NNLO_RUN_DIR/calls.txt"\n'
+        '[ "$3" = run ] && { sleep 1; exit 75; }\nexit 0\n'
     )
     rec.chmod(0o755)
     p = replace(load_profile("local"), python=str(rec), launcher_command=mpirun)
