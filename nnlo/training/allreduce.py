@@ -37,7 +37,7 @@ from nnlo.observe.trace import get_tracer
 from nnlo.training.context import RunContext
 from nnlo.training.deadline import Deadline
 from nnlo.training.failure import RankFailure
-from nnlo.training.history import TrainResult, best_entry, write_history
+from nnlo.training.history import TrainResult, best_entry, epoch_line, write_history
 from nnlo.training.stopping import Stopper
 from nnlo.training.voted_step import EXTRA, allreduce_step
 
@@ -201,7 +201,7 @@ class AllreduceReplica:
                 reason = "completed"
             if reason is None and self._stop_wanted():
                 reason = "deadline" if self.deadline.reached() else "signal"
-            self._log_epoch(entry)
+            log.info(epoch_line(entry, self.cfg.epochs))
         with self.ctx.watchdog.waiting("waiting for rank 0's end-of-epoch decision"):
             reason, self.history = self.comm.bcast((reason, self.history), root=0)
         self.epoch, self.batch = self.epoch + 1, 0
@@ -254,16 +254,6 @@ class AllreduceReplica:
         if sums[3]:
             result["val_accuracy"] = float(sums[2] / sums[1])
         return result
-
-    def _log_epoch(self, e: dict[str, Any]) -> None:
-        parts = [f"epoch {e['epoch']}/{self.cfg.epochs}"]
-        for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
-            if e.get(key) is not None:
-                parts.append(f"{key} {e[key]:.4f}")
-        if e.get("samples_per_s"):
-            parts.append(f"{e['samples_per_s']:.0f} samples/s")
-        parts.append(f"{e['seconds']:.1f} s")
-        log.info(" | ".join(parts))
 
     # -- checkpoints and results (rank 0 only writes) ------------------------------------------------
     def _checkpoint(self, force: bool) -> None:

@@ -33,7 +33,7 @@ from nnlo.observe.trace import get_tracer
 from nnlo.training.context import RunContext
 from nnlo.training.deadline import Deadline, injected_signal_update
 from nnlo.training.failure import RankFailure, describe_exception
-from nnlo.training.history import TrainResult, best_entry, write_history
+from nnlo.training.history import TrainResult, best_entry, epoch_line, write_history
 from nnlo.training.modes import make_server_rule
 from nnlo.training.stopping import Stopper
 from nnlo.transport import ANY, Link
@@ -362,7 +362,7 @@ class Master:
             if reason is None and self.epoch >= self.cfg.epochs:
                 reason = "completed"
             self.stop_reason = reason
-            self._log_epoch(entry)
+            log.info(epoch_line(entry, self.cfg.epochs))
             if self.progress is not None:  # the figures a person watches; the history keeps the rest
                 self.progress.update(**{k: v for k, v in entry.items() if k in _LIVE_FIELDS})
             if self._want_checkpoint(reason):
@@ -414,16 +414,6 @@ class Master:
                 f"{entry.get('val_loss')}); lower the learning rate or check the data"
             )
         return entry
-
-    def _log_epoch(self, e: dict[str, Any]) -> None:
-        parts = [f"epoch {e['epoch']}/{self.cfg.epochs}"]
-        for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
-            if e.get(key) is not None:
-                parts.append(f"{key} {e[key]:.4f}")
-        if e.get("samples_per_s"):
-            parts.append(f"{e['samples_per_s']:.0f} samples/s")
-        parts.append(f"{e['seconds']:.1f} s")
-        log.info(" | ".join(parts))
 
     def _want_checkpoint(self, reason: str | None) -> bool:
         if self.writer is None:
