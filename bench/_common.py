@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from nnlo.atomic import write_text
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 RESULTS = BENCH_DIR / "results"
@@ -177,10 +179,7 @@ def write_result(name: str, result: dict[str, Any], out: str | None = None, *, a
         **result,
     }
     path = Path(out) if out else RESULTS / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=_plain) + "\n")
-    os.replace(tmp, path)
+    write_text(path, json.dumps(doc, indent=1, default=_plain) + "\n")
     print(f"wrote {path}")
     return path
 
