@@ -6,7 +6,11 @@ are large, so they travel as contiguous float32 buffers with the uppercase ``Sen
 preallocated arrays (no pickling, no copies). MPI keeps messages between one pair of ranks in order, so the
 array always follows its header.
 
-Tags: ``HEADER``/``ARRAY`` for exchanges, ``ACK`` for "my checkpoint part is written" (a separate tag so a
+A header may carry a second, small tensor under ``"buffers"`` (a model's BatchNorm statistics, sent at epoch
+ends): :meth:`Link.send` takes it out of the pickled header and sends it as its own contiguous message after the
+array (tag ``BUFFERS``); :meth:`Link.recv` puts the received array back under the same key.
+
+Tags: ``HEADER``/``ARRAY``/``BUFFERS`` for exchanges, ``ACK`` for "my checkpoint part is written" (a separate tag so a
 worker that acknowledges and immediately sends its next update is never confused with it).
 
 The same :class:`Link` serves any communicator (a whole world or a training group inside an optimization
@@ -24,7 +28,7 @@ import numpy as np
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
 
-HEADER, ARRAY, ACK = 101, 102, 103
+HEADER, ARRAY, ACK, BUFFERS = 101, 102, 103, 104
 
 
 def _any_source() -> int:
@@ -58,14 +62,21 @@ class Link:
     def send(self, dest: int, header: dict[str, Any], array: np.ndarray | None = None) -> None:
         """Send ``header`` and, if given, ``array`` (flat, contiguous float32) to ``dest``."""
         header = dict(header, array=array is not None)
-        if array is not None:
-            _check(array)  # before the header: a peer must never wait for an array that will not come
+        extra = header.pop("buffers", None)
+        for a in (array, extra):
+            if a is not None:
+                _check(a)  # before the header: a peer must never wait for an array that will not come
+        if extra is not None:
+            header["buffers_size"] = int(extra.size)
         tracer = get_tracer()
         with tracer.span(f"send {header.get('kind', 'msg')}", "comm", dest=dest):
             self.comm.send(header, dest=dest, tag=HEADER)
             if array is not None:
                 self.comm.Send([array, self._MPI.FLOAT], dest=dest, tag=ARRAY)
                 self.bytes_sent += array.nbytes
+            if extra is not None:
+                self.comm.Send([extra, self._MPI.FLOAT], dest=dest, tag=BUFFERS)
+                self.bytes_sent += extra.nbytes
 
     def ack(self, dest: int, error: str | None = None) -> None:
         """Tell ``dest`` that this rank's checkpoint part is written (or why it is not)."""
@@ -83,14 +94,18 @@ class Link:
             self._wait(source, HEADER)
             header = self.comm.recv(source=source, tag=HEADER, status=status)
         src = status.Get_source()
-        if not header.get("array"):
-            return src, header, None
-        if out is None:
-            raise TrainingError(f"rank {src} sent a tensor where none was expected ({header.get('kind')})")
-        with tracer.span(f"recv {header.get('kind', 'msg')}", "comm", source=src):
-            self.comm.Recv([out, self._MPI.FLOAT], source=src, tag=ARRAY)
-        self.bytes_received += out.nbytes
-        return src, header, out
+        if header.get("array"):
+            if out is None:
+                raise TrainingError(f"rank {src} sent a tensor where none was expected ({header.get('kind')})")
+            with tracer.span(f"recv {header.get('kind', 'msg')}", "comm", source=src):
+                self.comm.Recv([out, self._MPI.FLOAT], source=src, tag=ARRAY)
+            self.bytes_received += out.nbytes
+        if header.get("buffers_size") is not None:
+            extra = np.empty(int(header.pop("buffers_size")), dtype=np.float32)  # once an epoch: small, rare
+            self.comm.Recv([extra, self._MPI.FLOAT], source=src, tag=BUFFERS)
+            self.bytes_received += extra.nbytes
+            header["buffers"] = extra
+        return src, header, (out if header.get("array") else None)
 
     def recv_ack(self, source: int) -> str | None:
         """Wait for ``source``'s checkpoint acknowledgement; returns its error message or None."""

@@ -35,6 +35,24 @@ class Backend(abc.ABC):
     def set_weights(self, flat: np.ndarray) -> None:
         """Load a flat float32 vector (length ``n_params``) into the model."""
 
+    # -- buffers: state a model keeps besides its trainable weights ------------------------------------
+    # BatchNorm running statistics (torch buffers, Keras non-trainable variables). Replicas update them
+    # locally while training; the runtime averages them into the master's model at every epoch end, so
+    # validation, checkpoints and the saved model use the statistics the workers gathered.
+    @property
+    def n_buffers(self) -> int:
+        """Number of scalars in the flat buffer vector (0: the model keeps no such state)."""
+        return 0
+
+    def get_buffers(self) -> np.ndarray:
+        """A new flat float32 copy of all buffers (integer ones such as step counters as floats)."""
+        return np.zeros(0, dtype=np.float32)
+
+    def set_buffers(self, flat: np.ndarray) -> None:
+        """Load a flat float32 vector (length ``n_buffers``); integer buffers are rounded."""
+        if np.asarray(flat).size != self.n_buffers:
+            raise ValueError(f"buffer vector has {np.asarray(flat).size} values, the model {self.n_buffers}")
+
     # -- training ----------------------------------------------------------------------------------
     @abc.abstractmethod
     def compute_gradients(self, x: Any, y: Any) -> tuple[np.ndarray, dict[str, float]]:

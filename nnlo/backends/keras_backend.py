@@ -12,8 +12,9 @@ optimizer and RNG state as numpy values. Keras-specific choices:
 - **Optimizers** are :mod:`nnlo.backends.keras_optimizers`: torch's exact rules, so one spec string trains the
   same on both backends and on the master.
 - **Losses** by Keras name (:mod:`nnlo.backends.keras_losses`); a PyTorch-only name is a clear error.
-- **Non-trainable state** (BatchNorm moving statistics) is not part of the flat vector (as with torch's
-  buffers) but travels in :meth:`optimizer_state` under ``"buffers"`` so a checkpoint restores it exactly.
+- **Non-trainable state** (BatchNorm moving statistics) is not part of the flat weight vector but the
+  backend's buffer vector (:meth:`KerasBackend.get_buffers`, as torch's buffers): workers send it at each epoch
+  end for the master to average, and checkpoints hold it beside the weights.
   Dropout's random state (Keras ``SeedGenerator`` variables) is :meth:`rng_state`.
 - **Threads**: one TensorFlow thread per pool under MPI (:mod:`nnlo.backends.keras_env`, ``NNLO_TF_THREADS``).
 
@@ -152,6 +153,7 @@ class KerasBackend(Backend):
         self._n = int(sum(self._sizes))
         self._buffers = [v for v in model.non_trainable_variables if not _is_seed_state(v)]
         self._seed_vars = [v for v in model.non_trainable_variables if _is_seed_state(v)]
+        self._n_buffers = int(sum(np.prod(tuple(int(d) for d in v.shape), dtype=np.int64) for v in self._buffers))
         self.loss = keras_losses.resolve_loss(keras, loss)
         self.optimizer = make_optimizer(optimizer)
         self.optimizer.build(self._vars)
@@ -296,6 +298,27 @@ class KerasBackend(Backend):
     def set_weights(self, flat: np.ndarray) -> None:
         self._concrete("write")(self._tf.convert_to_tensor(self._flat_input(flat, "weights")))
 
+    @property
+    def n_buffers(self) -> int:
+        return self._n_buffers
+
+    def get_buffers(self) -> np.ndarray:
+        if not self._buffers:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate([np.asarray(v.numpy(), dtype=np.float32).reshape(-1) for v in self._buffers])
+
+    def set_buffers(self, flat: np.ndarray) -> None:
+        if flat.size != self._n_buffers:
+            raise ValueError(f"buffer vector has {flat.size} values, the Keras model {self._n_buffers}")
+        offset = 0
+        for v in self._buffers:
+            n = int(np.prod(tuple(v.shape), dtype=np.int64))
+            part = np.asarray(flat[offset:offset + n], dtype=np.float32).reshape(tuple(v.shape))
+            if not np.issubdtype(np.dtype(v.dtype), np.floating):
+                part = np.rint(part)
+            v.assign(part.astype(v.dtype))
+            offset += n
+
     # -- training ----------------------------------------------------------------------------------
     def compute_gradients(self, x: Any, y: Any) -> tuple[np.ndarray, dict[str, float]]:
         flat, loss, hits = self._call("grad", x, y)
@@ -322,7 +345,6 @@ class KerasBackend(Backend):
             "optimizer": self.optimizer.nnlo_name,
             "params": dict(self.optimizer.params),
             "variables": [np.array(v.numpy(), copy=True) for v in self._opt_vars],
-            "buffers": [np.array(v.numpy(), copy=True) for v in self._buffers],
         }
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
@@ -332,7 +354,7 @@ class KerasBackend(Backend):
             raise ConfigError("saved optimizer state is from the torch backend; restore with --backend torch "
                               "or start the Keras run without --restore")
         try:
-            kind, values, buffers = state["optimizer"], list(state["variables"]), list(state.get("buffers", []))
+            kind, values = state["optimizer"], list(state["variables"])
         except (KeyError, TypeError):
             raise ConfigError("saved Keras optimizer state is malformed (needs optimizer, variables); "
                               "was it written by nnlo's Keras backend?") from None
@@ -343,7 +365,8 @@ class KerasBackend(Backend):
             raise ConfigError(f"saved optimizer state is for {kind} but the worker optimizer is "
                               f"{self.optimizer.nnlo_name}; restore with --worker-optimizer {kind}")
         self._assign_all(self._opt_vars, values, f"{kind} optimizer state")
-        self._assign_all(self._buffers, buffers, "model buffers (BatchNorm statistics)")
+        if "buffers" in state:  # checkpoints written before buffers had their own place in the state
+            self._assign_all(self._buffers, list(state["buffers"]), "model buffers (BatchNorm statistics)")
 
     @staticmethod
     def _assign_all(variables: list[Any], values: list[Any], what: str) -> None:

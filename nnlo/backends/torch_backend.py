@@ -5,8 +5,9 @@ The model is expected to return *logits* for classification losses (``categorica
 ``log_softmax`` should use ``--loss nll``. Labels may be class indices (integers) or one-hot / probability
 vectors (floats) — HDF5 files written for Keras usually hold one-hot labels.
 
-Only trainable parameters travel between ranks (as one flat float32 vector). Buffers such as BatchNorm
-running statistics stay local to each replica; the master's copy is used for validation.
+Only trainable parameters travel between ranks as the flat float32 weight vector. Buffers (BatchNorm running
+statistics and their step counters) are a second, much shorter flat vector (:meth:`TorchBackend.get_buffers`)
+that workers send at each epoch end for the master to average (see :mod:`nnlo.backends.base`).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from nnlo.errors import ConfigError, ModelError
 
 log = logging.getLogger("nnlo.backend.torch")
 
+_COUNTER_DTYPES = (torch.int64, torch.int32)
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -118,6 +120,10 @@ class TorchBackend(Backend):
             raise ModelError("the model has no trainable parameters")
         self._sizes = [p.numel() for p in self.params]
         self._n = int(sum(self._sizes))
+        # floating-point buffers (running statistics) and integer counters (num_batches_tracked); not masks
+        self.buffers = [b for b in self.model.buffers()
+                        if b.dtype.is_floating_point or (b.numel() == 1 and b.dtype in _COUNTER_DTYPES)]
+        self._n_buffers = int(sum(b.numel() for b in self.buffers))
         self.loss = loss_spec(loss)
         cls, kwargs = torch_equivalent(worker_optimizer)
         self.optimizer = getattr(torch.optim, cls)(self.params, **kwargs)
@@ -141,6 +147,28 @@ class TorchBackend(Backend):
             for p, n in zip(self.params, self._sizes):
                 p.copy_(src[offset:offset + n].view_as(p))  # copy: never alias the caller's buffer
                 offset += n
+
+    @property
+    def n_buffers(self) -> int:
+        return self._n_buffers
+
+    def get_buffers(self) -> np.ndarray:
+        if not self.buffers:
+            return np.zeros(0, dtype=np.float32)
+        with torch.no_grad():
+            flat = torch.cat([b.detach().reshape(-1).to(torch.float32) for b in self.buffers])
+        return flat.cpu().numpy().copy()
+
+    def set_buffers(self, flat: np.ndarray) -> None:
+        if flat.size != self._n_buffers:
+            raise ValueError(f"buffer vector has {flat.size} values, the model {self._n_buffers}")
+        src = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float32)).to(self.device)
+        offset = 0
+        with torch.no_grad():
+            for b in self.buffers:
+                part = src[offset:offset + b.numel()].view_as(b)
+                b.copy_(part if b.dtype.is_floating_point else part.round())  # copy_ casts to b's dtype
+                offset += b.numel()
 
     # -- training ----------------------------------------------------------------------------------
     def _tensors(self, x: Any, y: Any) -> tuple[Any, torch.Tensor]:

@@ -92,6 +92,7 @@ class AllreduceReplica:
         return {
             "weights": self.backend.get_weights(),
             "optimizer": self.backend.optimizer_state(),
+            **({"buffers": self.backend.get_buffers()} if self.backend.n_buffers else {}),
             "position": {"epoch": self.epoch, "batch": self.batch},
             "updates": self.updates,
             "history": self.history,
@@ -114,6 +115,8 @@ class AllreduceReplica:
                                 f"with the same model or start fresh without --restore")
         self.backend.set_weights(w)
         self.backend.load_optimizer_state(state["optimizer"])
+        if self.backend.n_buffers and "buffers" in state:
+            self.backend.set_buffers(np.asarray(state["buffers"], dtype=np.float32))
         self.epoch, self.batch = int(state["position"]["epoch"]), int(state["position"]["batch"])
         self.updates = int(state["updates"])
         self.history = list(state.get("history", []))
@@ -220,6 +223,7 @@ class AllreduceReplica:
             entry["loss"] = s["loss_sum"] / s["samples"]
             if s["has_correct"]:
                 entry["accuracy"] = s["correct"] / s["samples"]
+        self._average_buffers()
         t = time.monotonic()
         entry.update(self._validate())
         self.deadline.note_validation(time.monotonic() - t)
@@ -229,6 +233,17 @@ class AllreduceReplica:
         if self.rank == 0 and self.ctx.session is not None:
             entry.update(self.ctx.session.epoch_end(self.epoch))
         return entry
+
+    def _average_buffers(self) -> None:
+        """Every replica kept its own BatchNorm-like buffers this epoch: all take their mean (collective)."""
+        if not self.backend.n_buffers:
+            return
+        from mpi4py import MPI
+
+        values = self.backend.get_buffers().astype(np.float64)
+        with self.ctx.watchdog.waiting("averaging the model's buffers at the epoch end"):
+            self.comm.Allreduce(MPI.IN_PLACE, [values, MPI.DOUBLE], op=MPI.SUM)
+        self.backend.set_buffers((values / self.size).astype(np.float32))
 
     def _validate(self) -> dict[str, float]:
         """Each rank evaluates its share of the validation samples; the sums are added up (float64)."""

@@ -9,6 +9,10 @@ epoch and buys clean semantics: "epoch N" means every training sample was used e
 A stop in the middle of an epoch (deadline or signal) is answered to each worker at its next message with
 "stop, checkpoint into DIR"; the checkpoint then holds every worker's exact data position.
 
+BatchNorm-like buffers: each worker's last update of an epoch carries its model's buffers; the master
+averages them into its own model before validating, so validation, checkpoints and the saved model use the
+statistics the workers gathered (the master never trains, so its own would stay at their initial values).
+
 Failures never hang the group: a worker that fails sends an ``error`` message; the master answers every
 later message with ``abort`` (carrying the original message) until no worker is left, then raises.
 """
@@ -105,6 +109,9 @@ class Master:
         self.history: list[dict[str, Any]] = []
         self.stopper = Stopper.from_config(cfg.early_stopping, cfg.target_metric)
         self.stats = EpochStats()
+        self.buffers = backend.get_buffers() if backend.n_buffers else None  # the central model's buffers
+        self._buffer_sum: np.ndarray | None = None  # this epoch's buffers from the workers, summed (float64)
+        self._buffer_count = 0
         self.stop_reason: str | None = None
         self.failure: RankFailure | None = None
         self.writer = ckpt.CheckpointWriter(ctx.checkpoint_dir, cfg.checkpoint_keep) if ctx.checkpoint_dir else None
@@ -130,6 +137,7 @@ class Master:
             "history": self.history,
             "stopper": self.stopper.state_dict(),
             "epoch_stats": stats,
+            **({"buffers": self.buffers.copy()} if self.buffers is not None else {}),
             "rng": {"numpy": np.random.get_state(), "python": random.getstate(),
                     "backend": self.backend.rng_state()},
         }
@@ -147,6 +155,8 @@ class Master:
         self.history = list(state.get("history", []))
         self.stopper.load_state_dict(state.get("stopper", {}))
         self.stats = EpochStats(**state.get("epoch_stats", {}))
+        if self.buffers is not None and "buffers" in state:
+            self._set_buffers(np.asarray(state["buffers"], dtype=np.float32))
         rng = state.get("rng", {})
         if "numpy" in rng:
             np.random.set_state(rng["numpy"])
@@ -301,6 +311,8 @@ class Master:
     # -- bookkeeping -------------------------------------------------------------------------------
     def _account(self, hdr: dict[str, Any], count_update: bool = True) -> None:
         self.stats.add(hdr)
+        if hdr.get("buffers") is not None:
+            self._collect_buffers(hdr["buffers"])
         if hdr.get("seconds"):
             self.deadline.note_round(float(hdr["seconds"]))
         if count_update and hdr.get("samples", 0):
@@ -309,6 +321,28 @@ class Master:
             self.stop_reason = "signal"
             log.warning("a worker received %s: stopping with a checkpoint", hdr.get("stop_requested"))
         self._check_stop()
+
+    def _collect_buffers(self, values: np.ndarray) -> None:
+        if self.buffers is None or values.size != self.buffers.size:
+            raise TrainingError(f"a worker sent {values.size} buffer values but the master's model has "
+                                f"{0 if self.buffers is None else self.buffers.size}; all ranks must load the same model")
+        if self._buffer_sum is None:
+            self._buffer_sum = np.zeros(values.size, dtype=np.float64)
+        self._buffer_sum += values
+        self._buffer_count += 1
+
+    def _take_buffers(self) -> np.ndarray | None:
+        """The mean of the buffers received since the last call (None if none came), and start over."""
+        if self._buffer_sum is None or not self._buffer_count:
+            return None
+        mean = (self._buffer_sum / self._buffer_count).astype(np.float32)
+        self._buffer_sum, self._buffer_count = None, 0
+        return mean
+
+    def _set_buffers(self, values: np.ndarray) -> None:
+        assert self.buffers is not None
+        np.copyto(self.buffers, values)
+        self.backend.set_buffers(self.buffers)
 
     def _count_update(self) -> None:
         self.updates += 1
@@ -352,6 +386,9 @@ class Master:
         """All workers are at the barrier: validate, record, decide, checkpoint, release them."""
         action, tmp = "continue", None
         try:
+            mean = self._take_buffers()
+            if mean is not None:
+                self._set_buffers(mean)
             entry = self._epoch_entry()
             self.history.append(entry)
             self.epoch += 1

@@ -15,6 +15,9 @@ sync        delta (as downpour)                    sample-weighted mean of all d
 ==========  =====================================  ==========================================  ============
 
 The synchronous round itself (waiting for everyone) is the master's loop, see :mod:`nnlo.training.master`.
+
+In every mode, a worker's last update of an epoch also carries its model's buffers (BatchNorm running
+statistics, :meth:`nnlo.backends.base.Backend.get_buffers`); the master averages them into its own model.
 """
 from __future__ import annotations
 
@@ -53,6 +56,8 @@ class WorkerRule:
         raise NotImplementedError
 
     def _round_trip(self, header: dict[str, Any], array: np.ndarray | None) -> tuple[dict[str, Any], np.ndarray | None]:
+        if header.get("epoch_end") and header.get("kind") == "update" and self.backend.n_buffers:
+            header = dict(header, buffers=self.backend.get_buffers())
         self.link.send(self.master, header, array)
         _, reply, arr = self.link.recv(self.master, out=self.recv_buf)
         return reply, arr

@@ -5,7 +5,7 @@ Each sub-master is an ordinary :class:`~nnlo.training.master.Master` towards its
 or GEM, unchanged) and a Downpour worker towards the uber-master: every ``len(its workers)`` updates, and
 at the end of every epoch, it sends the uber-master the change of its center since their last exchange
 (with the sample counts and losses of its workers since then) and continues from the uber-master's
-center. The uber-master is a plain Master whose "workers" are the sub-masters, applying those deltas with
+center (at epoch ends with the mean of its workers' BatchNorm-like buffers). The uber-master is a plain Master whose "workers" are the sub-masters, applying those deltas with
 ``--optimizer`` (default ``sgd:lr=1``: add them as they are); it alone validates, keeps the history, decides
 to stop, and owns the checkpoints.
 
@@ -122,6 +122,9 @@ class SubMaster(Master):
                   "correct": p.correct if p.has_correct else None, "seconds": p.seconds,
                   "epoch": self.epoch, "epoch_end": epoch_end,
                   "stop_requested": (self.ctx.stop.signal_name or "a stop below") if stop else None}
+        buffers = self._take_buffers() if epoch_end else None  # our workers' mean, for the uber-master's
+        if buffers is not None:
+            header["buffers"] = buffers
         self.up.send(self.uber, header, self.delta)
         _, reply, arr = self.up.recv(self.uber, out=self.up_buf)
         self.pending = EpochStats()

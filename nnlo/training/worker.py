@@ -46,6 +46,7 @@ class Worker:
             "optimizer": self.backend.optimizer_state(),
             "position": {"epoch": self.epoch, "batch": self.batch},
             "rule": self.rule.state_dict(),
+            **({"buffers": self.backend.get_buffers()} if self.backend.n_buffers else {}),
             "rng": {"numpy": np.random.get_state(), "python": random.getstate(),
                     "backend": self.backend.rng_state()},
         }
@@ -53,6 +54,8 @@ class Worker:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.backend.load_optimizer_state(state["optimizer"])
         self.rule.load_state_dict(state.get("rule", {}))
+        if self.backend.n_buffers and "buffers" in state:
+            self.backend.set_buffers(np.asarray(state["buffers"], dtype=np.float32))
         rng = state.get("rng", {})
         if "numpy" in rng:
             np.random.set_state(rng["numpy"])

@@ -21,7 +21,7 @@ def test_restored_backend_continues_identically(spec, make_mlp, batch):
     for _ in range(3):
         original.train_on_batch(x, y)
     saved = pickle.loads(pickle.dumps({"weights": original.get_weights(), "opt": original.optimizer_state(),
-                                       "rng": original.rng_state()}))
+                                       "rng": original.rng_state(), "buffers": original.get_buffers()}))
     continued = [original.train_on_batch(x, y)["loss"] for _ in range(3)]
 
     # A fresh replica with other initial weights and another dropout seed, restored from the saved state.
@@ -30,6 +30,7 @@ def test_restored_backend_continues_identically(spec, make_mlp, batch):
     restored.set_weights(saved["weights"])
     restored.load_optimizer_state(saved["opt"])
     restored.set_rng_state(saved["rng"])
+    restored.set_buffers(saved["buffers"])
     again = [restored.train_on_batch(x, y)["loss"] for _ in range(3)]
 
     assert again == continued
@@ -37,6 +38,22 @@ def test_restored_backend_continues_identically(spec, make_mlp, batch):
     for a, b in zip(restored.model.non_trainable_variables, original.model.non_trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())  # BatchNorm statistics and dropout state
     assert restored.evaluate_batch(x, y) == original.evaluate_batch(x, y)
+
+
+def test_buffers_are_the_batchnorm_statistics_as_one_flat_vector(make_mlp, batch):
+    x, y = batch
+    backend = KerasBackend(make_mlp(seed=1, batchnorm=True), "sparse_categorical_crossentropy", "sgd:lr=0.1")
+    plain = KerasBackend(make_mlp(seed=1), "sparse_categorical_crossentropy", "sgd:lr=0.1")
+    assert plain.n_buffers == 0 and plain.get_buffers().size == 0
+    before = backend.get_buffers()
+    assert before.dtype == np.float32 and before.size == backend.n_buffers > 0
+    backend.train_on_batch(x, y)
+    moved = backend.get_buffers()
+    assert not np.array_equal(moved, before)  # training moved the moving statistics
+    backend.set_buffers(before)
+    np.testing.assert_array_equal(backend.get_buffers(), before)
+    with pytest.raises(ValueError, match="buffer vector has 3 values"):
+        backend.set_buffers(np.zeros(3, dtype=np.float32))
 
 
 def test_without_rng_state_dropout_differs(make_mlp, batch):

@@ -19,13 +19,14 @@ def _curve(history: dict) -> np.ndarray:
     return np.array([[e["loss"], e["val_loss"], e["val_accuracy"]] for e in history["history"]])
 
 
-def test_interrupted_synchronous_run_resumes_on_the_same_curve(run_train, tmp_path) -> None:
-    whole = run_train(3, *SYNC, out_dir=tmp_path / "whole")
+@pytest.mark.parametrize("model", ["tiny.py", "tiny_bn.py"])  # tiny_bn: BatchNorm statistics are restored too
+def test_interrupted_synchronous_run_resumes_on_the_same_curve(run_train, tmp_path, model) -> None:
+    whole = run_train(3, *SYNC, out_dir=tmp_path / "whole", model=model)
     assert whole.rc == 0, whole.err
 
     # 96 samples / 2 workers / batch 8 = 6 rounds per epoch: update 9 is in the middle of epoch 2
     cut = tmp_path / "cut"
-    first = run_train(3, *SYNC, out_dir=cut, env={"NNLO_TEST_SIGNAL_AT_UPDATE": "9"})
+    first = run_train(3, *SYNC, out_dir=cut, env={"NNLO_TEST_SIGNAL_AT_UPDATE": "9"}, model=model)
     assert first.rc == 75, first.err
     assert "SIGUSR1" in first.err
     ckpts = list_checkpoints(cut / "checkpoints")
@@ -35,7 +36,7 @@ def test_interrupted_synchronous_run_resumes_on_the_same_curve(run_train, tmp_pa
     assert sorted(manifest["parts"]) == ["master.pkl", "worker-0.pkl", "worker-1.pkl"]
     assert not [p for p in (cut / "checkpoints").iterdir() if p.name.startswith(".tmp")]
 
-    second = run_train(3, *SYNC, "--restore", "auto", out_dir=cut)
+    second = run_train(3, *SYNC, "--restore", "auto", out_dir=cut, model=model)
     assert second.rc == 0, second.err
     resumed = second.history
     assert resumed["epochs_done"] == 3 and resumed["stopped_reason"] == "completed"

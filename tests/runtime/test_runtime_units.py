@@ -207,6 +207,34 @@ def test_saved_model_loads_back_as_a_model_source(tmp_path: Path) -> None:
         torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy(), b.get_weights())
 
 
+def test_buffers_are_running_statistics_and_counters_not_masks() -> None:
+    x, y = _batch(8)
+    model = load_model_source(str(MODELS / "tiny_bn.py")).build(hidden=5)
+    b = TorchBackend(model, "categorical_crossentropy", "sgd:lr=0.1")
+    assert b.n_buffers == 5 + 5 + 1  # running_mean, running_var, num_batches_tracked; not the boolean mask
+    assert _backend().n_buffers == 0 and _backend().get_buffers().size == 0
+    before = b.get_buffers()
+    b.train_on_batch(np.pad(x, ((0, 0), (0, 4))), y)
+    after = b.get_buffers()
+    assert after[-1] == 1 and not np.array_equal(after, before)
+    b.set_buffers(np.concatenate([before[:-1], [6.6]]).astype(np.float32))
+    bn = model.net[1]
+    np.testing.assert_array_equal(bn.running_mean.numpy(), before[:5])
+    assert int(bn.num_batches_tracked) == 7 and bn.num_batches_tracked.dtype == torch.int64  # counters rounded
+    with pytest.raises(ValueError, match="buffer vector has 2 values"):
+        b.set_buffers(np.zeros(2, dtype=np.float32))
+
+
+def test_a_saved_model_whose_class_is_in_a_model_module_names_that_module(tmp_path: Path) -> None:
+    (tmp_path / "custom_net.py").write_text(
+        "from torch import nn\nclass Net(nn.Linear):\n    pass\ndef get_model():\n    return Net(4, 3)\n")
+    source = load_model_source(str(tmp_path / "custom_net.py"))
+    path = TorchBackend(source.build(), "mse", "sgd").save_model(str(tmp_path / "model"))
+    del sys.modules[type(source.build()).__module__]  # a new process: the module is not imported
+    with pytest.raises(ModelError, match="defined in the model module custom_net.py; pass that module instead"):
+        load_model_source(path).build()
+
+
 # -- model modules ----------------------------------------------------------------------------------------
 def test_model_source_errors_name_the_file_and_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="does not exist; check the --model path"):
