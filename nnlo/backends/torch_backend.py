@@ -120,6 +120,8 @@ class TorchBackend(Backend):
             raise ModelError("the model has no trainable parameters")
         self._sizes = [p.numel() for p in self.params]
         self._n = int(sum(self._sizes))
+        self._flat_grad: torch.Tensor | None = None  # see _grad_views
+        self._views: list[torch.Tensor] = []
         # floating-point buffers (running statistics) and integer counters (num_batches_tracked); not masks
         self.buffers = [b for b in self.model.buffers()
                         if b.dtype.is_floating_point or (b.numel() == 1 and b.dtype in _COUNTER_DTYPES)]
@@ -209,24 +211,55 @@ class TorchBackend(Backend):
                 return float(((out.reshape(-1) > 0) == (yt.reshape(-1) > 0.5)).sum())
         return None
 
+    def _grad_views(self) -> list[torch.Tensor] | None:
+        """Every parameter's ``.grad`` as a view of one flat float32 tensor (allocated once), so that backward
+        writes the flat gradient in place and no concatenation copy is needed; None for non-float32 models."""
+        if self._flat_grad is None:
+            if any(p.dtype != torch.float32 for p in self.params):
+                return None
+            self._flat_grad = torch.zeros(self._n, dtype=torch.float32, device=self.device)
+            self._views, offset = [], 0
+            for p, n in zip(self.params, self._sizes):
+                self._views.append(self._flat_grad[offset:offset + n].view_as(p))
+                offset += n
+        for p, v in zip(self.params, self._views):
+            if p.grad is not v:  # train_on_batch (set_to_none) or the user replaced it
+                p.grad = v
+        return self._views
+
     def compute_gradients(self, x: Any, y: Any) -> tuple[np.ndarray, dict[str, float]]:
+        """The flat gradient; on the CPU a view of the backend's own gradient buffer, valid until the next
+        call (callers copy or reduce it at once, as the all-reduce step does)."""
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=False)
+        views = self._grad_views()
+        if views is not None:
+            self._flat_grad.zero_()  # type: ignore[union-attr]
+        else:
+            self.optimizer.zero_grad(set_to_none=False)
         xt, yt = self._tensors(x, y)
         out = self._forward(xt)
         loss = self.loss.fn(out, yt)
         loss.backward()
-        grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=self.device)
-                 for p in self.params]
-        flat = torch.cat(grads).to("cpu", torch.float32).numpy().copy()
-        return flat, self._metrics(out, yt, loss)
+        if views is not None and all(p.grad is v for p, v in zip(self.params, views)):
+            flat = self._flat_grad.detach()  # type: ignore[union-attr]
+            result = flat.numpy() if flat.device.type == "cpu" else flat.cpu().numpy()
+        else:  # accumulated out of place (or not float32): concatenate
+            grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=self.device)
+                     for p in self.params]
+            result = torch.cat(grads).to("cpu", torch.float32).numpy().copy()
+        return result, self._metrics(out, yt, loss)
 
     def apply_gradients(self, flat_grad: np.ndarray) -> None:
-        src = torch.from_numpy(np.ascontiguousarray(flat_grad, dtype=np.float32)).to(self.device)
-        offset = 0
-        for p, n in zip(self.params, self._sizes):
-            p.grad = src[offset:offset + n].view_as(p).clone()
-            offset += n
+        src = torch.from_numpy(np.ascontiguousarray(flat_grad, dtype=np.float32))
+        views = self._grad_views()
+        if views is not None:
+            self._flat_grad.copy_(src)  # type: ignore[union-attr]  # one copy (none if it is our own buffer)
+        else:
+            src = src.to(self.device)
+            offset = 0
+            for p, n in zip(self.params, self._sizes):
+                p.grad = src[offset:offset + n].view_as(p).to(p.dtype)
+                offset += n
         self.optimizer.step()
 
     def train_on_batch(self, x: Any, y: Any) -> dict[str, float]:

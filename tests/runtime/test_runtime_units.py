@@ -183,6 +183,24 @@ def test_gradients_step_equals_fused_training_step() -> None:
     assert metrics["loss"] == pytest.approx(fused["loss"]) and metrics["count"] == 6
 
 
+def test_gradients_are_fresh_per_batch_also_after_fused_steps() -> None:
+    """compute_gradients writes into one reused flat buffer: each call must hold only its own batch's gradient,
+    whatever ran before (a fused step sets the grads to None; a previous call left its gradient there)."""
+    b = _backend("adam:lr=0.01")
+    for seed in range(3):
+        x, y = _batch(seed=seed)
+        b.train_on_batch(*_batch(seed=10 + seed))
+        ref = _backend("adam:lr=0.01")
+        ref.set_weights(b.get_weights())
+        ref.model.zero_grad(set_to_none=True)
+        ref.loss.fn(ref.model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+        want = torch.cat([p.grad.reshape(-1) for p in ref.model.parameters()]).numpy()
+        got, _ = b.compute_gradients(x, y)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        again, _ = b.compute_gradients(x, y)  # not accumulated onto the previous call's
+        np.testing.assert_allclose(again, want, rtol=1e-6, atol=1e-7)
+
+
 def test_one_hot_and_index_labels_give_the_same_loss_and_accuracy() -> None:
     x, y = _batch(10)
     b = _backend()
