@@ -122,10 +122,7 @@ class TorchBackend(Backend):
         self._n = int(sum(self._sizes))
         self._flat_grad: torch.Tensor | None = None  # see _grad_views
         self._views: list[torch.Tensor] = []
-        # floating-point buffers (running statistics) and integer counters (num_batches_tracked); not masks
-        self.buffers = [b for b in self.model.buffers()
-                        if b.dtype.is_floating_point or (b.numel() == 1 and b.dtype in _COUNTER_DTYPES)]
-        self._n_buffers = int(sum(b.numel() for b in self.buffers))
+        self._n_buffers = int(sum(b.numel() for b in self._buffer_tensors()))
         self.loss = loss_spec(loss)
         cls, kwargs = torch_equivalent(worker_optimizer)
         self.optimizer = getattr(torch.optim, cls)(self.params, **kwargs)
@@ -150,15 +147,22 @@ class TorchBackend(Backend):
                 p.copy_(src[offset:offset + n].view_as(p))  # copy: never alias the caller's buffer
                 offset += n
 
+    def _buffer_tensors(self) -> list[torch.Tensor]:
+        """Floating-point buffers (running statistics) and integer counters (num_batches_tracked), not masks.
+        Looked up each time: moving the model between devices replaces buffer tensors."""
+        return [b for b in self.model.buffers()
+                if b.dtype.is_floating_point or (b.numel() == 1 and b.dtype in _COUNTER_DTYPES)]
+
     @property
     def n_buffers(self) -> int:
         return self._n_buffers
 
     def get_buffers(self) -> np.ndarray:
-        if not self.buffers:
+        buffers = self._buffer_tensors()
+        if not buffers:
             return np.zeros(0, dtype=np.float32)
         with torch.no_grad():
-            flat = torch.cat([b.detach().reshape(-1).to(torch.float32) for b in self.buffers])
+            flat = torch.cat([b.detach().reshape(-1).to(torch.float32) for b in buffers])
         return flat.cpu().numpy().copy()
 
     def set_buffers(self, flat: np.ndarray) -> None:
@@ -167,7 +171,7 @@ class TorchBackend(Backend):
         src = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float32)).to(self.device)
         offset = 0
         with torch.no_grad():
-            for b in self.buffers:
+            for b in self._buffer_tensors():
                 part = src[offset:offset + b.numel()].view_as(b)
                 b.copy_(part if b.dtype.is_floating_point else part.round())  # copy_ casts to b's dtype
                 offset += b.numel()
