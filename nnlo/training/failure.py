@@ -8,7 +8,11 @@ the originating rank has ``report=True``, so the command line prints the line on
 """
 from __future__ import annotations
 
-from nnlo.errors import NnloError
+from typing import Any, Callable, TypeVar
+
+from nnlo.errors import NnloError, TrainingError
+
+T = TypeVar("T")
 
 
 class RankFailure(NnloError):
@@ -44,3 +48,15 @@ def describe_exception(exc: BaseException) -> tuple[str, int]:
         return str(exc), 2
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__, 1
+
+
+def in_model(what: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` where ``fn`` runs the user's model (a training step): an exception from the model becomes
+    a TrainingError that says so ("the model raised ValueError while training: ..."); nnlo's own errors and
+    MemoryError pass unchanged."""
+    try:
+        return fn(*args)
+    except (NnloError, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's model raised: name it
+        raise TrainingError(f"the model raised {type(e).__name__} while {what}: {e}") from e

@@ -15,25 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from nnlo.errors import NnloError, TrainingError
 from nnlo.observe.trace import get_tracer
-from nnlo.training.failure import describe_exception
+from nnlo.training.failure import describe_exception, in_model
 
 COUNT, LOSS, CORRECT, VOTE = range(4)
 EXTRA = 4  # scalars after the gradient in the step buffer
 STOP, FAIL = 1.0, 1024.0  # a failure outweighs any number of stop votes
 
 log = logging.getLogger("nnlo.training.step")
-
-
-def model_gradients(backend: Any, x: Any, y: Any) -> tuple[np.ndarray, dict[str, float]]:
-    """The backend's gradients; an exception from the user's model is named as such."""
-    try:
-        return backend.compute_gradients(x, y)
-    except (NnloError, MemoryError):
-        raise
-    except Exception as e:  # noqa: BLE001 - the user's model raised: name it
-        raise TrainingError(f"the model raised {type(e).__name__} while training: {e}") from e
 
 
 @dataclass(frozen=True)
@@ -68,7 +57,7 @@ def allreduce_step(ctx: Any, engine: Any, backend: Any, loader: Any, buf: np.nda
             with tracer.span("read batch", "io"):
                 x, y = loader.dataset.read(idx)
             with tracer.span("compute gradients", "compute"):
-                grad, metrics = model_gradients(backend, x, y)
+                grad, metrics = in_model("training", backend.compute_gradients, x, y)
             count = float(metrics.get("count", len(idx)))
             np.multiply(grad, np.float32(count), out=buf[:n])
             buf[n + COUNT] = count

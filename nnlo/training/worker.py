@@ -23,10 +23,10 @@ import numpy as np
 
 from nnlo import checkpoint as ckpt
 from nnlo.backends.base import Backend
-from nnlo.errors import NnloError, TrainingError
+from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
 from nnlo.training.context import RunContext
-from nnlo.training.failure import RankFailure, describe_exception
+from nnlo.training.failure import RankFailure, describe_exception, in_model
 from nnlo.training.modes import WorkerRule
 
 log = logging.getLogger("nnlo.worker")
@@ -109,12 +109,7 @@ class Worker:
                 "seconds": time.monotonic() - t0}
 
     def _train_batch(self, x: Any, y: Any) -> dict[str, float]:
-        try:
-            return self.backend.train_on_batch(x, y)
-        except (NnloError, MemoryError):
-            raise
-        except Exception as e:  # noqa: BLE001 - the user's model raised: name it
-            raise TrainingError(f"the model raised {type(e).__name__} while training: {e}") from e
+        return in_model("training", self.backend.train_on_batch, x, y)
 
     def _report(self, exc: BaseException) -> None:
         message, code = describe_exception(exc)
