@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import statistics
 import sys
 import time
 from typing import Any
@@ -85,6 +84,7 @@ class Coordinator:
         self.progress = progress
         self.busy: dict[int, int] = {}  # block -> trial id
         self.idle: list[int] = list(range(len(hierarchy.blocks)))
+        search.blocks = len(hierarchy.blocks)
 
     def run(self) -> int:
         from mpi4py import MPI
@@ -116,6 +116,7 @@ class Coordinator:
                 self._on_result(msg)
             else:
                 time.sleep(self.poll_s)
+        search.close()
         code = self._exit_code(stop_reason)
         for b in range(len(self.hierarchy.blocks)):
             self.world.send({"stop": True, "code": code}, dest=self.hierarchy.block_leader(b), tag=TAG_TASK)
@@ -170,8 +171,7 @@ class Coordinator:
                                  best_fom=best.fom if best else None, best_trial=best.id if best else None)
 
     def _typical_s(self) -> float | None:
-        durations = [t.duration_s for t in self.search.finished.values() if t.duration_s]
-        return statistics.median(durations) if durations else None
+        return self.search.typical_trial_s()
 
     def _exit_code(self, stop_reason: str | None) -> int:
         search = self.search

@@ -8,17 +8,25 @@ Budget: ``num_iterations`` finished trials, failed ones included (a model that f
 loop forever). ``target`` ends the search once a trial's figure of merit reaches it; trials already running
 are still collected. If the first ``max_failures_at_start`` trials all fail, the search stops with the first
 error: the model is broken, not the parameters, and the allocation should not be burnt.
+
+Asking ahead (:mod:`nnlo.optimize.ask_ahead`): with several blocks, once an ask costs more than 2 % of a
+typical trial, the next point is proposed in the background right after each hand-out.
 """
 from __future__ import annotations
 
+import logging
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 from nnlo.errors import ConfigError
+from nnlo.optimize.ask_ahead import AskAhead, describe, worth_it
 from nnlo.optimize.engines import Engine, engine_options
 from nnlo.optimize.results import FAILED, OK, Objective, Trial, best_trial, write_results
 from nnlo.optimize.state import load_state, save_state
+
+log = logging.getLogger("nnlo.optimize.search")
 
 
 class Search:
@@ -47,6 +55,10 @@ class Search:
         self.requeue: list[Trial] = []  # restored in-flight trials: re-run first, same id and parameters
         self.next_id = 0
         self.resumed = False
+        self.blocks = 1  # how many blocks run trials at once (the coordinator sets it)
+        self.ask_s: float | None = None  # how long the last proposal took
+        self._ahead = AskAhead(engine)
+        self._ahead_announced = False
 
     # -- hand-out ------------------------------------------------------------------------------------
     @property
@@ -79,16 +91,49 @@ class Search:
     def next_trial(self, block: int, now: float | None = None) -> Trial | None:
         """A trial for an idle block, or None when the budget is spent / the target reached."""
         if not self.can_hand_out():
+            self._ahead.discard()
             return None
         if self.requeue:
             trial = self.requeue.pop(0)
         else:
-            pending = [t.params for t in self.in_flight.values()] + [t.params for t in self.requeue]
-            trial = Trial(self.next_id, self.engine.ask(pending))
+            if self._ahead.running:
+                point = self._ahead.take()
+                self.ask_s = self._ahead.seconds
+            else:
+                t0 = time.perf_counter()
+                point = self.engine.ask(self._pending())
+                self.ask_s = time.perf_counter() - t0
+            trial = Trial(self.next_id, point)
             self.next_id += 1
         trial.status, trial.block, trial.started = "running", block, now if now is not None else time.time()
         self.in_flight[trial.id] = trial
+        self._ask_ahead()
         return trial
+
+    def _pending(self) -> list[dict[str, Any]]:
+        return [t.params for t in self.in_flight.values()] + [t.params for t in self.requeue]
+
+    def typical_trial_s(self) -> float | None:
+        durations = [t.duration_s for t in self.finished.values() if t.duration_s]
+        return statistics.median(durations) if durations else None
+
+    def _ask_ahead(self) -> None:
+        """Start proposing the next point now, if another trial will be handed out and asks are slow."""
+        if self._ahead.running or self.requeue or not self.can_hand_out():
+            return
+        if len(self.finished) + len(self.in_flight) >= self.num_iterations:
+            return  # this was the last hand-out of the budget
+        typical = self.typical_trial_s()
+        if not worth_it(self.ask_s, typical, self.blocks):
+            return
+        if not self._ahead_announced:
+            log.info(describe(self.ask_s, typical))  # type: ignore[arg-type]
+            self._ahead_announced = True
+        self._ahead.start(self._pending())
+
+    def close(self) -> None:
+        """Wait for a proposal still under way (none is left running when the coordinator ends)."""
+        self._ahead.discard()
 
     # -- results -------------------------------------------------------------------------------------
     def record(self, trial_id: int, fold_results: list[dict[str, Any]], block: int, now: float | None = None) -> Trial:

@@ -153,6 +153,22 @@ def test_no_block_waits_for_another(mpirun, nnlo_env, tmp_path):
     assert len({json.dumps(t["params"], sort_keys=True) for t in table.values()}) == 6  # pending points avoided
 
 
+def test_bayesian_asks_ahead_with_short_trials_and_loses_nothing(mpirun, nnlo_env, tmp_path):
+    """Branin trials take ~0.1 s, a GP ask longer: with 2 blocks the coordinator proposes each next point
+    in the background. Every trial of the budget runs once, at a distinct point, and the state is complete."""
+    out = tmp_path / "run"
+    r = optimize(mpirun, nnlo_env, 3, "--block-size", "1", "--n-masters", "0", "--hyper-opt", "bayesian",
+                 "--n-initial-points", "4", "--num-iterations", "10", "--seed", "1", "--output", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "proposing each next point while the blocks train" in r.stderr
+    table = trials(out)
+    assert [t["id"] for t in table] == list(range(10)) and all(t["status"] == "ok" for t in table)
+    assert len({json.dumps(t["params"], sort_keys=True) for t in table}) == 10
+    assert {t["block"] for t in table} == {0, 1}
+    state = json.loads((out / "optimizer-state.json").read_text())
+    assert state["engine_state"]["n_asked"] == 10 and len(state["engine_state"]["observations"]) == 10
+
+
 def test_target_objective_ends_the_search(mpirun, nnlo_env, tmp_path):
     out = tmp_path / "run"
     # one block, random search, seed 0: the values are 15.3, 49.6, 63.9, 129.0, 9.46, ... (first <= 10: trial 4)
