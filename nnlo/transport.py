@@ -141,3 +141,27 @@ def _check(array: np.ndarray) -> None:
     if array.dtype != np.float32 or not array.flags.c_contiguous:
         raise TypeError(f"tensors travel as contiguous float32 arrays, got {array.dtype} "
                         f"(contiguous={array.flags.c_contiguous})")
+
+
+# -- waiting without spinning ------------------------------------------------------------------------------
+# MPICH (and most MPI libraries) busy-poll inside blocking calls: a rank waiting for a slow peer burns its
+# core. Where a wait may be long (a block between trials, members while their leader evaluates), ranks sleep
+# between tests instead, with a pause that grows from 0.1 ms to ``max_pause`` (so short waits stay short).
+
+def _sleep_until(done: Any, max_pause: float) -> None:
+    pause = 1e-4
+    while not done():
+        time.sleep(pause)
+        pause = min(pause * 2, max_pause)
+
+
+def wait_for_message(comm: Any, source: int, tag: int, max_pause: float = 0.05) -> None:
+    """Return once a message from ``source`` with ``tag`` can be received, sleeping meanwhile."""
+    _sleep_until(lambda: comm.Iprobe(source=source, tag=tag), max_pause)
+
+
+def wait_for_all(comm: Any, max_pause: float = 0.05) -> None:
+    """A barrier over ``comm`` that sleeps while it waits (before a collective whose peers may be late)."""
+    request = comm.Ibarrier()
+    _sleep_until(request.Test, max_pause)
+

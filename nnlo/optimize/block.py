@@ -7,6 +7,10 @@ leader and sent back as one result. Exceptions are caught on every rank and repo
 so a trial whose model raises is recorded as failed and the block takes the next trial. A rank that dies
 hard (segfault, MPI abort) ends the MPI job: that cannot be survived inside one job, and the chain's
 resubmission restarts the search from the coordinator's state.
+
+Waiting ranks sleep instead of spinning in MPI (:func:`nnlo.transport.wait_for_all`): between trials, and
+while a fold group or the leader is still evaluating, a block's idle ranks leave their cores to those that
+work (and to the ``-n`` launcher's watcher, which must see a killed rank vanish before the teardown).
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from typing import Any
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
 from nnlo.optimize.runners import FoldOutcome, Runner, outcome_of_exception
 from nnlo.roles import Hierarchy
+from nnlo.transport import wait_for_all, wait_for_message
 
 log = logging.getLogger("nnlo.optimize.block")
 
@@ -30,7 +35,11 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
     n_fold = hierarchy.shape.n_fold
     leader = block_comm.Get_rank() == 0
     while True:
+        # between trials every rank sleeps rather than spins (the coordinator may take seconds to propose)
+        if leader:
+            wait_for_message(world, hierarchy.coordinator, TAG_TASK)
         msg = world.recv(source=hierarchy.coordinator, tag=TAG_TASK) if leader else None
+        wait_for_all(block_comm)
         msg = block_comm.bcast(msg, root=0)
         if msg.get("stop"):
             return int(msg.get("code", 0))
@@ -44,6 +53,7 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
             log.warning("trial %d fold %s failed on rank %d: %s", trial_id, info.fold, rank, outcome.error)
         is_top = group_comm.Get_rank() == 0
         report = (int(info.fold or 0), is_top, None if outcome is None else outcome.to_dict())
+        wait_for_all(block_comm)  # ranks done early (other folds, hook evaluations) sleep meanwhile
         gathered = block_comm.gather(report, root=0)
         if leader:
             world.send({"trial": trial_id, "block": info.block, "folds": merge_folds(gathered, n_fold),

