@@ -37,7 +37,7 @@ from nnlo.observe.trace import get_tracer
 from nnlo.training.context import RunContext
 from nnlo.training.deadline import Deadline
 from nnlo.training.failure import RankFailure
-from nnlo.training.history import TrainResult, best_entry, epoch_line, write_history
+from nnlo.training.history import TrainResult, epoch_line, write_history
 from nnlo.training.stopping import Stopper
 from nnlo.training.voted_step import EXTRA, allreduce_step
 
@@ -297,13 +297,9 @@ class AllreduceReplica:
 
     def _result(self) -> TrainResult:
         out = self.ctx.out_dir
-        result = TrainResult(
-            history=self.history, final=dict(self.history[-1]) if self.history else {},
-            best=best_entry(self.history), epochs_done=self.epoch,
-            stopped_reason=self.stop_reason or "completed", out_dir=str(out) if out else None,
-            checkpoint=str(self.writer.last_path) if self.writer and self.writer.last_path else None,
-            updates=self.updates, seconds=round(time.monotonic() - self._t_start, 3),
-        )
+        result = TrainResult.of(self.history, self.epoch, self.stop_reason or "completed", self.writer,
+                                out_dir=str(out) if out else None, updates=self.updates,
+                                seconds=round(time.monotonic() - self._t_start, 3))
         if out is not None and self.rank == 0:
             result.model_path = save_final_model(self.backend, out)  # model.pt or model.keras
             result.history_path = str(self._write_history(result))
@@ -313,11 +309,7 @@ class AllreduceReplica:
         if self.ctx.out_dir is None:
             return None
         if result is None:
-            result = TrainResult(history=self.history, final=dict(self.history[-1]) if self.history else {},
-                                 best=best_entry(self.history), epochs_done=self.epoch + 0,
-                                 stopped_reason=self.stop_reason or "running",
-                                 checkpoint=str(self.writer.last_path) if self.writer and self.writer.last_path
-                                 else None)
+            result = TrainResult.of(self.history, self.epoch, self.stop_reason or "running", self.writer)
         return write_history(self.ctx.out_dir, result, {
             "mode": self.cfg.effective_mode, "n_workers": self.size, "engine": self.engine_name,
             "config": self.cfg.to_dict(),

@@ -44,6 +44,15 @@ class TrainResult:
     updates: int = 0
     seconds: float = 0.0
 
+    @classmethod
+    def of(cls, history: list[dict[str, Any]], epochs_done: int, stopped_reason: str, writer: Any = None,
+           **extra: Any) -> "TrainResult":
+        """A result from the epoch history so far: final and best entries derived, the checkpoint from
+        ``writer`` (a :class:`nnlo.checkpoint.CheckpointWriter`, or None) when it has published one."""
+        return cls(history=history, final=dict(history[-1]) if history else {}, best=best_entry(history),
+                   epochs_done=epochs_done, stopped_reason=stopped_reason,
+                   checkpoint=str(writer.last_path) if writer is not None and writer.last_path else None, **extra)
+
     @property
     def resumable(self) -> bool:
         return self.stopped_reason in ("deadline", "signal") and self.checkpoint is not None
