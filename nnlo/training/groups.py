@@ -62,20 +62,7 @@ class GroupWorker(Worker):
     def run(self) -> None:
         self.engine = make_engine(self.engine_name, self.group_comm)
         try:
-            se = self.cfg.sync_every
-            while self.epoch < self.cfg.epochs:
-                plan = self.loader.batch_indices(self.epoch)
-                while True:
-                    chunk = plan[self.batch:self.batch + se]
-                    header = self._train_chunk(chunk)
-                    self.batch += len(chunk)
-                    header.update(epoch=self.epoch, epoch_end=self.batch >= len(plan))
-                    reply = self._group_exchange(header)
-                    if self._handle(reply):
-                        return
-                    if self.batch >= len(plan):
-                        break
-                self.epoch, self.batch = self.epoch + 1, 0
+            super().run()  # the worker's loop; chunks and exchanges are the group's (below)
         finally:
             self.engine.close()
             self.group_comm.Free()
@@ -111,7 +98,7 @@ class GroupWorker(Worker):
         return sums.total, sums.loss_sum, sums.correct, sums.has_correct, sums.vote
 
     # -- the leader speaks for the group -----------------------------------------------------------
-    def _group_exchange(self, header: dict[str, Any]) -> dict[str, Any]:
+    def _exchange(self, header: dict[str, Any]) -> dict[str, Any]:
         reply = self.rule.exchange(header) if self.leader else None
         with self.ctx.watchdog.waiting("waiting for the group leader's reply from the master"):
             reply = self.group_comm.bcast(reply, root=0)

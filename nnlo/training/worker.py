@@ -8,8 +8,9 @@ If anything fails while computing (the model raises, the loss is NaN, a data fil
 sends its master an ``error`` message with the one-line cause, so the master can stop the other workers
 instead of letting them hang, and raises :class:`~nnlo.training.failure.RankFailure`.
 
-Seam for all-reduce worker groups (``--n-processes`` > 1): :meth:`Worker._train_batch` is the one place that
-computes a step; a group would all-reduce the gradient there and only the leader would call the exchange.
+Seams for all-reduce worker groups (``--n-processes`` > 1, :class:`nnlo.training.groups.GroupWorker`): the
+same loop, with :meth:`Worker._train_chunk` (one all-reduced step per batch) and :meth:`Worker._exchange` (the
+leader speaks to the master for the group) overridden.
 """
 from __future__ import annotations
 
@@ -73,9 +74,8 @@ class Worker:
                 chunk = plan[self.batch:self.batch + se]
                 header = self._train_chunk(chunk)
                 self.batch += len(chunk)
-                header.update(epoch=self.epoch, epoch_end=self.batch >= len(plan),
-                              stop_requested=self.ctx.stop.signal_name)
-                reply = self.rule.exchange(header)
+                header.update(epoch=self.epoch, epoch_end=self.batch >= len(plan))
+                reply = self._exchange(header)
                 if self._handle(reply):
                     return
                 if self.batch >= len(plan):
@@ -106,7 +106,11 @@ class Worker:
         except Exception as e:  # noqa: BLE001 - tell the master, then fail this rank
             self._report(e)
         return {"samples": samples, "loss_sum": loss_sum, "correct": correct,
-                "seconds": time.monotonic() - t0}
+                "seconds": time.monotonic() - t0, "stop_requested": self.ctx.stop.signal_name}
+
+    def _exchange(self, header: dict[str, Any]) -> dict[str, Any]:
+        """Send this chunk's contribution to the master; the master's reply (action, checkpoint, ...)."""
+        return self.rule.exchange(header)
 
     def _train_batch(self, x: Any, y: Any) -> dict[str, float]:
         return in_model("training", self.backend.train_on_batch, x, y)
