@@ -124,17 +124,12 @@ class Link:
     def _wait(self, source: int, tag: int) -> None:
         if self.timeout is None:
             return
-        end = time.monotonic() + self.timeout
-        pause = 1e-4
-        while not self.comm.Iprobe(source=source, tag=tag):
-            if time.monotonic() > end:
-                who = "any worker" if source == ANY else f"rank {source}"
-                raise TrainingError(
-                    f"no message from {who} for {self.timeout:g} s; a peer hangs (raise the timeout "
-                    f"if its steps are that slow)"
-                )
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+        if not _sleep_until(lambda: self.comm.Iprobe(source=source, tag=tag), timeout=self.timeout):
+            who = "any worker" if source == ANY else f"rank {source}"
+            raise TrainingError(
+                f"no message from {who} for {self.timeout:g} s; a peer hangs (raise the timeout "
+                f"if its steps are that slow)"
+            )
 
 
 def _check(array: np.ndarray) -> None:
@@ -148,11 +143,16 @@ def _check(array: np.ndarray) -> None:
 # core. Where a wait may be long (a block between trials, members while their leader evaluates), ranks sleep
 # between tests instead, with a pause that grows from 0.1 ms to ``max_pause`` (so short waits stay short).
 
-def _sleep_until(done: Any, max_pause: float) -> None:
+def _sleep_until(done: Any, max_pause: float = 0.05, timeout: float | None = None) -> bool:
+    """Test ``done()`` until true (True), sleeping between tests; False once ``timeout`` seconds passed."""
+    end = None if timeout is None else time.monotonic() + timeout
     pause = 1e-4
     while not done():
+        if end is not None and time.monotonic() > end:
+            return False
         time.sleep(pause)
         pause = min(pause * 2, max_pause)
+    return True
 
 
 def wait_for_message(comm: Any, source: int, tag: int, max_pause: float = 0.05) -> None:
