@@ -19,7 +19,7 @@ import copy
 import logging
 import threading
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 from nnlo.optimize.engines.base import Engine, Point
 
@@ -90,6 +90,3 @@ def worth_it(ask_s: float | None, trial_s: float | None, blocks: int) -> bool:
 def describe(ask_s: float, trial_s: float) -> str:
     return (f"asks take {ask_s:.2f} s against {trial_s:.1f} s per trial: proposing each next point while "
             f"the blocks train")
-
-
-__all__: list[Any] = ["AskAhead", "WORTH_IT", "worth_it"]

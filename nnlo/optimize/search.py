@@ -119,10 +119,8 @@ class Search:
 
     def _ask_ahead(self) -> None:
         """Start proposing the next point now, if another trial will be handed out and asks are slow."""
-        if self._ahead.running or self.requeue or not self.can_hand_out():
+        if self._ahead.running or self.requeue or not self.can_hand_out():  # also: the budget is handed out
             return
-        if len(self.finished) + len(self.in_flight) >= self.num_iterations:
-            return  # this was the last hand-out of the budget
         typical = self.typical_trial_s()
         if not worth_it(self.ask_s, typical, self.blocks):
             return
