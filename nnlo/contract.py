@@ -1,0 +1,94 @@
+"""The contract between the runtime (``nnlo/``) and the chain (``nnlo_sched/``): one place for each fact.
+
+A batch job's script runs the runtime, reads its exit status and files, and decides whether the chain goes
+on. Both sides must agree on the exit codes, the environment variables that carry facts between them, the
+names of the files in a run directory and the signals that mean "checkpoint now and stop". Those facts live
+here, and only here; every other module imports them.
+
+Pure: no MPI, no I/O beyond reading ``os.environ`` in :func:`deadline_from_env`.
+"""
+from __future__ import annotations
+
+import os
+import signal
+from typing import Mapping
+
+from nnlo.errors import ConfigError
+
+# -- exit codes ---------------------------------------------------------------------------------------
+#: The run finished (all epochs, early stopping, target reached, search budget spent).
+EXIT_DONE = 0
+#: A rank failed (a Python error, NaN loss, a rank died): the chain stops.
+EXIT_FAILED = 1
+#: Bad input (options, files, profiles): the chain stops.
+EXIT_BAD_INPUT = 2
+#: EX_TEMPFAIL: stopped before the deadline or on a stop signal after writing a complete checkpoint; a
+#: resubmitted job resumes from it.
+EXIT_RESUMABLE = 75
+
+# -- environment variables ----------------------------------------------------------------------------
+#: Unix seconds by which the runtime must have stopped with a checkpoint (set by the job script).
+ENV_DEADLINE = "NNLO_DEADLINE"
+#: Seconds of safety the runtime keeps before the deadline (default 10).
+ENV_DEADLINE_SAFETY = "NNLO_DEADLINE_SAFETY"
+#: The run directory of a submitted run (set by the job script and by ``python -m nnlo_sched run``).
+ENV_RUN_DIR = "NNLO_RUN_DIR"
+#: Where ``nnlo submit`` creates run directories (default ``./nnlo-runs``).
+ENV_HOME = "NNLO_HOME"
+#: Extra cluster-profile directories (``:``-separated).
+ENV_CLUSTERS = "NNLO_CLUSTERS"
+#: Set in ranks started by nnlo's own launch so they never launch again.
+ENV_LAUNCHED = "NNLO_LAUNCHED"
+#: Folder where every rank records its pid, host and role (see :mod:`nnlo.rankfate`).
+ENV_RANK_RECORDS = "NNLO_RANK_RECORDS"
+#: "1": rank 0's stderr reaches a terminal, so it may redraw a live progress line.
+ENV_LIVE = "NNLO_LIVE"
+#: The scheduler's job id, for schedulers that set none themselves (the local scheduler).
+ENV_JOB_ID = "NNLO_JOB_ID"
+#: Testing hook: the master signals itself with SIGUSR1 after this many updates.
+ENV_TEST_SIGNAL_AT_UPDATE = "NNLO_TEST_SIGNAL_AT_UPDATE"
+
+# -- run-directory files ------------------------------------------------------------------------------
+SPEC_FILE = "spec.json"  # the submitted run (nnlo_sched.spec.RunSpec)
+STATE_FILE = "state.json"  # the chain's state (nnlo_sched.state)
+SCRIPT_FILE = "job.sh"  # the batch script every job of the chain runs
+LOG_DIR = "logs"  # logs/job-<id>.out, logs/rank-<r>.log
+CHECKPOINT_DIR = "checkpoints"  # complete checkpoints of a training
+MANIFEST_FILE = "manifest.json"  # written last into a checkpoint folder: the checkpoint is complete
+HISTORY_FILE = "history.json"  # a training's per-epoch history
+CONFIG_FILE = "config.json"  # a training's TrainConfig
+RANKS_DIR = "ranks"  # rank records (nnlo.rankfate)
+TIMELINE_FILE = "timeline.json"  # the merged Chrome trace
+OPTIMIZER_STATE_FILE = "optimizer-state.json"  # a search's checkpoint
+TRIALS_JSON = "trials.json"
+TRIALS_CSV = "trials.csv"
+BEST_FILE = "best.json"
+
+# -- stop signals -------------------------------------------------------------------------------------
+#: Signals that mean "write a complete checkpoint now and exit 75": LSF's and Slurm's pre-walltime warnings
+#: (SIGUSR1/SIGUSR2), the batch system's or ``scancel``'s SIGTERM, and Ctrl-C at a terminal (SIGINT). A
+#: second SIGTERM or SIGINT ends the process at once.
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
+#: Stop signals whose repetition means "now, without a checkpoint".
+INSISTING_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+
+
+def deadline_from_env(explicit: float | None = None, environ: Mapping[str, str] | None = None) -> float | None:
+    """The deadline: ``explicit`` if given, else ``$NNLO_DEADLINE`` (unix seconds), else None.
+
+    A malformed value is a one-line :class:`~nnlo.errors.ConfigError`.
+    """
+    if explicit is not None:
+        return float(explicit)
+    env = os.environ if environ is None else environ
+    raw = env.get(ENV_DEADLINE, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"{ENV_DEADLINE}={raw!r} is not unix seconds; unset it or export a number "
+                          f"(e.g. $(date -d '+2 hours' +%s))")
+    return value
