@@ -35,7 +35,7 @@ import _common as C
 
 NAME = "orchestration"
 LAYOUT_ARGS = ["layout", "--cluster", "summit", "--nodes", "4608"]
-SUBMIT_ARGS = ["submit", "--cluster", "summit", "-A", "ABC123", "--nodes", "4608", "-t", "2h", "--dry-run",
+SUBMIT_ARGS = ["submit", "--cluster", "summit", "-A", "ABC123", "--nodes", "4608", "-t", "2h", "--dry-run", "--no-check",
                "train", "--model", "m.py", "--train", "train.list", "--val", "val.list"]
 
 

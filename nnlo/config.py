@@ -105,10 +105,10 @@ class TrainConfig:
 
     @property
     def training_group_shape(self) -> "Shape":
-        """The shape of one training group: ``--mode allreduce`` means no master (``n_masters == 0``)."""
+        """The shape of one training group (:meth:`nnlo.roles.Shape.for_run` decides; RoleError if impossible)."""
         from nnlo.roles import Shape
 
-        return Shape(n_masters=0 if self.mode == "allreduce" else self.n_masters, n_processes=self.n_processes)
+        return Shape.for_run(mode=self.mode, n_masters=self.n_masters, n_processes=self.n_processes)
 
     def validate(self) -> "TrainConfig":
         """Raise ConfigError (one line: option, problem, fix) for values that can never work."""
@@ -121,8 +121,15 @@ class TrainConfig:
         if self.allreduce_engine not in ALLREDUCE_ENGINES:
             raise ConfigError(f"--allreduce-engine {self.allreduce_engine!r} is unknown; use one of "
                               f"{', '.join(ALLREDUCE_ENGINES)}")
-        if self.mode == "allreduce" and self.n_masters not in (0, 1):
-            raise ConfigError(f"--mode allreduce has no masters; drop --n-masters {self.n_masters}")
+        from nnlo.roles import RoleError
+
+        try:
+            self.training_group_shape  # noqa: B018 - the one shape rule refuses impossible combinations
+        except RoleError as e:
+            raise ConfigError(str(e)) from None
+        if self.n_masters > 1 and self.synchronous:
+            raise ConfigError(f"--synchronous needs one master; drop --synchronous or use --n-masters 1 "
+                              f"(got --n-masters {self.n_masters})")
         if self.mode == "allreduce" and self.synchronous:
             raise ConfigError("--mode allreduce is synchronous by design; drop --synchronous")
         if self.synchronous and self.mode != "downpour":

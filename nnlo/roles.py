@@ -25,6 +25,10 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 
+#: The training mode without a parameter server: every rank of a training group is a replica.
+ALLREDUCE_MODE = "allreduce"
+
+
 class RoleError(ValueError):
     """A shape that cannot be laid out; the message names the problem and a fix."""
 
@@ -66,6 +70,52 @@ class Shape:
             raise RoleError(f"--block-size must be at least 1, got {self.block_size}")
         if self.block_size is None and self.n_fold != 1:
             raise RoleError("--n-fold needs --block-size: folds split an optimization block")
+
+    @classmethod
+    def for_run(
+        cls,
+        *,
+        mode: str | None = "gem",
+        n_masters: int = 1,
+        n_processes: int = 1,
+        block_size: int | None = None,
+        n_fold: int = 1,
+        search: bool = False,
+    ) -> Shape:
+        """The one rule from a run's options to its shape; training, search, layout and submit all use it.
+
+        * ``--mode allreduce`` means no master (``n_masters == 0``); ``--n-masters 0`` with another mode, more
+          than one master with it, and ``--n-processes`` with it are refused (all-reduce already spans the
+          group); ``mode=None`` (a layout that names no mode) follows ``n_masters``;
+        * a search (``search=True``) without ``--block-size`` gets the smallest block that holds its folds:
+          ``n_fold`` times the smallest training group;
+        * a plain training has no blocks and no folds.
+        """
+        allreduce = mode == ALLREDUCE_MODE or (mode is None and n_masters == 0)
+        if allreduce and n_masters > 1:
+            raise RoleError(f"--mode allreduce has no masters; drop --n-masters {n_masters}")
+        if not allreduce and n_masters == 0:
+            raise RoleError("--n-masters 0 is pure all-reduce data parallelism: use --mode allreduce "
+                            "(or give --n-masters 1 or more)")
+        masters = 0 if allreduce else n_masters
+        if allreduce and n_processes != 1:
+            raise RoleError("--n-processes groups ranks under a master; --mode allreduce already all-reduces "
+                            "over every rank of the group: drop --n-processes")
+        if not search:
+            if block_size is not None or n_fold != 1:
+                raise RoleError("--block-size and --n-fold shape an optimization; use nnlo optimize")
+            return cls(n_masters=masters, n_processes=n_processes)
+        group = cls(n_masters=masters, n_processes=n_processes)  # validates n_masters/n_processes first
+        if n_fold < 1:
+            raise RoleError(f"--n-fold must be at least 1, got {n_fold}")
+        if block_size is None:
+            block_size = n_fold * group.smallest_group
+        return cls(n_masters=masters, n_processes=n_processes, block_size=block_size, n_fold=n_fold)
+
+    @property
+    def smallest_group(self) -> int:
+        """Ranks of the smallest training group of this shape (every master with one worker)."""
+        return self.group_size(1 if self.allreduce else self.masters_with_workers)
 
     @property
     def optimization(self) -> bool:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nnlo.errors import NnloError
-from nnlo_sched.runs import LOG_DIR, load_profile_for, load_spec, submit_job
+from nnlo_sched.runs import LOG_DIR, change_inner_options, load_profile_for, load_spec, submit_job
 from nnlo_sched.schedulers import JobInfo, get_scheduler
 from nnlo_sched.spec import RunSpec
 from nnlo_sched.state import (
@@ -69,16 +69,10 @@ def checkpoint_dir(run_dir: Path, spec: RunSpec) -> Path:
     """The training's output directory (``--checkpoint DIR``): the inner ``--checkpoint`` if the user gave
     one, else the run directory itself, so that ``history.json`` sits in the run directory and the
     checkpoints in ``<run>/checkpoints/`` (the runtime writes them into ``DIR/checkpoints``)."""
-    args = spec.args
-    for i, a in enumerate(args):
-        value = None
-        if a == "--checkpoint" and i + 1 < len(args):
-            value = args[i + 1]
-        elif a.startswith("--checkpoint="):
-            value = a.split("=", 1)[1]
-        if value:
-            p = Path(value).expanduser()
-            return p if p.is_absolute() else Path(spec.workdir or run_dir) / p
+    value = spec.train.checkpoint
+    if value:
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else Path(spec.workdir or run_dir) / p
     return Path(run_dir)
 
 
@@ -364,8 +358,12 @@ def cancel_run(run_dir: Path) -> list[str]:
     return ids
 
 
-def resume_run(run_dir: Path, *, force: bool = False) -> str:
-    """Start a new chain for a stopped run (failed or cancelled) from its newest checkpoint; returns the job id."""
+def resume_run(run_dir: Path, *, force: bool = False, options: list[str] | None = None) -> str:
+    """Start a new chain for a stopped run (failed or cancelled) from its newest checkpoint; returns the job id.
+
+    ``options`` (inner-command options) are appended to the run's command first, see
+    :func:`nnlo_sched.runs.change_inner_options`.
+    """
     run_dir = Path(run_dir)
     st = read_state(run_dir)
     alive = alive_jobs(run_dir, st)
@@ -374,7 +372,7 @@ def resume_run(run_dir: Path, *, force: bool = False) -> str:
                          f"`nnlo cancel {st.run_id}` first")
     if st.state == DONE and not force:
         raise ChainError(f"run {st.run_id} is done; pass --force to run it again from its last checkpoint")
-    spec = load_spec(run_dir)
+    spec = change_inner_options(run_dir, options) if options else load_spec(run_dir)
     profile = load_profile_for(run_dir, st.cluster, st.env)
     now = time.time()
     with update_state(run_dir) as st:

@@ -26,7 +26,7 @@ import jinja2
 
 from nnlo.errors import ConfigError
 from nnlo_sched.launchers import launcher_for
-from nnlo_sched.layout import Layout, layout_for_spec, shape_from_args
+from nnlo_sched.layout import Layout, layout_for_spec
 from nnlo_sched.profiles.schema import Profile
 from nnlo_sched.resources import templates_dir
 from nnlo_sched.spec import RunSpec, format_hms, format_lsf_minutes
@@ -101,7 +101,7 @@ def spec_layout(spec: RunSpec, profile: Profile) -> dict[str, Any]:
 
 
 def compute_spec_layout(spec: RunSpec, profile: Profile) -> Layout:
-    return layout_for_spec(spec, profile, shape_from_args(spec.kind, spec.args))
+    return layout_for_spec(spec, profile, spec.shape)
 
 
 def _slurm_time(seconds: int) -> str:

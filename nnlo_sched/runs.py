@@ -92,6 +92,27 @@ def load_spec(run_dir: Path) -> RunSpec:
         raise RunNotFound(f"{run_dir} is not an nnlo run directory (no {SPEC_FILE})") from None
 
 
+def change_inner_options(run_dir: Path, options: list[str]) -> RunSpec:
+    """Append ``options`` to a stopped run's inner command (later options win), re-parsed by the one parser.
+
+    The run's shape is its layout and its job script: options that would change it are refused. Returns the
+    new spec, written atomically.
+    """
+    from dataclasses import replace
+
+    from nnlo_sched.inner import parse_inner
+
+    spec = load_spec(run_dir)
+    args = [*spec.args, *options]
+    inner = parse_inner(spec.kind, args)
+    if inner.shape != spec.shape:
+        raise ConfigError(f"{' '.join(options)} changes the run's shape ({spec.shape} -> {inner.shape}), which "
+                          "its job script was laid out for; submit a new run instead")
+    new = replace(spec, args=args, config=inner.train, search=inner.search)
+    write_json_atomic(Path(run_dir) / SPEC_FILE, new.to_dict())
+    return new
+
+
 def new_run_id(name: str) -> str:
     """``<name>-<YYYYmmdd-HHMMSS>-<4 hex>``: sortable by time, readable, unique without coordination."""
     clean = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40] or "run"

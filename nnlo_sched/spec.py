@@ -1,18 +1,27 @@
 """The run spec: everything ``nnlo submit`` knows about a run, as one JSON-serialisable record.
 
-A run directory holds its spec (written by the chain code) so that every job of a checkpoint-restart chain
-renders the same script and launches the same inner command. The spec is deliberately plain data: the inner
-command's argv is kept verbatim (``args``) and re-parsed by the runtime, so the scheduler side never has to
-understand training options beyond the few that size the job (see :mod:`nnlo_sched.layout.shape`).
+A run directory holds its spec (``spec.json``) so that every job of a checkpoint-restart chain renders the
+same script and runs the same inner command. The inner command is parsed once, at submission, by the same
+click command as ``nnlo train``/``nnlo optimize`` (:mod:`nnlo_sched.inner`), and stored typed: ``config``
+(a :class:`~nnlo.config.TrainConfig`) and, for a search, ``search`` (a
+:class:`~nnlo.optimize.options.SearchConfig`). The verbatim argv (``args``) is kept beside them for display
+and for ``nnlo resume`` with changed options; nothing reads options from it. A spec written before the
+typed record existed (no ``config`` key) is parsed from its ``args`` when it loads.
 """
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from nnlo.config import TrainConfig
 from nnlo.errors import ConfigError
+from nnlo.optimize.options import SearchConfig
+
+if TYPE_CHECKING:
+    from nnlo.roles import Shape
+    from nnlo_sched.inner import InnerCommand
 
 KINDS = ("train", "optimize")
 DEFAULT_MAX_RESUBMITS = 10
@@ -50,6 +59,8 @@ class RunSpec:
     directives: list[str] = field(default_factory=list)
     layout: dict[str, Any] | None = None
     workdir: str | None = None
+    config: TrainConfig | None = None  # the inner command's training options (parsed from args if None)
+    search: SearchConfig | None = None  # the inner command's search options (optimize runs)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -64,6 +75,35 @@ class RunSpec:
             if any(c in d for c in "\n\r\0"):
                 raise ConfigError("an extra directive contains a line break; give one directive per option")
         self.args = [str(a) for a in self.args]
+        if isinstance(self.config, dict):
+            self.config = TrainConfig.from_dict(self.config)
+        if isinstance(self.search, dict):
+            self.search = SearchConfig.from_dict(self.search)
+        if self.config is None or (self.kind == "optimize" and self.search is None):
+            from nnlo_sched.inner import parse_inner
+
+            parsed = parse_inner(self.kind, self.args)
+            self.config, self.search = parsed.train, parsed.search
+        if self.kind == "train":
+            self.search = None
+
+    # -- the inner command -------------------------------------------------------------------------
+    @property
+    def train(self) -> TrainConfig:
+        """The training options of the inner command (the blocks' options in a search)."""
+        assert self.config is not None  # set by __post_init__
+        return self.config
+
+    @property
+    def inner(self) -> InnerCommand:
+        from nnlo_sched.inner import InnerCommand
+
+        return InnerCommand(self.kind, self.train, self.search)
+
+    @property
+    def shape(self) -> Shape:
+        """The run's role shape (what the layout sizes and the runtime splits)."""
+        return self.inner.shape
 
     # -- JSON --------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -80,8 +120,8 @@ class RunSpec:
             raise ConfigError(f"run spec has unknown key(s) {', '.join(unknown)}; was it written by a newer nnlo?")
         try:
             return cls(**data)
-        except TypeError as e:  # a missing required key
-            raise ConfigError(f"run spec is incomplete: {e}") from None
+        except TypeError as e:  # a missing required key, or a field of the wrong type
+            raise ConfigError(f"run spec is incomplete or damaged: {e}") from None
 
     @classmethod
     def from_json(cls, text: str) -> "RunSpec":

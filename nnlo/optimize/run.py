@@ -9,56 +9,21 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nnlo.contract import ENV_RUN_DIR
 from nnlo.errors import ConfigError, NnloError
 from nnlo.optimize import space as space_mod
 from nnlo.optimize.coordinator import Coordinator, StopRequest, deadline_from_env
 from nnlo.optimize.engines import ENGINES, make_engine
+from nnlo.optimize.options import OptimizeOptions
 from nnlo.optimize.results import Objective
 from nnlo.optimize.search import Search
 from nnlo.optimize.state import STATE_FILE
 from nnlo.roles import Role, Shape, describe
 
 log = logging.getLogger("nnlo.optimize")
-
-
-@dataclass
-class OptimizeOptions:
-    """Options of the search itself (the training options live in the TrainConfig)."""
-
-    out_dir: Path
-    block_size: int
-    n_fold: int = 1
-    hyper_opt: str = "bayesian"
-    estimator: str = "GP"
-    num_iterations: int = 10
-    target_objective: float | None = None
-    fom: str = "val_loss"
-    space: str | None = None
-    ga_populations: int = 10
-    n_initial_points: int | None = None
-    seed: int = 0
-    restore: bool = False
-    deadline: float | None = None
-    grace_s: float = 60.0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def initial_points(self) -> int:
-        """Random proposals before the model is used: 10 (skopt's default), at most a third of the budget."""
-        if self.n_initial_points is not None:
-            return self.n_initial_points
-        return max(2, min(10, self.num_iterations // 3))
-
-
-def default_out_dir(model: str) -> Path:
-    """``$NNLO_RUN_DIR`` inside a submitted run, else ``./optimize-<model stem>``."""
-    run_dir = os.environ.get("NNLO_RUN_DIR")
-    if run_dir:
-        return Path(run_dir)
-    return Path(f"optimize-{Path(model).stem or 'run'}")
 
 
 def build_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
@@ -74,7 +39,7 @@ def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
     """The coordinator's search, restored when asked (or inside a chained job) and refused over old data."""
     search = build_search(opts, space)
     has_state = (opts.out_dir / STATE_FILE).exists()
-    resume = opts.restore or bool(os.environ.get("NNLO_RUN_DIR"))
+    resume = opts.restore or bool(os.environ.get(ENV_RUN_DIR))
     if has_state and not resume:
         raise ConfigError(
             f"{opts.out_dir} already holds a search ({STATE_FILE}); pass --opt-restore to resume it "
@@ -99,7 +64,7 @@ def check_fold_groups(shape: Shape) -> None:
     try:
         train.workers_in_group(bs // f)
     except RoleError:
-        need = train.group_size(1 if train.allreduce else train.masters_with_workers)
+        need = train.smallest_group
         servers = {0: "an all-reduce group", 1: "1 master"}.get(shape.n_masters, f"{shape.n_masters} masters")
         groups = f"fold groups of {bs // f} rank(s) ({bs} / --n-fold {f})" if f > 1 else f"blocks of {bs} rank(s)"
         raise ConfigError(
@@ -123,9 +88,8 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     rank = world.Get_rank()
 
     def check() -> tuple[Any, Any, Any, bool]:
-        group = config.training_group_shape
-        shape = Shape(n_masters=group.n_masters, n_processes=group.n_processes, block_size=opts.block_size,
-                      n_fold=opts.n_fold)
+        shape = Shape.for_run(mode=config.mode, n_masters=config.n_masters, n_processes=config.n_processes,
+                              block_size=opts.block_size, n_fold=opts.n_fold, search=True)
         check_fold_groups(shape)
         hierarchy = describe(world.Get_size(), shape)
         module = load_model_source(config.model).module
@@ -133,10 +97,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         Objective.parse(opts.fom)
         hook = module is not None and callable(getattr(module, "evaluate", None))
         if not hook:
-            from nnlo.training.driver import training_shape
-
             config.validate()
-            training_shape(config.training_group_shape, config)  # supported?
             if opts.n_fold > 1 and not config.train:
                 raise ConfigError("--n-fold needs --train LIST (the samples that the folds split)")
         return hierarchy, module, space, hook
@@ -176,8 +137,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     if hook:
         runner = HookRunner(module, Objective.parse(opts.fom).name)
     else:
-        group_shape = config.training_group_shape
-        runner = TrainRunner(config, group_shape, opts.seed)
+        runner = TrainRunner(config, opts.seed)
     return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
 
 

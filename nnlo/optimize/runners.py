@@ -101,9 +101,8 @@ def with_lr(spec: str, lr: float) -> str:
 class TrainRunner:
     """Trains the trial's model on the fold group's communicator with the real runtime."""
 
-    def __init__(self, config: Any, group_shape: Any, seed: int):
+    def __init__(self, config: Any, seed: int):
         self.config = config
-        self.group_shape = group_shape
         self.seed = seed
         self._n_samples: int | None = None
 
@@ -162,7 +161,7 @@ class TrainRunner:
         train_idx = val_idx = None
         if n_fold > 1:
             train_idx, val_idx = self.fold_indices(fold, n_fold)
-        result = train(comm, cfg, shape=self.group_shape, train_indices=train_idx, val_indices=val_idx,
+        result = train(comm, cfg, train_indices=train_idx, val_indices=val_idx,
                        out_dir=out)
         if comm.Get_rank() != 0:
             return None

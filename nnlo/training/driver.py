@@ -26,7 +26,7 @@ import numpy as np
 from nnlo import checkpoint as ckpt
 from nnlo.config import TrainConfig
 from nnlo.errors import ConfigError
-from nnlo.roles import Hierarchy, Role, Shape, describe
+from nnlo.roles import Hierarchy, Role, describe
 from nnlo.training.context import RunContext
 from nnlo.training.deadline import StopFlag
 from nnlo.training.failure import RankFailure, describe_exception
@@ -41,15 +41,14 @@ def train(
     comm: Any,
     config: TrainConfig,
     *,
-    shape: Shape,
     train_indices: Sequence[int] | np.ndarray | None = None,
     val_indices: Sequence[int] | np.ndarray | None = None,
     out_dir: str | Path | None = None,
 ) -> TrainResult:
     """Train ``config`` on the ranks of ``comm``; every rank calls it and every rank gets the result.
 
-    shape: the run's shape; only ``n_masters`` and ``n_processes`` matter here (a block/fold layout is
-        the caller's business: ``comm`` is already one training group).
+    The training group's shape comes from ``config`` (:attr:`TrainConfig.training_group_shape`); a
+    block/fold layout is the caller's business: ``comm`` is already one training group.
     train_indices: restrict training to these samples of the training files (k-fold); None = all.
     val_indices: validate on these samples *of the training files* (a k-fold's held-out fold) instead of
         the ``--val`` files; None = the ``--val`` files (or ``get_val()``), if any.
@@ -70,7 +69,7 @@ def train(
     aborting = False
     watchdog = Watchdog(timeout_from_env(), abort_job(group, lambda: ctx.role_label if ctx else "starting"))
     try:
-        ctx, role = _set_up(group, config, shape, train_indices, val_indices, out_dir, stop, watchdog)
+        ctx, role = _set_up(group, config, train_indices, val_indices, out_dir, stop, watchdog)
         local = role.run()
         top = ctx.group.top
         with watchdog.waiting("waiting for the result from the master"):
@@ -116,33 +115,13 @@ def _phase(comm: Any, hierarchy: Hierarchy | None, fn: Callable[[], T], watchdog
     return value
 
 
-def training_shape(shape: Shape, config: TrainConfig | None = None) -> Shape:
-    """The shape of one training group; refuses what this runtime does not run yet (one line each).
-
-    ``--mode allreduce`` and ``--n-masters 0`` mean the same (pure all-reduce): either one gives
-    ``n_masters == 0``.
-    """
-    n_masters = 0 if config is not None and config.mode == "allreduce" else shape.n_masters
-    if n_masters == 0 and config is not None and config.mode != "allreduce":
-        raise ConfigError(f"--n-masters 0 is pure all-reduce data parallelism: use --mode allreduce "
-                          f"instead of --mode {config.mode}")
-    if n_masters > 1 and config is not None and config.synchronous:
-        raise ConfigError(f"--synchronous needs one master; drop --synchronous or use --n-masters 1 "
-                          f"(got --n-masters {n_masters})")
-    if n_masters == 0 and shape.n_processes != 1:
-        raise ConfigError("--n-processes groups ranks under a master; --mode allreduce already all-reduces "
-                          "over every rank: drop --n-processes")
-    return Shape(n_masters=n_masters, n_processes=shape.n_processes)
-
-
-def _set_up(comm: Any, config: TrainConfig, shape: Shape, train_indices: Any, val_indices: Any,
+def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any,
             out_dir: str | Path | None, stop: StopFlag, watchdog: Watchdog) -> tuple[RunContext, Any]:
     rank = comm.Get_rank()
     out = Path(out_dir) if out_dir is not None else None
 
     def check() -> Hierarchy:
-        config.validate()
-        wanted = training_shape(shape, config)
+        wanted = config.validate().training_group_shape
         if comm.Get_size() < 2 and not wanted.allreduce:
             raise ConfigError(
                 "1 rank cannot hold a master and a worker: use -n 2 or more (e.g. -n 3 = 1 master + 2 "

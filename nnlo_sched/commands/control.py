@@ -86,15 +86,23 @@ def logs_command(run: str, follow: bool, job_id: str | None, interval: float) ->
             return
 
 
-@click.command("resume")
+@click.command("resume", context_settings=dict(ignore_unknown_options=True))
 @click.argument("run")
 @click.option("--force", is_flag=True, help="Also resume a run that is done (runs its command again from "
                                             "the newest checkpoint).")
-def resume_command(run: str, force: bool) -> None:
-    """Resubmit a stopped (failed or cancelled) RUN; it continues from its newest checkpoint."""
+@click.argument("options", nargs=-1, type=click.UNPROCESSED)
+def resume_command(run: str, force: bool, options: tuple[str, ...]) -> None:
+    """Resubmit a stopped (failed or cancelled) RUN; it continues from its newest checkpoint.
+
+    OPTIONS of the run's train/optimize command given after RUN change it from now on, e.g.
+    `nnlo resume RUN --epochs 50` (more epochs) or `--target-metric val_accuracy,>,0.99`; options that
+    change the run's shape (ranks, masters, blocks) need a new submission.
+    """
     from nnlo_sched.chain import resume_run
     from nnlo_sched.runs import find_run
 
     r = find_run(run)
-    job = resume_run(r.dir, force=force)
+    job = resume_run(r.dir, force=force, options=list(options))
+    if options:
+        click.echo(f"run {r.id}: its {r.spec.kind} command now ends with {' '.join(options)}")
     click.echo(f"resumed run {r.id} as job {job}")

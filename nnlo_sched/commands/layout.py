@@ -5,6 +5,8 @@ import json
 
 import click
 
+from nnlo.config import MODES
+
 
 def parse_walltime_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     """Click callback: a walltime in any accepted form -> seconds (shared with ``nnlo submit``)."""
@@ -43,7 +45,8 @@ def parse_gpus(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--n-masters", type=int, default=1, show_default=True,
               help="0 = all-reduce, 1 = one master, M > 1 = an uber-master over M-1 masters.")
 @click.option("--n-processes", type=int, default=1, show_default=True, help="Ranks per worker (all-reduce group).")
-@click.option("--mode", default=None, help="Training mode; 'allreduce' means --n-masters 0.")
+@click.option("--mode", type=click.Choice(MODES), default=None,
+              help="Training mode; 'allreduce' means --n-masters 0.")
 @click.option("--blocks", type=int, default=None, help="Optimization blocks.")
 @click.option("--block-size", type=int, default=None, help="Ranks per optimization block.")
 @click.option("--n-fold", type=int, default=None, help="Fold groups per block.")
@@ -74,15 +77,14 @@ def layout_command(
       nnlo layout --cluster summit --nodes 4608          # fill the machine
       nnlo layout --cluster daint --nodes 8 --blocks 3 --block-size 6 --n-fold 2
     """
-    from nnlo_sched.layout import compute_layout, shape_from_options, summary
+    from nnlo.roles import Shape
+    from nnlo_sched.layout import compute_layout, summary
     from nnlo_sched.profiles import load_profile
 
     profile = load_profile(cluster)
     kind = "optimize" if block_size is not None or blocks is not None or n_fold is not None else "train"
-    shape = shape_from_options(kind, {
-        "n_masters": n_masters, "n_processes": n_processes, "mode": mode,
-        "block_size": block_size, "n_fold": n_fold,
-    })
+    shape = Shape.for_run(mode=mode, n_masters=n_masters, n_processes=n_processes, block_size=block_size,
+                          n_fold=1 if n_fold is None else n_fold, search=kind == "optimize")
     layout = compute_layout(
         profile, shape, kind, workers=workers, blocks=blocks, nodes=nodes,
         gpus_per_worker=gpus_per_worker, walltime_s=walltime, queue=queue,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -83,22 +82,25 @@ def optimize_command(ctx: click.Context, **params: Any) -> int:
     n = params.get("np_")
     if n is not None and not _inside_mpi_launch():
         return _launch(ctx, n, params)
-    return run_in_world(params)
+    return run_in_world(lambda: (_config(params), search_from_params(params)), str(params.get("log_level") or "info"))
 
 
-def run_in_world(params: dict[str, Any]) -> int:
-    """Run the search in this MPI world (every rank), printing errors once."""
+def run_in_world(parse: Callable[[], tuple[Any, Any]], log_level: str = "info") -> int:
+    """Run the search in this MPI world (every rank), printing errors once.
+
+    ``parse`` returns the run's (TrainConfig, SearchConfig); it is called on every rank inside the error
+    handling, so bad options are one line from rank 0 and every rank exits with the same status.
+    """
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
-    _setup_logging(str(params.get("log_level") or "info"), rank)
+    _setup_logging(log_level, rank)
     try:
-        config = _config(params)
-        opts = options_from_params(params, config)
+        config, search = parse()
         from nnlo.optimize.run import optimize
 
-        return optimize(world, opts, config)
+        return optimize(world, search.options(config), config)
     except (NnloError, click.ClickException) as e:
         if rank == 0:
             msg = e.format_message() if isinstance(e, click.ClickException) else str(e)
@@ -124,49 +126,24 @@ def _config(params: dict[str, Any]) -> Any:
     return config_from_params(params)
 
 
-def options_from_params(params: dict[str, Any], config: Any) -> Any:
-    """The search options of a parsed command line (also used by the scheduler to size jobs)."""
-    from nnlo.optimize.run import OptimizeOptions, default_out_dir
+def search_from_params(params: dict[str, Any]) -> Any:
+    """click parameters (as the command receives them) -> :class:`nnlo.optimize.options.SearchConfig`."""
+    from nnlo.optimize.options import SearchConfig
 
-    shape = shape_from_params(params)
-    output = params.get("output")
-    return OptimizeOptions(
-        out_dir=Path(output) if output else default_out_dir(config.model),
-        block_size=int(shape.block_size),
-        n_fold=shape.n_fold,
+    return SearchConfig(
+        block_size=params.get("block_size"),
+        n_fold=int(params.get("n_fold") or 1),
+        num_iterations=int(params.get("num_iterations") or 10),
         hyper_opt=params.get("hyper_opt") or "bayesian",
         estimator=(params.get("estimator") or "GP").upper(),
-        num_iterations=int(params.get("num_iterations") or 10),
-        target_objective=params.get("target_objective"),
-        fom=params.get("fom") or "val_loss",
-        space=params.get("space_file"),
-        ga_populations=int(params.get("ga_populations") or 10),
         n_initial_points=params.get("n_initial_points"),
-        seed=int(getattr(config, "seed", 0) or 0),
-        restore=bool(params.get("opt_restore")),
-        deadline=getattr(config, "deadline", None),
+        ga_populations=int(params.get("ga_populations") or 10),
+        fom=params.get("fom") or "val_loss",
+        target_objective=params.get("target_objective"),
+        space=params.get("space_file"),
+        opt_restore=bool(params.get("opt_restore")),
+        output=params.get("output"),
     )
-
-
-def shape_from_params(params: dict[str, Any]) -> Any:
-    """The run's role shape (blocks, folds, masters) from parsed parameters, for the scheduler's layout.
-
-    Works on ``optimize_command.make_context("optimize", argv, resilient_parsing=True).params`` (missing
-    options are None there): defaults are the command's.
-    """
-    from nnlo.roles import Shape
-
-    def num(name: str, default: int) -> int:
-        value = params.get(name)
-        return default if value is None else int(value)
-
-    n_masters, n_processes, n_fold = num("n_masters", 1), num("n_processes", 1), num("n_fold", 1)
-    if params.get("mode") == "allreduce":
-        n_masters = 0  # pure all-reduce: every rank of a fold group is a replica
-    block_size = params.get("block_size")
-    if block_size is None:
-        block_size = n_fold * Shape(n_masters=n_masters, n_processes=n_processes).group_size(1)
-    return Shape(n_masters=n_masters, n_processes=n_processes, block_size=int(block_size), n_fold=n_fold)
 
 
 def _inside_mpi_launch() -> bool:

@@ -54,21 +54,6 @@ def _answers_for(answers: dict[str, dict[str, Any]], scheduler: str, run_dir: Pa
     return answers.get(f"local:{run_dir}" if scheduler == "local" else scheduler, {})
 
 
-def _epochs_wanted(args: list[str]) -> int | None:
-    for i, a in enumerate(args):
-        if a == "--epochs" and i + 1 < len(args):
-            try:
-                return int(args[i + 1])
-            except ValueError:
-                return None
-        if a.startswith("--epochs="):
-            try:
-                return int(a.split("=", 1)[1])
-            except ValueError:
-                return None
-    return None
-
-
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
@@ -83,7 +68,7 @@ def progress(run_dir: Path, spec: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"epoch": None, "epochs": None, "trials_done": None, "trials_total": None,
                            "best": None, "best_name": None}
     if spec.kind == "train":
-        out["epochs"] = _epochs_wanted(spec.args)
+        out["epochs"] = spec.train.epochs
         hist = _read_json(checkpoint_dir(run_dir, spec) / "history.json")
         entries = hist.get("history") if isinstance(hist, dict) else hist
         if isinstance(entries, list) and entries:

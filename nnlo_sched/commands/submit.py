@@ -1,14 +1,13 @@
 """``nnlo submit``: lay a ``train``/``optimize`` run out on a cluster and submit it (or ``--dry-run`` it).
 
-The inner command and its options come last and are kept verbatim in the run spec; the job's runtime entry
-(``python -m nnlo_sched run RUN_DIR``) re-parses them inside the allocation. Submission itself (run
-directory, state, chaining) belongs to :mod:`nnlo_sched.runs`; this command builds the spec and the layout,
-and with ``--dry-run`` prints the script and the submit command without touching the filesystem.
+The inner command and its options come last. They are parsed once, here, by the inner command's own parser
+(:mod:`nnlo_sched.inner`) and stored typed in the run spec beside the verbatim argv; then everything a job
+would find wrong in its first second is checked (:mod:`nnlo_sched.checks`) before anything is queued.
+Submission itself (run directory, state, chaining) belongs to :mod:`nnlo_sched.runs`; with ``--dry-run``
+this command prints the script and the submit command without touching the filesystem.
 """
 from __future__ import annotations
 
-import importlib
-import inspect
 import os
 import shlex
 import sys
@@ -17,50 +16,29 @@ from typing import Any
 
 import click
 
+from nnlo.contract import SCRIPT_FILE
+from nnlo.errors import ConfigError
 from nnlo_sched.commands.layout import parse_gpus, parse_walltime_option
 
-SCRIPT_NAME = "job.sh"
 
+def _parse_inner(kind: str, args: tuple[str, ...]) -> Any:
+    """The inner command, typed; a submit option placed after ``train``/``optimize`` is named as such."""
+    from nnlo_sched.inner import InnerOptionError, parse_inner
 
-def _default_name(kind: str, args: tuple[str, ...]) -> str:
-    """The model file's stem (``--model examples/mnist.py`` -> ``mnist``), else ``nnlo-<kind>``."""
-    for i, a in enumerate(args):
-        if a == "--model" and i + 1 < len(args):
-            return Path(args[i + 1]).stem or f"nnlo-{kind}"
-        if a.startswith("--model="):
-            return Path(a.split("=", 1)[1]).stem or f"nnlo-{kind}"
-    return f"nnlo-{kind}"
-
-
-def _check_inner(kind: str, args: tuple[str, ...]) -> None:
-    """Parse the inner options with the inner command itself, so a typo fails now and not in the queue."""
     try:
-        module = importlib.import_module(f"nnlo_sched.commands.{kind}")
-    except ImportError:
-        return
-    command = getattr(module, f"{kind}_command", None)
-    if command is None:
-        return
-    try:
-        command.make_context(f"nnlo {kind}", list(args))
-    except click.exceptions.Exit:
-        return
-    except click.ClickException as e:
-        raise click.UsageError(f"{kind} options: {e.format_message()}") from None
-
-
-def _warn_inner_np(args: tuple[str, ...]) -> None:
-    for flag in ("--dry-run", "--cluster", "--walltime", "--account", "--run-dir"):
-        if flag in args:
-            raise click.UsageError(
-                f"{flag} comes after the inner command, where it belongs to train/optimize; "
-                f"put it before: nnlo submit ... {flag} ... train|optimize [options]"
-            )
-    if any(a in ("-n", "--np") or a.startswith(("--np=", "-n=")) for a in args):
-        click.echo(
-            "nnlo: note: the inner -n is ignored by submit; the job's size comes from --workers/--blocks/--nodes",
-            err=True,
-        )
+        inner = parse_inner(kind, args)
+    except InnerOptionError as e:
+        own = {opt for p in submit_command.params for opt in getattr(p, "opts", ())}
+        if e.option in own:
+            raise ConfigError(
+                f"{e.option} is an option of nnlo submit, not of {kind}; put it before the word {kind}: "
+                f"nnlo submit ... {e.option} ... {kind} [options]"
+            ) from None
+        raise
+    if inner.ranks is not None:
+        click.echo("nnlo: note: the inner -n is ignored by submit; the job's size comes from "
+                   "--workers/--blocks/--nodes", err=True)
+    return inner
 
 
 @click.command(
@@ -89,6 +67,9 @@ def _warn_inner_np(args: tuple[str, ...]) -> None:
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None,
               help="Run directory (default: chosen under $NNLO_HOME or ./nnlo-runs).")
 @click.option("--dry-run", is_flag=True, help="Print the batch script and the submit command; change nothing.")
+@click.option("--no-check", is_flag=True,
+              help="Skip the checks of the model, data, --space and --restore paths before queueing (for "
+                   "paths that only the compute nodes see).")
 @click.argument("kind", type=click.Choice(["train", "optimize"]))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def submit_command(
@@ -107,6 +88,7 @@ def submit_command(
     directives: tuple[str, ...],
     run_dir: Path | None,
     dry_run: bool,
+    no_check: bool,
     kind: str,
     args: tuple[str, ...],
 ) -> None:
@@ -118,19 +100,20 @@ def submit_command(
       nnlo submit --cluster daint -A s123 --blocks 4 --dry-run optimize --block-size 3 --model m.py
       nnlo submit --cluster local --workers 2 --dry-run train --model m.py --train t.list --val v.list
     """
-    from nnlo_sched.layout import layout_for_spec, shape_from_args
+    from nnlo_sched.checks import check_run, check_run_home, skipped_checks
+    from nnlo_sched.layout import layout_for_spec
     from nnlo_sched.profiles import load_profile
     from nnlo_sched.render import job_name, render_script, submit_argv
+    from nnlo_sched.runs import runs_home
     from nnlo_sched.spec import RunSpec
 
     profile = load_profile(cluster)
-    _warn_inner_np(args)
-    _check_inner(kind, args)
+    inner = _parse_inner(kind, args)
     spec = RunSpec(
         kind=kind,
         args=list(args),
         cluster=profile.name,
-        name=name or _default_name(kind, args),
+        name=name or Path(inner.train.model).stem or f"nnlo-{kind}",
         walltime_s=walltime,
         queue=queue,
         account=account,
@@ -143,6 +126,8 @@ def submit_command(
         max_retries=max_retries,
         directives=list(directives),
         workdir=os.getcwd(),
+        config=inner.train,
+        search=inner.search,
     )
     queue_obj = profile.queue(queue)
     if queue_obj is not None and not queue_obj.chaining and max_resubmits > 0:
@@ -150,44 +135,30 @@ def submit_command(
             f"queue {queue_obj.name!r} of {profile.name} forbids job chaining; "
             "pass --max-resubmits 0 or use another --queue"
         )
-    layout = layout_for_spec(spec, profile, shape_from_args(kind, args))
+    layout = layout_for_spec(spec, profile, spec.shape)
     spec.layout = layout.to_dict(ranks=False)
+    shown_dir = run_dir or runs_home() / job_name(spec.name, "local")
+    shown_dir = shown_dir if shown_dir.is_absolute() else Path.cwd() / shown_dir
+    script = render_script(spec, profile, shown_dir)  # refuses what the profile cannot take (account, ...)
+    if no_check:
+        click.echo(f"nnlo: note: --no-check: skipped the checks of {skipped_checks()}", err=True)
+    else:
+        for note in check_run(spec.train, spec.search):
+            click.echo(f"nnlo: note: {note}", err=True)
+    check_run_home(run_dir, runs_home())
 
     if dry_run:
-        shown_dir = run_dir or Path(os.environ.get("NNLO_HOME") or "nnlo-runs") / job_name(spec.name, "local")
-        shown_dir = shown_dir if shown_dir.is_absolute() else Path.cwd() / shown_dir
-        script = render_script(spec, profile, shown_dir)
-        argv = submit_argv(spec, profile, shown_dir / SCRIPT_NAME, None)
+        argv = submit_argv(spec, profile, shown_dir / SCRIPT_FILE, None)
         click.echo(script, nl=False)
         click.echo("# --- dry run: nothing was written or submitted ---")
         click.echo(f"# run directory: {shlex.quote(str(shown_dir))}"
                    + ("" if run_dir else " (the real one gets a unique name at submission)"))
         click.echo(f"# submit command: {shlex.join(argv)}")
         return
-    _submit(spec, profile, run_dir)
+    from nnlo_sched.runs import submit_run
 
-
-def _submit(spec: Any, profile: Any, run_dir: Path | None) -> None:
-    try:
-        runs = importlib.import_module("nnlo_sched.runs")
-    except ModuleNotFoundError as e:
-        if e.name != "nnlo_sched.runs":
-            raise
-        raise click.UsageError(
-            "submission is not available in this installation (nnlo_sched.runs is missing); "
-            "use --dry-run to print the script"
-        ) from None
-    submit_run = getattr(runs, "submit_run")
-    kwargs: dict[str, Any] = {}
-    if run_dir is not None:
-        if "run_dir" not in inspect.signature(submit_run).parameters:
-            raise click.UsageError("--run-dir is not supported by this installation's submit; leave it out")
-        kwargs["run_dir"] = run_dir
-    run = submit_run(spec, profile, **kwargs)
-    run_id = getattr(run, "id", None) or getattr(run, "run_id", None) or run
-    job = getattr(run, "job_id", None)
-    where = getattr(run, "path", None) or getattr(run, "run_dir", None)
-    click.echo(f"submitted run {run_id}" + (f" as job {job}" if job else "") + (f" ({where})" if where else ""))
+    run = submit_run(spec, profile, run_dir=run_dir)
+    click.echo(f"submitted run {run.id} as job {run.job_id} ({run.dir})")
     sys.stdout.flush()
 
 

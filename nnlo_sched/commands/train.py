@@ -1,9 +1,9 @@
 """``nnlo train``: train one model with a master and workers, on this machine or inside a batch job.
 
 The options live in :func:`training_options` so ``nnlo optimize`` reuses them verbatim;
-:func:`config_from_params` and :func:`shape_from_params` turn click's parameters into a
-:class:`~nnlo.config.TrainConfig` and a :class:`~nnlo.roles.Shape` (the scheduler side sizes jobs with the
-latter). Nothing heavy is imported at module level: ``nnlo --help`` must stay fast.
+:func:`config_from_params` turns click's parameters into a :class:`~nnlo.config.TrainConfig`, whose
+``training_group_shape`` is the run's shape (the scheduler side sizes jobs with it, see
+:mod:`nnlo_sched.inner`). Nothing heavy is imported at module level: ``nnlo --help`` must stay fast.
 
 Exit status: 0 finished (all epochs, early stopping or target reached); 75 stopped early on the deadline or
 a signal with a fresh complete checkpoint (resubmit with ``--restore auto`` and it resumes); 1 a rank
@@ -160,14 +160,6 @@ def config_from_params(params: dict[str, Any]) -> Any:
     return TrainConfig.from_dict(values)
 
 
-def shape_from_params(params: dict[str, Any]) -> Any:
-    """click parameters -> :class:`nnlo.roles.Shape` (n_masters, n_processes)."""
-    from nnlo.roles import Shape
-
-    n_masters = 0 if params.get("mode") == "allreduce" else int(params.get("n_masters", 1))
-    return Shape(n_masters=n_masters, n_processes=int(params.get("n_processes", 1)))
-
-
 def default_out_dir(config: Any) -> str:
     """Where a run writes when --checkpoint is not given: nnlo-runs/<trial name or model name>."""
     from pathlib import Path
@@ -217,12 +209,10 @@ def train_command(ctx: click.Context, np_: int | None, **params: Any) -> None:
     if np_ is not None and not inside_mpi_launch():
         argv = ["train", *argv_from_params(ctx.command, params)]
         sys.exit(relaunch(np_, argv))
-    config = config_from_params(params)
-    shape = shape_from_params(params)
-    sys.exit(run_training(config, shape, np_))
+    sys.exit(run_training(config_from_params(params), np_))
 
 
-def run_training(config: Any, shape: Any, expected_ranks: int | None = None) -> int:
+def run_training(config: Any, expected_ranks: int | None = None) -> int:
     """Train in the current MPI world; returns the process exit status (prints errors once)."""
     from mpi4py import MPI
 
@@ -235,7 +225,7 @@ def run_training(config: Any, shape: Any, expected_ranks: int | None = None) -> 
                    err=True)
     out_dir = config.checkpoint or default_out_dir(config)
     try:
-        result = train(comm, config, shape=shape, out_dir=out_dir)
+        result = train(comm, config, out_dir=out_dir)
     except RankFailure as e:
         if e.report:
             click.echo(f"nnlo: error: {e}", err=True)

@@ -5,8 +5,8 @@ Run as ``python payload.py RUN_DIR`` by the test profiles' python wrapper in pla
 the runtime's contract exactly: it writes complete checkpoints in nnlo's format
 (``<run>/checkpoints/ckpt-eNNNN-u00000000/manifest.json``, published by a rename), resumes from the
 newest one, stops with exit 75 after a checkpoint before ``NNLO_DEADLINE`` (margin: one epoch) or on
-SIGTERM/SIGUSR2, and exits 0 when all epochs are done. ``--epochs N`` and ``--epoch-seconds S`` come from
-the run spec's inner argv; a model file named ``fail*.py`` makes it fail with exit 1 after one epoch and
+SIGTERM/SIGUSR2, and exits 0 when all epochs are done. The epochs and ``--model-arg epoch_seconds=S`` come
+from the run spec's typed record (``spec.json``'s ``config``), as the real job reads it; a model file named ``fail*.py`` makes it fail with exit 1 after one epoch and
 ``nocheckpoint*.py`` makes it run past its deadline without writing anything.
 """
 from __future__ import annotations
@@ -21,16 +21,10 @@ from pathlib import Path
 run_dir = Path(sys.argv[1])
 rank = int(os.environ.get("PMI_RANK") or os.environ.get("SLURM_PROCID") or 0)
 spec = json.loads((run_dir / "spec.json").read_text())
-args = spec["args"]
-
-
-def opt(name: str, default: str) -> str:
-    return args[args.index(name) + 1] if name in args else default
-
-
-epochs = int(opt("--epochs", "3"))
-epoch_s = float(opt("--epoch-seconds", "1"))
-model = Path(opt("--model", "model.py")).name
+config = spec["config"]
+epochs = int(config["epochs"])
+epoch_s = float(config["model_args"].get("epoch_seconds", 1))
+model = Path(config["model"]).name
 deadline = float(os.environ.get("NNLO_DEADLINE") or 1e18)
 stop = {"flag": False}
 

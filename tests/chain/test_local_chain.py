@@ -60,7 +60,7 @@ def test_job_without_new_checkpoint_stops_the_chain(chain_env):
 
 
 def test_cancel_then_resume_continues_from_the_checkpoint(chain_env):
-    run = submit(make_spec("testlocal", epochs=6, epoch_s=0.5, walltime_s=600))
+    run = submit(make_spec("testlocal", epochs=10, epoch_s=0.5, walltime_s=600))
     wait_for("two epochs", lambda: (run.dir / "history.json").exists() and len(epochs_done(run)) >= 2)
     out = nnlo("cancel", run.id).stdout
     assert "cancelled run" in out and "1" in out
@@ -71,12 +71,19 @@ def test_cancel_then_resume_continues_from_the_checkpoint(chain_env):
     assert st.jobs[0].status == "cancelled"
     assert nnlo("cancel", run.id, check=False).returncode == 0  # cancelling twice is harmless
     done_before = len(epochs_done(run))
-    assert done_before < 6
-    assert "resumed run" in nnlo("resume", run.id).stdout
+    assert done_before < 10
+    spec_before = (run.dir / "spec.json").read_text()
+    reshaped = nnlo("resume", run.id, "--n-masters", "3", check=False)  # the job script's layout would not fit
+    assert reshaped.returncode == 2 and "changes the run's shape" in reshaped.stderr
+    assert (run.dir / "spec.json").read_text() == spec_before and run.state.state == "cancelled"
+    out = nnlo("resume", run.id, "--epochs", "12").stdout  # resumed with a changed option
+    assert "resumed run" in out and "--epochs 12" in out
+    assert run.spec.train.epochs == 12 and run.spec.args[-2:] == ["--epochs", "12"]
     wait_for("the resumed run to finish", lambda: run.state.state == "done")
     log = nnlo("logs", run.id, "--job", run.state.jobs[-2].job_id).stdout
     assert "restored from ckpt-e" in log
-    assert epochs_done(run) == list(range(1, 7))
+    assert epochs_done(run) == list(range(1, 13))
+    assert status_json(run)["progress"]["epochs"] == 12
     refused = nnlo("resume", run.id, check=False)
     assert refused.returncode == 2 and "is done" in refused.stderr and "Traceback" not in refused.stderr
 

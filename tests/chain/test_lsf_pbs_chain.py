@@ -152,7 +152,7 @@ def test_pbs_chain_afterany_failure_stops_without_resubmitting(standins):
     set_state(standins, succ, "R")
     spec_path = run.dir / "spec.json"
     spec = json.loads(spec_path.read_text())
-    spec["args"][1] = "fail_model.py"  # the payload fails after one epoch, as a diverging model would
+    spec["config"]["model"] = "fail_model.py"  # the payload fails after one epoch, as a diverging model would
     spec_path.write_text(json.dumps(spec))
     assert run_job(run, "PBS_JOBID", succ, run.dir / "logs" / "t.o1002") == 1
     assert calls(standins, "qsub")[2]["args"] == ["-W", "depend=afterany:1002.pbs01", str(run.script)]

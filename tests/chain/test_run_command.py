@@ -1,10 +1,14 @@
-"""The job payload's inner command line: checkpoint into the run, restore only from a complete checkpoint."""
+"""The job payload's options (read from the typed spec): checkpoint into the run, restore only from a complete
+checkpoint, the job's deadline; a spec written before the typed record still loads."""
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from nnlo_sched.chain import checkpoint_dir, checkpoint_marker
-from nnlo_sched.commands.run import inner_argv
+from nnlo_sched.commands.run import job_config
+from nnlo_sched.runs import load_spec
 from nnlo_sched.spec import RunSpec
 
 
@@ -23,35 +27,71 @@ def _checkpoint(base, name, complete=True):
         (p / "manifest.json").write_text(json.dumps({"format": 1, "epoch": 1, "updates": 5}))
 
 
-def test_fresh_run_checkpoints_into_the_run_directory(tmp_path):
+def test_fresh_run_checkpoints_into_the_run_directory(tmp_path, monkeypatch):
+    monkeypatch.delenv("NNLO_DEADLINE", raising=False)
     d, _ = _run_dir(tmp_path, ["--model", "m.py", "--epochs", "3"])
-    kind, args = inner_argv(d)
-    assert kind == "train" and args == ["--model", "m.py", "--epochs", "3", "--checkpoint", str(d)]
+    cfg = job_config(d)
+    assert (cfg.model, cfg.epochs, cfg.checkpoint, cfg.restore, cfg.deadline) == ("m.py", 3, str(d), None, None)
 
 
 def test_an_incomplete_checkpoint_is_not_restored_a_complete_one_is(tmp_path):
     d, spec = _run_dir(tmp_path, ["--model", "m.py", "--restore=elsewhere"])
     _checkpoint(d, "ckpt-e0001-u00000005", complete=False)
-    assert "--restore" not in inner_argv(d)[1]
+    assert job_config(d).restore is None
     assert checkpoint_marker(d, spec) is None
     _checkpoint(d, "ckpt-e0002-u00000010")
-    args = inner_argv(d)[1]
-    assert args[-4:] == ["--checkpoint", str(d), "--restore", str(d)] and "elsewhere" not in args
+    cfg = job_config(d)
+    assert (cfg.checkpoint, cfg.restore) == (str(d), str(d))
 
 
 def test_a_users_own_checkpoint_folder_is_kept(tmp_path):
     d, spec = _run_dir(tmp_path, ["--model", "m.py", "--checkpoint", "mine"])
     assert checkpoint_dir(d, spec) == tmp_path / "mine"
     _checkpoint(tmp_path / "mine", "ckpt-e0001-u00000005")
-    assert inner_argv(d)[1][-4:] == ["--checkpoint", str(tmp_path / "mine"), "--restore", str(tmp_path / "mine")]
+    cfg = job_config(d)
+    assert (cfg.checkpoint, cfg.restore) == (str(tmp_path / "mine"), str(tmp_path / "mine"))
     first = checkpoint_marker(d, spec)
     _checkpoint(tmp_path / "mine", "ckpt-e0002-u00000009")
     assert checkpoint_marker(d, spec) not in (None, first)
 
 
-def test_an_optimization_keeps_its_argv_and_its_state_file_is_its_checkpoint(tmp_path):
+def test_the_deadline_is_the_jobs_unless_the_command_gave_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("NNLO_DEADLINE", "1900000000")  # in the submitting shell: must not be stored
+    d, spec = _run_dir(tmp_path, ["--model", "m.py"])
+    assert spec.train.deadline is None
+    monkeypatch.setenv("NNLO_DEADLINE", "2000000000")  # the job's
+    assert job_config(d).deadline == 2000000000.0
+    d2 = tmp_path / "explicit"
+    d2.mkdir()
+    (d2 / "spec.json").write_text(RunSpec("train", ["--model", "m.py", "--deadline", "2100000000"], "local").to_json())
+    assert job_config(d2).deadline == 2100000000.0
+    monkeypatch.setenv("NNLO_DEADLINE", "soon")
+    with pytest.raises(Exception, match="NNLO_DEADLINE"):
+        job_config(d)
+
+
+def test_an_optimization_keeps_its_options_and_its_state_file_is_its_checkpoint(tmp_path):
     d, spec = _run_dir(tmp_path, ["--model", "m.py", "--num-iterations", "4"], kind="optimize")
-    assert inner_argv(d) == ("optimize", ["--model", "m.py", "--num-iterations", "4"])
+    assert spec.search is not None and spec.search.num_iterations == 4
+    assert load_spec(d).search == spec.search
+    assert job_config(d).checkpoint is None  # a search checkpoints into its run directory itself
     assert checkpoint_marker(d, spec) is None
     (d / "optimizer-state.json").write_text("{}")
     assert checkpoint_marker(d, spec) is not None
+
+
+def test_a_spec_written_before_the_typed_record_loads_from_its_argv(tmp_path):
+    old = RunSpec("train", ["--model", "m.py", "--epochs=7", "--mode", "allreduce"], "local").to_dict()
+    del old["config"], old["search"]
+    (tmp_path / "spec.json").write_text(json.dumps(old))
+    spec = load_spec(tmp_path)
+    assert (spec.train.epochs, spec.train.mode, spec.shape.n_masters) == (7, "allreduce", 0)
+
+
+def test_the_typed_record_round_trips_and_is_what_readers_use(tmp_path):
+    d, spec = _run_dir(tmp_path, ["--model", "m.py", "--epochs", "5"])
+    data = json.loads((d / "spec.json").read_text())
+    assert data["config"]["epochs"] == 5 and data["args"] == ["--model", "m.py", "--epochs", "5"]
+    data["config"]["epochs"] = 9  # the record, not the argv, decides
+    (d / "spec.json").write_text(json.dumps(data))
+    assert load_spec(d).train.epochs == 9 and job_config(d).epochs == 9

@@ -8,9 +8,16 @@ import json
 import pytest
 
 from nnlo_sched.layout.compute import compute_layout
-from nnlo_sched.layout.shape import shape_from_args
+from nnlo.roles import Shape
+from nnlo_sched.inner import parse_inner
 from nnlo_sched.profiles.loader import load_profile
 from tests.hierarchy.conftest import rank_map_logged
+
+
+def shape_from_args(kind: str, args: list[str]) -> Shape:
+    """The shape the one inner parser reads from a command line (a model is required; its name is moot)."""
+    return parse_inner(kind, ["--model", "m.py", *args]).shape
+
 
 pytestmark = [pytest.mark.mpi]
 TREE = ("--n-masters", "3", "--batch", "8", "--log-level", "info")

@@ -1,4 +1,4 @@
-"""The ``nnlo optimize`` command's parsing helpers (used by the scheduler to size jobs)."""
+"""The ``nnlo optimize`` command's options, read by the one inner parser (the scheduler sizes jobs with it)."""
 from __future__ import annotations
 
 import subprocess
@@ -7,33 +7,32 @@ import sys
 import pytest
 
 from nnlo.roles import Shape
-from nnlo_sched.commands.optimize import optimize_command, options_from_params, shape_from_params
+from nnlo_sched.inner import parse_inner
 from tests.conftest import REPO
 
 
-def params(*argv: str) -> dict:
-    return optimize_command.make_context("optimize", list(argv), resilient_parsing=True).params
+def shape(*argv: str) -> Shape:
+    return parse_inner("optimize", ["--model", "m.py", *argv]).shape
 
 
 def test_shape_of_the_upstream_example_and_defaults():
-    assert shape_from_params(params("--model", "m.py", "--block-size", "6", "--n-fold", "2")) == Shape(
-        n_masters=1, n_processes=1, block_size=6, n_fold=2)
+    assert shape("--block-size", "6", "--n-fold", "2") == Shape(n_masters=1, n_processes=1, block_size=6, n_fold=2)
     # default block: the smallest that holds n_fold x (1 master + 1 worker)
-    assert shape_from_params(params("--n-fold", "3")).block_size == 6
-    assert shape_from_params(params("--n-processes", "2")).block_size == 3
+    assert shape("--n-fold", "3").block_size == 6
+    assert shape("--n-processes", "2").block_size == 3
 
 
 def test_search_options_are_parsed(monkeypatch, tmp_path):
     monkeypatch.delenv("NNLO_RUN_DIR", raising=False)
-    from nnlo_sched.commands.train import config_from_params
-
-    p = params("--model", "examples/branin.py", "--hyper-opt", "genetic", "--ga-populations", "6", "--fom",
-               "val_accuracy", "--target-objective", "0.97", "--num-iterations", "40", "--seed", "4")
-    opts = options_from_params(p, config_from_params(p))
+    inner = parse_inner("optimize", ["--model", "examples/branin.py", "--hyper-opt", "genetic", "--ga-populations",
+                                     "6", "--fom", "val_accuracy", "--target-objective", "0.97", "--num-iterations",
+                                     "40", "--seed", "4"])
+    assert inner.search is not None
+    opts = inner.search.options(inner.train)
     assert (opts.hyper_opt, opts.ga_populations, opts.fom, opts.target_objective) == ("genetic", 6, "val_accuracy", 0.97)
     assert opts.num_iterations == 40 and opts.seed == 4 and str(opts.out_dir) == "optimize-branin"
     monkeypatch.setenv("NNLO_RUN_DIR", str(tmp_path))
-    assert options_from_params(p, config_from_params(p)).out_dir == tmp_path
+    assert inner.search.options(inner.train).out_dir == tmp_path
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -26,14 +26,14 @@ def digits(tmp_path_factory):
 
 def test_folds_of_the_training_samples_are_disjoint_and_complete(digits):
     cfg = TrainConfig(model=DIGITS_MODEL, train=str(digits / "train.list"))
-    runner = TrainRunner(cfg, Shape(), seed=5)
+    runner = TrainRunner(cfg, seed=5)
     n = runner.n_samples()
     folds = [runner.fold_indices(f, 3) for f in range(3)]
     vals = np.concatenate([v for _, v in folds])
     assert sorted(vals.tolist()) == list(range(n))  # every sample validated exactly once
     for tr, va in folds:
         assert not set(tr.tolist()) & set(va.tolist()) and len(tr) + len(va) == n
-    again = TrainRunner(cfg, Shape(), seed=5).fold_indices(1, 3)
+    again = TrainRunner(cfg, seed=5).fold_indices(1, 3)
     assert all(np.array_equal(a, b) for a, b in zip(again, folds[1]))
 
 
@@ -41,7 +41,7 @@ def test_hyperparameters_route_to_training_options_or_get_model(tmp_path):
     cfg = TrainConfig(model=DIGITS_MODEL, worker_optimizer="adam:lr=0.001,beta1=0.8")
     overrides, model_args = split_params({"hidden": 32, "batch": 16, "worker_lr": 0.01})
     assert overrides == {"batch": 16, "worker_lr": 0.01} and model_args == {"hidden": 32}
-    trial = TrainRunner(cfg, Shape(), 0).config_for({"hidden": 32, "batch": 16, "worker_lr": 0.01},
+    trial = TrainRunner(cfg, 0).config_for({"hidden": 32, "batch": 16, "worker_lr": 0.01},
                                                    tmp_path / "trials" / "0007" / "fold-1")
     assert trial.batch == 16 and trial.model_args == {"hidden": 32}
     from nnlo.algorithms.optimizers import parse_optimizer_spec
@@ -58,7 +58,7 @@ def test_worker_lr_applies_to_the_default_worker_optimizer(tmp_path, mode, base)
 
     cfg = TrainConfig(model=DIGITS_MODEL, mode=mode)
     assert cfg.worker_optimizer is None
-    trial = TrainRunner(cfg, Shape(), 0).config_for({"worker_lr": 0.05}, tmp_path / "trials" / "0001" / "fold-0")
+    trial = TrainRunner(cfg, 0).config_for({"worker_lr": 0.05}, tmp_path / "trials" / "0001" / "fold-0")
     name, opts = parse_optimizer_spec(trial.worker_optimizer)
     assert name == base and opts["lr"] == 0.05
 
@@ -87,11 +87,11 @@ def test_real_optimize_on_digits(mpirun, nnlo_env, digits, tmp_path):
 
 def test_allreduce_mode_makes_every_rank_of_a_fold_group_a_replica():
     from nnlo.roles import Role, describe
-    from nnlo_sched.commands.optimize import shape_from_params
+    from nnlo_sched.inner import parse_inner
 
     cfg = TrainConfig(model=DIGITS_MODEL, mode="allreduce")
     assert cfg.training_group_shape == Shape(n_masters=0)
-    shape = shape_from_params({"mode": "allreduce", "block_size": 2})
+    shape = parse_inner("optimize", ["--model", DIGITS_MODEL, "--mode", "allreduce", "--block-size", "2"]).shape
     assert shape.n_masters == 0
     roles = [r.role for r in describe(5, shape)]
     assert roles == [Role.COORDINATOR] + [Role.WORKER] * 4

@@ -215,7 +215,7 @@ GOOD_SQUEUE = 'echo "4242|RUNNING|None"'
 def submitted_run(site: Path, name: str = "t") -> Path:
     """Submit a one-job run on the fake Slurm ``site`` (conftest's ``site``) and return its run directory."""
     write_standin(site / "bin", "sbatch", GOOD_SBATCH)
-    proc = nnlo("submit", "-c", "fakeslurm", "--name", name, "-t", "10m", "--workers", "1", "train",
+    proc = nnlo("submit", "-c", "fakeslurm", "--name", name, "-t", "10m", "--workers", "1", "--no-check", "train",
                 "--model", "model.py", "--epochs", "1")
     assert proc.returncode == 0, proc.stderr
     (run,) = [p for p in (site / "runs").iterdir() if p.is_dir() and p.name.startswith(f"{name}-")]

@@ -44,7 +44,7 @@ def test_a_killed_rank_in_a_chain_is_retried_from_the_newest_checkpoint(local_ch
     run_dir = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "nnlo_sched", "submit", "-c", "chainlocal", "--name", "kill",
                            "--run-dir", str(run_dir), "-t", "10m", "--workers", "1", "--max-resubmits", "3",
-                           "train", "--model", "model.py", "--epochs", "6"], cwd=tmp_path, env=local_chain,
+                           "--no-check", "train", "--model", "model.py", "--epochs", "6"], cwd=tmp_path, env=local_chain,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     wait_until("two checkpoints", lambda: len(list((run_dir / "checkpoints").glob("ckpt-*"))) >= 2, limit=180)

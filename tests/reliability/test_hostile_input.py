@@ -79,7 +79,7 @@ def test_cli_values_never_traceback_and_scripts_stay_valid(tmp_path_factory, clu
             argv += [flag, value]
         if directive is not None:
             argv += ["--directive", directive]
-        argv += ["train", "--model", str(RUNTIME_MODELS / "tiny.py"), "--epochs", "1"]
+        argv += ["--no-check", "train", "--model", str(RUNTIME_MODELS / "tiny.py"), "--epochs", "1"]
     code, out, err = run_cli(*argv)
     _check_answer(code, out, err, argv)
     if code == 0 and kind == "submit":
@@ -121,7 +121,7 @@ def test_hostile_profile_files_give_one_line(tmp_path_factory, monkeypatch: pyte
     (folder / "fuzz.toml").write_text(text, encoding="utf-8")
     monkeypatch.setenv("NNLO_CLUSTERS", str(folder))
     for argv in (["clusters", "show", "fuzz"], ["layout", "-c", "fuzz", "--workers", "2"], ["clusters"],
-                 ["submit", "-c", "fuzz", "--dry-run", "--workers", "1", "train", "--model",
+                 ["submit", "-c", "fuzz", "--dry-run", "--workers", "1", "--no-check", "train", "--model",
                   str(RUNTIME_MODELS / "tiny.py")]):
         code, out, err = run_cli(*argv)
         _check_answer(code, out, err, [*argv, text])
@@ -138,7 +138,7 @@ def test_a_local_run_with_hostile_name_and_dir_runs_no_code(local_chain: dict[st
     env = local_chain
     run_dir = tmp_path / f"runs $(touch {CANARY}) `touch {CANARY}` ' \" é🙂" / "r"
     proc = subprocess.run([sys.executable, "-m", "nnlo_sched", "submit", "-c", "chainlocal", "--name", HOSTILE_NAME,
-                           "--run-dir", str(run_dir), "-t", "5m", "--workers", "1", "train", "--model", "model.py",
+                           "--run-dir", str(run_dir), "-t", "5m", "--workers", "1", "--no-check", "train", "--model", "model.py",
                            "--epochs", "2"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -23,7 +23,7 @@ def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _submit(site: Path) -> subprocess.CompletedProcess:
-    return nnlo("submit", "-c", "fakeslurm", "--name", "t", "-t", "10m", "--workers", "1", "train",
+    return nnlo("submit", "-c", "fakeslurm", "--name", "t", "-t", "10m", "--workers", "1", "--no-check", "train",
                 "--model", "model.py", "--epochs", "1")
 
 
@@ -162,7 +162,7 @@ def test_a_submit_that_times_out_is_not_retried_and_may_have_gone_through(
     write_standin(site / "bin", "sbatch", f'echo call >> "{calls}"; exec sleep 600')
     monkeypatch.setitem(base.run_program.__kwdefaults__, "timeout", 2)
     with pytest.raises(SystemExit) as exit_:
-        main(["submit", "-c", "fakeslurm", "--name", "t", "-t", "10m", "--workers", "1", "train",
+        main(["submit", "-c", "fakeslurm", "--name", "t", "-t", "10m", "--workers", "1", "--no-check", "train",
               "--model", "model.py", "--epochs", "1"])
     assert exit_.value.code
     lines = error_lines(capsys.readouterr().err)

@@ -10,7 +10,6 @@ from mpi4py import MPI
 
 from nnlo.config import TrainConfig
 from nnlo.data import H5Dataset, kfold, read_list_file
-from nnlo.roles import Shape
 from nnlo.training.driver import train
 
 world = MPI.COMM_WORLD
@@ -21,7 +20,7 @@ if world.rank != 0:
     train_idx, val_idx = kfold(n, 3, seed=1)[0]
     cfg = TrainConfig(model=model, train=train_list, epochs=2, batch=8, mode="downpour",
                       model_args={"hidden": 6}, log_level="warning")
-    result = train(group, cfg, shape=Shape(block_size=3), train_indices=train_idx, val_indices=val_idx,
+    result = train(group, cfg, train_indices=train_idx, val_indices=val_idx,
                    out_dir=out / "fold-0")
     rows = group.gather({"rank": world.rank, "result": result.to_dict(), "n_train": len(train_idx),
                          "n_val": len(val_idx)}, root=0)

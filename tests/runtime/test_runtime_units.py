@@ -20,7 +20,6 @@ from nnlo.launch import inside_mpi_launch, mpirun_command
 from nnlo.models import load_model_source
 from nnlo.roles import Shape
 from nnlo.training.deadline import Deadline
-from nnlo.training.driver import training_shape
 from nnlo.training.failure import RankFailure, describe_exception
 from nnlo.training.history import TrainResult, best_entry
 from nnlo.training.stopping import Stopper, parse_rule
@@ -55,12 +54,13 @@ def test_worker_optimizer_default_follows_the_mode() -> None:
     assert TrainConfig(model="m", worker_optimizer="rmsprop").worker_optimizer_spec == "rmsprop"
 
 
-def test_training_shape_strips_the_block_layout_and_refuses_contradictions() -> None:
-    assert training_shape(Shape(n_masters=1, block_size=4, n_fold=2)) == Shape()
+def test_the_training_shape_follows_the_one_rule_and_refuses_contradictions() -> None:
+    assert TrainConfig(model="m.py").training_group_shape == Shape()
+    assert TrainConfig(model="m.py", mode="allreduce").training_group_shape == Shape(n_masters=0)
     with pytest.raises(ConfigError, match="--mode allreduce"):
-        training_shape(Shape(n_masters=0), TrainConfig(model="m.py", mode="gem"))
+        TrainConfig(model="m.py", mode="gem", n_masters=0).validate()
     with pytest.raises(ConfigError, match="--synchronous needs one master"):
-        training_shape(Shape(n_masters=3), TrainConfig(model="m.py", mode="downpour", synchronous=True))
+        TrainConfig(model="m.py", mode="downpour", n_masters=3, synchronous=True).validate()
 
 
 # -- stopping ---------------------------------------------------------------------------------------------
@@ -330,7 +330,7 @@ def test_cli_params_become_config_and_shape_and_round_trip_to_argv(monkeypatch: 
         ("m.py", "t.list", "easgd", 3, True, 5)
     assert cfg.deadline is None and cfg.worker_optimizer is None
     assert cfg.model_args == {"hidden": 32, "act": "tanh", "sizes": [1, 2]}
-    assert train_cmd.shape_from_params(params) == Shape(n_masters=1, n_processes=2)
+    assert cfg.training_group_shape == Shape(n_masters=1, n_processes=2)
     argv = train_cmd.argv_from_params(train_cmd.train_command, params)
     again = _parse(argv)
     again.pop("np_")

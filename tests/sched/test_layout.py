@@ -9,8 +9,15 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from nnlo.errors import ConfigError
 from nnlo.roles import Role, Shape, describe
-from nnlo_sched.layout import LayoutError, compute_layout, shape_from_args, shape_from_options
+from nnlo_sched.inner import parse_inner
+from nnlo_sched.layout import LayoutError, compute_layout
 from nnlo_sched.profiles import Profile, load_profile
+
+
+def shape_from_args(kind: str, args: list[str]) -> Shape:
+    """The shape the one inner parser reads from a command line (a model is required; its name is moot)."""
+    return parse_inner(kind, ["--model", "m.py", *args]).shape
+
 
 SUMMIT = load_profile("summit")
 TITAN = load_profile("titan")
@@ -150,12 +157,14 @@ def test_block_size_that_does_not_split_into_folds(kw: dict) -> None:
 
 
 def test_shape_from_inner_args() -> None:
-    assert shape_from_options("train", {"mode": "allreduce", "n_masters": 1}).n_masters == 0
+    assert Shape.for_run(mode="allreduce", n_masters=1).n_masters == 0
     assert shape_from_args("train", ["--n-masters=3", "--n-processes", "2"]) == Shape(3, 2)
     s = shape_from_args("optimize", ["--n-fold", "2"])  # default block: n-fold x (1 master + 1 worker)
     assert (s.block_size, s.n_fold) == (4, 2)
+    s = shape_from_args("optimize", ["--n-masters", "3"])  # the smallest block holds 2 masters with a worker each
+    assert s.block_size == 5
     with pytest.raises(ConfigError, match="--n-masters"):
-        shape_from_options("train", {"n_masters": -1})
+        shape_from_args("train", ["--n-masters", "-1"])
 
 
 # -- invariants -------------------------------------------------------------------------------------

@@ -47,16 +47,16 @@ CASES: dict[str, tuple[str, RunSpec]] = {
         gpus_per_worker=0.5, walltime_s=45 * 60)),
     "titan_train": ("titan", spec("titan", account="CSC123", workers=8, walltime_s=3 * 3600)),
     "titan_optimize_debug": ("titan", spec(
-        "titan", "optimize", ("--block-size", "3",), account="CSC123", blocks=4, queue="debug",
+        "titan", "optimize", ("--block-size", "3", "--model", "m.py"), account="CSC123", blocks=4, queue="debug",
         walltime_s=1800)),
     "cscs_train": ("cscs", spec("cscs", account="s1234", nodes=16, walltime_s=12 * 3600,
                                 directives=["--mail-type=END", "#SBATCH --exclusive"])),
     "cscs_optimize_upstream_shape": ("cscs", spec(
-        "cscs", "optimize", ("--block-size", "6", "--n-fold", "2"), account="s1234", blocks=2)),
+        "cscs", "optimize", ("--block-size", "6", "--n-fold", "2", "--model", "m.py"), account="s1234", blocks=2)),
     "cscs_shared_gpu": ("cscs", spec("cscs", account="s1234", workers=3, gpus_per_worker=0.5)),
     "flatiron_train_a100": ("flatiron", spec("flatiron", nodes=2, constraint="a100", walltime_s=2 * 86400)),
     "flatiron_uber_master": ("flatiron", spec(
-        "flatiron", args=("--n-masters", "3", "--n-processes", "2"), workers=6)),
+        "flatiron", args=("--n-masters", "3", "--n-processes", "2", "--model", "m.py"), workers=6)),
     "local_train": ("local", spec("local", workers=2, walltime_s=600)),
 }
 
@@ -140,7 +140,7 @@ def test_user_template_extends_a_builtin_one(tmp_path: Path, monkeypatch: pytest
         '{% extends "slurm.sh" %}\n{% block site_directives %}\n#SBATCH --qos={{ "high" }}\n{% endblock %}\n')
     (tmp_path / "mysite.toml").write_text('extends = "flatiron"\ntemplate = "mysite.sh"\n')
     p = replace(load_profile("mysite"), python=PY)
-    s = RunSpec("train", [], "mysite", workers=1)
+    s = RunSpec("train", ["--model", "m.py"], "mysite", workers=1)
     text = render_script(s, p, "/r")
     assert "#SBATCH --qos=high" in text and "#SBATCH --partition=gpu" in text
     subprocess.run([BASH, "-n"], input=text, text=True, check=True)
@@ -235,7 +235,7 @@ def test_batch_shell_forwards_the_warning_signal(tmp_path: Path, mpirun: str) ->
     )
     rec.chmod(0o755)
     p = replace(load_profile("local"), python=str(rec), launcher_command=mpirun)
-    s = RunSpec("train", [], "local", name="sig", walltime_s=60, workdir=str(tmp_path), workers=1)
+    s = RunSpec("train", ["--model", "m.py"], "local", name="sig", walltime_s=60, workdir=str(tmp_path), workers=1)
     s.layout = compute_spec_layout(s, p).to_dict(ranks=False)
     script = tmp_path / "job.sh"
     script.write_text(render_script(s, p, tmp_path))

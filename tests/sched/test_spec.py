@@ -71,4 +71,4 @@ def test_bad_spec_json(text: str, needle: str) -> None:
 
 def test_directive_with_newline_is_refused() -> None:
     with pytest.raises(ConfigError, match="line break"):
-        RunSpec("train", [], "local", directives=["--mail-type=END\nrm -rf ~"])
+        RunSpec("train", ["--model", "m.py"], "local", directives=["--mail-type=END\nrm -rf ~"])

@@ -1,0 +1,199 @@
+"""Checks before anything is queued: what a job would find wrong in its first second, found on the login node.
+
+A job can wait hours in a queue; one that then fails because its model file is missing burns the user's
+day. So ``nnlo submit`` (and ``--dry-run``) checks, after parsing the inner command:
+
+* the model: the file exists; a model module imports with ``get_model`` (in a subprocess, bounded by
+  ``NNLO_CHECK_TIMEOUT`` seconds, default 120: a module may import a framework, and a hung import must not
+  hang the submission); a search's space is valid (``get_model.parameter_range`` or ``--space``);
+* the data: the ``--train``/``--val`` lists (or the module's ``get_train()``/``get_val()``) exist, every
+  HDF5 file they name exists, and a bounded sample of them holds the datasets the run reads;
+* ``--space``, ``--restore DIR`` and ``--opt-restore``'s ``--output`` exist;
+* the run home can be written.
+
+Each failure is one line naming the file and the fix (a :class:`~nnlo.errors.ConfigError`, exit 2), raised
+before any run directory exists. ``--no-check`` skips the path checks (for paths that only compute nodes
+see) and :func:`skipped_checks` says which.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from nnlo.config import TrainConfig
+from nnlo.errors import ConfigError, NnloError
+from nnlo.optimize.options import SearchConfig
+
+CHECK_TIMEOUT_ENV = "NNLO_CHECK_TIMEOUT"
+DEFAULT_TIMEOUT_S = 120.0
+_RESULT = "NNLO_CHECK_RESULT "  # the probe's answer line (a model module may print anything before it)
+
+
+def skipped_checks() -> str:
+    """What ``--no-check`` leaves out, for the note it prints."""
+    return ("the model file and its import, the data lists and their HDF5 files, --space, --restore and "
+            "--opt-restore paths")
+
+
+def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | None = None) -> list[str]:
+    """Every path check of a run about to be queued; returns notes to print (e.g. a sampled list).
+
+    Raises :class:`ConfigError` (one line) on the first problem. Relative paths mean what they mean in
+    ``cwd`` (the submission's working directory, where the jobs start too).
+    """
+    cwd = Path(cwd or os.getcwd())
+    _check_paths(config, search, cwd)
+    return _probe(config, search, cwd)
+
+
+def check_run_home(run_dir: Path | None, home: Path) -> None:
+    """The folder the run directory goes into can be created and written by this user."""
+    target = Path(run_dir).expanduser().resolve() if run_dir is not None else Path(home)
+    probe = target
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"cannot create the run directory under {target}: {probe} is not a folder; "
+                          "choose another --run-dir or set NNLO_HOME")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "--run-dir" if run_dir is not None else "the runs home"
+        raise ConfigError(f"{what} {target} cannot be written ({probe} is not writable by you); "
+                          "choose another --run-dir or set NNLO_HOME to a folder you can write")
+
+
+def _abs(path: str, cwd: Path) -> Path:
+    p = Path(os.path.expandvars(path)).expanduser()
+    return p if p.is_absolute() else cwd / p
+
+
+def _check_paths(config: TrainConfig, search: SearchConfig | None, cwd: Path) -> None:
+    model = _abs(config.model, cwd)
+    if not model.exists():
+        raise ConfigError(f"model file {config.model} does not exist (looked in {cwd}); check --model")
+    if model.is_dir():
+        raise ConfigError(f"--model {config.model} is a folder; pass the model module (.py) or a saved model file")
+    if config.restore and config.restore != "auto" and not _abs(config.restore, cwd).exists():
+        raise ConfigError(f"--restore {config.restore} does not exist; give a run or checkpoint folder "
+                          "(or --restore auto)")
+    if search is None:
+        return
+    if search.space and not _abs(search.space, cwd).is_file():
+        raise ConfigError(f"--space {search.space} does not exist; write a TOML file with one [name] table "
+                          "per parameter, or leave --space out to use get_model.parameter_range")
+    if search.opt_restore and search.output:
+        from nnlo.contract import OPTIMIZER_STATE_FILE
+
+        state = _abs(search.output, cwd) / OPTIMIZER_STATE_FILE
+        if not state.is_file():
+            raise ConfigError(f"--opt-restore: {search.output} holds no search to resume (no {OPTIMIZER_STATE_FILE}); "
+                              "give the --output folder of an earlier search, or drop --opt-restore")
+
+
+def _timeout() -> float:
+    raw = os.environ.get(CHECK_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"{CHECK_TIMEOUT_ENV}={raw!r} is not a positive number of seconds")
+    return value
+
+
+def _probe(config: TrainConfig, search: SearchConfig | None, cwd: Path) -> list[str]:
+    """Import the model and open the data in a fresh interpreter, bounded in time."""
+    payload = json.dumps({"config": config.to_dict(), "search": search.to_dict() if search else None})
+    timeout = _timeout()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "nnlo_sched.checks"], input=payload, capture_output=True,
+                              text=True, errors="replace", cwd=cwd, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"checking {config.model} (importing it and opening its data) took more than "
+                          f"{timeout:.0f} s; raise {CHECK_TIMEOUT_ENV}, or pass --no-check if the model "
+                          "only works on compute nodes") from None
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(_RESULT):
+            answer: dict[str, Any] = json.loads(line[len(_RESULT):])
+            if answer.get("error"):
+                raise ConfigError(str(answer["error"]))
+            return [str(n) for n in answer.get("notes", [])]
+    tail = " ".join((proc.stderr or proc.stdout).split())[-300:]
+    raise ConfigError(f"checking {config.model} failed (exit {proc.returncode}): {tail or 'no output'}; "
+                      "pass --no-check to skip the checks")
+
+
+# -- the probe (runs in its own interpreter) -----------------------------------------------------------
+def _field_names(source: Any) -> list[str]:
+    """Dataset names of a features/labels source: a name, a (name, adaptor) pair, or a list of those."""
+    from nnlo.data.h5dataset import parse_fields
+
+    fields, _ = parse_fields(source, "features")
+    return [f.name for f in fields]
+
+
+def probe(config: TrainConfig, search: SearchConfig | None) -> list[str]:
+    """Load the model as a rank would, check a search's space and open a sample of the data; the notes."""
+    from nnlo.data import read_list_file
+    from nnlo.data.check import check_datasets
+    from nnlo.models import load_model_source
+
+    source = load_model_source(config.model)
+    hook = False
+    if search is not None:
+        from nnlo.optimize import space as space_mod
+
+        if search.space:
+            space_mod.from_toml(search.space)
+        else:
+            space_mod.from_model(source.module)
+        hook = source.module is not None and callable(getattr(source.module, "evaluate", None))
+    if hook:
+        return []  # a synthetic objective: no data is read
+    names = _field_names(config.features_name or source.optional("get_features") or "features")
+    labels = config.labels_name or source.optional("get_labels") or "labels"
+    names += _field_names(labels)
+    notes: list[str] = []
+    for which in ("train", "val"):
+        given = getattr(config, which)
+        if given:
+            files, where = read_list_file(given), f"--{which} {given}"
+        else:
+            listed = source.optional(f"get_{which}")
+            if not listed:
+                if which == "train":
+                    raise ConfigError("no training data: pass --train LIST (a text file naming HDF5 files) "
+                                      "or define get_train() in the model module")
+                continue
+            files, where = [Path(f) for f in listed], f"get_{which}() of {config.model}"
+            missing = [f for f in files if not f.is_file()]
+            if missing:
+                raise ConfigError(f"{missing[0]} returned by {where} does not exist"
+                                  + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        note = check_datasets(files, names, where)
+        if note:
+            notes.append(note)
+    return notes
+
+
+def _main() -> None:
+    data = json.loads(sys.stdin.read())
+    try:
+        config = TrainConfig.from_dict(data["config"])
+        search = SearchConfig.from_dict(data["search"]) if data.get("search") else None
+        answer: dict[str, Any] = {"notes": probe(config, search)}
+    except NnloError as e:
+        answer = {"error": str(e)}
+    sys.stdout.write("\n" + _RESULT + json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,116 @@
+"""One shape rule (``Shape.for_run``) for the runtime, the CLI and the layout: for every option combination the
+layout's rank count is one the runtime accepts, and every world the runtime accepts is one the layout can size."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from nnlo.config import MODES, TrainConfig
+from nnlo.errors import ConfigError
+from nnlo.optimize.options import SearchConfig
+from nnlo.optimize.run import check_fold_groups
+from nnlo.roles import RoleError, Shape, describe
+from nnlo_sched.inner import parse_inner
+from nnlo_sched.layout import LayoutError, compute_layout
+from nnlo_sched.profiles import load_profile
+
+BIG = replace(load_profile("local"), cores_per_node=4096)
+OPTIONS = dict(mode=st.sampled_from(MODES), n_masters=st.integers(0, 4), n_processes=st.integers(1, 3),
+               block_size=st.none() | st.integers(1, 14), n_fold=st.integers(1, 3), search=st.booleans())
+
+
+def _shape(mode: str, n_masters: int, n_processes: int, block_size: int | None, n_fold: int,
+           search: bool) -> Shape | None:
+    try:
+        return Shape.for_run(mode=mode, n_masters=n_masters, n_processes=n_processes, block_size=block_size,
+                             n_fold=n_fold, search=search)
+    except RoleError:
+        return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(**OPTIONS, workers=st.integers(1, 6), blocks=st.integers(1, 3))
+def test_a_world_the_layout_sizes_is_one_the_runtime_accepts(mode: str, n_masters: int, n_processes: int,
+                                                             block_size: int | None, n_fold: int, search: bool,
+                                                             workers: int, blocks: int) -> None:
+    shape = _shape(mode, n_masters, n_processes, block_size, n_fold, search)
+    config = TrainConfig(model="m.py", mode=mode, n_masters=n_masters, n_processes=n_processes)
+    if shape is None:  # the rule refuses: so do the training options (the runtime) and the search options
+        if search:
+            with pytest.raises(ConfigError):
+                SearchConfig(block_size=block_size, n_fold=n_fold).shape(config)
+        elif block_size is None and n_fold == 1:
+            with pytest.raises(ConfigError):
+                config.validate()
+        return
+    if not search:
+        assert config.validate().training_group_shape == shape  # the runtime's shape is the layout's
+    try:
+        layout = compute_layout(BIG, shape, "optimize" if search else "train",
+                                workers=None if search else workers, blocks=blocks if search else None)
+    except LayoutError:
+        with pytest.raises((RoleError, ConfigError)):  # the layout refuses only what the runtime refuses
+            if search:
+                check_fold_groups(shape)
+                describe(1 + blocks * int(shape.block_size or 0), shape)
+            else:
+                describe(shape.world_size(workers), shape)
+        return
+    hierarchy = describe(layout.world_size, shape)  # the runtime splits this world without complaint
+    if search:
+        check_fold_groups(shape)
+        assert len(hierarchy.blocks) == blocks
+    else:  # workers as the layout counts them: logical workers, or replicas in all-reduce mode
+        assert shape.workers_in_group(len(hierarchy.groups[0].ranks)) == workers
+
+
+@settings(max_examples=300, deadline=None)
+@given(**OPTIONS, world=st.integers(1, 40))
+def test_a_world_the_runtime_accepts_is_one_the_layout_sizes(mode: str, n_masters: int, n_processes: int,
+                                                             block_size: int | None, n_fold: int, search: bool,
+                                                             world: int) -> None:
+    shape = _shape(mode, n_masters, n_processes, block_size, n_fold, search)
+    if shape is None:
+        return
+    try:
+        hierarchy = describe(world, shape)
+        if search:
+            check_fold_groups(shape)
+    except (RoleError, ConfigError):
+        return
+    if search:
+        layout = compute_layout(BIG, shape, "optimize", blocks=len(hierarchy.blocks))
+    else:
+        layout = compute_layout(BIG, shape, "train", workers=shape.workers_in_group(world))
+    assert layout.world_size == world
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--mode", "allreduce"], Shape(n_masters=0)),
+    (["--n-masters", "3", "--n-processes", "2"], Shape(n_masters=3, n_processes=2)),
+    (["--mode", "easgd"], Shape()),
+])
+def test_the_cli_parser_and_the_rule_agree_for_training(argv: list[str], expected: Shape) -> None:
+    assert parse_inner("train", ["--model", "m.py", *argv]).shape == expected
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--mode", "allreduce", "--n-masters", "2"], "drop --n-masters"),
+    (["--n-masters", "0"], "use --mode allreduce"),
+    (["--mode", "allreduce", "--n-processes", "2"], "drop --n-processes"),
+])
+def test_contradictions_are_refused_by_the_one_rule(argv: list[str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        parse_inner("train", ["--model", "m.py", *argv])
+    with pytest.raises(RoleError, match=needle):
+        Shape.for_run(**{"mode": "gem", **_options(argv)})
+
+
+def _options(argv: list[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for flag, value in zip(argv[::2], argv[1::2]):
+        key = flag.lstrip("-").replace("-", "_")
+        out[key] = value if key == "mode" else int(value)
+    return out
