@@ -33,18 +33,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nnlo.contract import EXIT_DONE, EXIT_RESUMABLE, LOG_DIR, MANIFEST_FILE, OPTIMIZER_STATE_FILE
 from nnlo.errors import NnloError
-from nnlo_sched.runs import LOG_DIR, change_inner_options, load_profile_for, load_spec, submit_job
+from nnlo_sched.runs import change_inner_options, load_profile_for, load_spec, submit_job
 from nnlo_sched.schedulers import JobInfo, get_scheduler
 from nnlo_sched.spec import RunSpec
 from nnlo_sched.state import (
     ACTIVE_STATES, CANCELLED, DONE, FAILED, FINAL_STATES, FINISHED, JOB_CANCELLED, JOB_FAILED, NO_CHECKPOINT,
     QUEUED, RESUBMITTING, RUNNING, RUNNING_JOB, SKIPPED, WALLTIME, JobRecord, RunState, read_state, update_state)
 
-EXIT_FINISHED = 0
-EXIT_CHECKPOINTED = 75  # EX_TEMPFAIL: stopped before the deadline (or on a signal) with a fresh checkpoint
 KILLED_AT_LIMIT = (128 + 15, 128 + 9, 128 + 10, 128 + 12)  # SIGTERM, SIGKILL, SIGUSR1, SIGUSR2 as seen by bash
-OPTIMIZER_STATE = "optimizer-state.json"
 #: A job ended by a rank's death and retried from its checkpoint (a job status beside state.py's outcomes).
 RETRIED = "rank-died"
 #: Exit statuses MPICH's Hydra reports for a rank killed by a signal (the signal's number: ABRT, BUS, KILL,
@@ -83,7 +81,7 @@ def checkpoint_marker(run_dir: Path, spec: RunSpec) -> str | None:
     ``optimizer-state.json`` (its checkpoint, rewritten after every finished trial).
     """
     if spec.kind == "optimize":
-        path = Path(run_dir) / OPTIMIZER_STATE
+        path = Path(run_dir) / OPTIMIZER_STATE_FILE
         try:
             st = path.stat()
         except FileNotFoundError:
@@ -95,7 +93,7 @@ def checkpoint_marker(run_dir: Path, spec: RunSpec) -> str | None:
     if latest is None:
         return None
     try:
-        mtime = (latest / "manifest.json").stat().st_mtime_ns
+        mtime = (latest / MANIFEST_FILE).stat().st_mtime_ns
     except OSError:
         mtime = 0
     return f"{latest.name}@{mtime}"
@@ -188,9 +186,9 @@ def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:
         stop = True
         if st.state == CANCELLED:
             rec.status = JOB_CANCELLED
-        elif rc == EXIT_FINISHED:
+        elif rc == EXIT_DONE:
             rec.status, st.state, st.error = FINISHED, DONE, None
-        elif rc == EXIT_CHECKPOINTED or (rc in KILLED_AT_LIMIT and fresh):
+        elif rc == EXIT_RESUMABLE or (rc in KILLED_AT_LIMIT and fresh):
             if not fresh:
                 rec.status, st.state = NO_CHECKPOINT, FAILED
                 st.error = (f"job {job_id} stopped (exit {rc}) without writing a new checkpoint; the chain "
@@ -439,4 +437,4 @@ def reconcile(run_dir: Path, infos: dict[str, JobInfo]) -> RunState:
 
 __all__ = ["Decision", "ChainError", "checkpoint_dir", "checkpoint_marker", "job_start", "job_end",
            "cancel_run", "resume_run", "reconcile", "alive_jobs", "log_tail", "log_path", "job_logs",
-           "EXIT_CHECKPOINTED", "EXIT_FINISHED", "RESUBMITTING", "RUNNING", "QUEUED"]
+           "RESUBMITTING", "RUNNING", "QUEUED"]

@@ -23,18 +23,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nnlo.contract import CHECKPOINT_DIR, ENV_CLUSTERS, ENV_HOME, LOG_DIR, SCRIPT_FILE, SPEC_FILE, STATE_FILE
 from nnlo.errors import ConfigError, NnloError
 from nnlo_sched.schedulers import Scheduler, SchedulerError, get_scheduler
 from nnlo_sched.spec import RunSpec
 from nnlo_sched.state import (
     FAILED, QUEUED, JobRecord, RunState, read_state, update_state, write_json_atomic, write_state)
 
-SPEC_FILE = "spec.json"
-SCRIPT_FILE = "job.sh"
-LOG_DIR = "logs"
-CHECKPOINT_DIR = "checkpoints"
 # environment the jobs need to find the same profiles as the submitting shell (PBS does not pass it on)
-CARRIED_ENV = ("NNLO_CLUSTERS", "XDG_CONFIG_HOME", "NNLO_HOME")
+CARRIED_ENV = (ENV_CLUSTERS, "XDG_CONFIG_HOME", ENV_HOME)
 
 
 class RunNotFound(NnloError):
@@ -43,7 +40,7 @@ class RunNotFound(NnloError):
 
 def runs_home() -> Path:
     """Where runs live: ``$NNLO_HOME`` or ``./nnlo-runs`` (on clusters: a shared filesystem)."""
-    return Path(os.environ.get("NNLO_HOME") or "nnlo-runs").expanduser().resolve()
+    return Path(os.environ.get(ENV_HOME) or "nnlo-runs").expanduser().resolve()
 
 
 @dataclass(frozen=True)
@@ -222,7 +219,7 @@ def list_runs(home: Path | None = None) -> list[Run]:
     home = Path(home) if home is not None else runs_home()
     if not home.is_dir():
         return []
-    runs = [Run(p.name, p) for p in home.iterdir() if (p / "state.json").is_file()]
+    runs = [Run(p.name, p) for p in home.iterdir() if (p / STATE_FILE).is_file()]
     return sorted(runs, key=lambda r: (_created(r), r.id))
 
 
@@ -237,11 +234,11 @@ def _created(run: Run) -> float:
 def find_run(ref: str, home: Path | None = None) -> Run:
     """The run named by ``ref``: a run directory path, a run id, or a unique prefix of one."""
     p = Path(ref).expanduser()
-    if (p / "state.json").is_file():
+    if (p / STATE_FILE).is_file():
         p = p.resolve()
         return Run(p.name, p)
     home = Path(home) if home is not None else runs_home()
-    if (home / ref / "state.json").is_file():
+    if (home / ref / STATE_FILE).is_file():
         return Run(ref, home / ref)
     matches = [r for r in list_runs(home) if r.id.startswith(ref)]
     if len(matches) == 1:

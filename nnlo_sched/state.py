@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from nnlo.atomic import write_json
+from nnlo.contract import STATE_FILE
 from nnlo.errors import NnloError
 
-STATE_FILE = "state.json"
 LOCK_DIR = ".state.lock"
 STALE_AFTER_S = 60.0
 LOCK_TIMEOUT_S = 30.0

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from nnlo.contract import BEST_FILE, HISTORY_FILE
 from nnlo_sched.state import ACTIVE_STATES
 
 _JOB_MARK = {"finished": "", "walltime": "", "running": "*", "queued": "…", "failed": "!", "cancelled": "x",
@@ -69,7 +70,7 @@ def progress(run_dir: Path, spec: Any) -> dict[str, Any]:
                            "best": None, "best_name": None}
     if spec.kind == "train":
         out["epochs"] = spec.train.epochs
-        hist = _read_json(checkpoint_dir(run_dir, spec) / "history.json")
+        hist = _read_json(checkpoint_dir(run_dir, spec) / HISTORY_FILE)
         entries = hist.get("history") if isinstance(hist, dict) else hist
         if isinstance(entries, list) and entries:
             last = entries[-1] if isinstance(entries[-1], dict) else {}
@@ -79,7 +80,7 @@ def progress(run_dir: Path, spec: Any) -> dict[str, Any]:
                 name = "val_loss" if best.get("val_loss") is not None else "loss"
                 out["best"], out["best_name"] = best.get(name), name
     else:
-        best = _read_json(Path(run_dir) / "best.json")
+        best = _read_json(Path(run_dir) / BEST_FILE)
         if isinstance(best, dict):
             out["trials_done"] = best.get("trials_done")
             out["trials_total"] = best.get("trials_total")
