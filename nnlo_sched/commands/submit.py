@@ -120,7 +120,8 @@ def submit_command(
     """
     from nnlo_sched.layout import layout_for_spec, shape_from_args
     from nnlo_sched.profiles import load_profile
-    from nnlo_sched.render import job_name, render_script, submit_argv
+    from nnlo_sched.render import job_name, render_script
+    from nnlo_sched.schedulers import get_scheduler
     from nnlo_sched.spec import RunSpec
 
     profile = load_profile(cluster)
@@ -157,7 +158,7 @@ def submit_command(
         shown_dir = run_dir or Path(os.environ.get("NNLO_HOME") or "nnlo-runs") / job_name(spec.name, "local")
         shown_dir = shown_dir if shown_dir.is_absolute() else Path.cwd() / shown_dir
         script = render_script(spec, profile, shown_dir)
-        argv = submit_argv(spec, profile, shown_dir / SCRIPT_NAME, None)
+        argv = get_scheduler(profile.scheduler, shown_dir).submit_argv(shown_dir / SCRIPT_NAME)
         click.echo(script, nl=False)
         click.echo("# --- dry run: nothing was written or submitted ---")
         click.echo(f"# run directory: {shlex.quote(str(shown_dir))}"

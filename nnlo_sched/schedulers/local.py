@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,18 +48,19 @@ class LocalScheduler(Scheduler):
 
     name = "local"
     job_id_vars = ("NNLO_JOB_ID",)
+    job_id_syntax = re.compile(r"[1-9][0-9]*")  # 1, 2, ... within the run
+    # directive_prefix stays "#": nothing reads directives here, extra ones are plain comments
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
         self.qdir = self.run_dir / QUEUE_DIR
 
     # -- the Scheduler interface ------------------------------------------------------------------
-    def parse_submit_output(self, text: str) -> str:  # pragma: no cover - local submits in-process
-        return text.strip()
-
-    def enqueue(self, script: str | Path, *, depends_on: str | None, walltime_s: int,
-                cwd: str | Path | None = None, env: Mapping[str, str] | None = None) -> str:
+    def submit(self, script: Path, *, depends_on: str | None, walltime_s: int, cwd: Path | None = None,
+               env: Mapping[str, str] | None = None) -> str:
         """Queue ``bash SCRIPT`` after ``depends_on`` ends; start the supervisor if none is alive."""
+        if depends_on is not None:
+            self.check_job_id(depends_on)
         self.qdir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "logs").mkdir(exist_ok=True)
         with self._queue() as q:
@@ -73,6 +75,13 @@ class LocalScheduler(Scheduler):
             if not self._supervisor_alive():
                 self._spawn_supervisor()
         return job_id
+
+    def submit_argv(self, script: Path, depends_on: str | None = None) -> list[str]:
+        """``/bin/bash SCRIPT``: what the supervisor runs, detached, once job ``depends_on`` has ended (the
+        dependency lives in the queue, not on this command line)."""
+        if depends_on is not None:
+            self.check_job_id(depends_on)
+        return ["/bin/bash", str(script)]
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
         try:
@@ -90,6 +99,8 @@ class LocalScheduler(Scheduler):
         return out
 
     def cancel(self, job_ids: Sequence[str]) -> None:
+        for j in job_ids:
+            self.check_job_id(j)
         if not (self.qdir / QUEUE_FILE).exists():
             return
         with self._queue() as q:
