@@ -23,9 +23,9 @@ import shutil
 import subprocess
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from nnlo.errors import NnloError
 
@@ -161,7 +161,7 @@ def run_program(argv: list[str], *, what: str, cwd: Path | None = None, env: Map
     return proc.stdout
 
 
-def query_capture(argv: list[str], *, what: str, answers: Sequence[str] = ()) -> subprocess.CompletedProcess:
+def query_capture(argv: list[str], *, what: str, answers: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
     """Run a query program (squeue, sacct, bjobs, qstat: safe to repeat), retrying a failure with backoff.
 
     Why here: one transient controller hiccup ("Socket timed out", a daemon restarting) must not turn into
@@ -205,7 +205,7 @@ def _env_seconds(name: str, default: float) -> float:
 
 
 def run_capture(argv: list[str], *, what: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
-                timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess:
+                timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """Run a scheduler program and return its result; SchedulerError only if it is missing or hangs.
 
     Output is decoded with undecodable bytes replaced: a scheduler printing Latin-1 job names or a
@@ -214,7 +214,8 @@ def run_capture(argv: list[str], *, what: str, cwd: Path | None = None, env: Map
     require_program(argv[0] if argv else "", what=what, env=env)
     try:
         proc = subprocess.run(argv, cwd=cwd, env=dict(env) if env is not None else None, capture_output=True,
-                              text=True, errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
+                              text=True, errors="replace", timeout=timeout, stdin=subprocess.DEVNULL,
+                              check=False)
     except subprocess.TimeoutExpired:
         raise SchedulerTimeout(f"{argv[0]} did not answer within {timeout:.0f} s ({what})") from None
     except OSError as e:

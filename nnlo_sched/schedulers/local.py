@@ -21,11 +21,23 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from nnlo_sched.schedulers.base import (
-    CANCELLED, COMPLETED, ENDED, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobInfo, Scheduler, SchedulerError)
+    CANCELLED,
+    COMPLETED,
+    ENDED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    TIMEOUT,
+    UNKNOWN,
+    JobInfo,
+    Scheduler,
+    SchedulerError,
+)
 from nnlo_sched.state import locked, write_json_atomic
 
 QUEUE_DIR = "local"
@@ -138,23 +150,22 @@ class LocalScheduler(Scheduler):
             os.close(fd)
 
     def _spawn_supervisor(self) -> None:
-        log = open(self.qdir / "supervisor.log", "ab")
         try:
-            # the first child forks the supervisor and exits at once, so it is nobody's zombie
-            subprocess.run([sys.executable, "-m", "nnlo_sched.schedulers.local", str(self.run_dir)],
-                           stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                           check=True, timeout=60)
+            with open(self.qdir / "supervisor.log", "ab") as log:
+                # the first child forks the supervisor and exits at once, so it is nobody's zombie
+                subprocess.run([sys.executable, "-m", "nnlo_sched.schedulers.local", str(self.run_dir)],
+                               stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                               check=True, timeout=60)
         except (subprocess.SubprocessError, OSError) as e:
             raise SchedulerError(f"cannot start the local scheduler for {self.run_dir}: {e}") from None
-        finally:
-            log.close()
 
 
 def _read(qdir: Path) -> dict[str, Any]:
     try:
-        return json.loads((qdir / QUEUE_FILE).read_text())
+        queue: dict[str, Any] = json.loads((qdir / QUEUE_FILE).read_text())
     except FileNotFoundError:
         return {"next_id": 1, "jobs": []}
+    return queue
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -169,7 +180,7 @@ class Supervisor:
     def __init__(self, run_dir: Path, lock_fd: int) -> None:
         self.sched = LocalScheduler(run_dir)
         self.lock_fd = lock_fd
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def loop(self) -> None:
         with self.sched._queue() as q:

@@ -12,12 +12,23 @@ banner, an error page), in which case jobs missing from it are ``UNKNOWN``.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from nnlo_sched.schedulers.base import (
-    COMPLETED, ENDED, FAILED, PENDING, RUNNING, UNKNOWN, JobInfo, one_line, query_capture,
-    Scheduler, SchedulerError, unique_ids)
+    COMPLETED,
+    ENDED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    UNKNOWN,
+    JobInfo,
+    Scheduler,
+    SchedulerError,
+    one_line,
+    query_capture,
+    unique_ids,
+)
 
 _STATES = {"PEND": PENDING, "PSUSP": PENDING, "WAIT": PENDING, "RUN": RUNNING, "USUSP": RUNNING,
            "SSUSP": RUNNING, "PROV": RUNNING, "DONE": COMPLETED, "EXIT": FAILED, "UNKWN": UNKNOWN,

@@ -8,16 +8,25 @@ an error page) make the jobs missing from the table ``UNKNOWN``, never ``ENDED``
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from nnlo_sched.schedulers.base import (
-    ENDED, PENDING, RUNNING, UNKNOWN, JobInfo, one_line, query_capture, Scheduler, unique_ids,
-    SchedulerError)
+    ENDED,
+    PENDING,
+    RUNNING,
+    UNKNOWN,
+    JobInfo,
+    Scheduler,
+    SchedulerError,
+    one_line,
+    query_capture,
+    unique_ids,
+)
 
 _STATES = {"Q": PENDING, "H": PENDING, "W": PENDING, "T": PENDING, "S": PENDING, "R": RUNNING,
            "E": RUNNING, "B": RUNNING, "C": ENDED, "F": ENDED, "X": ENDED}
-_SUBMITTED = re.compile(r"^\s*(\d+(?:\[\])?(?:\.[\w.-]+)?)\s*$", re.M)
+_SUBMITTED = re.compile(r"^\s*(\d+(?:\[\])?(?:\.[\w.-]+)?)\s*$", re.MULTILINE)
 #: ``123``, ``123.server``, an array ``123[].server`` or its element ``123[4].server`` (Torque counts from 0);
 #: never ``all``, which qdel takes for every job
 _JOB_ID = re.compile(r"[0-9]+(?:\[[0-9]*\])?(?:\.[A-Za-z0-9_.-]+)?")

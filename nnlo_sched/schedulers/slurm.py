@@ -12,12 +12,25 @@ format asked for (a maintenance banner, an HTML error page from a REST proxy), t
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from nnlo_sched.schedulers.base import (
-    CANCELLED, COMPLETED, ENDED, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobInfo,
-    one_line, query_capture, Scheduler, SchedulerError, unique_ids)
+    CANCELLED,
+    COMPLETED,
+    ENDED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    TIMEOUT,
+    UNKNOWN,
+    JobInfo,
+    Scheduler,
+    SchedulerError,
+    one_line,
+    query_capture,
+    unique_ids,
+)
 
 _STATES = {
     "PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
@@ -29,7 +42,7 @@ _STATES = {
 }
 #: one line of ``squeue -o %i|%T|%r`` or ``sacct -P -o JobID,State`` ("CANCELLED by 1234", "FAILED+")
 _LINE = re.compile(r"^(?P<id>[^|\s]+)\|(?P<state>[A-Z_]+\+?(?: by \d+)?)(?:\|(?P<reason>.*))?$")
-_SUBMITTED = re.compile(r"^\s*(?:Submitted batch job\s+)?(\d+(?:_\d+)?)(?:;\S+)?\s*$", re.M)
+_SUBMITTED = re.compile(r"^\s*(?:Submitted batch job\s+)?(\d+(?:_\d+)?)(?:;\S+)?\s*$", re.MULTILINE)
 #: ``123`` or an array task ``123_4``; Slurm's ids start at 1
 _JOB_ID = re.compile(r"[1-9][0-9]*(?:_[0-9]+)?")
 
