@@ -1,4 +1,4 @@
-"""Batch scripts and submission commands: a run spec + a profile -> the script text and the argv that submits it.
+"""Batch scripts: a run spec + a profile -> the script text (submitting it is the scheduler's work).
 
 Templates (``templates/*.sh``, Jinja2) are chosen by the profile: a site template (``summit.sh``) extends its
 scheduler's (``lsf.sh``), which extends ``base.sh`` (the job body shared by every cluster). Two filters guard
@@ -11,6 +11,8 @@ what users type:
   reads but which a newline would end: only plain characters pass, anything else is a one-line error.
 
 Undefined template variables are errors (``StrictUndefined``); autoescaping is off (this is shell, not HTML).
+What differs between batch systems beyond the templates (directive prefix, account option, job names, the
+warning signal) is a class attribute of the profile's scheduler (:func:`nnlo_sched.schedulers.scheduler_class`).
 """
 from __future__ import annotations
 
@@ -24,17 +26,16 @@ from typing import Any
 
 import jinja2
 
+from nnlo.contract import LOG_DIR  # under the run directory; created before the job starts (Slurm/LSF do not)
 from nnlo.errors import ConfigError
 from nnlo_sched.launchers import launcher_for
 from nnlo_sched.layout import Layout, layout_for_spec
 from nnlo_sched.profiles.schema import Profile
 from nnlo_sched.resources import templates_dir
+from nnlo_sched.schedulers import scheduler_class
 from nnlo_sched.spec import RunSpec, format_hms, format_lsf_minutes
 
-LOG_DIR = "logs"  # under the run directory; must exist before the job starts (Slurm/LSF do not create it)
 _DIRECTIVE_SAFE = re.compile(r"^[A-Za-z0-9_.,:@%+=/~&|!\[\]*-]+$")
-_JOB_ID = re.compile(r"^[A-Za-z0-9_.\[\]-]+$")
-_PREFIX = {"slurm": "#SBATCH", "lsf": "#BSUB", "pbs": "#PBS", "local": "#"}
 
 
 def _directive_value(value: Any) -> str:
@@ -55,13 +56,8 @@ def _comment_text(value: Any) -> str:
 
 
 def job_name(name: str, scheduler: str) -> str:
-    """A scheduler-safe job name: other characters become ``_``; PBS names start with a letter, <= 15 chars."""
-    clean = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "nnlo"
-    if scheduler == "pbs":
-        if not clean[0].isalpha():
-            clean = "n" + clean
-        return clean[:15]
-    return clean[:64]
+    """A job name ``scheduler`` takes: other characters become ``_``; PBS names start with a letter, <= 15 chars."""
+    return scheduler_class(scheduler).job_name(name)
 
 
 def template_dirs() -> list[str]:
@@ -111,11 +107,12 @@ def _slurm_time(seconds: int) -> str:
 
 
 def _extra_directives(spec: RunSpec, profile: Profile) -> list[str]:
-    prefix = _PREFIX[profile.scheduler]
+    prefix = scheduler_class(profile.scheduler).directive_prefix
+    reads_directives = prefix != "#"  # where none are read (local), any comment will do
     out = list(profile.directives)
     for d in spec.directives:
         d = d.strip()
-        if d.startswith("#") and profile.scheduler != "local" and not d.startswith(prefix + " "):
+        if d.startswith("#") and reads_directives and not d.startswith(prefix + " "):
             raise ConfigError(
                 f"directive {d!r} is not a {profile.scheduler} directive; write it as '{prefix} ...' "
                 "or give only the option"
@@ -141,12 +138,12 @@ def _python(profile: Profile) -> str:
 def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path) -> dict[str, Any]:
     """Everything the templates see (exposed for tests and for ``nnlo submit --dry-run``)."""
     layout = spec_layout(spec, profile)
+    sched = scheduler_class(profile.scheduler)
     if profile.account_required and not spec.account:
-        flag = {"lsf": "bsub -P", "pbs": "#PBS -A", "slurm": "--account"}.get(profile.scheduler, "account")
         raise ConfigError(
-            f"cluster {profile.name!r} needs a project to charge ({flag}); pass --account PROJECT"
+            f"cluster {profile.name!r} needs a project to charge ({sched.account_flag}); pass --account PROJECT"
         )
-    if spec.constraint and profile.scheduler != "slurm":
+    if spec.constraint and not sched.takes_constraint:
         raise ConfigError(
             f"--constraint is a Slurm option and {profile.name!r} uses {profile.scheduler}; leave it out"
         )
@@ -154,13 +151,13 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path) -> dict
     python = _python(profile)
     nnlo = profile.nnlo or f"{shlex.quote(python)} -m nnlo_sched"
     shares = 0 < layout["gpus_per_worker"] < 1
-    signal = profile.signal if profile.scheduler != "pbs" else None
+    signal = profile.signal if sched.warns_before_walltime else None
     signals = [s for s in (profile.signal, "TERM") if s]
     lead_min = -(-profile.signal_lead_s // 60)
     roles = ", ".join(f"{n} {r}" for r, n in layout["roles"].items())
     return {
         "name": spec.name,
-        "job_name": job_name(spec.name, profile.scheduler),
+        "job_name": sched.job_name(spec.name),
         "cluster": profile.name,
         "summary": f"{layout['world_size']} ranks ({roles}) on {layout['nodes']} node(s)",
         "workdir": spec.workdir,
@@ -202,56 +199,3 @@ def render_script(spec: RunSpec, profile: Profile, run_dir: str | Path) -> str:
         ) from None
     except jinja2.TemplateError as e:
         raise ConfigError(f"template {profile.template_name!r} of profile {profile.name!r}: {e}") from None
-
-
-def _job_id(value: str) -> str:
-    if not _JOB_ID.match(value):
-        raise ConfigError(f"job id {value!r} is not a scheduler job id (letters, digits, ._-[] only)")
-    return value
-
-
-def submit_argv(
-    spec: RunSpec, profile: Profile, script_path: str | Path, depends_on: str | None = None
-) -> list[str]:
-    """The command that submits ``script_path``, after job ``depends_on`` ends in any state if given.
-
-    * Slurm: ``sbatch --parsable [--dependency=afterany:ID] SCRIPT`` (prints ``ID`` or ``ID;cluster``).
-    * LSF: ``bsub`` reads ``#BSUB`` lines only from a script given on standard input, so the argv is
-      ``sh -c 'exec bsub "$@" < "$0"' SCRIPT [-w 'ended(ID)']``: run as is, no stdin plumbing needed
-      (prints ``Job <ID> is submitted to queue <q>.``).
-    * PBS: ``qsub [-W depend=afterany:ID] SCRIPT`` (prints ``ID.server``).
-    * local: ``/bin/bash SCRIPT``, run detached by the local scheduler (its stdout/stderr are the job log);
-      with a dependency, ``/bin/bash -c '<wait while pid ID lives>; exec /bin/bash "$1"' ID SCRIPT``
-      where ID is the predecessor's process id.
-    """
-    script = str(script_path)
-    dep = _job_id(depends_on) if depends_on is not None else None
-    sched = profile.scheduler
-    if sched == "slurm":
-        return ["sbatch", "--parsable", *([f"--dependency=afterany:{dep}"] if dep else []), script]
-    if sched == "lsf":
-        return ["sh", "-c", 'exec bsub "$@" < "$0"', script, *(["-w", f"ended({dep})"] if dep else [])]
-    if sched == "pbs":
-        return ["qsub", *(["-W", f"depend=afterany:{dep}"] if dep else []), script]
-    if dep:
-        wait = 'while kill -0 "$0" 2>/dev/null; do sleep 1; done; exec /bin/bash "$1"'
-        return ["/bin/bash", "-c", wait, dep, script]
-    return ["/bin/bash", script]
-
-
-def parse_job_id(profile: Profile, output: str) -> str:
-    """The job id in what the submission command printed; a one-line error when there is none."""
-    text = output.strip()
-    sched = profile.scheduler
-    m = None
-    if sched == "slurm":
-        m = re.match(r"^(\d+)(?:;\S+)?$", text.splitlines()[-1].strip() if text else "")
-    elif sched == "lsf":
-        m = re.search(r"Job <(\d+)> is submitted", text)
-    elif sched == "pbs":
-        m = re.match(r"^(\d+(?:\[\d*\])?(?:\.\S+)?)$", text.splitlines()[-1].strip() if text else "")
-    else:
-        m = re.match(r"^(\d+)$", text)
-    if m is None:
-        raise ConfigError(f"cannot find a job id in the {sched} submission output {text[:200]!r}")
-    return m.group(1)

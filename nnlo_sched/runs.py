@@ -25,7 +25,7 @@ from pathlib import Path
 
 from nnlo.contract import CHECKPOINT_DIR, ENV_CLUSTERS, ENV_HOME, LOG_DIR, SCRIPT_FILE, SPEC_FILE, STATE_FILE
 from nnlo.errors import ConfigError, NnloError
-from nnlo_sched.schedulers import Scheduler, SchedulerError, get_scheduler
+from nnlo_sched.schedulers import get_scheduler
 from nnlo_sched.spec import RunSpec
 from nnlo_sched.state import (
     FAILED, QUEUED, JobRecord, RunState, read_state, update_state, write_json_atomic, write_state)
@@ -180,7 +180,8 @@ def submit_job(run_dir: Path, spec: RunSpec, profile, depends_on: str | None) ->
     The caller must not hold the run's lock: the record is added under it here.
     """
     sched = get_scheduler(profile.scheduler, run_dir)
-    job_id = _submit(sched, run_dir, spec, profile, depends_on)
+    job_id = sched.submit(Path(run_dir) / SCRIPT_FILE, depends_on=depends_on, walltime_s=spec.walltime_s,
+                          cwd=Path(spec.workdir or run_dir))
     with update_state(run_dir) as st:
         rec = st.job(job_id)
         if rec is None:
@@ -188,21 +189,6 @@ def submit_job(run_dir: Path, spec: RunSpec, profile, depends_on: str | None) ->
         else:  # the job started (and recorded itself) before this process got here
             rec.depends_on = depends_on
     return job_id
-
-
-def _submit(sched: Scheduler, run_dir: Path, spec: RunSpec, profile, depends_on: str | None) -> str:
-    script = Path(run_dir) / SCRIPT_FILE
-    if sched.name == "local":
-        from nnlo_sched.schedulers.local import LocalScheduler
-        assert isinstance(sched, LocalScheduler)
-        return sched.enqueue(script, depends_on=depends_on, walltime_s=spec.walltime_s,
-                             cwd=spec.workdir or run_dir)
-    from nnlo_sched.render import submit_argv
-    argv = submit_argv(spec, profile, script, depends_on)
-    try:
-        return sched.submit(argv, cwd=Path(spec.workdir) if spec.workdir else Path(run_dir))
-    except SchedulerError:
-        raise
 
 
 def load_profile_for(run_dir: Path, cluster: str, env: dict[str, str] | None = None):

@@ -103,8 +103,9 @@ def submit_command(
     from nnlo_sched.checks import check_run, check_run_home, skipped_checks
     from nnlo_sched.layout import layout_for_spec
     from nnlo_sched.profiles import load_profile
-    from nnlo_sched.render import job_name, render_script, submit_argv
+    from nnlo_sched.render import job_name, render_script
     from nnlo_sched.runs import runs_home
+    from nnlo_sched.schedulers import get_scheduler
     from nnlo_sched.spec import RunSpec
 
     profile = load_profile(cluster)
@@ -148,7 +149,7 @@ def submit_command(
     check_run_home(run_dir, runs_home())
 
     if dry_run:
-        argv = submit_argv(spec, profile, shown_dir / SCRIPT_FILE, None)
+        argv = get_scheduler(profile.scheduler, shown_dir).submit_argv(shown_dir / SCRIPT_FILE)
         click.echo(script, nl=False)
         click.echo("# --- dry run: nothing was written or submitted ---")
         click.echo(f"# run directory: {shlex.quote(str(shown_dir))}"

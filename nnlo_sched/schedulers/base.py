@@ -1,9 +1,17 @@
 """What the chain needs from a batch system: submit behind a dependency, query many jobs at once, cancel.
 
 One :class:`Scheduler` per batch system (``slurm``, ``lsf``, ``pbs``, ``local``). Rendering the job script
-and the submit command line is :mod:`nnlo_sched.render`'s work; a scheduler runs that command line, reads
-the job id from what the submit program prints, and knows its query and cancel programs and their output
-formats. ``query`` takes every job id of interest and answers from ONE call of the scheduler's program
+is :mod:`nnlo_sched.render`'s work, with the few facts a template needs from the scheduler's class attributes
+(directive prefix, account option, whether it warns before the walltime). A scheduler owns everything else:
+its submit command line (``submit_argv``, what ``nnlo submit --dry-run`` prints) and running it
+(``submit``), its job-id syntax, reading the job id from what the submit program prints, and its query and
+cancel programs and their output formats.
+
+Every job id that goes onto a command line that acts on jobs (a dependency, a cancel) must match the
+scheduler's own syntax (``job_id_syntax``), checked before any program runs: ``bkill 0`` kills all of the
+user's jobs, ``qdel all`` every job, and an id such as ``--user=x`` would be an option.
+
+``query`` takes every job id of interest and answers from ONE call of the scheduler's program
 (``squeue -j a,b,c``; ``bjobs a b c``; ``qstat a b c``), because status over hundreds of runs must not
 hammer a shared controller. A scheduler that cannot answer says ``unknown`` rather than failing.
 """
@@ -15,9 +23,9 @@ import shutil
 import subprocess
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from nnlo.errors import NnloError
 
@@ -60,23 +68,46 @@ class Scheduler(ABC):
     name: str = ""
     #: environment variable holding the current job's id inside a job
     job_id_vars: tuple[str, ...] = ()
-
-    def submit(self, argv: Sequence[str], *, cwd: Path | None = None,
-               env: Mapping[str, str] | None = None) -> str:
-        """Run the submit command line and return the new job's id (SchedulerError, one line, if it fails)."""
-        try:
-            out = run_program(list(argv), cwd=cwd, env=env, what="submit")
-        except SchedulerTimeout as e:  # never retried: the controller may have queued the job before the timeout
-            raise SchedulerTimeout(f"{e}; the job may have been submitted anyway: check the queue before "
-                                   f"submitting again") from None
-        return self.parse_submit_output(out)
-
+    #: a whole job id as the scheduler prints it; anything else is refused (:meth:`check_job_id`)
+    job_id_syntax: re.Pattern[str]
     #: the submit program (named in errors) and the pattern whose first group is the new job's id
     submit_program: str = ""
     submit_pattern: re.Pattern[str] | None = None
     #: the cancel program, and words in its complaints that only mean "that job already ended"
     cancel_program: str = ""
     cancel_harmless: tuple[str, ...] = ()
+    #: what the batch script's templates need: the prefix of directive lines, how a user names the
+    #: account to charge (in errors), whether ``--constraint`` exists, whether a signal warns before the
+    #: walltime, and the longest job name
+    directive_prefix: str = "#"
+    account_flag: str = "account"
+    takes_constraint: bool = False
+    warns_before_walltime: bool = True
+    job_name_max: int = 64
+
+    def submit(self, script: Path, *, depends_on: str | None, walltime_s: int, cwd: Path | None = None,
+               env: Mapping[str, str] | None = None) -> str:
+        """Submit ``script`` to start once job ``depends_on`` (if given) has ended in any state; return the new
+        job's id (SchedulerError, one line, if it fails). A batch script's directives carry the walltime, so
+        only the local scheduler reads ``walltime_s``."""
+        argv = self.submit_argv(script, depends_on)
+        require_program(self.submit_program, what="submit", env=env)
+        try:
+            out = run_program(argv, cwd=cwd, env=env, what="submit", name=self.submit_program)
+        except SchedulerTimeout as e:  # never retried: the controller may have queued the job before the timeout
+            raise SchedulerTimeout(f"{e}; the job may have been submitted anyway: check the queue before "
+                                   f"submitting again") from None
+        return self.parse_submit_output(out)
+
+    @abstractmethod
+    def submit_argv(self, script: Path, depends_on: str | None = None) -> list[str]:
+        """The command line that submits ``script`` behind job ``depends_on`` (checked by :meth:`check_job_id`)."""
+
+    def check_job_id(self, job_id: str) -> str:
+        """``job_id`` if it is one of this scheduler's job ids; else SchedulerError, and nothing runs with it."""
+        if not self.job_id_syntax.fullmatch(job_id):
+            raise SchedulerError(f"{job_id!r} is not a {self.name} job id; no {self.name} command was run with it")
+        return job_id
 
     def parse_submit_output(self, text: str) -> str:
         """The job id from the submit program's standard output."""
@@ -85,13 +116,18 @@ class Scheduler(ABC):
             raise SchedulerError(f"{self.submit_program} printed no job id: {' '.join(text.split())[:200]!r}")
         return m.group(1)
 
+    @classmethod
+    def job_name(cls, name: str) -> str:
+        """A job name the scheduler takes: characters other than ``A-Za-z0-9_.-`` become ``_``."""
+        return (re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "nnlo")[:cls.job_name_max]
+
     @abstractmethod
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
         """State of every job in ``job_ids`` from one scheduler call; ``UNKNOWN`` where it cannot tell."""
 
     def cancel(self, job_ids: Sequence[str]) -> None:
-        """Cancel the jobs (one call); jobs that already ended are not an error."""
-        ids = unique_ids(job_ids)
+        """Cancel the jobs (one call); jobs that already ended are not an error, a malformed id is."""
+        ids = [self.check_job_id(j) for j in dict.fromkeys(job_ids)]
         if ids:
             cancel_tolerant(self.cancel_program, ids, self.cancel_harmless)
 
@@ -113,16 +149,19 @@ def unique_ids(job_ids: Sequence[str]) -> list[str]:
 
 
 def run_program(argv: list[str], *, what: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
-                check: bool = True, timeout: float = QUERY_TIMEOUT_S) -> str:
-    """Run a scheduler program; a missing program or a failure is one SchedulerError line quoting stderr."""
+                check: bool = True, timeout: float = QUERY_TIMEOUT_S, name: str = "") -> str:
+    """Run a scheduler program; a missing program or a failure is one SchedulerError line quoting stderr.
+
+    ``name`` is the program named in that line when ``argv[0]`` is a wrapper (LSF's ``sh -c 'bsub ...'``).
+    """
     proc = run_capture(argv, what=what, cwd=cwd, env=env, timeout=timeout)
     if check and proc.returncode != 0:
         msg = " ".join((proc.stderr.strip() or proc.stdout.strip() or f"exit status {proc.returncode}").split())
-        raise SchedulerError(f"{argv[0]} failed ({what}): {msg[:400]}")
+        raise SchedulerError(f"{name or argv[0]} failed ({what}): {msg[:400]}")
     return proc.stdout
 
 
-def query_capture(argv: list[str], *, what: str, answers: Sequence[str] = ()) -> subprocess.CompletedProcess:
+def query_capture(argv: list[str], *, what: str, answers: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
     """Run a query program (squeue, sacct, bjobs, qstat: safe to repeat), retrying a failure with backoff.
 
     Why here: one transient controller hiccup ("Socket timed out", a daemon restarting) must not turn into
@@ -166,23 +205,29 @@ def _env_seconds(name: str, default: float) -> float:
 
 
 def run_capture(argv: list[str], *, what: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
-                timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess:
+                timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """Run a scheduler program and return its result; SchedulerError only if it is missing or hangs.
 
     Output is decoded with undecodable bytes replaced: a scheduler printing Latin-1 job names or a
     maintenance banner must not crash ``nnlo status``; lines that do not parse are the parser's business.
     """
-    if not argv or shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None:
-        raise SchedulerError(f"{argv[0] if argv else '?'} not found: cannot {what} "
-                             f"(is this a login node of the cluster, with its batch system in PATH?)")
+    require_program(argv[0] if argv else "", what=what, env=env)
     try:
         proc = subprocess.run(argv, cwd=cwd, env=dict(env) if env is not None else None, capture_output=True,
-                              text=True, errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
+                              text=True, errors="replace", timeout=timeout, stdin=subprocess.DEVNULL,
+                              check=False)
     except subprocess.TimeoutExpired:
         raise SchedulerTimeout(f"{argv[0]} did not answer within {timeout:.0f} s ({what})") from None
     except OSError as e:
         raise SchedulerError(f"{argv[0]} cannot run ({e.strerror}); cannot {what}") from None
     return proc
+
+
+def require_program(program: str, *, what: str, env: Mapping[str, str] | None = None) -> None:
+    """SchedulerError, one line, unless ``program`` is in PATH (``env``'s, else this process's)."""
+    if not program or shutil.which(program, path=(env or os.environ).get("PATH")) is None:
+        raise SchedulerError(f"{program or '?'} not found: cannot {what} "
+                             f"(is this a login node of the cluster, with its batch system in PATH?)")
 
 
 def cancel_tolerant(program: str, ids: Sequence[str], harmless: tuple[str, ...]) -> None:

@@ -16,15 +16,28 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from nnlo_sched.schedulers.base import (
-    CANCELLED, COMPLETED, ENDED, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobInfo, Scheduler, SchedulerError)
+    CANCELLED,
+    COMPLETED,
+    ENDED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    TIMEOUT,
+    UNKNOWN,
+    JobInfo,
+    Scheduler,
+    SchedulerError,
+)
 from nnlo_sched.state import locked, write_json_atomic
 
 QUEUE_DIR = "local"
@@ -47,18 +60,19 @@ class LocalScheduler(Scheduler):
 
     name = "local"
     job_id_vars = ("NNLO_JOB_ID",)
+    job_id_syntax = re.compile(r"[1-9][0-9]*")  # 1, 2, ... within the run
+    # directive_prefix stays "#": nothing reads directives here, extra ones are plain comments
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
         self.qdir = self.run_dir / QUEUE_DIR
 
     # -- the Scheduler interface ------------------------------------------------------------------
-    def parse_submit_output(self, text: str) -> str:  # pragma: no cover - local submits in-process
-        return text.strip()
-
-    def enqueue(self, script: str | Path, *, depends_on: str | None, walltime_s: int,
-                cwd: str | Path | None = None, env: Mapping[str, str] | None = None) -> str:
+    def submit(self, script: Path, *, depends_on: str | None, walltime_s: int, cwd: Path | None = None,
+               env: Mapping[str, str] | None = None) -> str:
         """Queue ``bash SCRIPT`` after ``depends_on`` ends; start the supervisor if none is alive."""
+        if depends_on is not None:
+            self.check_job_id(depends_on)
         self.qdir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "logs").mkdir(exist_ok=True)
         with self._queue() as q:
@@ -73,6 +87,13 @@ class LocalScheduler(Scheduler):
             if not self._supervisor_alive():
                 self._spawn_supervisor()
         return job_id
+
+    def submit_argv(self, script: Path, depends_on: str | None = None) -> list[str]:
+        """``/bin/bash SCRIPT``: what the supervisor runs, detached, once job ``depends_on`` has ended (the
+        dependency lives in the queue, not on this command line)."""
+        if depends_on is not None:
+            self.check_job_id(depends_on)
+        return ["/bin/bash", str(script)]
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
         try:
@@ -90,6 +111,8 @@ class LocalScheduler(Scheduler):
         return out
 
     def cancel(self, job_ids: Sequence[str]) -> None:
+        for j in job_ids:
+            self.check_job_id(j)
         if not (self.qdir / QUEUE_FILE).exists():
             return
         with self._queue() as q:
@@ -127,23 +150,22 @@ class LocalScheduler(Scheduler):
             os.close(fd)
 
     def _spawn_supervisor(self) -> None:
-        log = open(self.qdir / "supervisor.log", "ab")
         try:
-            # the first child forks the supervisor and exits at once, so it is nobody's zombie
-            subprocess.run([sys.executable, "-m", "nnlo_sched.schedulers.local", str(self.run_dir)],
-                           stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                           check=True, timeout=60)
+            with open(self.qdir / "supervisor.log", "ab") as log:
+                # the first child forks the supervisor and exits at once, so it is nobody's zombie
+                subprocess.run([sys.executable, "-m", "nnlo_sched.schedulers.local", str(self.run_dir)],
+                               stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                               check=True, timeout=60)
         except (subprocess.SubprocessError, OSError) as e:
             raise SchedulerError(f"cannot start the local scheduler for {self.run_dir}: {e}") from None
-        finally:
-            log.close()
 
 
 def _read(qdir: Path) -> dict[str, Any]:
     try:
-        return json.loads((qdir / QUEUE_FILE).read_text())
+        queue: dict[str, Any] = json.loads((qdir / QUEUE_FILE).read_text())
     except FileNotFoundError:
         return {"next_id": 1, "jobs": []}
+    return queue
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -158,7 +180,7 @@ class Supervisor:
     def __init__(self, run_dir: Path, lock_fd: int) -> None:
         self.sched = LocalScheduler(run_dir)
         self.lock_fd = lock_fd
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def loop(self) -> None:
         with self.sched._queue() as q:

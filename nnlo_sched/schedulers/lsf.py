@@ -1,5 +1,9 @@
 """IBM Spectrum LSF (Summit): ``bsub`` (dependency ``-w 'ended(ID)'``), ``bjobs``, ``bkill``.
 
+``bsub`` reads ``#BSUB`` lines only from a script given on standard input, so the submit command line is
+``sh -c 'exec bsub "$@" < "$0"' SCRIPT [-w 'ended(ID)']``: it runs as is, no stdin plumbing needed.
+Job ids are positive: ``bkill 0`` means every job of the user.
+
 ``bjobs -a -w ID ...`` answers for many jobs in one call with its classic table (``JOBID USER STAT QUEUE
 FROM_HOST EXEC_HOST JOB_NAME SUBMIT_TIME``) and says ``Job <ID> is not found`` on stderr for ids it has
 forgotten (``CLEAN_PERIOD``): those jobs have ended - unless the table held lines that are not job rows (a
@@ -8,24 +12,44 @@ banner, an error page), in which case jobs missing from it are ``UNKNOWN``.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
+from pathlib import Path
 
 from nnlo_sched.schedulers.base import (
-    COMPLETED, ENDED, FAILED, PENDING, RUNNING, UNKNOWN, JobInfo, one_line, query_capture,
-    Scheduler, SchedulerError, unique_ids)
+    COMPLETED,
+    ENDED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    UNKNOWN,
+    JobInfo,
+    Scheduler,
+    SchedulerError,
+    one_line,
+    query_capture,
+    unique_ids,
+)
 
 _STATES = {"PEND": PENDING, "PSUSP": PENDING, "WAIT": PENDING, "RUN": RUNNING, "USUSP": RUNNING,
            "SSUSP": RUNNING, "PROV": RUNNING, "DONE": COMPLETED, "EXIT": FAILED, "UNKWN": UNKNOWN,
            "ZOMBI": UNKNOWN}
 _SUBMITTED = re.compile(r"Job <(\d+)> is submitted")
-_JOB_ID = re.compile(r"^\d+(?:\[\d+\])?$")
+#: ``123`` or an array element ``123[4]``; 0 is not a job but "all of the user's jobs" to bkill
+_JOB_ID = re.compile(r"[1-9][0-9]*(?:\[[1-9][0-9]*\])?")
 
 
 class LsfScheduler(Scheduler):
     name = "lsf"
     job_id_vars = ("LSB_JOBID",)
+    job_id_syntax = _JOB_ID
     submit_program, submit_pattern = "bsub", _SUBMITTED
     cancel_program, cancel_harmless = "bkill", ('already finished', 'No matching job', 'is not found')
+    directive_prefix, account_flag = "#BSUB", "bsub -P"
+
+    def submit_argv(self, script: Path, depends_on: str | None = None) -> list[str]:
+        """``sh -c 'exec bsub "$@" < "$0"' SCRIPT [-w 'ended(ID)']`` (prints ``Job <ID> is submitted ...``)."""
+        dep = ["-w", f"ended({self.check_job_id(depends_on)})"] if depends_on is not None else []
+        return ["sh", "-c", 'exec bsub "$@" < "$0"', str(script), *dep]
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
         ids = unique_ids(job_ids)
@@ -50,7 +74,7 @@ class LsfScheduler(Scheduler):
             cols = line.split()
             if not cols:
                 continue
-            if len(cols) <= max(i_id, i_stat) or not _JOB_ID.match(cols[i_id]):
+            if len(cols) <= max(i_id, i_stat) or not self.job_id_syntax.fullmatch(cols[i_id]):
                 garbage = garbage or line.strip()  # a banner or an error page: absence proves nothing
             elif cols[i_id] in ids:
                 found[cols[i_id]] = JobInfo(cols[i_id], _STATES.get(cols[i_stat], UNKNOWN), cols[i_stat])

@@ -8,15 +8,28 @@ an error page) make the jobs missing from the table ``UNKNOWN``, never ``ENDED``
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
+from pathlib import Path
 
 from nnlo_sched.schedulers.base import (
-    ENDED, PENDING, RUNNING, UNKNOWN, JobInfo, one_line, query_capture, Scheduler, unique_ids,
-    SchedulerError)
+    ENDED,
+    PENDING,
+    RUNNING,
+    UNKNOWN,
+    JobInfo,
+    Scheduler,
+    SchedulerError,
+    one_line,
+    query_capture,
+    unique_ids,
+)
 
 _STATES = {"Q": PENDING, "H": PENDING, "W": PENDING, "T": PENDING, "S": PENDING, "R": RUNNING,
            "E": RUNNING, "B": RUNNING, "C": ENDED, "F": ENDED, "X": ENDED}
-_SUBMITTED = re.compile(r"^\s*(\d+(?:\[\])?(?:\.[\w.-]+)?)\s*$", re.M)
+_SUBMITTED = re.compile(r"^\s*(\d+(?:\[\])?(?:\.[\w.-]+)?)\s*$", re.MULTILINE)
+#: ``123``, ``123.server``, an array ``123[].server`` or its element ``123[4].server`` (Torque counts from 0);
+#: never ``all``, which qdel takes for every job
+_JOB_ID = re.compile(r"[0-9]+(?:\[[0-9]*\])?(?:\.[A-Za-z0-9_.-]+)?")
 
 
 def short_id(job_id: str) -> str:
@@ -28,8 +41,22 @@ class PbsScheduler(Scheduler):
     name = "pbs"
     # Slurm's Torque wrappers (slurm-wlm-torque) run PBS scripts as Slurm jobs and leave PBS_JOBID empty
     job_id_vars = ("PBS_JOBID", "SLURM_JOB_ID")
+    job_id_syntax = _JOB_ID
     submit_program, submit_pattern = "qsub", _SUBMITTED
     cancel_program, cancel_harmless = "qdel", ('Unknown Job Id', 'already', 'finished')
+    # no signal before the walltime: the runtime's clock is what stops the job in time
+    directive_prefix, account_flag, warns_before_walltime, job_name_max = "#PBS", "#PBS -A", False, 15
+
+    def submit_argv(self, script: Path, depends_on: str | None = None) -> list[str]:
+        """``qsub [-W depend=afterany:ID] SCRIPT`` with the full id (prints ``ID.server``)."""
+        dep = ["-W", f"depend=afterany:{self.check_job_id(depends_on)}"] if depends_on is not None else []
+        return ["qsub", *dep, str(script)]
+
+    @classmethod
+    def job_name(cls, name: str) -> str:
+        """PBS job names start with a letter and have at most 15 characters."""
+        clean = super().job_name(name)
+        return (clean if clean[0].isalpha() else "n" + clean)[:cls.job_name_max]
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
         ids = unique_ids(job_ids)

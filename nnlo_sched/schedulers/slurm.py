@@ -1,4 +1,5 @@
-"""Slurm: ``sbatch`` (dependency ``afterany:ID``), ``squeue``/``sacct`` for state, ``scancel``.
+"""Slurm: ``sbatch --parsable`` (dependency ``--dependency=afterany:ID``), ``squeue``/``sacct`` for state,
+``scancel``.
 
 Status asks ``squeue -t all`` once for every job id; jobs it no longer knows (purged after ``MinJobAge``)
 are asked of ``sacct`` in one more call when accounting exists, and are otherwise ``ENDED`` - a job absent
@@ -11,11 +12,25 @@ format asked for (a maintenance banner, an HTML error page from a REST proxy), t
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
+from pathlib import Path
 
 from nnlo_sched.schedulers.base import (
-    CANCELLED, COMPLETED, ENDED, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobInfo,
-    one_line, query_capture, Scheduler, SchedulerError, unique_ids)
+    CANCELLED,
+    COMPLETED,
+    ENDED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    TIMEOUT,
+    UNKNOWN,
+    JobInfo,
+    Scheduler,
+    SchedulerError,
+    one_line,
+    query_capture,
+    unique_ids,
+)
 
 _STATES = {
     "PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
@@ -27,7 +42,9 @@ _STATES = {
 }
 #: one line of ``squeue -o %i|%T|%r`` or ``sacct -P -o JobID,State`` ("CANCELLED by 1234", "FAILED+")
 _LINE = re.compile(r"^(?P<id>[^|\s]+)\|(?P<state>[A-Z_]+\+?(?: by \d+)?)(?:\|(?P<reason>.*))?$")
-_SUBMITTED = re.compile(r"^\s*(?:Submitted batch job\s+)?(\d+(?:_\d+)?)(?:;\S+)?\s*$", re.M)
+_SUBMITTED = re.compile(r"^\s*(?:Submitted batch job\s+)?(\d+(?:_\d+)?)(?:;\S+)?\s*$", re.MULTILINE)
+#: ``123`` or an array task ``123_4``; Slurm's ids start at 1
+_JOB_ID = re.compile(r"[1-9][0-9]*(?:_[0-9]+)?")
 
 
 def normalise(native: str) -> str:
@@ -38,8 +55,15 @@ def normalise(native: str) -> str:
 class SlurmScheduler(Scheduler):
     name = "slurm"
     job_id_vars = ("SLURM_JOB_ID", "SLURM_JOBID")
+    job_id_syntax = _JOB_ID
     submit_program, submit_pattern = "sbatch", _SUBMITTED
     cancel_program, cancel_harmless = "scancel", ('already completed', 'Invalid job id', 'Job/step already')
+    directive_prefix, account_flag, takes_constraint = "#SBATCH", "--account", True
+
+    def submit_argv(self, script: Path, depends_on: str | None = None) -> list[str]:
+        """``sbatch --parsable [--dependency=afterany:ID] SCRIPT`` (prints ``ID`` or ``ID;cluster``)."""
+        dep = [f"--dependency=afterany:{self.check_job_id(depends_on)}"] if depends_on is not None else []
+        return ["sbatch", "--parsable", *dep, str(script)]
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
         ids = unique_ids(job_ids)

@@ -1,27 +1,139 @@
-"""Scheduler adapters: job ids from each submit program's real output, state words, and the rules of query
-(one call for many jobs; absent = ended; a broken program = unknown, not an exception)."""
+"""Scheduler adapters: their submit command lines and job-id syntax, job ids from each submit program's real
+output, state words, and the rules of query (one call for many jobs; absent = ended; a broken program =
+unknown, not an exception). Ids outside a scheduler's syntax never reach one of its programs."""
 from __future__ import annotations
 
+import json
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
-from nnlo_sched.schedulers import SchedulerError, get_scheduler
+from nnlo_sched.render import job_name
+from nnlo_sched.schedulers import SchedulerError, get_scheduler, scheduler_class
 from nnlo_sched.schedulers.slurm import normalise
+
+STANDIN = Path(__file__).resolve().parent / "standin_batch.py"
 
 
 @pytest.mark.parametrize("name,text,job", [
     ("slurm", "4242\n", "4242"),
     ("slurm", "4242;cluster1\n", "4242"),
     ("slurm", "Submitted batch job 77\n", "77"),
+    ("slurm", "77_3\n", "77_3"),
     ("lsf", "Job <123456> is submitted to queue <batch>.\n", "123456"),
     ("lsf", "<<Waiting for dispatch ...>>\nJob <9> is submitted to default queue <normal>.\n", "9"),
     ("pbs", "1234567.titan-batch.ccs.ornl.gov\n", "1234567.titan-batch.ccs.ornl.gov"),
+    ("pbs", "3141592.titan-batch1\n", "3141592.titan-batch1"),
     ("pbs", "88\n", "88"),
+    ("pbs", "88[].pbs01\n", "88[].pbs01"),
 ])
 def test_job_id_from_submit_output(name, text, job):
-    assert get_scheduler(name).parse_submit_output(text) == job
+    sched = get_scheduler(name)
+    assert sched.parse_submit_output(text) == job
+    assert sched.check_job_id(job) == job  # what the submit program prints can be depended on and cancelled
+
+
+@pytest.mark.parametrize("name,depends_on,argv", [
+    ("slurm", None, ["sbatch", "--parsable", "/r/job.sh"]),
+    ("slurm", "42", ["sbatch", "--parsable", "--dependency=afterany:42", "/r/job.sh"]),
+    ("lsf", None, ["sh", "-c", 'exec bsub "$@" < "$0"', "/r/job.sh"]),
+    ("lsf", "42", ["sh", "-c", 'exec bsub "$@" < "$0"', "/r/job.sh", "-w", "ended(42)"]),
+    ("pbs", None, ["qsub", "/r/job.sh"]),
+    ("pbs", "42.titan-batch", ["qsub", "-W", "depend=afterany:42.titan-batch", "/r/job.sh"]),
+    ("local", None, ["/bin/bash", "/r/job.sh"]),
+    ("local", "3", ["/bin/bash", "/r/job.sh"]),  # the dependency lives in the run's queue
+])
+def test_submit_argv(name, depends_on, argv):
+    assert get_scheduler(name, "/r").submit_argv(Path("/r/job.sh"), depends_on) == argv
+
+
+def test_template_facts_are_the_schedulers():
+    assert [scheduler_class(n).directive_prefix for n in ("slurm", "lsf", "pbs", "local")] == [
+        "#SBATCH", "#BSUB", "#PBS", "#"]
+    assert [n for n in ("slurm", "lsf", "pbs", "local") if not scheduler_class(n).warns_before_walltime] == ["pbs"]
+    assert [n for n in ("slurm", "lsf", "pbs", "local") if scheduler_class(n).takes_constraint] == ["slurm"]
+    assert job_name("123 run/x", "slurm") == "123_run_x" and job_name("123456789012345678", "pbs") == "n12345678901234"
+    assert job_name("", "lsf") == "nnlo" and len(job_name("x" * 100, "local")) == 64
+
+
+@pytest.fixture
+def standins(tmp_path, monkeypatch):
+    """Recording bsub/bkill/qsub/qdel (standin_batch.py) and sbatch/scancel first on PATH; ``calls()`` lists
+    every call of any of them."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for prog in ("bsub", "bjobs", "bkill", "qsub", "qstat", "qdel"):
+        (bin_dir / prog).symlink_to(STANDIN)
+    log = tmp_path / "calls.jsonl"
+    for prog, out in (("sbatch", "4242;cluster1"), ("scancel", "")):
+        _program(bin_dir, prog, f"""python3 -c 'import json, sys; print(json.dumps({{"prog": "{prog}", "args": sys.argv[1:]}}))' "$@" >> {log}
+echo '{out}'
+""")
+    monkeypatch.setenv("STANDIN_DIR", str(tmp_path))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#BSUB -J x\necho hi\n")
+
+    def calls() -> list[dict]:
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return script, calls
+
+
+def test_submit_runs_the_schedulers_own_command(standins):
+    """Each submit program gets its dependency option and the script (bsub on stdin); the id comes back."""
+    script, calls = standins
+    assert get_scheduler("slurm").submit(script, depends_on="41", walltime_s=60) == "4242"
+    assert get_scheduler("lsf").submit(script, depends_on="41", walltime_s=60) == "1001"
+    assert get_scheduler("pbs").submit(script, depends_on="41.pbs01", walltime_s=60) == "1002.pbs01"
+    sbatch, bsub, qsub = calls()
+    assert sbatch["args"] == ["--parsable", "--dependency=afterany:41", str(script)]
+    assert bsub["args"] == ["-w", "ended(41)"] and bsub["script"] == script.read_text()
+    assert qsub["args"] == ["-W", "depend=afterany:41.pbs01", str(script)]
+
+
+def test_a_failing_bsub_is_named_not_its_shell(standins):
+    script, _ = standins
+    bsub = script.parent / "bin" / "bsub"
+    bsub.unlink()
+    _program(script.parent / "bin", "bsub", 'echo "Bad project name. Job not submitted." >&2\nexit 255\n')
+    with pytest.raises(SchedulerError, match=r"^bsub failed \(submit\): Bad project name"):
+        get_scheduler("lsf").submit(script, depends_on=None, walltime_s=60)
+
+
+# ids each scheduler must refuse: specials that mean "all jobs" (bkill 0, qdel all), options, shell and
+# dependency-list syntax, empty
+_BAD_IDS = ["", "-1", "all", "ALL", "--user=x", "1;rm -rf ~", "1 2", "1\n2", "1,2", "1:2", "$(id)", "１"]
+_REFUSED = ([("slurm", b) for b in [*_BAD_IDS, "0", "00", "1_"]]
+            + [("lsf", b) for b in [*_BAD_IDS, "0", "0[1]", "1[0]", "ended(1)"]]
+            + [("pbs", b) for b in [*_BAD_IDS, "1.a:2", "1.a,afterok:2", "1@server", ".1"]]
+            + [("local", b) for b in [*_BAD_IDS, "0", "pid123"]])
+
+
+@pytest.mark.parametrize("name,bad", _REFUSED)
+def test_a_malformed_dependency_is_refused_before_any_program_runs(standins, tmp_path, name, bad):
+    script, calls = standins
+    sched = get_scheduler(name, tmp_path / "run")
+    with pytest.raises(SchedulerError, match="is not a .* job id") as e:
+        sched.submit(script, depends_on=bad, walltime_s=60)
+    assert "\n" not in str(e.value)
+    with pytest.raises(SchedulerError, match="is not a .* job id"):
+        sched.submit_argv(script, bad)
+    assert calls() == [] and not (tmp_path / "run").exists()  # not even the local queue was touched
+
+
+@pytest.mark.parametrize("name,bad", _REFUSED)
+def test_a_malformed_cancel_id_is_refused_before_any_program_runs(standins, tmp_path, name, bad):
+    _, calls = standins
+    sched = get_scheduler(name, tmp_path / "run")
+    good = {"slurm": "5", "lsf": "5", "pbs": "5.pbs01", "local": "5"}[name]
+    with pytest.raises(SchedulerError, match="is not a .* job id"):
+        sched.cancel([good, bad])  # one bad id refuses the whole call: nothing is half done
+    assert calls() == []
+    if name != "local":  # the control: a well-formed id does reach the cancel program
+        sched.cancel([good])
+        assert [(c["prog"], c["args"]) for c in calls()] == [(sched.cancel_program, [good])]
 
 
 @pytest.mark.parametrize("name", ["slurm", "lsf", "pbs"])
@@ -73,5 +185,5 @@ def test_a_down_controller_gives_unknown(tmp_path, monkeypatch):
 def test_missing_program_gives_unknown_for_query_and_error_for_submit(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert get_scheduler("lsf").query(["1"])["1"].state == "UNKNOWN"
-    with pytest.raises(SchedulerError, match="bsub not found"):
-        get_scheduler("lsf").submit(["bsub", "x"])
+    with pytest.raises(SchedulerError, match="bsub not found"):  # not "sh not found": bsub is what is missing
+        get_scheduler("lsf").submit(tmp_path / "job.sh", depends_on=None, walltime_s=60)

@@ -1,4 +1,5 @@
-"""Rendered batch scripts: golden files per cluster, ``bash -n`` on each, hostile values, submit commands.
+"""Rendered batch scripts: golden files per cluster, ``bash -n`` on each, hostile values, real runs of the
+local script (the schedulers' submit commands and job ids: tests/chain/test_schedulers.py).
 
 Golden files live in ``tests/sched/golden/<case>.sh``; after an intentional template change regenerate them
 with ``NNLO_REGEN_GOLDEN=1 pytest tests/sched/test_render.py`` and review the diff against
@@ -19,7 +20,8 @@ from hypothesis import given, settings, strategies as st
 
 from nnlo.errors import ConfigError
 from nnlo_sched.profiles import Profile, load_profile
-from nnlo_sched.render import compute_spec_layout, job_name, parse_job_id, render_script, submit_argv
+from nnlo_sched.render import compute_spec_layout, job_name, render_script
+from nnlo_sched.schedulers import get_scheduler
 from nnlo_sched.spec import RunSpec
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -118,8 +120,10 @@ def test_body_contract_lines() -> None:
 
 def test_account_is_required_where_the_site_requires_it() -> None:
     s = spec("summit", workers=2)
-    with pytest.raises(ConfigError, match="needs a project to charge.*--account"):
+    with pytest.raises(ConfigError, match=r"needs a project to charge \(bsub -P\); pass --account"):
         render_script(s, profile("summit"), "/r")
+    with pytest.raises(ConfigError, match=r"needs a project to charge \(#PBS -A\)"):
+        render_script(spec("titan", workers=1), profile("titan"), "/r")
 
 
 @pytest.mark.parametrize(
@@ -157,6 +161,14 @@ def test_foreign_directive_is_refused() -> None:
     with pytest.raises(ConfigError, match="not a lsf directive; write it as '#BSUB ...'"):
         render_script(spec("summit", account="A", workers=1, directives=["#SBATCH --exclusive"]),
                       profile("summit"), "/r")
+
+
+def test_local_directives_are_plain_comments() -> None:
+    """The local scheduler reads no directives: any comment passes, a bare option becomes one."""
+    text = render_script(spec("local", workers=1, directives=["#SBATCH --exclusive", "--mail-type=END"]),
+                         profile("local"), "/r")
+    lines = text.splitlines()
+    assert "#SBATCH --exclusive" in lines and "# --mail-type=END" in lines
 
 
 def test_constraint_only_on_slurm() -> None:
@@ -214,7 +226,8 @@ def test_rendered_local_script_runs_with_a_hostile_run_dir(tmp_path: Path, mpiru
     s.layout = compute_spec_layout(s, p).to_dict(ranks=False)
     script = tmp_path / "job.sh"
     script.write_text(render_script(s, p, run_dir))
-    done = subprocess.run(submit_argv(s, p, script), cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    argv = get_scheduler("local", tmp_path).submit_argv(script)  # what the local supervisor runs
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert done.returncode == 75, done.stderr  # the program's exit status comes back through the trap loop
     calls = (run_dir / "calls.txt").read_text().splitlines()
     assert calls[0] == "-m|nnlo_sched|job|start|" + str(run_dir) + "|"
@@ -240,7 +253,7 @@ def test_batch_shell_forwards_the_warning_signal(tmp_path: Path, mpirun: str) ->
     script = tmp_path / "job.sh"
     script.write_text(render_script(s, p, tmp_path))
     assert "trap 'forward USR1' USR2" in script.read_text()
-    proc = subprocess.Popen(submit_argv(s, p, script), cwd=tmp_path)
+    proc = subprocess.Popen(get_scheduler("local", tmp_path).submit_argv(script), cwd=tmp_path)
     try:
         for _ in range(1200):
             if len(list(tmp_path.glob("started.*"))) == 2:
@@ -254,52 +267,3 @@ def test_batch_shell_forwards_the_warning_signal(tmp_path: Path, mpirun: str) ->
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert sorted(c for c in calls if c.startswith("got-usr1")) == ["got-usr1 0", "got-usr1 1"]
     assert calls[-1].endswith("job end " + str(tmp_path) + " 75")
-
-
-def test_submit_argv_forms() -> None:
-    s = spec("cscs", account="s1", workers=1)
-    assert submit_argv(s, profile("cscs"), "/r/job.sh") == ["sbatch", "--parsable", "/r/job.sh"]
-    assert submit_argv(s, profile("cscs"), "/r/job.sh", "42") == [
-        "sbatch", "--parsable", "--dependency=afterany:42", "/r/job.sh"]
-    assert submit_argv(s, profile("summit"), "/r/job.sh", "42") == [
-        "sh", "-c", 'exec bsub "$@" < "$0"', "/r/job.sh", "-w", "ended(42)"]
-    assert submit_argv(s, profile("titan"), "/r/job.sh", "42.titan-batch") == [
-        "qsub", "-W", "depend=afterany:42.titan-batch", "/r/job.sh"]
-    assert submit_argv(s, profile("local"), "/r/job.sh") == ["/bin/bash", "/r/job.sh"]
-    with pytest.raises(ConfigError, match="not a scheduler job id"):
-        submit_argv(s, profile("cscs"), "/r/job.sh", "42; rm -rf ~")
-
-
-def test_lsf_argv_feeds_the_script_on_stdin(tmp_path: Path) -> None:
-    """Run the LSF argv with a recording ``bsub`` on PATH: it gets the options and the script on stdin."""
-    bsub = tmp_path / "bsub"
-    bsub.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$REC.args"; cat > "$REC.stdin"\n'
-                    'echo "Job <4242> is submitted to queue <batch>."\n')
-    bsub.chmod(0o755)
-    script = tmp_path / "job.sh"
-    script.write_text("#!/bin/bash\n#BSUB -J x\necho hi\n")
-    env = dict(os.environ, PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}", REC=str(tmp_path / "rec"))
-    argv = submit_argv(spec("summit", account="A", workers=1), profile("summit"), script, "41")
-    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
-    assert parse_job_id(profile("summit"), out) == "4242"
-    assert (tmp_path / "rec.args").read_text().split() == ["-w", "ended(41)"]
-    assert (tmp_path / "rec.stdin").read_text() == script.read_text()
-
-
-@pytest.mark.parametrize(
-    "cluster, output, job",
-    [
-        ("cscs", "12345\n", "12345"),
-        ("cscs", "12345;daint\n", "12345"),
-        ("summit", "Job <998877> is submitted to queue <batch>.\n", "998877"),
-        ("titan", "3141592.titan-batch1\n", "3141592.titan-batch1"),
-        ("local", "777\n", "777"),
-    ],
-)
-def test_parse_job_id(cluster: str, output: str, job: str) -> None:
-    assert parse_job_id(profile(cluster), output) == job
-
-
-def test_parse_job_id_refuses_garbage() -> None:
-    with pytest.raises(ConfigError, match="cannot find a job id"):
-        parse_job_id(profile("cscs"), "sbatch: error: Batch job submission failed\n")

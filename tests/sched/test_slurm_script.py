@@ -1,4 +1,4 @@
-"""A rendered Slurm script, submitted with the rendered sbatch command to a real (private) Slurm.
+"""A rendered Slurm script, submitted with the Slurm scheduler's sbatch command to a real (private) Slurm.
 
 Checks what only Slurm itself can: that sbatch accepts every directive, that the log lands where the
 directives say, that srun starts the layout's tasks with the layout's cores, and that the pre-walltime
@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from nnlo_sched.profiles import load_profile
-from nnlo_sched.render import compute_spec_layout, parse_job_id, render_script, submit_argv
+from nnlo_sched.render import compute_spec_layout, render_script
+from nnlo_sched.schedulers.slurm import SlurmScheduler
 from nnlo_sched.spec import RunSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/slurm_harness.py
@@ -73,8 +74,9 @@ def test_rendered_script_runs_and_gets_the_warning_signal(slurm: SlurmCluster, r
     assert (spec.layout["nodes"], spec.layout["ranks_per_node"], spec.layout["cores_per_rank"]) == (1, 4, 2)
     script = run_dir / "job.sh"
     script.write_text(render_script(spec, profile, run_dir))
-    out = slurm.run(*submit_argv(spec, profile, script))
-    job = parse_job_id(profile, out.stdout)
+    sbatch = SlurmScheduler()
+    out = slurm.run(*sbatch.submit_argv(script))
+    job = sbatch.parse_submit_output(out.stdout)
     calls = run_dir / "calls.txt"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and (calls.read_text() if calls.exists() else "").count(" run ") < 4:
