@@ -13,8 +13,9 @@ import json
 import os
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 
 def _temporary_name(path: Path) -> Path:

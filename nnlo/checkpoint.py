@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from nnlo.atomic import atomic_open, fsync_folder
-from nnlo.atomic import write_json as write_json_atomic  # noqa: F401 - also used by history and the driver
+from nnlo.atomic import write_json as write_json_atomic  # also used by history and the driver
 from nnlo.errors import ConfigError
 
 log = logging.getLogger("nnlo.checkpoint")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Mapping
+from collections.abc import Mapping
 
 from nnlo.errors import ConfigError
 

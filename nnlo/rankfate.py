@@ -16,9 +16,9 @@ import re
 import signal
 import socket
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from nnlo.atomic import write_json
 

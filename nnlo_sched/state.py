@@ -18,9 +18,10 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from nnlo.atomic import write_json
 from nnlo.contract import STATE_FILE
@@ -101,7 +102,7 @@ class RunState:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunState":
+    def from_dict(cls, data: dict[str, Any]) -> RunState:
         known = {f.name for f in fields(cls)}
         jobs_known = {f.name for f in fields(JobRecord)}
         values = {k: v for k, v in data.items() if k in known}

@@ -24,4 +24,5 @@ def apply(weights: np.ndarray, delta: np.ndarray, optimizer: FlatOptimizer) -> N
 
 def worker_delta(new_weights: np.ndarray, start_weights: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``new_weights - start_weights`` (what a worker sends), written into ``out`` when given."""
-    return np.subtract(new_weights, start_weights, out=out)
+    delta: np.ndarray = np.subtract(new_weights, start_weights, out=out)  # numpy types out= ufuncs as Any
+    return delta

@@ -37,7 +37,7 @@ def alpha(elastic_force: float, n_workers: int) -> float:
 
 def _elastic(a: np.ndarray, b: np.ndarray, rate: float, scratch: np.ndarray | None) -> np.ndarray:
     """``rate * (a - b)`` in ``scratch`` (allocated when None)."""
-    diff = np.subtract(a, b, out=scratch)
+    diff: np.ndarray = np.subtract(a, b, out=scratch)  # numpy types out= ufuncs as Any
     diff *= diff.dtype.type(rate)
     return diff
 

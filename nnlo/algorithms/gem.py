@@ -31,7 +31,8 @@ safety where the worker's update is tiny (as the authors' reference code does).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -85,7 +86,7 @@ class GEMState:
         buf += f(self.eps)
         tmp /= buf
         np.clip(tmp, f(0.0), f(self.max_scale), out=tmp)  # tmp = pi
-        result = np.multiply(tmp, update, out=out)
+        result: np.ndarray = np.multiply(tmp, update, out=out)  # numpy types out= ufuncs as Any
         self.steps += 1
         return result
 

@@ -28,13 +28,21 @@ state and one or two scratch vectors of model size on the first step and then wo
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
 from nnlo.algorithms.specs import (  # re-exported: the spec API is part of this module's public face
-    OPTIONS, Option, OptimizerSpec, describe_options, format_spec, keras_equivalent, normalize_spec,
-    parse_optimizer_spec, torch_equivalent,
+    OPTIONS,
+    OptimizerSpec,
+    Option,
+    describe_options,
+    format_spec,
+    keras_equivalent,
+    normalize_spec,
+    parse_optimizer_spec,
+    torch_equivalent,
 )
 from nnlo.errors import ConfigError
 
@@ -63,7 +71,7 @@ class FlatOptimizer:
     """
 
     name: ClassVar[str] = ""
-    state_names: ClassVar[tuple[str, ...]] = ()
+    state_names: tuple[str, ...] = ()  # per class; SGD and RMSprop narrow it per instance to the options in use
     n_scratch: ClassVar[int] = 1
 
     def __init__(self, **params: Any) -> None:
@@ -182,7 +190,7 @@ class SGD(FlatOptimizer):
     ``lr*(g + momentum*buf)``; plain ``lr*g`` without momentum. sgd:lr=1 applies a gradient as is."""
 
     name = "sgd"
-    state_names = ("momentum_buffer",)
+    state_names: tuple[str, ...] = ("momentum_buffer",)
 
     def _allocate(self, size: int) -> None:
         if not self.params["momentum"]:
@@ -254,7 +262,7 @@ class RMSprop(FlatOptimizer):
     (subtracting the running mean's square) and with momentum on the normalized gradient."""
 
     name = "rmsprop"
-    state_names = ("square_avg", "momentum_buffer", "grad_avg")
+    state_names: tuple[str, ...] = ("square_avg", "momentum_buffer", "grad_avg")
 
     def _allocate(self, size: int) -> None:
         names = ["square_avg"]

@@ -14,8 +14,9 @@ spellings of keys are accepted as aliases (``learning_rate``, ``beta_1``, ``epsi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from nnlo.errors import ConfigError
 
@@ -121,7 +122,7 @@ def _convert(name: str, key: str, raw: Any, option: Option) -> Any:
         raise ConfigError(
             f"{where} is not a number; write e.g. {name}:{key}={_fmt(option.default)}"
         ) from None
-    if isinstance(value, float) and not math.isfinite(value) or not option.check(value):
+    if (isinstance(value, float) and not math.isfinite(value)) or not option.check(value):
         raise ConfigError(f"{where} is out of range: {key} must be {option.rule}")
     return value
 

@@ -9,7 +9,7 @@ an MPI ``Allreduce(SUM)`` followed by :func:`scale_in_place` by ``1/n``.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -50,7 +50,8 @@ class MeanAccumulator:
         """The mean so far, written into ``out`` (a new array when None); the sum is kept."""
         if self.count < 1:
             raise ValueError("no update has been added yet")
-        return np.multiply(self.total, self.total.dtype.type(1.0 / self.count), out=out)
+        mean: np.ndarray = np.multiply(self.total, self.total.dtype.type(1.0 / self.count), out=out)  # out=: Any
+        return mean
 
     def reset(self) -> None:
         """Start a new round without reallocating."""

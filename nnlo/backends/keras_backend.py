@@ -26,8 +26,9 @@ from __future__ import annotations
 import contextlib
 import random
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -81,7 +82,7 @@ def load_model_file(path: str | Path, seed: int | None = None) -> Any:
         return load_model_path(keras, path)
 
 
-def make_backend(model: Any, config: Any = None) -> "KerasBackend":
+def make_backend(model: Any, config: Any = None) -> KerasBackend:
     """A :class:`KerasBackend` for ``model`` configured from an :class:`nnlo.config.TrainConfig`.
 
     Reads ``config.loss``, ``config.worker_optimizer_spec`` (or ``worker_optimizer``) and ``config.seed``
@@ -113,7 +114,7 @@ def _mpi_rank() -> int:
     try:
         if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
             return int(mpi.COMM_WORLD.Get_rank())
-    except Exception:  # pragma: no cover - a broken MPI only costs distinct dropout streams
+    except Exception:  # noqa: BLE001  # pragma: no cover - a broken MPI only costs distinct dropout streams
         pass
     return 0
 
@@ -173,7 +174,7 @@ class KerasBackend(Backend):
 
         def unflatten(flat: Any) -> list[Any]:
             return [tf.cast(tf.reshape(part, shape), v.dtype)
-                    for part, shape, v in zip(tf.split(flat, sizes), shapes, variables)]
+                    for part, shape, v in zip(tf.split(flat, sizes), shapes, variables, strict=True)]
 
         def forward_loss(x: Any, y: Any) -> tuple[Any, Any, Any]:
             pred = model(x, training=True)
@@ -189,7 +190,8 @@ class KerasBackend(Backend):
             with tf.GradientTape() as tape:
                 total, data_loss, hits = forward_loss(x, y)
             grads = tape.gradient(total, variables)
-            grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g) for g, v in zip(grads, variables)]
+            grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                     for g, v in zip(grads, variables, strict=True)]
             return grads, data_loss, hits
 
         @tf.function(autograph=False)
@@ -198,7 +200,7 @@ class KerasBackend(Backend):
 
         @tf.function(input_signature=[flat_spec], autograph=False)
         def write(flat: Any) -> None:
-            for v, value in zip(variables, unflatten(flat)):
+            for v, value in zip(variables, unflatten(flat), strict=True):
                 v.assign(value)
 
         def grad_step(x: Any, y: Any) -> tuple[Any, Any, Any]:
@@ -239,7 +241,7 @@ class KerasBackend(Backend):
         tf = self._tf
         if not tf.is_tensor(a):
             a = np.asarray(a)
-        return tf.TensorSpec((None,) + tuple(a.shape[1:]), tf.as_dtype(a.dtype))
+        return tf.TensorSpec((None, *tuple(a.shape[1:])), tf.as_dtype(a.dtype))
 
     def _call(self, step: str, x: Any, y: Any) -> Any:
         """Run a compiled step, traced once per data layout (shapes apart from the batch axis, dtypes), so
@@ -371,10 +373,10 @@ class KerasBackend(Backend):
     @staticmethod
     def _assign_all(variables: list[Any], values: list[Any], what: str) -> None:
         if len(values) != len(variables) or any(
-                tuple(np.shape(a)) != tuple(v.shape) for a, v in zip(values, variables)):
+                tuple(np.shape(a)) != tuple(v.shape) for a, v in zip(values, variables, strict=True)):
             raise ConfigError(f"saved {what} does not match this model ({len(values)} arrays for "
                               f"{len(variables)} variables); restore with the same model and optimizer")
-        for v, a in zip(variables, values):
+        for v, a in zip(variables, values, strict=True):
             v.assign(np.asarray(a).astype(v.dtype, copy=False))
 
     def save_model(self, path: str) -> str:

@@ -55,7 +55,7 @@ def under_mpi() -> bool:
         try:
             if mpi.Is_initialized() and not mpi.Is_finalized():
                 return mpi.COMM_WORLD.Get_size() > 1
-        except Exception:  # pragma: no cover - a broken MPI must not break importing Keras
+        except Exception:  # noqa: BLE001  # pragma: no cover - a broken MPI must not break importing Keras
             pass
     for var in _MPI_SIZE_VARS:
         try:

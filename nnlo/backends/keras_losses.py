@@ -18,9 +18,10 @@ This module imports nothing heavy itself; functions take the ``tf``/``keras`` mo
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from nnlo.errors import ConfigError
 

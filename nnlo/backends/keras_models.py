@@ -67,7 +67,7 @@ def model_from_json_text(keras: ModuleType, text: str, source: str = "<json>") -
     if not version.startswith(("1.", "2.")):
         try:
             return keras.models.model_from_json(text)
-        except Exception as e:  # Keras raises TypeError/ValueError/KeyError for foreign configs
+        except Exception as e:  # noqa: BLE001 - Keras raises TypeError/ValueError/KeyError for foreign configs
             errors.append(_short(e))
     try:
         from keras.src.legacy.saving import saving_utils
@@ -76,7 +76,7 @@ def model_from_json_text(keras: ModuleType, text: str, source: str = "<json>") -
     if saving_utils is not None:
         try:
             return saving_utils.model_from_config(_legacy_config(config))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - as above: collected, named in the one-line error
             errors.append(_short(e))
     shown = f" (keras_version {version})" if version else ""
     raise ModelError(f"cannot build a Keras model from {source}{shown}: {errors[-1] if errors else 'unknown'}; "
@@ -100,7 +100,7 @@ def load_model_path(keras: ModuleType, path: str | Path) -> Any:
         return model_from_json_text(keras, text, str(p))
     try:
         return keras.models.load_model(str(p), compile=False)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - whatever Keras raises becomes one line naming the file
         hint = ("it may hold weights only (save the whole model with model.save())" if suffix != ".keras"
                 else "re-save it with model.save('model.keras')")
         raise ModelError(f"cannot load Keras model {p}: {_short(e)}; {hint}") from None

@@ -56,7 +56,7 @@ class _TorchRule(keras.optimizers.Optimizer):
         return {"params": dict(self.params), "name": self.name}
 
     @classmethod
-    def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> "_TorchRule":
+    def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> _TorchRule:
         return cls(config["params"], name=config.get("name"))
 
 

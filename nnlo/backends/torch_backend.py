@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -143,7 +144,7 @@ class TorchBackend(Backend):
         src = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float32)).to(self.device)
         offset = 0
         with torch.no_grad():
-            for p, n in zip(self.params, self._sizes):
+            for p, n in zip(self.params, self._sizes, strict=True):
                 p.copy_(src[offset:offset + n].view_as(p))  # copy: never alias the caller's buffer
                 offset += n
 
@@ -223,10 +224,10 @@ class TorchBackend(Backend):
                 return None
             self._flat_grad = torch.zeros(self._n, dtype=torch.float32, device=self.device)
             self._views, offset = [], 0
-            for p, n in zip(self.params, self._sizes):
+            for p, n in zip(self.params, self._sizes, strict=True):
                 self._views.append(self._flat_grad[offset:offset + n].view_as(p))
                 offset += n
-        for p, v in zip(self.params, self._views):
+        for p, v in zip(self.params, self._views, strict=True):
             if p.grad is not v:  # train_on_batch (set_to_none) or the user replaced it
                 p.grad = v
         return self._views
@@ -244,7 +245,7 @@ class TorchBackend(Backend):
         out = self._forward(xt)
         loss = self.loss.fn(out, yt)
         loss.backward()
-        if views is not None and all(p.grad is v for p, v in zip(self.params, views)):
+        if views is not None and all(p.grad is v for p, v in zip(self.params, views, strict=True)):
             flat = self._flat_grad.detach()  # type: ignore[union-attr]
             result = flat.numpy() if flat.device.type == "cpu" else flat.cpu().numpy()
         else:  # accumulated out of place (or not float32): concatenate
@@ -261,7 +262,7 @@ class TorchBackend(Backend):
         else:
             src = src.to(self.device)
             offset = 0
-            for p, n in zip(self.params, self._sizes):
+            for p, n in zip(self.params, self._sizes, strict=True):
                 p.grad = src[offset:offset + n].view_as(p).to(p.dtype)
                 offset += n
         self.optimizer.step()

@@ -15,12 +15,14 @@ read through a read-only memory map at the offset HDF5 reports, 10-100x faster f
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence, Union
+from typing import Any
 
 import h5py
 import numpy as np
@@ -28,8 +30,8 @@ import numpy as np
 from nnlo.errors import DataError, ModelError
 
 Adaptor = Callable[[np.ndarray], Any]
-Entry = Union[str, tuple[str, Adaptor]]
-Source = Union[Entry, Sequence[Entry], None]
+Entry = str | tuple[str, Adaptor]
+Source = Entry | Sequence[Entry] | None
 
 #: Open HDF5 files kept per dataset object; older ones are closed first.
 MAX_OPEN_FILES = 64
@@ -75,7 +77,7 @@ def _adapt(field: Field, array: np.ndarray, role: str) -> Any:
         return array
     try:
         return field.adaptor(array)
-    except Exception as exc:  # noqa: BLE001 - user code: name it in one line
+    except Exception as exc:  # user code: name it in one line
         raise ModelError(
             f"the adaptor of {field.name!r} (from get_{role}()) raised {type(exc).__name__}: {exc}; "
             f"it receives a batch array of shape {array.shape} and dtype {array.dtype}"
@@ -230,7 +232,8 @@ class H5Dataset:
         """Read every sample into memory now (once); later reads are memory copies and files are closed."""
         if self._preloaded is not None:
             return
-        row_bytes = sum(int(np.prod(r, dtype=np.int64)) * d.itemsize for r, d in zip(self.row_shapes, self.dtypes))
+        row_bytes = sum(int(np.prod(r, dtype=np.int64)) * d.itemsize
+                        for r, d in zip(self.row_shapes, self.dtypes, strict=True))
         need = row_bytes * len(self)
         available = _available_memory()
         if available is not None and need > 0.8 * available:
@@ -240,7 +243,7 @@ class H5Dataset:
                 f"of a node anyway)"
             )
         try:
-            arrays = [np.empty((len(self),) + r, dtype=d) for r, d in zip(self.row_shapes, self.dtypes)]
+            arrays = [np.empty((len(self), *r), dtype=d) for r, d in zip(self.row_shapes, self.dtypes, strict=True)]
         except MemoryError:
             raise DataError(f"preloading {_size(need)} of data does not fit in memory; "
                             f"drop --preload-data") from None
@@ -249,8 +252,9 @@ class H5Dataset:
             if a == b:
                 continue
             f = self._file(i)
-            for arr, field in zip(arrays, self.fields):
-                self._guarded(i, field, lambda: f[field.name].read_direct(arr, dest_sel=np.s_[a:b]))
+            for arr, field in zip(arrays, self.fields, strict=True):
+                with self._reading(i, field):
+                    f[field.name].read_direct(arr, dest_sel=np.s_[a:b])
         self._preloaded = arrays
         self.close()
 
@@ -262,9 +266,11 @@ class H5Dataset:
     def preloaded(self) -> bool:
         return self._preloaded is not None
 
-    def _guarded(self, i: int, field: Field, fn: Callable[[], Any]) -> Any:
+    @contextlib.contextmanager
+    def _reading(self, i: int, field: Field) -> Iterator[None]:
+        """Turns a failed read of ``field`` from file ``i`` into a one-line :class:`DataError`."""
         try:
-            return fn()
+            yield
         except (OSError, ValueError, KeyError) as exc:
             raise DataError(
                 f"reading {field.name!r} from {self.files[i]} failed ({exc}); the file may be truncated "
@@ -276,14 +282,19 @@ class H5Dataset:
         lo, hi = int(rows[0]), int(rows[-1]) + 1
         mapped = self._mapping(i, field)
         if mapped is not None:
-            return self._guarded(i, field, lambda: mapped[lo:hi] if hi - lo == len(rows) else mapped[rows])
+            with self._reading(i, field):
+                return mapped[lo:hi] if hi - lo == len(rows) else mapped[rows]
         dset = self._file(i)[field.name]
         if hi - lo == len(rows):
-            return self._guarded(i, field, lambda: dset[lo:hi])
+            with self._reading(i, field):
+                return dset[lo:hi]
         row_bytes = max(1, int(np.prod(dset.shape[1:], dtype=np.int64)) * dset.dtype.itemsize)
         if (hi - lo) * row_bytes <= SLAB_BYTES and hi - lo <= 16 * len(rows):
-            return self._guarded(i, field, lambda: dset[lo:hi])[rows - lo]
-        return self._guarded(i, field, lambda: dset[rows])
+            with self._reading(i, field):
+                slab = dset[lo:hi]
+            return slab[rows - lo]
+        with self._reading(i, field):
+            return dset[rows]
 
     def read_fields(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
         """Raw arrays (one per field, features first, no adaptors) for the global ``indices``, in order."""
@@ -294,7 +305,7 @@ class H5Dataset:
             raise IndexError(f"sample index {bad} is out of range for {n} samples")
         if self._preloaded is not None:
             return [arr[idx] for arr in self._preloaded]
-        out = [np.empty((idx.size,) + r, dtype=d) for r, d in zip(self.row_shapes, self.dtypes)]
+        out = [np.empty((idx.size, *r), dtype=d) for r, d in zip(self.row_shapes, self.dtypes, strict=True)]
         if idx.size == 0:
             return out
         with self._lock:
@@ -306,12 +317,12 @@ class H5Dataset:
         sorted_idx = idx[order]
         file_of = np.searchsorted(self.offsets, sorted_idx, side="right") - 1
         cuts = np.flatnonzero(np.diff(file_of)) + 1
-        for a, b in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [idx.size]])):
+        for a, b in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [idx.size]]), strict=True):
             i = int(file_of[a])
             local = sorted_idx[a:b] - self.offsets[i]
             rows, inverse = np.unique(local, return_inverse=True)
             dest = order[a:b]
-            for arr, field in zip(out, self.fields):
+            for arr, field in zip(out, self.fields, strict=True):
                 data = self._read_rows(i, field, rows)
                 arr[dest] = data if len(rows) == len(local) else data[inverse]
 
@@ -323,8 +334,8 @@ class H5Dataset:
         """
         arrays = self.read_fields(indices)
         nx = len(self.feature_fields)
-        xs = [_adapt(f, a, "features") for f, a in zip(self.feature_fields, arrays[:nx])]
-        ys = [_adapt(f, a, "labels") for f, a in zip(self.label_fields, arrays[nx:])]
+        xs = [_adapt(f, a, "features") for f, a in zip(self.feature_fields, arrays[:nx], strict=True)]
+        ys = [_adapt(f, a, "labels") for f, a in zip(self.label_fields, arrays[nx:], strict=True)]
         x = xs[0] if self._single_x else xs
         y = (ys[0] if ys else None) if self._single_y else ys
         return x, y
@@ -339,12 +350,10 @@ class H5Dataset:
         self._maps.clear()
         while self._handles:
             _, handle = self._handles.popitem()
-            try:
+            with contextlib.suppress(Exception):  # closing must never mask the real error
                 handle.close()
-            except Exception:  # noqa: BLE001 - closing must never mask the real error
-                pass
 
-    def __enter__(self) -> "H5Dataset":
+    def __enter__(self) -> H5Dataset:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -363,10 +372,11 @@ class H5Dataset:
 
     def __repr__(self) -> str:
         names = ", ".join(f.name for f in self.fields)
-        return f"H5Dataset({len(self.files)} files, {len(self)} samples, [{names}]{', preloaded' if self.preloaded else ''})"
+        preloaded = ", preloaded" if self.preloaded else ""
+        return f"H5Dataset({len(self.files)} files, {len(self)} samples, [{names}]{preloaded})"
 
     @classmethod
-    def from_list(cls, list_file: str | os.PathLike[str], **kwargs: Any) -> "H5Dataset":
+    def from_list(cls, list_file: str | os.PathLike[str], **kwargs: Any) -> H5Dataset:
         """Build from a list file (see :func:`nnlo.data.lists.read_list_file`)."""
         from nnlo.data.lists import read_list_file
 

@@ -16,7 +16,8 @@ group, so weight the all-reduced gradient by each member's sample count.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -103,7 +104,7 @@ class ShardedLoader:
         result = batches(self.shard_indices(epoch), self.batch_size)
         want = self.n_batches(epoch)
         if len(result) > want:  # one leftover sample: it joins the last batch
-            result = result[:want - 1] + [np.concatenate(result[want - 1:])]
+            result = [*result[:want - 1], np.concatenate(result[want - 1:])]
         if self.group_size > 1:
             result = [split_batch(b, self.group_size, self.group_member) for b in result]
         return result

@@ -10,12 +10,14 @@ each prefixed with the rank and role, so eight ranks do not print eight copies o
 """
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 import sys
-from datetime import datetime, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from nnlo.atomic import atomic_open
 
@@ -45,7 +47,7 @@ class RankFormatter(logging.Formatter):
         self.rank, self.role, self.prefix_only = rank, role, prefix_only
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        return datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="microseconds")[:-6] + "Z"
+        return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
@@ -56,7 +58,7 @@ class RankFormatter(logging.Formatter):
         return f"{self.formatTime(record)} rank {self.rank} {self.role} {record.levelname} {record.name}: {message}"
 
 
-class _ConsoleHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _ConsoleHandler(logging.StreamHandler[IO[str]]):
     """A stream handler that steps around a live progress line on the same terminal."""
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -120,10 +122,8 @@ class RankLogging:
     def close(self) -> None:
         for handler in self._handlers:
             self.logger.removeHandler(handler)
-            try:
+            with contextlib.suppress(Exception):  # a handler that fails to close must not stop the others
                 handler.close()
-            except Exception:
-                pass
         self._handlers.clear()
         for handler, level in self._raised:
             handler.setLevel(level)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,15 +49,15 @@ class Gpu:
         return float(util), float(mem)
 
 
-def visible_gpu_index(env: dict[str, str] | None = None, cuda_index: int = 0) -> int:
+def visible_gpu_index(env: Mapping[str, str] | None = None, cuda_index: int = 0) -> int:
     """The NVML index of CUDA device ``cuda_index`` (as torch numbers it: among the visible devices).
 
     NVML ignores CUDA_VISIBLE_DEVICES and numbers every device of the node, so ``cuda:1`` under
     ``CUDA_VISIBLE_DEVICES=4,5`` is NVML device 5. UUID entries, a short list and an unset variable fall
     back to ``cuda_index`` itself.
     """
-    env = os.environ if env is None else env
-    visible = [v.strip() for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    variables = os.environ if env is None else env
+    visible = [v.strip() for v in variables.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     if cuda_index < len(visible) and visible[cuda_index].isdigit():
         return int(visible[cuda_index])
     return cuda_index
@@ -84,7 +85,7 @@ def open_gpu(index: int | None = None) -> Gpu | None:
         index = visible_gpu_index() if index is None else index
         handle = pynvml.nvmlDeviceGetHandleByIndex(min(index, count - 1))
         return Gpu(pynvml, handle, index)
-    except Exception as e:  # pynvml.NVMLError and its many subclasses, or a broken driver install
+    except Exception as e:  # noqa: BLE001 - pynvml.NVMLError and its many subclasses, or a broken driver install
         log.debug("monitor: no GPU through NVML (%s)", e)
         return None
 
@@ -125,7 +126,7 @@ class Monitor:
     The thread never raises into the run: a failing sample is logged once and skipped.
     """
 
-    def __init__(self, interval: float = 1.0, tracer: Tracer | None = None, gpu: Gpu | None | bool = True) -> None:
+    def __init__(self, interval: float = 1.0, tracer: Tracer | None = None, gpu: Gpu | bool | None = True) -> None:
         if interval <= 0:
             from nnlo.errors import ConfigError
 
@@ -155,7 +156,7 @@ class Monitor:
             cpu = min(float(self._proc.cpu_percent(None)), self._cpu_ceiling)
             rss = self._proc.memory_info().rss / 2**20
             gpu = self.gpu.sample() if self.gpu is not None else None
-        except Exception as e:  # a vanished device, a psutil race at exit
+        except Exception as e:  # noqa: BLE001 - a vanished device, a psutil race at exit
             if not self._warned:
                 self._warned = True
                 log.warning("monitor: sample failed (%s); continuing without it", e)

@@ -23,11 +23,11 @@ import time
 from typing import IO, Any
 
 # field -> label, in display order; any other field is shown as "name value" after these
-_TRAIN_FIELDS = (
+_TRAIN_FIELDS: tuple[tuple[str, str], ...] = (
     ("train_loss", "loss"), ("loss", "loss"), ("accuracy", "acc"), ("val_loss", "val_loss"),
     ("val_accuracy", "val_acc"), ("samples_per_s", "samples/s"),
 )
-_OPTIMIZE_FIELDS = (("fom", "last fom"), ("running", "running"), ("failed", "failed"))
+_OPTIMIZE_FIELDS: tuple[tuple[str, str], ...] = (("fom", "last fom"), ("running", "running"), ("failed", "failed"))
 _HIDDEN = {"epoch", "epochs", "trial", "trials", "best_fom", "best_trial", "total", "elapsed", "kind"}
 
 
@@ -171,7 +171,7 @@ class Progress:
             except (OSError, ValueError):
                 pass
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -13,11 +13,12 @@ exists even without a timeline file), and :func:`from_streams`, which recomputes
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from nnlo.observe.trace import CATEGORIES
 
-COLUMNS: tuple[str, ...] = CATEGORIES + ("other",)
+COLUMNS: tuple[str, ...] = (*CATEGORIES, "other")
 
 
 class TimeAccount:
@@ -192,7 +193,8 @@ def _sorted_spans(spans: Any) -> Iterable[tuple[float, float, str]]:
         cat = np.frombuffer(spans.cat, dtype=np.uint8) if len(spans.cat) else np.zeros(0, np.uint8)
         order = np.lexsort((-dur, ts))
         names = spans.names
-        return ((t, d, names[c]) for t, d, c in zip(ts[order].tolist(), dur[order].tolist(), cat[order].tolist()))
+        return ((t, d, names[c])
+                for t, d, c in zip(ts[order].tolist(), dur[order].tolist(), cat[order].tolist(), strict=True))
     return sorted(spans, key=lambda s: (s[0], -s[1]))
 
 

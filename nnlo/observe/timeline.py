@@ -14,6 +14,7 @@ and comparable across ranks as far as the nodes' clocks agree (NTP keeps cluster
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -59,9 +60,9 @@ def trace_path(out_dir: str | Path, rank: int) -> Path:
 class _Span:
     """One timed block. A class with ``__enter__``/``__exit__`` is cheaper than a generator context."""
 
-    __slots__ = ("_tracer", "_name", "_cat", "_args", "_t0", "_children")
+    __slots__ = ("_args", "_cat", "_children", "_name", "_t0", "_tracer")
 
-    def __init__(self, tracer: "RecordingTracer", name: str, cat: str, args: dict[str, Any]) -> None:
+    def __init__(self, tracer: RecordingTracer, name: str, cat: str, args: dict[str, Any]) -> None:
         self._tracer, self._name, self._cat, self._args = tracer, name, cat, args
 
     def __enter__(self) -> None:
@@ -122,7 +123,7 @@ class RecordingTracer(Tracer):
             self._tid()
 
     # -- the Tracer API ----------------------------------------------------------------------------
-    def span(self, name: str, cat: str = "compute", **args: Any) -> _Span:  # type: ignore[override]
+    def span(self, name: str, cat: str = "compute", **args: Any) -> _Span:
         return _Span(self, name, cat, args)
 
     def instant(self, name: str, **args: Any) -> None:
@@ -137,10 +138,8 @@ class RecordingTracer(Tracer):
     def close(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.write(fd, _line({"nnlo": "closed", "rank": self.rank, "unix_us": time.time_ns() // 1000}))
-            except OSError:
-                pass
             os.close(fd)
 
     # -- internals ---------------------------------------------------------------------------------
@@ -149,11 +148,12 @@ class RecordingTracer(Tracer):
         key = (name, cat)
         head = self._heads.get(key)
         if head is None:
-            head = self._heads[key] = '{"name":%s,"cat":%s,"ph":"X","pid":%d' % (
-                json.dumps(name), json.dumps(cat), self.rank)
+            head = self._heads[key] = (
+                f'{{"name":{json.dumps(name)},"cat":{json.dumps(cat)},"ph":"X","pid":{self.rank:d}')
         ts = (self._wall0_ns + t0_ns - self._perf0_ns) / 1000
-        text = '%s,"tid":%d,"ts":%.3f,"dur":%.3f,"args":%s}\n' % (
-            head, self._tid(), ts, dur_ns / 1000, json.dumps(args, separators=(",", ":"), default=str) if args else "{}")
+        tid = self._tid()
+        args_json = json.dumps(args, separators=(",", ":"), default=str) if args else "{}"
+        text = f'{head},"tid":{tid:d},"ts":{ts:.3f},"dur":{dur_ns / 1000:.3f},"args":{args_json}}}\n'
         fd = self._fd
         if fd is not None:
             try:
@@ -198,10 +198,8 @@ class RecordingTracer(Tracer):
     def _write_failed(self, fd: int, error: OSError) -> None:
         self._fd = None
         log.warning("timeline: cannot write %s (%s); tracing stopped for rank %d", self.path, error, self.rank)
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
 
 
 def _end_torn_line(path: Path, fd: int) -> None:

@@ -11,12 +11,13 @@ context manager instead of building a generator per call: a disabled span costs 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from typing import Any
 
 #: The span categories the time summary understands; anything else is counted as "other".
 CATEGORIES: tuple[str, ...] = ("compute", "comm", "wait", "io", "validate")
 
-_NULL_SPAN: ContextManager[None] = contextlib.nullcontext()
+_NULL_SPAN: AbstractContextManager[None] = contextlib.nullcontext()
 
 
 class Tracer:
@@ -28,7 +29,7 @@ class Tracer:
 
     enabled = False
 
-    def span(self, name: str, cat: str = "compute", **args: Any) -> ContextManager[None]:
+    def span(self, name: str, cat: str = "compute", **args: Any) -> AbstractContextManager[None]:
         """Time the enclosed block as one span of category ``cat`` (see :data:`CATEGORIES`)."""
         return _NULL_SPAN
 

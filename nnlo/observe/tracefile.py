@@ -14,9 +14,10 @@ import math
 import os
 import time
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from nnlo.atomic import atomic_open
 
@@ -79,7 +80,7 @@ class Spans:
 
     def __iter__(self) -> Iterator[tuple[float, float, str]]:
         names = self.names
-        return ((t, d, names[c]) for t, d, c in zip(self.ts, self.dur, self.cat))
+        return ((t, d, names[c]) for t, d, c in zip(self.ts, self.dur, self.cat, strict=True))
 
 
 @dataclass
@@ -423,10 +424,7 @@ def wait_closed(trace_dir: str | Path, ranks: list[int] | None, timeout: float) 
     trace_dir = Path(trace_dir)
     deadline = time.monotonic() + timeout
     while True:
-        if ranks is None:
-            files = rank_files(trace_dir)
-        else:
-            files = [trace_dir / f"rank-{r}.jsonl" for r in ranks]
+        files = rank_files(trace_dir) if ranks is None else [trace_dir / f"rank-{r}.jsonl" for r in ranks]
         still_open = [_rank_of(p) or 0 for p in files if not _ends_closed(p)]
         if not still_open or time.monotonic() >= deadline:
             return still_open

@@ -19,7 +19,7 @@ import copy
 import logging
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from nnlo.optimize.engines.base import Engine, Point
 

@@ -32,13 +32,15 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
     """Serve trials until the coordinator says stop; returns the exit code it sends."""
     rank = world.Get_rank()
     info = hierarchy[rank]
+    coordinator = hierarchy.coordinator
+    assert coordinator is not None, "blocks exist only in optimization runs, which have a coordinator"
     n_fold = hierarchy.shape.n_fold
     leader = block_comm.Get_rank() == 0
     while True:
         # between trials every rank sleeps rather than spins (the coordinator may take seconds to propose)
         if leader:
-            wait_for_message(world, hierarchy.coordinator, TAG_TASK)
-        msg = world.recv(source=hierarchy.coordinator, tag=TAG_TASK) if leader else None
+            wait_for_message(world, coordinator, TAG_TASK)
+        msg = world.recv(source=coordinator, tag=TAG_TASK) if leader else None
         wait_for_all(block_comm)
         msg = block_comm.bcast(msg, root=0)
         if msg.get("stop"):
@@ -57,7 +59,7 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
         gathered = block_comm.gather(report, root=0)
         if leader:
             world.send({"trial": trial_id, "block": info.block, "folds": merge_folds(gathered, n_fold),
-                        "elapsed": time.time() - t0}, dest=hierarchy.coordinator, tag=TAG_RESULT)
+                        "elapsed": time.time() - t0}, dest=coordinator, tag=TAG_RESULT)
 
 
 def merge_folds(reports: list[tuple[int, bool, dict[str, Any] | None]], n_fold: int) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ class Objective:
     direction: str = "min"
 
     @classmethod
-    def parse(cls, text: str) -> "Objective":
+    def parse(cls, text: str) -> Objective:
         from nnlo.errors import ConfigError
 
         name, _, direction = text.partition(":")
@@ -80,11 +80,12 @@ class Trial:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Trial":
+    def from_dict(cls, d: dict[str, Any]) -> Trial:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in d.items() if k in known})
 
-    def finish(self, fold_results: list[dict[str, Any]], objective: Objective, block: int, now: float | None = None) -> None:
+    def finish(self, fold_results: list[dict[str, Any]], objective: Objective, block: int,
+               now: float | None = None) -> None:
         """Fill in the result from each fold's ``{"metrics": {...}} or {"error": "..."}``.
 
         The trial fails if any fold failed or lacks a finite figure of merit; otherwise ``fom`` is the mean

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence, Union
+from typing import Any
 
 import numpy as np
 
@@ -119,7 +120,8 @@ class Integer:
         return int(min(self.high, max(self.low, round(float(value)))))
 
     def contains(self, value: Any) -> bool:
-        return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and self.low <= value <= self.high
+        return (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+                and bool(self.low <= value <= self.high))
 
     def to_unit(self, value: Any) -> float:
         if self.prior == "log-uniform":
@@ -171,7 +173,7 @@ class Categorical:
         return {"type": "categorical", "values": list(self.categories)}
 
 
-Dimension = Union[Real, Integer, Categorical]
+Dimension = Real | Integer | Categorical
 
 
 def _check_name(name: str | None) -> None:
@@ -194,8 +196,8 @@ class Space:
             raise ConfigError(
                 "the search space is empty: give get_model.parameter_range in the model module or --space FILE.toml"
             )
-        names = [d.name for d in dimensions]
-        if any(n is None for n in names):
+        names = [d.name for d in dimensions if d.name is not None]
+        if len(names) < len(dimensions):
             raise ConfigError("every search dimension needs a name=...: it is the get_model keyword it sets")
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -209,7 +211,7 @@ class Space:
     def __len__(self) -> int:
         return len(self.dimensions)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Dimension]:
         return iter(self.dimensions)
 
     def sample(self, rng: np.random.Generator) -> dict[str, Any]:
@@ -219,13 +221,15 @@ class Space:
         """A dict point from a list in dimension order (as skopt returns) or a dict; values made plain."""
         if isinstance(values, dict):
             return {n: _plain(values[n]) for n in self.names}
-        return {n: _plain(v) for n, v in zip(self.names, values)}
+        return {n: _plain(v) for n, v in zip(self.names, values, strict=True)}
 
     def as_list(self, point: dict[str, Any]) -> list[Any]:
         return [point[n] for n in self.names]
 
     def contains(self, point: dict[str, Any]) -> bool:
-        return set(point) == set(self.names) and all(d.contains(point[d.name]) for d in self.dimensions)
+        names = self.names
+        return set(point) == set(names) and all(
+            d.contains(point[n]) for n, d in zip(names, self.dimensions, strict=True))
 
     def key(self, point: dict[str, Any]) -> str:
         """A stable identity for a point (used to avoid handing the same point out twice)."""
@@ -235,7 +239,7 @@ class Space:
         return {str(d.name): d.to_dict() for d in self.dimensions}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "space") -> "Space":
+    def from_dict(cls, data: dict[str, Any], source: str = "space") -> Space:
         dims: list[Dimension] = []
         for name, spec in data.items():
             if not isinstance(spec, dict):

@@ -227,7 +227,7 @@ class AllreduceReplica:
         t = time.monotonic()
         entry.update(self._validate())
         self.deadline.note_validation(time.monotonic() - t)
-        entry.update(samples=int(round(s["samples"])), seconds=round(seconds, 4),
+        entry.update(samples=round(s["samples"]), seconds=round(seconds, 4),
                      samples_per_s=round(s["samples"] / seconds, 1) if seconds > 0 else None,
                      updates=self.updates)
         if self.rank == 0 and self.ctx.session is not None:

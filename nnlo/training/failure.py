@@ -8,7 +8,8 @@ the originating rank has ``report=True``, so the command line prints the line on
 """
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from nnlo.errors import NnloError, TrainingError
 
@@ -31,9 +32,9 @@ class RankFailure(NnloError):
         return {"message": self.message, "rank": self.rank, "role": self.role, "exit_code": self.exit_code}
 
     @classmethod
-    def from_dict(cls, data: dict[str, object], *, report: bool) -> "RankFailure":
-        return cls(str(data["message"]), int(data["rank"]), str(data["role"]),  # type: ignore[arg-type]
-                   exit_code=int(data.get("exit_code", 1)), report=report)  # type: ignore[arg-type]
+    def from_dict(cls, data: dict[str, Any], *, report: bool) -> RankFailure:
+        return cls(str(data["message"]), int(data["rank"]), str(data["role"]),
+                   exit_code=int(data.get("exit_code", 1)), report=report)
 
 
 def describe_exception(exc: BaseException) -> tuple[str, int]:
@@ -58,5 +59,5 @@ def in_model(what: str, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
     except (NnloError, MemoryError):
         raise
-    except Exception as e:  # noqa: BLE001 - the user's model raised: name it
+    except Exception as e:  # the user's model raised: name it
         raise TrainingError(f"the model raised {type(e).__name__} while {what}: {e}") from e

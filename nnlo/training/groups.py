@@ -77,7 +77,7 @@ class GroupWorker(Worker):
             if has_correct:
                 correct = (correct or 0.0) + corr
             stop = stop or vote > 0
-        header: dict[str, Any] = {"samples": int(round(samples)), "loss_sum": loss_sum, "correct": correct,
+        header: dict[str, Any] = {"samples": round(samples), "loss_sum": loss_sum, "correct": correct,
                                   "seconds": time.monotonic() - t0}
         header["stop_requested"] = (self.ctx.stop.signal_name or "a signal on a group member") if stop else None
         return header

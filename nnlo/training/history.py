@@ -46,7 +46,7 @@ class TrainResult:
 
     @classmethod
     def of(cls, history: list[dict[str, Any]], epochs_done: int, stopped_reason: str, writer: Any = None,
-           **extra: Any) -> "TrainResult":
+           **extra: Any) -> TrainResult:
         """A result from the epoch history so far: final and best entries derived, the checkpoint from
         ``writer`` (a :class:`nnlo.checkpoint.CheckpointWriter`, or None) when it has published one."""
         return cls(history=history, final=dict(history[-1]) if history else {}, best=best_entry(history),

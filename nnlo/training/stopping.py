@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from nnlo.errors import ConfigError
 
@@ -70,7 +71,7 @@ class Stopper:
     bad_epochs: int = 0
 
     @classmethod
-    def from_config(cls, early_stopping: str | None, target_metric: str | None) -> "Stopper":
+    def from_config(cls, early_stopping: str | None, target_metric: str | None) -> Stopper:
         return cls(
             parse_rule(early_stopping, "--early-stopping") if early_stopping else None,
             parse_rule(target_metric, "--target-metric") if target_metric else None,

@@ -67,7 +67,7 @@ def allreduce_step(ctx: Any, engine: Any, backend: Any, loader: Any, buf: np.nda
         else:
             buf.fill(0.0)
         buf[n + VOTE] = STOP if stop_wanted else 0.0
-    except Exception as e:  # noqa: BLE001 - vote "failed": every rank then stops at this very step
+    except Exception as e:  # vote "failed": every rank then stops at this very step
         error = describe_exception(e)
         log.debug("%s step failed", label, exc_info=e)
         buf.fill(0.0)

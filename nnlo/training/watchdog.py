@@ -17,7 +17,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 DEFAULT_TIMEOUT = 1800.0
 

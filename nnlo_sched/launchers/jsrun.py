@@ -30,7 +30,7 @@ class Jsrun(Launcher):
 
     def check(self, plan: LaunchPlan) -> None:
         sets, per_host, tasks, _, _, _ = self._form(plan)
-        if sets * tasks != plan.ranks or per_host * tasks != plan.ranks_per_node and plan.nodes > 1:
+        if sets * tasks != plan.ranks or (per_host * tasks != plan.ranks_per_node and plan.nodes > 1):
             raise LaunchError(
                 f"jsrun resource sets of {tasks} rank(s) cannot start exactly {plan.ranks} ranks at "
                 f"{plan.ranks_per_node} per node; make the rank count a multiple of {tasks} (change the "

@@ -50,7 +50,7 @@ def gpu_fraction(profile: Profile, requested: float | None) -> Fraction:
         raise LayoutError(
             f"cluster {profile.name!r} has no GPUs; use --gpus-per-worker 0 or a profile with gpus_per_node"
         )
-    if g >= 1 and g.denominator != 1 or g < 1 and g.numerator != 1:
+    if (g >= 1 and g.denominator != 1) or (g < 1 and g.numerator != 1):
         raise LayoutError(
             f"--gpus-per-worker {requested:g} is neither a whole number nor 1/k; "
             "use e.g. 1, 2, 0.5 (2 ranks per GPU) or 0.25"
@@ -179,7 +179,7 @@ def compute_layout(
     queue: str | None = None,
 ) -> Layout:
     """Place a run of ``shape`` on ``profile``'s nodes; see :mod:`nnlo_sched.layout.model` for the rule."""
-    if kind == "optimize" and not shape.optimization or kind == "train" and shape.optimization:
+    if (kind == "optimize" and not shape.optimization) or (kind == "train" and shape.optimization):
         raise LayoutError(f"a {kind} run cannot have this shape ({shape})")
     gpw = gpu_fraction(profile, gpus_per_worker)
     slots = None if gpw == 0 else int(profile.gpus_per_node / gpw)
@@ -193,7 +193,7 @@ def compute_layout(
     if nodes is not None and workers is None and blocks is None:
         world = _fill(node, shape, nodes, profile.name)
         # Step down until the launcher can express the world (jsrun's GPU-sharing sets hold k ranks each).
-        step = shape.block_size if shape.optimization else shape.ranks_per_worker
+        step = shape.block_size if shape.block_size is not None else shape.ranks_per_worker  # i.e. optimization
         smallest = _world(shape, None, None)
         first: LaunchError | None = None
         for _ in range(8):  # launchers' constraints repeat within a few steps (GPU-sharing sets of <= 8)
@@ -337,7 +337,7 @@ def _server_notes(layout: Layout) -> list[str]:
 def _spans(values: list[int]) -> str:
     out: list[str] = []
     start = prev = values[0]
-    for v in values[1:] + [None]:  # type: ignore[list-item]
+    for v in [*values[1:], None]:
         if v is not None and v == prev + 1:
             prev = v
             continue
@@ -345,7 +345,7 @@ def _spans(values: list[int]) -> str:
         if v is not None:
             start = prev = v
     if len(out) > 6:
-        out = out[:3] + ["..."] + out[-2:]
+        out = [*out[:3], "...", *out[-2:]]
     return ",".join(out)
 
 

@@ -9,11 +9,12 @@ binds no GPUs and every rank picks the device named here (``unbound``).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Iterator
+from typing import Any
 
-from nnlo.roles import Hierarchy, RankInfo, Role
+from nnlo.roles import Hierarchy, RankInfo, Role, Shape
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Layout:
         return self.hierarchy.world_size
 
     @property
-    def shape(self):  # noqa: ANN201 - nnlo.roles.Shape
+    def shape(self) -> Shape:
         return self.hierarchy.shape
 
     @property

@@ -6,6 +6,7 @@ per-rank map is the run-length form of :meth:`nnlo.roles.Hierarchy.rank_map`.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
 from nnlo_sched.layout.model import Layout
 
@@ -47,7 +48,8 @@ def summary(layout: Layout) -> str:
         )
     runs = layout.node_runs()
     lines.append("node map")
-    shown = runs if len(runs) <= 8 else runs[:5] + [None] + runs[-2:]  # type: ignore[list-item]
+    shown: Sequence[tuple[int, int, dict[str, int]] | None] = (
+        runs if len(runs) <= 8 else [*runs[:5], None, *runs[-2:]])
     for run in shown:
         if run is None:
             lines.append(f"  ... {len(runs) - 7} more node groups ...")

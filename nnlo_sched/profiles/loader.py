@@ -84,7 +84,7 @@ def _raw_table(name: str, files: dict[str, ProfileFile], seen: tuple[str, ...]) 
         return table, src
     if not isinstance(parent, str):
         raise ProfileError(f"profile {src}: key 'extends' must be a string naming a profile, got {parent!r}")
-    if parent in seen or parent == name and pf.builtin:
+    if parent in seen or (parent == name and pf.builtin):
         raise ProfileError(f"profile {src}: 'extends' makes a cycle ({' -> '.join((*seen, name, parent))})")
     if parent == name:  # a user file extending the built-in of the same name
         builtin = profiles_dir() / f"{name}.toml"

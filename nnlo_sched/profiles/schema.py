@@ -7,9 +7,10 @@ gives one line naming the file, the key and the expected type instead of a KeyEr
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from nnlo.errors import ConfigError
 from nnlo_sched.spec import parse_walltime

@@ -96,7 +96,7 @@ class GeneticEngine(Engine):
         hits = [rng.uniform() < self.mutation for _ in dims]
         if not any(hits):
             hits[int(rng.integers(len(dims)))] = True
-        for d, hit in zip(dims, hits):
+        for d, hit in zip(dims, hits, strict=True):
             if not hit:
                 continue
             n = str(d.name)
