@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from nnlo.errors import ConfigError
 
@@ -74,7 +75,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
         """Inverse of :meth:`to_dict`; unknown keys are an error (a typo must not be silently ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
@@ -86,7 +87,7 @@ class TrainConfig:
         values["model_args"] = dict(values.get("model_args") or {})
         return cls(**values)
 
-    def replace(self, **changes: Any) -> "TrainConfig":
+    def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 
     # -- derived -----------------------------------------------------------------------------------
@@ -104,13 +105,13 @@ class TrainConfig:
         return "synchronous" if self.synchronous else self.mode
 
     @property
-    def training_group_shape(self) -> "Shape":
+    def training_group_shape(self) -> Shape:
         """The shape of one training group (:meth:`nnlo.roles.Shape.for_run` decides; RoleError if impossible)."""
         from nnlo.roles import Shape
 
         return Shape.for_run(mode=self.mode, n_masters=self.n_masters, n_processes=self.n_processes)
 
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:
         """Raise ConfigError (one line: option, problem, fix) for values that can never work."""
         if not self.model:
             raise ConfigError("no model given; pass --model path/to/model.py (or a saved model file)")

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
-
 
 #: The training mode without a parameter server: every rank of a training group is a replica.
 ALLREDUCE_MODE = "allreduce"
@@ -33,7 +32,7 @@ class RoleError(ValueError):
     """A shape that cannot be laid out; the message names the problem and a fix."""
 
 
-class Role(str, enum.Enum):
+class Role(str, enum.Enum):  # noqa: UP042 - str(role) and f"{role}" print the value (__str__), as labels need
     COORDINATOR = "coordinator"
     UBER_MASTER = "uber-master"
     MASTER = "master"
@@ -247,7 +246,7 @@ class TrainingGroup:
     def worker_leaders(self, master_index: int | None = None) -> tuple[int, ...]:
         return tuple(
             w[0]
-            for w, m in zip(self.workers, self.master_of_worker)
+            for w, m in zip(self.workers, self.master_of_worker, strict=True)
             if master_index is None or m == master_index
         )
 

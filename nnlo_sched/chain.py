@@ -39,8 +39,26 @@ from nnlo_sched.runs import change_inner_options, load_profile_for, load_spec, s
 from nnlo_sched.schedulers import JobInfo, get_scheduler
 from nnlo_sched.spec import RunSpec
 from nnlo_sched.state import (
-    ACTIVE_STATES, CANCELLED, DONE, FAILED, FINAL_STATES, FINISHED, JOB_CANCELLED, JOB_FAILED, NO_CHECKPOINT,
-    QUEUED, RESUBMITTING, RUNNING, RUNNING_JOB, SKIPPED, WALLTIME, JobRecord, RunState, read_state, update_state)
+    ACTIVE_STATES,
+    CANCELLED,
+    DONE,
+    FAILED,
+    FINAL_STATES,
+    FINISHED,
+    JOB_CANCELLED,
+    JOB_FAILED,
+    NO_CHECKPOINT,
+    QUEUED,
+    RESUBMITTING,
+    RUNNING,
+    RUNNING_JOB,
+    SKIPPED,
+    WALLTIME,
+    JobRecord,
+    RunState,
+    read_state,
+    update_state,
+)
 
 KILLED_AT_LIMIT = (128 + 15, 128 + 9, 128 + 10, 128 + 12)  # SIGTERM, SIGKILL, SIGUSR1, SIGUSR2 as seen by bash
 #: A job ended by a rank's death and retried from its checkpoint (a job status beside state.py's outcomes).

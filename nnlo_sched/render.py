@@ -66,7 +66,7 @@ def template_dirs() -> list[str]:
     from nnlo_sched.profiles import user_dirs
 
     users = [str(d) for d in reversed(user_dirs()) if d.is_dir()]
-    return users + [str(templates_dir())]
+    return [*users, str(templates_dir())]
 
 
 def _environment() -> jinja2.Environment:

@@ -25,10 +25,19 @@ from pathlib import Path
 
 from nnlo.contract import CHECKPOINT_DIR, ENV_CLUSTERS, ENV_HOME, LOG_DIR, SCRIPT_FILE, SPEC_FILE, STATE_FILE
 from nnlo.errors import ConfigError, NnloError
+from nnlo_sched.profiles.schema import Profile
 from nnlo_sched.schedulers import get_scheduler
 from nnlo_sched.spec import RunSpec
 from nnlo_sched.state import (
-    FAILED, QUEUED, JobRecord, RunState, read_state, update_state, write_json_atomic, write_state)
+    FAILED,
+    QUEUED,
+    JobRecord,
+    RunState,
+    read_state,
+    update_state,
+    write_json_atomic,
+    write_state,
+)
 
 # environment the jobs need to find the same profiles as the submitting shell (PBS does not pass it on)
 CARRIED_ENV = (ENV_CLUSTERS, "XDG_CONFIG_HOME", ENV_HOME)
@@ -116,7 +125,7 @@ def new_run_id(name: str) -> str:
     return f"{clean}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
-def create_run(spec: RunSpec, profile, home: Path | None = None, run_dir: Path | None = None) -> Run:
+def create_run(spec: RunSpec, profile: Profile, home: Path | None = None, run_dir: Path | None = None) -> Run:
     """Make the run directory (``run_dir``, or a new one under ``home``): spec, rendered script, logs folder
     and a fresh state record."""
     from nnlo_sched.render import render_script
@@ -158,7 +167,7 @@ def create_run(spec: RunSpec, profile, home: Path | None = None, run_dir: Path |
     return Run(run_id, run_dir)
 
 
-def submit_run(spec: RunSpec, profile, home: Path | None = None, run_dir: Path | None = None) -> Run:
+def submit_run(spec: RunSpec, profile: Profile, home: Path | None = None, run_dir: Path | None = None) -> Run:
     """Create a run directory for ``spec`` on ``profile`` and submit its first job; ``run.job_id`` is it.
 
     A failed submission leaves the run directory with state ``failed`` and the scheduler's message, and
@@ -174,7 +183,7 @@ def submit_run(spec: RunSpec, profile, home: Path | None = None, run_dir: Path |
     return run
 
 
-def submit_job(run_dir: Path, spec: RunSpec, profile, depends_on: str | None) -> str:
+def submit_job(run_dir: Path, spec: RunSpec, profile: Profile, depends_on: str | None) -> str:
     """Submit one job of the run's chain (after ``depends_on`` ends, in any state) and record it as queued.
 
     The caller must not hold the run's lock: the record is added under it here.
@@ -191,7 +200,7 @@ def submit_job(run_dir: Path, spec: RunSpec, profile, depends_on: str | None) ->
     return job_id
 
 
-def load_profile_for(run_dir: Path, cluster: str, env: dict[str, str] | None = None):
+def load_profile_for(run_dir: Path, cluster: str, env: dict[str, str] | None = None) -> Profile:
     """The profile a run was submitted with, found with the submitting shell's profile search path."""
     from nnlo_sched.profiles import load_profile
 

@@ -113,7 +113,7 @@ class RunSpec:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunSpec":
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -124,7 +124,7 @@ class RunSpec:
             raise ConfigError(f"run spec is incomplete or damaged: {e}") from None
 
     @classmethod
-    def from_json(cls, text: str) -> "RunSpec":
+    def from_json(cls, text: str) -> RunSpec:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
@@ -152,7 +152,7 @@ def parse_walltime(text: str | int) -> int:
         m = _UNIT.match(t)
         c = _CLOCK.match(t)
         if m:
-            s = int(round(float(m.group(1)) * _UNITS[m.group(2)]))
+            s = round(float(m.group(1)) * _UNITS[m.group(2)])
         elif c:
             days, a, b, d = c.groups()
             if b is None:  # MM

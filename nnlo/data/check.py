@@ -6,8 +6,8 @@ and evenly spaced ones between — and the caller says so, so nobody mistakes th
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import h5py
 

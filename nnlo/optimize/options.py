@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from nnlo.config import TrainConfig
 from nnlo.contract import ENV_RUN_DIR

@@ -134,10 +134,8 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
                  opts.hyper_opt, opts.num_iterations, ", ".join(space.names), search.objective, opts.out_dir)
         progress = _progress(opts.num_iterations, progress_stream)
         return Coordinator(world, hierarchy, search, stop, grace_s=opts.grace_s, progress=progress).run()
-    if hook:
-        runner = HookRunner(module, Objective.parse(opts.fom).name)
-    else:
-        runner = TrainRunner(config, opts.seed)
+    runner: HookRunner | TrainRunner = (HookRunner(module, Objective.parse(opts.fom).name) if hook
+                                        else TrainRunner(config, opts.seed))
     return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
 
 

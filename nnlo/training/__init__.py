@@ -21,8 +21,8 @@ module                what it holds
 ``submaster``         sub-masters under an uber-master (``--n-masters M > 1``)
 ====================  ==============================================================================
 
-The shape of a training group (:attr:`nnlo.config.TrainConfig.training_group_shape`, ruled by :meth:`nnlo.roles.Shape.for_run`) picks the roles; every role class talks to
-its peers only through :class:`~nnlo.transport.Link` (parameter-server exchanges) or flat-buffer
+The shape of a training group (:attr:`nnlo.config.TrainConfig.training_group_shape`, ruled by
+:meth:`nnlo.roles.Shape.for_run`) picks the roles; every role class talks to its peers only through :class:`~nnlo.transport.Link` (parameter-server exchanges) or flat-buffer
 collectives, arms the watchdog around blocking waits, and reports failures through the master so that no
 rank is left waiting.
 """

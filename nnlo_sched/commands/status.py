@@ -156,7 +156,7 @@ def _fmt_jobs(view: dict[str, Any], limit: int = 4) -> str:
             mark = "?"
         parts.append(f"{j['job_id']}{mark}")
     if len(parts) > limit:
-        parts = parts[:1] + ["…"] + parts[-(limit - 2):]
+        parts = [*parts[:1], "…", *parts[-(limit - 2):]]
     return ">".join(parts) or "-"
 
 
@@ -168,7 +168,7 @@ def table(views: list[dict[str, Any]]) -> str:
         rows.append((v["run_id"], v["name"], v["cluster"], v["state"], _fmt_jobs(v), _fmt_progress(p),
                      _fmt_num(p["best"]), _fmt_elapsed(v["elapsed_s"])))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     errors = [f"  {v['run_id']}: {v['error']}" for v in views if v["state"] == "failed" and v["error"]]
     return "\n".join(lines + errors)
 
@@ -215,7 +215,7 @@ def collect(ref: str | None, include_all: bool = True) -> list[dict[str, Any]]:
     for run in runs:
         try:
             views.append(run_view(run, answers))
-        except Exception as e:  # noqa: BLE001 - one damaged run must not hide the others
+        except Exception as e:  # a damaged run shows as such and does not hide the others
             if ref:
                 raise
             views.append({"run_id": run.id, "name": "?", "cluster": "?", "state": "damaged", "error": str(e),
@@ -236,7 +236,8 @@ def status_command(run: str | None, as_json: bool, watch: bool, every: float) ->
 
     \b
     States: queued, running, resubmitting (waiting for its next job), done, failed, cancelled.
-    Jobs: a chain like 812>813*>814… (* running, … queued, ! failed or a rank died, x cancelled, ? scheduler cannot tell).
+    Jobs: a chain like 812>813*>814… (* running, … queued, ! failed or a rank died, x cancelled,
+    ? scheduler cannot tell).
     Runs live under $NNLO_HOME (default ./nnlo-runs).
     """
     while True:
