@@ -22,7 +22,7 @@ module                what it holds
 ====================  ==============================================================================
 
 The shape of a training group (:attr:`nnlo.config.TrainConfig.training_group_shape`, ruled by
-:meth:`nnlo.roles.Shape.for_run`) picks the roles; every role class talks to its peers only through :class:`~nnlo.transport.Link` (parameter-server exchanges) or flat-buffer
-collectives, arms the watchdog around blocking waits, and reports failures through the master so that no
-rank is left waiting.
+:meth:`nnlo.roles.Shape.for_run`) picks the roles; every role class talks to its peers only through
+:class:`~nnlo.transport.Link` (parameter-server exchanges) or flat-buffer collectives, arms the watchdog
+around blocking waits, and reports failures through the master so that no rank is left waiting.
 """
