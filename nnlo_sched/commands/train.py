@@ -212,7 +212,7 @@ def train_command(ctx: click.Context, np_: int | None, **params: Any) -> None:
     the run directory (--checkpoint DIR, else nnlo-runs/NAME). Exit status: 0 done, 75 stopped on deadline/signal with a checkpoint (resumable), 1 a
     rank failed, 2 bad input.
     """
-    from nnlo.launch import inside_mpi_launch, relaunch
+    from nnlo_sched.launchers.local_launch import inside_mpi_launch, relaunch
 
     if np_ is not None and not inside_mpi_launch():
         argv = ["train", *argv_from_params(ctx.command, params)]
