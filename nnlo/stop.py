@@ -8,7 +8,7 @@ launched them, so both install a :class:`Stop` for as long as they run and ask i
 A second SIGTERM or SIGINT (:data:`~nnlo.contract.INSISTING_SIGNALS`) ends the process at once with status
 128+n, without a checkpoint. Only one that comes at least :data:`INSIST_AFTER_S` after the first counts: a
 scheduler that signals every process of a job while the batch script relays the same signal to the launcher
-(Slurm at the walltime, the local scheduler's cancel) delivers one event twice within milliseconds, and that
+(Slurm at the walltime, the local scheduler at the limit or on cancel) delivers one event twice within milliseconds, and that
 must not cost the checkpoint.
 
 Handlers can only be installed from the main thread; elsewhere a :class:`Stop` stays unset. ``close()`` (or
@@ -26,8 +26,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import Any, Callable, Union
+from typing import Any, Self
 
 from nnlo.contract import INSISTING_SIGNALS, STOP_SIGNALS
 
@@ -38,7 +39,8 @@ SAFETY_S = 10.0
 #: A repeated SIGTERM/SIGINT sooner than this after the first is the same event delivered twice.
 INSIST_AFTER_S = 1.0
 
-Handler = Union[Callable[[int, Union[FrameType, None]], Any], int, signal.Handlers, None]
+#: What ``signal.signal`` returns and accepts.
+Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 class Stop:
@@ -62,7 +64,7 @@ class Stop:
         return self.signal_name is not None
 
     # -- handlers --------------------------------------------------------------------------------------
-    def install(self) -> Stop:
+    def install(self) -> Self:
         """Catch :data:`~nnlo.contract.STOP_SIGNALS` until :meth:`close` (main thread only)."""
         if threading.current_thread() is not threading.main_thread():
             log.debug("not in the main thread: stop signals are left to whoever handles them")
@@ -87,7 +89,7 @@ class Stop:
         if outer is not None and self.raised and not outer.raised:
             outer.signal_name, outer._first_at = self.signal_name, self._first_at
 
-    def __enter__(self) -> Stop:
+    def __enter__(self) -> Self:
         return self.install()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,

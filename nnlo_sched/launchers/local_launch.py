@@ -32,9 +32,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from types import FrameType
-from typing import IO, Callable, Mapping, Sequence
+from typing import IO, Self
 
 from nnlo.contract import (
     ENV_LAUNCHED, ENV_LIVE, ENV_RANK_RECORDS, EXIT_FAILED, EXIT_RESUMABLE, INSISTING_SIGNALS, STOP_SIGNALS)
@@ -83,7 +84,8 @@ def relaunch(n: int, argv: Sequence[str]) -> int:
             env[ENV_LIVE] = "1"
         try:
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, process_group=0, preexec_fn=_die_with_parent())
+                                    stderr=subprocess.PIPE, process_group=0,
+                                    preexec_fn=_die_with_parent())  # noqa: PLW1509 - no thread of ours runs yet
         except FileNotFoundError:
             raise ConfigError(f"no {cmd[0]} found to start -n ranks; install an MPI: pip install mpich "
                               "(or load your site's MPI)") from None
@@ -125,7 +127,7 @@ class _Relay:
         self._first: dict[signal.Signals, float] = {}
         self._previous: dict[signal.Signals, Handler] = {}
 
-    def __enter__(self) -> _Relay:
+    def __enter__(self) -> Self:
         for sig in STOP_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self

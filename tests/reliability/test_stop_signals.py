@@ -110,7 +110,7 @@ def test_local_batch_job_stops_with_a_checkpoint(name: str, blobs: dict[str, Pat
     submitted = subprocess.run(
         nnlo_argv("submit", "--cluster", "local", "--name", "sig", "-t", "10m", "--workers", "2",
                   "--max-resubmits", "0", "train", *_train_args(blobs)),
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert submitted.returncode == 0, submitted.stderr
     (run,) = (tmp_path / "home").iterdir()
     log = run / "logs" / "job-1.out"
@@ -221,7 +221,8 @@ print("still running", flush=True)
 
 @pytest.mark.parametrize("name", SIGNALS)
 def test_a_second_sigterm_or_sigint_ends_the_process_at_once(name: str) -> None:
-    child = subprocess.run([sys.executable, "-c", CHILD, name], capture_output=True, text=True, timeout=60)
+    child = subprocess.run([sys.executable, "-c", CHILD, name], capture_output=True, text=True, timeout=60,
+                           check=False)
     assert f"after the repeat: {name}" in child.stdout, child.stderr
     if name in ("SIGTERM", "SIGINT"):
         assert child.returncode == 128 + signal.Signals[name] and "still running" not in child.stdout
