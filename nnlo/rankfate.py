@@ -4,8 +4,8 @@ Why: a rank killed by a signal (SIGKILL, the OOM killer, a segfault) cannot prin
 launcher only reports a process id (MPICH's Hydra: ``PID 1234 RUNNING AT host`` / ``EXIT CODE: 9``) or a
 task number (``srun: error: nid0012: task 3: Killed``). So every rank records itself at start-up
 (``<out>/ranks/rank-<r>.json``: rank, role label, host, pid), and whoever watches the launcher (the ``-n``
-relaunch wrapper in :mod:`nnlo.launch`, the chain's ``nnlo job end`` on a job log) turns the report into one
-line: ``rank R (role) on HOST was killed by SIGKILL (signal 9); the job was ended``.
+relaunch in :mod:`nnlo_sched.launchers.local_launch`, the chain's ``nnlo job end`` on a job log) turns the
+report into one line: ``rank R (role) on HOST was killed by SIGKILL (signal 9); the job was ended``.
 """
 from __future__ import annotations
 

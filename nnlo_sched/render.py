@@ -26,7 +26,7 @@ from typing import Any
 
 import jinja2
 
-from nnlo.contract import LOG_DIR  # under the run directory; created before the job starts (Slurm/LSF do not)
+from nnlo.contract import LOG_DIR, STOP_SIGNALS  # LOG_DIR is created before the job starts (Slurm/LSF do not)
 from nnlo.errors import ConfigError
 from nnlo_sched.launchers import launcher_for
 from nnlo_sched.layout import Layout, layout_for_spec
@@ -152,7 +152,8 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path) -> dict
     nnlo = profile.nnlo or f"{shlex.quote(python)} -m nnlo_sched"
     shares = 0 < layout["gpus_per_worker"] < 1
     signal = profile.signal if sched.warns_before_walltime else None
-    signals = [s for s in (profile.signal, "TERM") if s]
+    # the batch shell relays every stop signal (the profile's warning first), whoever sends it
+    signals = [s for s in (profile.signal, "TERM", *(sig.name.removeprefix("SIG") for sig in STOP_SIGNALS)) if s]
     lead_min = -(-profile.signal_lead_s // 60)
     roles = ", ".join(f"{n} {r}" for r, n in layout["roles"].items())
     return {

@@ -179,7 +179,7 @@ class Progress:
 
 
 #: set to "1" by ``nnlo train|optimize -n`` when its own stderr is a terminal: the ranks write into mpirun's
-#: pipes, but what they write reaches that terminal unchanged (see :func:`nnlo.launch.relaunch`)
+#: pipes, but what they write reaches that terminal unchanged (see :mod:`nnlo_sched.launchers.local_launch`)
 LIVE_ENV = "NNLO_LIVE"
 
 

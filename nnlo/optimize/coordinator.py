@@ -4,8 +4,8 @@ No block ever waits for another: the coordinator sends a trial to every idle blo
 result arrives first (``Iprobe`` on any source), records it, saves the state and the tables atomically,
 and gives that block its next trial - proposed with the still-running trials as pending points.
 
-Stopping: at ``--deadline``/``NNLO_DEADLINE`` or on SIGUSR1/SIGUSR2/SIGTERM it stops handing out trials
-(also when the typical trial would not finish before the deadline), collects running trials for up to
+Stopping: at ``--deadline``/``NNLO_DEADLINE`` or on a stop signal (:mod:`nnlo.stop`) it stops handing out
+trials (also when the typical trial would not finish before the deadline), collects running trials for up to
 ``grace`` seconds (trainings stop themselves at the deadline and report "interrupted": they re-run after
 resubmission), saves, stops the blocks and returns 75. If blocks are still busy after the grace period the
 state is already saved, so it aborts the MPI job with code 75.
@@ -13,67 +13,20 @@ state is already saved, so it aborts the MPI job with code 75.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import sys
 import time
 from typing import Any
 
+from nnlo.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
 from nnlo.optimize.search import Search
 from nnlo.roles import Hierarchy
+from nnlo.stop import Stop
 
 log = logging.getLogger("nnlo.optimize.coordinator")
 
-EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_RESUBMIT = 0, 1, 2, 75
-SAFETY_S = 10.0  # stop handing out trials this long before the deadline
-
-
-class StopRequest:
-    """Deadline and stop signals, checked by the coordinator between messages."""
-
-    SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGTERM")
-
-    def __init__(self, deadline: float | None):
-        self.deadline = deadline
-        self.signal: str | None = None
-        self.interrupted_by_block = False
-
-    def install(self) -> None:
-        for name in self.SIGNALS:
-            if hasattr(signal, name):
-                signal.signal(getattr(signal, name), self._on_signal)
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self.signal = signal.Signals(signum).name
-
-    def reason(self, now: float) -> str | None:
-        if self.signal:
-            return f"signal {self.signal}"
-        if self.interrupted_by_block:
-            return "a training was interrupted (deadline or signal)"
-        if self.deadline is not None and now >= self.deadline - SAFETY_S:
-            return "deadline"
-        return None
-
-    def no_time_for(self, typical_s: float | None, now: float) -> bool:
-        return self.deadline is not None and typical_s is not None and now + typical_s > self.deadline - SAFETY_S
-
-
-def deadline_from_env(explicit: float | None) -> float | None:
-    if explicit:
-        return float(explicit)
-    raw = os.environ.get("NNLO_DEADLINE", "").strip()
-    try:
-        return float(raw) if raw else None
-    except ValueError:
-        from nnlo.errors import ConfigError
-
-        raise ConfigError(f"NNLO_DEADLINE={raw!r} is not unix seconds; unset it or export a number") from None
-
-
 class Coordinator:
-    def __init__(self, world: Any, hierarchy: Hierarchy, search: Search, stop: StopRequest, *,
+    def __init__(self, world: Any, hierarchy: Hierarchy, search: Search, stop: Stop, *,
                  grace_s: float = 60.0, poll_s: float = 0.02, progress: Any = None):
         self.world = world
         self.hierarchy = hierarchy
@@ -106,10 +59,10 @@ class Coordinator:
                 break
             if give_up_at is not None and now > give_up_at:
                 log.error("trials still running %ds after the stop; state saved, aborting with %d",
-                          self.grace_s, EXIT_RESUBMIT)
+                          self.grace_s, EXIT_RESUMABLE)
                 search.save()
                 self._close_progress()
-                self.world.Abort(EXIT_RESUBMIT)
+                self.world.Abort(EXIT_RESUMABLE)
             status = MPI.Status()
             if self.world.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_RESULT, status=status):
                 msg = self.world.recv(source=status.Get_source(), tag=TAG_RESULT)
@@ -151,7 +104,7 @@ class Coordinator:
             log.warning("trial %d was interrupted by the deadline; it re-runs after resubmission", trial_id)
             # a training stops early only on a deadline or a signal: the whole job is ending, even if the
             # coordinator's own clock or signal has not said so yet - never hand the trial out again now
-            self.stop.interrupted_by_block = True
+            self.stop.request("a training was interrupted (deadline or signal)")
             self.search.save()
             return
         trial = self.search.record(trial_id, folds, block)
@@ -184,7 +137,7 @@ class Coordinator:
             return EXIT_DONE
         log.warning("search stopped (%s) with %d/%d trials done; state saved in %s - resubmit to resume",
                     stop_reason or "deadline", len(search.finished), search.num_iterations, search.out_dir)
-        return EXIT_RESUBMIT
+        return EXIT_RESUMABLE
 
     def _summary(self, code: int) -> None:
         search = self.search

@@ -12,16 +12,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nnlo.contract import ENV_RUN_DIR
+from nnlo.contract import ENV_RUN_DIR, deadline_from_env
 from nnlo.errors import ConfigError, NnloError
 from nnlo.optimize import space as space_mod
-from nnlo.optimize.coordinator import Coordinator, StopRequest, deadline_from_env
+from nnlo.optimize.coordinator import Coordinator
 from nnlo.optimize.engines import ENGINES, make_engine
 from nnlo.optimize.options import OptimizeOptions
 from nnlo.optimize.results import Objective
 from nnlo.optimize.search import Search
 from nnlo.optimize.state import STATE_FILE
 from nnlo.roles import Role, Shape, describe
+from nnlo.stop import Stop
 
 log = logging.getLogger("nnlo.optimize")
 
@@ -126,17 +127,17 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     if error:
         raise ConfigError(error)
 
-    stop = StopRequest(deadline_from_env(opts.deadline))
-    stop.install()
-    if info.role is Role.COORDINATOR:
-        assert search is not None
-        log.info("%s; %s search of %d trial(s) over %s, fom %s; results in %s", hierarchy.summary(),
-                 opts.hyper_opt, opts.num_iterations, ", ".join(space.names), search.objective, opts.out_dir)
-        progress = _progress(opts.num_iterations, progress_stream)
-        return Coordinator(world, hierarchy, search, stop, grace_s=opts.grace_s, progress=progress).run()
-    runner: HookRunner | TrainRunner = (HookRunner(module, Objective.parse(opts.fom).name) if hook
-                                        else TrainRunner(config, opts.seed))
-    return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
+    # every rank: the coordinator decides on the stop, a block's trainings install their own over this one
+    with Stop(deadline_from_env(opts.deadline)) as stop:
+        if info.role is Role.COORDINATOR:
+            assert search is not None
+            log.info("%s; %s search of %d trial(s) over %s, fom %s; results in %s", hierarchy.summary(),
+                     opts.hyper_opt, opts.num_iterations, ", ".join(space.names), search.objective, opts.out_dir)
+            progress = _progress(opts.num_iterations, progress_stream)
+            return Coordinator(world, hierarchy, search, stop, grace_s=opts.grace_s, progress=progress).run()
+        runner: HookRunner | TrainRunner = (HookRunner(module, Objective.parse(opts.fom).name) if hook
+                                            else TrainRunner(config, opts.seed))
+        return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
 
 
 class InputError(NnloError):

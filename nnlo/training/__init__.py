@@ -7,12 +7,12 @@ it), and one class per role, talking through :mod:`nnlo.transport`:
 module                what it holds
 ====================  ==============================================================================
 ``driver``            collective, failure-safe set-up; runs the rank's role; shares the result
-``context``           what every role needs (communicator, config, hierarchy, output folder, stop flag)
+``context``           what every role needs (communicator, config, hierarchy, output folder, stop)
 ``master``            the parameter server: serves workers, epoch barrier, validation, checkpoints
 ``worker``            trains its shard ``sync_every`` batches at a time, exchanges, writes its part
 ``modes``             what one exchange means per algorithm (Downpour, EASGD, GEM; synchronous)
 ``stopping``          early stopping and target metrics (``val_loss,<,4``)
-``deadline``          walltime deadline and stop signals (SIGUSR1/SIGUSR2/SIGTERM)
+``deadline``          the walltime deadline's stop margin (stop signals: :mod:`nnlo.stop`)
 ``history``           per-epoch history, best epoch, :class:`~nnlo.training.history.TrainResult`
 ``failure``           :class:`~nnlo.training.failure.RankFailure`: one rank's failure known to all
 ``watchdog``          aborts the job when a blocking wait outlives ``NNLO_COMM_TIMEOUT`` (dead peer)

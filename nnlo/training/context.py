@@ -1,5 +1,6 @@
 """What every role of one training needs to know: the communicator, the configuration, its place in the
-hierarchy, where to write, and the stop flag. Built once by the driver and handed to the role objects."""
+hierarchy, where to write, and the stop signals (:class:`nnlo.stop.Stop`). Built once by the driver and
+handed to the role objects."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +9,7 @@ from typing import Any
 
 from nnlo.config import TrainConfig
 from nnlo.roles import Hierarchy, RankInfo, Role, TrainingGroup
-from nnlo.training.deadline import StopFlag
+from nnlo.stop import Stop
 
 CHECKPOINT_SUBDIR = "checkpoints"
 
@@ -19,7 +20,7 @@ class RunContext:
     config: TrainConfig
     hierarchy: Hierarchy
     out_dir: Path | None
-    stop: StopFlag
+    stop: Stop
     session: Any = None  # nnlo.observe.session.Session
     watchdog: Any = None  # nnlo.training.watchdog.Watchdog, armed around every blocking wait
     worker_comm: Any = None  # this rank's all-reduce worker group (--n-processes > 1); None elsewhere

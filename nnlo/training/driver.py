@@ -27,8 +27,8 @@ from nnlo import checkpoint as ckpt
 from nnlo.config import TrainConfig
 from nnlo.errors import ConfigError
 from nnlo.roles import Hierarchy, Role, describe
+from nnlo.stop import Stop
 from nnlo.training.context import RunContext
-from nnlo.training.deadline import StopFlag
 from nnlo.training.failure import RankFailure, describe_exception
 from nnlo.training.history import TrainResult
 from nnlo.training.watchdog import Watchdog, abort_job, timeout_from_env
@@ -64,7 +64,7 @@ def train(
     # backend choice from the environment once, when it starts; prepare_environment imports nothing.
     prepare_environment()
     group = comm.Dup()
-    stop = StopFlag().install()
+    stop = Stop().install()
     ctx: RunContext | None = None
     aborting = False
     watchdog = Watchdog(timeout_from_env(), abort_job(group, lambda: ctx.role_label if ctx else "starting"))
@@ -86,7 +86,7 @@ def train(
         raise  # pragma: no cover - Abort does not return
     finally:
         watchdog.close()
-        stop.restore()
+        stop.close()
         if ctx is not None and ctx.session is not None:
             ctx.session.close()
         if not aborting:
@@ -116,7 +116,7 @@ def _phase(comm: Any, hierarchy: Hierarchy | None, fn: Callable[[], T], watchdog
 
 
 def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any,
-            out_dir: str | Path | None, stop: StopFlag, watchdog: Watchdog) -> tuple[RunContext, Any]:
+            out_dir: str | Path | None, stop: Stop, watchdog: Watchdog) -> tuple[RunContext, Any]:
     rank = comm.Get_rank()
     out = Path(out_dir) if out_dir is not None else None
 

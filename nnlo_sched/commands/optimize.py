@@ -147,14 +147,14 @@ def search_from_params(params: dict[str, Any]) -> Any:
 
 
 def _inside_mpi_launch() -> bool:
-    from nnlo.launch import inside_mpi_launch
+    from nnlo_sched.launchers.local_launch import inside_mpi_launch
 
     return inside_mpi_launch()
 
 
 def _launch(ctx: click.Context, n: int, params: dict[str, Any]) -> int:
-    """Re-run this command line under ``mpirun -np n`` with the runtime's launcher (signals passed on)."""
-    from nnlo.launch import relaunch
+    """Re-run this command line on ``n`` ranks with the local profile's launcher (signals relayed)."""
+    from nnlo_sched.launchers.local_launch import relaunch
     from nnlo_sched.commands.train import argv_from_params
 
     return relaunch(n, ["optimize", *argv_from_params(ctx.command, params, drop=("np_",))])

@@ -11,24 +11,24 @@ failed; 2 bad input.
 """
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, Callable
 
 import click
 
-EXIT_RESUMABLE = 75
+from nnlo.contract import EXIT_RESUMABLE, deadline_from_env
+from nnlo.errors import ConfigError
+
 DEFAULT_RUNS = "nnlo-runs"
 
 _OPTIMIZERS = "sgd (lr, momentum, nesterov), adam, rmsprop, adadelta, e.g. sgd:lr=0.1,momentum=0.9"
 
 
 def _deadline_default() -> float | None:
-    raw = os.environ.get("NNLO_DEADLINE")
     try:
-        return float(raw) if raw else None
-    except ValueError:
-        raise click.BadParameter(f"NNLO_DEADLINE={raw!r} is not unix seconds", param_hint="--deadline") from None
+        return deadline_from_env()
+    except ConfigError as e:
+        raise click.BadParameter(str(e), param_hint="--deadline") from None
 
 
 def _model_args(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -204,7 +204,7 @@ def train_command(ctx: click.Context, np_: int | None, **params: Any) -> None:
     the run directory (--checkpoint DIR, else nnlo-runs/NAME). Exit status: 0 done, 75 stopped on deadline/signal with a checkpoint (resumable), 1 a
     rank failed, 2 bad input.
     """
-    from nnlo.launch import inside_mpi_launch, relaunch
+    from nnlo_sched.launchers.local_launch import inside_mpi_launch, relaunch
 
     if np_ is not None and not inside_mpi_launch():
         argv = ["train", *argv_from_params(ctx.command, params)]

@@ -150,19 +150,19 @@ def test_a_trial_interrupted_by_the_deadline_is_kept_for_a_rerun(tmp_path):
 
 
 def test_stop_request_deadline_and_signals():
-    from nnlo.optimize.coordinator import SAFETY_S, StopRequest
+    from nnlo.stop import SAFETY_S, Stop
 
-    stop = StopRequest(deadline=1000.0)
+    stop = Stop(deadline=1000.0)
     assert stop.reason(1000.0 - SAFETY_S - 1) is None and stop.reason(1000.0 - SAFETY_S) == "deadline"
     assert stop.no_time_for(typical_s=100.0, now=900.0) and not stop.no_time_for(typical_s=None, now=900.0)
-    stop.signal = "SIGUSR2"
+    stop.signal_name = "SIGUSR2"
     assert stop.reason(0.0) == "signal SIGUSR2"
-    assert StopRequest(None).reason(1e12) is None
+    assert Stop(None).reason(1e12) is None
 
 
 def test_an_interrupted_training_stops_the_hand_out():
-    from nnlo.optimize.coordinator import StopRequest
+    from nnlo.stop import Stop
 
-    stop = StopRequest(deadline=None)
-    stop.interrupted_by_block = True
+    stop = Stop(deadline=None)
+    stop.request("a training was interrupted (deadline or signal)")
     assert "interrupted" in stop.reason(0.0)

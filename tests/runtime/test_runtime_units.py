@@ -16,7 +16,6 @@ from nnlo import checkpoint as ckpt
 from nnlo.backends.torch_backend import TorchBackend, loss_spec
 from nnlo.config import TrainConfig
 from nnlo.errors import ConfigError, ModelError
-from nnlo.launch import inside_mpi_launch, mpirun_command
 from nnlo.models import load_model_source
 from nnlo.roles import Shape
 from nnlo.training.deadline import Deadline
@@ -24,6 +23,7 @@ from nnlo.training.failure import RankFailure, describe_exception
 from nnlo.training.history import TrainResult, best_entry
 from nnlo.training.stopping import Stopper, parse_rule
 from nnlo_sched.commands import train as train_cmd
+from nnlo_sched.launchers.local_launch import inside_mpi_launch, launch_argv
 
 MODELS = Path(__file__).parent / "models"
 
@@ -301,16 +301,25 @@ def test_inside_mpi_launch(env: dict[str, str], inside: bool) -> None:
     assert inside_mpi_launch(env) is inside
 
 
-def test_mpirun_command_uses_this_python() -> None:
-    cmd = mpirun_command(3, ["train", "--epochs", "2"], mpirun="/x/mpirun")
-    assert cmd == ["/x/mpirun", "-np", "3", sys.executable, "-m", "nnlo_sched", "train", "--epochs", "2"]
+def test_launch_argv_is_the_local_profiles_launch_line_with_this_python() -> None:
+    from dataclasses import replace
+
+    from nnlo_sched.profiles import load_profile
+
+    local = replace(load_profile("local"), launcher_command="/x/mpirun", launcher_flags=("--bind-to", "none"))
+    cmd = launch_argv(3, ["train", "--epochs", "2"], local)
+    assert cmd == ["/x/mpirun", "--bind-to", "none", "-np", "3", sys.executable, "-m", "nnlo_sched", "train",
+                   "--epochs", "2"]
+    assert launch_argv(2, ["train"])[0] == str(Path(sys.executable).parent / "mpirun")  # the venv's MPICH
 
 
 def test_no_mpirun_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from nnlo_sched.launchers.local_launch import relaunch
+
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ConfigError, match="pip install mpich"):
-        mpirun_command(2, ["train"])
+        relaunch(2, ["train"])
 
 
 def _parse(args: list[str]) -> dict:

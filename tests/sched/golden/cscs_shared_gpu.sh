@@ -24,6 +24,8 @@ pending=
 forward() { caught=$1; if [ -n "$child" ]; then kill -"$1" "$child" 2>/dev/null; else pending=$1; fi; }
 trap 'forward USR2' USR2
 trap 'forward TERM' TERM
+trap 'forward USR1' USR1
+trap 'forward INT' INT
 module load daint-gpu
 export CRAY_CUDA_MPS=1
 /sw/nnlo/bin/python -m nnlo_sched job start "$NNLO_RUN_DIR" || exit 0

@@ -19,6 +19,9 @@ child=
 pending=
 forward() { caught=$1; if [ -n "$child" ]; then kill -"$1" "$child" 2>/dev/null; else pending=$1; fi; }
 trap 'forward TERM' TERM
+trap 'forward USR1' USR1
+trap 'forward USR2' USR2
+trap 'forward INT' INT
 module load cudatoolkit
 /sw/nnlo/bin/python -m nnlo_sched job start "$NNLO_RUN_DIR" || exit 0
 # The MPI program runs in the background so that the batch shell can catch the scheduler's signals.
