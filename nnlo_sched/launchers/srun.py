@@ -8,6 +8,11 @@ from nnlo_sched.launchers.base import LaunchPlan, Launcher
 class Srun(Launcher):
     name = "srun"
 
+    def relay(self, signal: str) -> str:
+        # srun answers one SIGINT with a status report and forwards nothing (its man page: only a second
+        # one within a second reaches the tasks); SIGTERM reaches them, and the runtime stops on either.
+        return "TERM" if signal == "INT" else signal
+
     def argv(self, plan: LaunchPlan) -> list[str]:
         out = [
             self.program(),

@@ -262,3 +262,12 @@ def test_every_batch_script_relays_every_stop_signal() -> None:
     for script in golden:
         trapped = {line.rsplit(" ", 1)[-1] for line in script.read_text().splitlines() if line.startswith("trap ")}
         assert {sig.name.removeprefix("SIG") for sig in STOP_SIGNALS} <= trapped, script.name
+
+
+def test_srun_gets_sigterm_for_a_sigint_it_would_only_answer_with_a_status_report() -> None:
+    from nnlo_sched.launchers.srun import Srun
+
+    srun = Srun(load_profile("cscs"))
+    assert [srun.relay(s) for s in ("INT", "TERM", "USR1", "USR2")] == ["TERM", "TERM", "USR1", "USR2"]
+    script = (REPO / "tests" / "sched" / "golden" / "cscs_train.sh").read_text()
+    assert "trap 'forward TERM' INT" in script

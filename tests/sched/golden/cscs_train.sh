@@ -27,7 +27,7 @@ forward() { caught=$1; if [ -n "$child" ]; then kill -"$1" "$child" 2>/dev/null;
 trap 'forward USR2' USR2
 trap 'forward TERM' TERM
 trap 'forward USR1' USR1
-trap 'forward INT' INT
+trap 'forward TERM' INT
 module load daint-gpu
 /sw/nnlo/bin/python -m nnlo_sched job start "$NNLO_RUN_DIR" || exit 0
 # The MPI program runs in the background so that the batch shell can catch the scheduler's signals.
