@@ -1,7 +1,6 @@
 """``nnlo plot RUN``: PNG plots of a run's learning curves, optimization trials and per-rank utilisation."""
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import click
@@ -32,7 +31,6 @@ def plot_command(run: str, out: Path | None) -> None:
         )
 
 
-
 def resolve_run_dir(value: str) -> Path:
     """A directory as given (a run directory, or any output directory of nnlo train/optimize), else a run
     id or unique id prefix known to ``nnlo status`` (looked up by :func:`nnlo_sched.runs.find_run`)."""
@@ -41,19 +39,12 @@ def resolve_run_dir(value: str) -> Path:
         return path
     if path.exists():
         raise click.BadParameter(f"{value} is a file; pass the run's directory", param_hint="RUN_OR_DIR")
+    from nnlo_sched.runs import find_run
+
     try:
-        find_run = importlib.import_module("nnlo_sched.runs").find_run
-    except (ImportError, AttributeError):
-        find_run = None
-    if find_run is not None:
-        try:
-            return Path(find_run(value).dir)
-        except Exception as e:  # noqa: BLE001 - RunNotFound and friends carry a one-line message
-            raise click.BadParameter(str(e), param_hint="RUN_OR_DIR") from None
-    raise click.BadParameter(
-        f"no directory {value!r}; pass the directory the run wrote (its --checkpoint or --output directory)",
-        param_hint="RUN_OR_DIR",
-    )
+        return Path(find_run(value).dir)
+    except Exception as e:  # noqa: BLE001 - RunNotFound and friends carry a one-line message
+        raise click.BadParameter(str(e), param_hint="RUN_OR_DIR") from None
 
 
 command = plot_command
