@@ -22,6 +22,27 @@ STOP_REASONS = ("completed", "early_stopping", "target_metric", "deadline", "sig
 
 
 @dataclass
+class EpochStats:
+    """The training side of the current epoch's entry: sums over the workers' messages (saved in checkpoints)."""
+
+    samples: int = 0
+    loss_sum: float = 0.0
+    correct: float = 0.0
+    has_correct: bool = False
+    seconds: float = 0.0  # wall time of this epoch before the current job (restores add up)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, header: dict[str, Any]) -> None:
+        """Add one worker message's ``samples``, ``loss_sum`` and ``correct``."""
+        n = int(header.get("samples", 0))
+        self.samples += n
+        self.loss_sum += float(header.get("loss_sum", 0.0))
+        if header.get("correct") is not None:
+            self.correct += float(header["correct"])
+            self.has_correct = True
+
+
+@dataclass
 class TrainResult:
     """What :func:`nnlo.training.driver.train` returns (on every rank of the group).
 
