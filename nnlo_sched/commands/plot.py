@@ -15,10 +15,11 @@ def plot_command(run: str, out: Path | None) -> None:
     and per-rank utilisation (the --timeline trace) of RUN as PNG files."""
     from nnlo.errors import ConfigError
     from nnlo.observe.plots import plot_run
+    from nnlo.optimize.surrogate_plot import plot_surrogate
 
     run_dir = resolve_run_dir(run)
     problems: list[str] = []
-    written = plot_run(run_dir, out, problems)
+    written = plot_run(run_dir, out, problems, extra=[("the partial dependence (objective.png)", plot_surrogate)])
     for path in written:
         click.echo(str(path))
     for problem in problems:
