@@ -364,10 +364,3 @@ class H5Dataset:
     def __repr__(self) -> str:
         names = ", ".join(f.name for f in self.fields)
         return f"H5Dataset({len(self.files)} files, {len(self)} samples, [{names}]{', preloaded' if self.preloaded else ''})"
-
-    @classmethod
-    def from_list(cls, list_file: str | os.PathLike[str], **kwargs: Any) -> "H5Dataset":
-        """Build from a list file (see :func:`nnlo.data.lists.read_list_file`)."""
-        from nnlo.data.lists import read_list_file
-
-        return cls(read_list_file(list_file), **kwargs)

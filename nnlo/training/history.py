@@ -17,9 +17,6 @@ from nnlo.checkpoint import write_json_atomic
 
 HISTORY_FILE = "history.json"
 
-#: Why a training ended.
-STOP_REASONS = ("completed", "early_stopping", "target_metric", "deadline", "signal", "failed")
-
 
 @dataclass
 class EpochStats:
@@ -48,9 +45,10 @@ class TrainResult:
 
     history: one dict per epoch; final: the last epoch's metrics (``val_loss``, ``val_accuracy`` for
     classification, ``loss``...); best: the entry with the lowest ``val_loss`` (``loss`` without
-    validation); stopped_reason: one of :data:`STOP_REASONS`; checkpoint: the newest complete checkpoint
-    written by this run (None if none); resumable: True when the run stopped early (deadline/signal) with
-    a fresh checkpoint, i.e. resubmitting it with ``--restore`` continues it.
+    validation); stopped_reason: why it ended (``completed``, ``early_stopping``, ``target_metric``,
+    ``deadline``, ``signal``); checkpoint: the newest complete checkpoint written by this run (None if none);
+    resumable: True when the run stopped early (deadline/signal) with a fresh checkpoint, i.e. resubmitting
+    it with ``--restore`` continues it.
     """
 
     history: list[dict[str, Any]] = field(default_factory=list)
