@@ -106,10 +106,6 @@ def timed(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:
     return out
 
 
-def ratio(a: float, b: float) -> float | None:
-    return None if not b else a / b
-
-
 def fmt_time(s: float | None) -> str:
     if s is None:
         return "-"

@@ -53,12 +53,6 @@ def atomic_open(path: str | Path, mode: str = "w", *, encoding: str | None = "ut
     fsync_folder(path.parent)
 
 
-def write_bytes(path: str | Path, data: bytes) -> Path:
-    with atomic_open(path, "wb") as f:
-        f.write(data)
-    return Path(path)
-
-
 def write_text(path: str | Path, text: str) -> Path:
     with atomic_open(path, "w") as f:
         f.write(text)

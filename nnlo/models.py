@@ -142,9 +142,3 @@ def _load_torch_file(path: str) -> Any:
             f"{path} holds a {type(model).__name__}, not a torch nn.Module; save it with torch.save(model, path)"
         )
     return model
-
-
-def is_torch_model(model: Any) -> bool:
-    """True for a torch nn.Module, without importing torch when the model cannot be one."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(model, torch.nn.Module)

@@ -55,8 +55,6 @@ class Link:
         self.timeout = timeout
         self.watchdog = watchdog
         self._MPI = MPI
-        self.bytes_sent = 0
-        self.bytes_received = 0
 
     # -- sending -----------------------------------------------------------------------------------
     def send(self, dest: int, header: dict[str, Any], array: np.ndarray | None = None) -> None:
@@ -73,10 +71,8 @@ class Link:
             self.comm.send(header, dest=dest, tag=HEADER)
             if array is not None:
                 self.comm.Send([array, self._MPI.FLOAT], dest=dest, tag=ARRAY)
-                self.bytes_sent += array.nbytes
             if extra is not None:
                 self.comm.Send([extra, self._MPI.FLOAT], dest=dest, tag=BUFFERS)
-                self.bytes_sent += extra.nbytes
 
     def ack(self, dest: int, error: str | None = None) -> None:
         """Tell ``dest`` that this rank's checkpoint part is written (or why it is not)."""
@@ -99,11 +95,9 @@ class Link:
                 raise TrainingError(f"rank {src} sent a tensor where none was expected ({header.get('kind')})")
             with tracer.span(f"recv {header.get('kind', 'msg')}", "comm", source=src):
                 self.comm.Recv([out, self._MPI.FLOAT], source=src, tag=ARRAY)
-            self.bytes_received += out.nbytes
         if header.get("buffers_size") is not None:
             extra = np.empty(int(header.pop("buffers_size")), dtype=np.float32)  # once an epoch: small, rare
             self.comm.Recv([extra, self._MPI.FLOAT], source=src, tag=BUFFERS)
-            self.bytes_received += extra.nbytes
             header["buffers"] = extra
         return src, header, (out if header.get("array") else None)
 

@@ -30,27 +30,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class LazyGroup(click.Group):
+    """Lists :data:`COMMANDS` and imports a command's module only when that command is asked for."""
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name, (module, _) in COMMANDS.items() if _available(module)]
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
         module_name, short = COMMANDS[name]
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name == module_name:
-                return None
-            raise
-        cmd = getattr(module, name.replace("-", "_") + "_command", None) or getattr(module, "command")
+        module = importlib.import_module(module_name)
+        cmd: click.Command = getattr(module, name.replace("-", "_") + "_command", None) or module.command
         if cmd.short_help is None:
             cmd.short_help = short
         return cmd
-
-
-def _available(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

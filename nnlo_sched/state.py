@@ -36,7 +36,6 @@ QUEUED, RUNNING, RESUBMITTING = "queued", "running", "resubmitting"
 DONE, FAILED, CANCELLED = "done", "failed", "cancelled"
 ACTIVE_STATES = (QUEUED, RUNNING, RESUBMITTING)
 FINAL_STATES = (DONE, FAILED, CANCELLED)
-RUN_STATES = ACTIVE_STATES + FINAL_STATES
 
 # Job outcomes (how one job of the chain ended).
 QUEUED_JOB, RUNNING_JOB = "queued", "running"

@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from nnlo.atomic import atomic_open, write_bytes, write_json, write_text
+from nnlo.atomic import atomic_open, write_json, write_text
 
 
 def test_json_with_numpy_values_round_trips(tmp_path):
@@ -22,7 +22,9 @@ def test_strict_json_refuses_nan_and_leaves_the_old_file(tmp_path):
 
 
 def test_a_failed_write_keeps_the_previous_content(tmp_path):
-    path = write_bytes(tmp_path / "part.pkl", b"old")
+    path = tmp_path / "part.pkl"
+    with atomic_open(path, "wb") as f:
+        f.write(b"old")
     with pytest.raises(RuntimeError):
         with atomic_open(path, "wb") as f:
             f.write(b"half of the new")

@@ -15,7 +15,7 @@ velocity::
 Inputs, per call (all flat float32 vectors of the model's size):
 
 - ``update``: the worker's own local update since its last commit, i.e. its new weights minus the weights it
-  started from (for one plain SGD step that is ``-lr * grad``; see :meth:`GEMState.rescale_gradient`);
+  started from (for one plain SGD step that is ``-lr * grad``);
 - ``central_delta``: how far the central variable moved between this worker's previous pull and the pull it
   just made (the center it receives now minus the center it received last time): the motion the system
   already has, from the other workers' commits and this worker's own previous one.
@@ -23,8 +23,8 @@ Inputs, per call (all flat float32 vectors of the model's size):
 The worker then commits ``pi * update`` to the master, which adds it to the center (Downpour with
 ``sgd:lr=1``), and continues from the freshly pulled center plus that rescaled update.
 
-``lr`` only enters through :meth:`GEMState.rescale_gradient`; with :meth:`GEMState.rescale` the worker's own
-optimizer sets the step size (the paper's setting is plain SGD at the GEM learning rate, ``sgd:lr=<gem lr>``).
+``lr`` is recorded with the state; the worker's own optimizer sets the step size (the paper's setting is
+plain SGD at the GEM learning rate, ``sgd:lr=<gem lr>``, the worker's default in GEM mode).
 Upstream defaults: ``lr=0.01``, ``momentum=0.9``, ``kappa=2.0``. ``max_scale=5`` bounds ``pi`` for numerical
 safety where the worker's update is tiny (as the authors' reference code does).
 """
@@ -61,7 +61,6 @@ class GEMState:
         self.steps = 0
         self._tmp = np.empty(self.n_params, dtype=np.float32)
         self._tmp2 = np.empty(self.n_params, dtype=np.float32)
-        self._grad_update: np.ndarray | None = None
 
     def _check(self, what: str, v: np.ndarray) -> None:
         if v.shape != (self.n_params,):
@@ -89,15 +88,6 @@ class GEMState:
         result: np.ndarray = np.multiply(tmp, update, out=out)  # numpy types out= ufuncs as Any
         self.steps += 1
         return result
-
-    def rescale_gradient(self, grad: np.ndarray, central_delta: np.ndarray,
-                         out: np.ndarray | None = None) -> np.ndarray:
-        """As :meth:`rescale` with ``update = -lr * grad`` (the paper's setting: one SGD step per commit)."""
-        self._check("grad", grad)
-        if self._grad_update is None:
-            self._grad_update = np.empty(self.n_params, dtype=np.float32)
-        np.multiply(grad, np.float32(-self.lr), out=self._grad_update)
-        return self.rescale(self._grad_update, central_delta, out=out)
 
     def state_dict(self) -> dict[str, Any]:
         """The proxy velocity (a copy), step count and hyperparameters."""

@@ -54,11 +54,9 @@ class HorovodEngine(Engine):
         if hvd.size() != self.size or hvd.rank() != self.rank:
             raise ConfigError(f"Horovod sees rank {hvd.rank()} of {hvd.size()}, MPI rank {self.rank} of "
                               f"{self.size}; Horovod must be built against the same MPI (scripts/install-horovod.sh)")
-        self._calls = 0
 
     def allreduce_sum(self, buf: np.ndarray) -> None:
         check_buffer(buf)
-        self._calls += 1
         t = self._torch.from_numpy(buf)
         self._hvd.allreduce_(t, op=self._hvd.Sum, name=f"nnlo.sum.{buf.size}")
 

@@ -5,10 +5,10 @@ else is handed to the Keras backend (imported lazily, so torch users never impor
 """
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from nnlo.errors import ConfigError
-from nnlo.models import is_torch_model
 
 if TYPE_CHECKING:
     from nnlo.backends.base import Backend
@@ -29,6 +29,12 @@ def make_backend(model: Any, config: "TrainConfig", device: str = "cpu") -> "Bac
     from nnlo.backends import keras_backend  # lazy: only Keras users import TensorFlow
 
     return keras_backend.make_backend(model, config)
+
+
+def is_torch_model(model: Any) -> bool:
+    """True for a torch nn.Module, without importing torch when the model cannot be one."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)
 
 
 def model_kind(model: Any) -> str:

@@ -139,7 +139,7 @@ class KerasBackend(Backend):
 
         if not is_keras_model(model):
             raise _not_keras(model)
-        self._tf, self._keras, self._losses = tf, keras, keras_losses
+        self._tf, self._losses = tf, keras_losses
         self.model = model
         outputs = getattr(model, "outputs", None) or []
         if len(outputs) > 1:

@@ -374,10 +374,3 @@ class H5Dataset:
         names = ", ".join(f.name for f in self.fields)
         preloaded = ", preloaded" if self.preloaded else ""
         return f"H5Dataset({len(self.files)} files, {len(self)} samples, [{names}]{preloaded})"
-
-    @classmethod
-    def from_list(cls, list_file: str | os.PathLike[str], **kwargs: Any) -> H5Dataset:
-        """Build from a list file (see :func:`nnlo.data.lists.read_list_file`)."""
-        from nnlo.data.lists import read_list_file
-
-        return cls(read_list_file(list_file), **kwargs)

@@ -112,7 +112,6 @@ class RankLogging:
             handler = _ConsoleHandler(stream if stream is not None else sys.stderr)
             handler.setFormatter(RankFormatter(rank, role, prefix_only=True))
             handler.setLevel(self.level if rank == 0 else max(self.level, logging.WARNING))
-            handler._nnlo_console = True  # type: ignore[attr-defined]
             self._add(handler)
 
     def _add(self, handler: logging.Handler) -> None:

@@ -181,8 +181,6 @@ def _record(rank: int, info: Any, out_dir: Path) -> None:
 
 
 def _progress(total: int, stream: Any) -> Any:
-    try:
-        from nnlo.observe.progress import Progress
-    except ImportError:  # observability is optional for the search
-        return None
+    from nnlo.observe.progress import Progress
+
     return Progress("optimize", stream=stream if stream is not None else sys.stderr, total=total)

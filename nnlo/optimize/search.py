@@ -54,7 +54,6 @@ class Search:
         self.in_flight: dict[int, Trial] = {}
         self.requeue: list[Trial] = []  # restored in-flight trials: re-run first, same id and parameters
         self.next_id = 0
-        self.resumed = False
         self.blocks = 1  # how many blocks run trials at once (the coordinator sets it)
         self.ask_s: float | None = None  # how long the last proposal took
         self._ahead = AskAhead(engine)
@@ -197,5 +196,4 @@ class Search:
         self.finished = {t.id: t for t in (Trial.from_dict(d) for d in state["finished"])}
         self.requeue = [Trial(int(d["id"]), self.engine.space.point(d["params"])) for d in state["rerun"]]
         self.in_flight = {}
-        self.resumed = True
         return True

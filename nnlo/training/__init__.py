@@ -19,6 +19,10 @@ module                what it holds
 ``allreduce``         pure all-reduce data parallelism (``--mode allreduce`` / ``--n-masters 0``)
 ``groups``            all-reduce worker groups (``--n-processes K``) acting as one worker
 ``submaster``         sub-masters under an uber-master (``--n-masters M > 1``)
+``serve``             the exchange loop masters and sub-masters share: barrier, stops, failure protocol
+``buffers``           the mean of the workers' BatchNorm-like buffers, for a model that never trains
+``validation``        validation loss and accuracy of the central weights
+``checkpoint_round``  the master's share of a checkpoint: whether one is due, opening and publishing it
 ====================  ==============================================================================
 
 The shape of a training group (:attr:`nnlo.config.TrainConfig.training_group_shape`, ruled by

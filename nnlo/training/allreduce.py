@@ -171,7 +171,7 @@ class AllreduceReplica:
             if not math.isfinite(loss):
                 self._fail_together(None if self.rank else (
                     f"loss is {loss} at epoch {self.epoch + 1}, batch {self.batch + 1}; lower the learning rate "
-                    f"(--worker-optimizer) or check the data for NaN/inf", 1), agreed=True)
+                    f"(--worker-optimizer) or check the data for NaN/inf", 1))
             self.stats["samples"] += sums.total
             self.stats["loss_sum"] += sums.loss_sum
             self.stats["correct"] += sums.correct
@@ -184,7 +184,7 @@ class AllreduceReplica:
     def _stop_wanted(self) -> bool:
         return self.ctx.stop.raised or self.deadline.reached()
 
-    def _fail_together(self, error: tuple[str, int] | None, agreed: bool = False) -> None:
+    def _fail_together(self, error: tuple[str, int] | None) -> None:
         """Every rank knows a step failed; share who failed and why (small, pickled) and raise everywhere."""
         errors = self.comm.allgather(error)
         for r, err in enumerate(errors):

@@ -354,7 +354,7 @@ def _training(ctx: RunContext, source: Any, indices: Any) -> Any:
 
 def _validation(ctx: RunContext, source: Any, indices: Any) -> Any:
     from nnlo.data import H5Dataset
-    from nnlo.training.master import Validator
+    from nnlo.training.validation import Validator
 
     cfg = ctx.config
     features, labels = _fields(ctx, source)

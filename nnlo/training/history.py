@@ -17,8 +17,26 @@ from nnlo.checkpoint import write_json_atomic
 
 HISTORY_FILE = "history.json"
 
-#: Why a training ended.
-STOP_REASONS = ("completed", "early_stopping", "target_metric", "deadline", "signal", "failed")
+
+@dataclass
+class EpochStats:
+    """The training side of the current epoch's entry: sums over the workers' messages (saved in checkpoints)."""
+
+    samples: int = 0
+    loss_sum: float = 0.0
+    correct: float = 0.0
+    has_correct: bool = False
+    seconds: float = 0.0  # wall time of this epoch before the current job (restores add up)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, header: dict[str, Any]) -> None:
+        """Add one worker message's ``samples``, ``loss_sum`` and ``correct``."""
+        n = int(header.get("samples", 0))
+        self.samples += n
+        self.loss_sum += float(header.get("loss_sum", 0.0))
+        if header.get("correct") is not None:
+            self.correct += float(header["correct"])
+            self.has_correct = True
 
 
 @dataclass
@@ -27,9 +45,10 @@ class TrainResult:
 
     history: one dict per epoch; final: the last epoch's metrics (``val_loss``, ``val_accuracy`` for
     classification, ``loss``...); best: the entry with the lowest ``val_loss`` (``loss`` without
-    validation); stopped_reason: one of :data:`STOP_REASONS`; checkpoint: the newest complete checkpoint
-    written by this run (None if none); resumable: True when the run stopped early (deadline/signal) with
-    a fresh checkpoint, i.e. resubmitting it with ``--restore`` continues it.
+    validation); stopped_reason: why it ended (``completed``, ``early_stopping``, ``target_metric``,
+    ``deadline``, ``signal``); checkpoint: the newest complete checkpoint written by this run (None if none);
+    resumable: True when the run stopped early (deadline/signal) with a fresh checkpoint, i.e. resubmitting
+    it with ``--restore`` continues it.
     """
 
     history: list[dict[str, Any]] = field(default_factory=list)

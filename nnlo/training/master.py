@@ -1,20 +1,16 @@
-"""The master (parameter server): holds the central weights, serves its workers, validates, checkpoints.
+"""The master (parameter server) at the top of a training: serves its workers, validates, decides, checkpoints.
 
-Epochs end with a barrier: a worker's last exchange of an epoch is flagged ``epoch_end`` and the master
-answers it only once every worker got there. Then it validates, logs a progress line, updates the history
-and the early-stopping state, decides whether to stop, writes a checkpoint if one is due (every worker writes
-its part into the same folder), and releases everyone. The barrier costs at most one chunk of idling per
-epoch and buys clean semantics: "epoch N" means every training sample was used exactly once N times.
+The exchange loop, the epoch barrier and the failure protocol are :class:`~nnlo.training.serve.WorkerServer`'s;
+this module is what the top of the tree adds to it. At each barrier it sets its model's buffers to the mean of
+the workers' (:mod:`nnlo.training.buffers`), validates (:mod:`nnlo.training.validation`), logs a progress line,
+updates the history and the early-stopping state, decides whether to stop, opens a checkpoint if one is due
+(:mod:`nnlo.training.checkpoint_round`; every worker writes its part into the same folder), and releases
+everyone. Mid-epoch it judges the deadline and the stop signals. It alone writes ``history.json`` and the
+final model.
 
-A stop in the middle of an epoch (deadline or signal) is answered to each worker at its next message with
-"stop, checkpoint into DIR"; the checkpoint then holds every worker's exact data position.
-
-BatchNorm-like buffers: each worker's last update of an epoch carries its model's buffers; the master
-averages them into its own model before validating, so validation, checkpoints and the saved model use the
-statistics the workers gathered (the master never trains, so its own would stay at their initial values).
-
-Failures never hang the group: a worker that fails sends an ``error`` message; the master answers every
-later message with ``abort`` (carrying the original message) until no worker is left, then raises.
+Its own checkpoint part (``master.pkl``) holds the center, its optimizer, the counters, the history, the
+early-stopping state, the current epoch's sums, the buffers and the random states: a restore continues the
+same curve.
 """
 from __future__ import annotations
 
@@ -22,25 +18,23 @@ import logging
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from nnlo import checkpoint as ckpt
-from nnlo.algorithms import synchronous
-from nnlo.algorithms.optimizers import make_optimizer
 from nnlo.backends.base import Backend
-from nnlo.backends.native_model import save_final_model, write_checkpoint_model
+from nnlo.backends.native_model import save_final_model
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
+from nnlo.training.checkpoint_round import CheckpointRound
 from nnlo.training.context import RunContext
-from nnlo.training.deadline import Deadline, injected_signal_update
-from nnlo.training.failure import RankFailure, describe_exception
-from nnlo.training.history import TrainResult, epoch_line, write_history
+from nnlo.training.failure import RankFailure
+from nnlo.training.history import EpochStats, TrainResult, epoch_line, write_history
 from nnlo.training.modes import make_server_rule
+from nnlo.training.serve import RuleFactory, WorkerServer
 from nnlo.training.stopping import Stopper
-from nnlo.transport import ANY, Link
+from nnlo.training.validation import Validator
 
 log = logging.getLogger("nnlo.train")
 
@@ -48,80 +42,18 @@ log = logging.getLogger("nnlo.train")
 _LIVE_FIELDS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "samples_per_s", "gpu_util_mean")
 
 
-@dataclass
-class EpochStats:
-    """Training-side sums of the current epoch, from the workers' messages (saved in checkpoints)."""
-
-    samples: int = 0
-    loss_sum: float = 0.0
-    correct: float = 0.0
-    has_correct: bool = False
-    seconds: float = 0.0  # wall time of this epoch before the current job (restores add up)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def add(self, header: dict[str, Any]) -> None:
-        n = int(header.get("samples", 0))
-        self.samples += n
-        self.loss_sum += float(header.get("loss_sum", 0.0))
-        if header.get("correct") is not None:
-            self.correct += float(header["correct"])
-            self.has_correct = True
-
-
-@dataclass
-class Validator:
-    """Loss and accuracy of the master's model over the validation samples."""
-
-    dataset: Any  # nnlo.data.H5Dataset
-    indices: np.ndarray
-    batch: int
-
-    def __call__(self, backend: Backend) -> dict[str, float]:
-        sums: dict[str, float] = {}
-        for start in range(0, len(self.indices), self.batch):
-            x, y = self.dataset.read(self.indices[start:start + self.batch])
-            for k, v in backend.evaluate_batch(x, y).items():
-                sums[k] = sums.get(k, 0.0) + v
-        count = sums.get("count", 0.0)
-        if not count:
-            return {}
-        out = {"val_loss": sums["loss_sum"] / count}
-        if "correct" in sums:
-            out["val_accuracy"] = sums["correct"] / count
-        return out
-
-
-class Master:
+class Master(WorkerServer):
     """Serves one group of workers. :meth:`run` returns the :class:`TrainResult` (or raises RankFailure)."""
 
     def __init__(self, ctx: RunContext, backend: Backend, validator: Validator | None,
-                 restored: dict[str, Any] | None = None) -> None:
-        self.ctx, self.backend, self.validator = ctx, backend, validator
-        cfg = self.cfg = ctx.config
-        self.link = Link(ctx.comm, watchdog=ctx.watchdog)
-        self.workers = ctx.worker_ranks
-        self.center = backend.get_weights()
-        self.buf = np.empty_like(self.center)
-        self.optimizer = make_optimizer(cfg.optimizer)
-        self.rule = make_server_rule(self.center, self.optimizer, cfg, len(self.workers))
-        self.epoch = 0  # epochs completed
-        self.updates = 0
+                 restored: dict[str, Any] | None = None, rule: RuleFactory = make_server_rule) -> None:
+        super().__init__(ctx, backend, rule)
+        self.validator = validator
         self.history: list[dict[str, Any]] = []
-        self.stopper = Stopper.from_config(cfg.early_stopping, cfg.target_metric)
+        self.stopper = Stopper.from_config(self.cfg.early_stopping, self.cfg.target_metric)
         self.stats = EpochStats()
-        self.buffers = backend.get_buffers() if backend.n_buffers else None  # the central model's buffers
-        self._buffer_sum: np.ndarray | None = None  # this epoch's buffers from the workers, summed (float64)
-        self._buffer_count = 0
-        self.stop_reason: str | None = None
-        self.failure: RankFailure | None = None
-        self.writer = ckpt.CheckpointWriter(ctx.checkpoint_dir, cfg.checkpoint_keep) if ctx.checkpoint_dir else None
-        self.deadline = Deadline(cfg.deadline, self.center.nbytes)
-        self.signal_at = injected_signal_update()
+        self.checkpoints = CheckpointRound(ctx.checkpoint_dir, self.cfg)
         self.progress: Any = None  # nnlo.observe.progress.Progress on a terminal (see _live_progress)
-        self._pending_tmp: Any = None
-        self._to_ack: list[int] = []
-        self._dead: set[int] = set()
-        self._t_epoch = time.monotonic()
         self._t_start = time.monotonic()
         if restored is not None:
             self._load(restored)
@@ -137,7 +69,7 @@ class Master:
             "history": self.history,
             "stopper": self.stopper.state_dict(),
             "epoch_stats": stats,
-            **({"buffers": self.buffers.copy()} if self.buffers is not None else {}),
+            **self.buffers.state_dict(),
             "rng": {"numpy": np.random.get_state(), "python": random.getstate(),
                     "backend": self.backend.rng_state()},
         }
@@ -155,8 +87,7 @@ class Master:
         self.history = list(state.get("history", []))
         self.stopper.load_state_dict(state.get("stopper", {}))
         self.stats = EpochStats(**state.get("epoch_stats", {}))
-        if self.buffers is not None and "buffers" in state:
-            self._set_buffers(np.asarray(state["buffers"], dtype=np.float32))
+        self.buffers.load_state_dict(state)
         rng = state.get("rng", {})
         if "numpy" in rng:
             np.random.set_state(rng["numpy"])
@@ -167,22 +98,11 @@ class Master:
 
     # -- main loop ---------------------------------------------------------------------------------
     def run(self) -> TrainResult:
-        cfg = self.cfg
-        log.info("training %s: %d worker(s), mode %s, %d epoch(s), batch %d, %s",
-                 self.ctx.hierarchy.rank_map(), len(self.workers), cfg.effective_mode, cfg.epochs,
-                 cfg.batch, self.deadline.describe())
-        if self.epoch >= cfg.epochs:
-            self.stop_reason = "completed"
-            log.info("the restored run has already done %d of %d epochs; nothing to train", self.epoch, cfg.epochs)
-        else:
+        if self._begin():
             self.progress = self._live_progress()
             try:
-                self._t_epoch = time.monotonic()
-                if cfg.synchronous:
-                    self._serve_synchronous()
-                else:
-                    self._serve_async()
-                self._finish_stop_checkpoint()
+                if self.serve():  # stopped mid-epoch: the history names the checkpoint just written
+                    self._write_history()
             finally:
                 if self.progress is not None:
                     self.progress.close()  # ends the live line, also on errors, so later output starts clean
@@ -210,221 +130,42 @@ class Master:
             progress.update(epoch=self.epoch)  # a restored run starts from its checkpoint's epoch
         return progress
 
-    def _serve_async(self) -> None:
-        active, parked = set(self.workers), set()
-        replies: dict[int, np.ndarray | None] = {}
-        tracer = get_tracer()
-        while active:
-            src, hdr, arr = self.link.recv(ANY, out=self.buf)
-            kind = hdr.get("kind")
-            if kind == "error":
-                self._record_failure(hdr, src)
-            if self.failure is not None:
-                self._reply(src, "abort")  # to a failed worker too: it learns which failure came first
-                active.discard(src)
-                for p in list(parked):
-                    self._reply(p, "abort")
-                active -= parked
-                parked.clear()
-                continue
-            if kind == "pull":
-                self._reply(src, "continue", self.rule.on_pull())
-                continue
-            if kind != "update" or arr is None:
-                raise TrainingError(f"unexpected message {kind!r} from rank {src}")
-            with tracer.span("apply update", "compute"):
-                out = self.rule.on_update(hdr, arr)
-            self._account(hdr)
-            if self.stop_reason is not None:  # deadline or signal: stop everyone now, mid-epoch if need be
-                tmp = self._stop_checkpoint_dir()
-                self._reply(src, "stop", out, checkpoint=tmp)
-                self._to_ack.append(src)
-                for p in sorted(parked):
-                    self._reply(p, "stop", replies.pop(p, self.center), checkpoint=tmp)
-                    self._to_ack.append(p)
-                active -= parked | {src}
-                parked.clear()
-            elif hdr.get("epoch_end"):
-                parked.add(src)
-                if out is not None:
-                    replies[src] = out.copy() if self.rule.snapshot_reply else out
-                else:
-                    replies[src] = None
-                if parked == active:
-                    self._end_epoch(sorted(parked), replies)
-                    if self.stop_reason is not None or self.failure is not None:
-                        active.clear()
-                    parked.clear()
-                    replies.clear()
-            else:
-                self._reply(src, "continue", out)
+    # -- what the top adds to serving ----------------------------------------------------------------
+    def _accounted(self, header: dict[str, Any], counted: bool) -> None:
+        self.stats.add(header)
 
-    def _serve_synchronous(self) -> None:
-        acc = np.zeros_like(self.center)
-        workers = list(self.workers)
-        tracer = get_tracer()
-        while True:
-            acc.fill(0.0)
-            total = 0
-            ends: list[bool] = []
-            headers = []
-            for w in workers:
-                _, hdr, arr = self.link.recv(w, out=self.buf)
-                if hdr.get("kind") == "error":
-                    self._record_failure(hdr, w)
-                    continue
-                headers.append(hdr)
-                n = int(hdr.get("samples", 0))
-                if n and arr is not None and self.failure is None:
-                    with tracer.span("accumulate update", "compute"):
-                        acc += arr * np.float32(n)  # sample-weighted: equals one step on the joint batch
-                    total += n
-                ends.append(bool(hdr.get("epoch_end")))
-            if self.failure is not None:
-                for w in workers:  # failed workers too: they learn which failure came first
-                    self._reply(w, "abort")
-                return
-            if total:
-                with tracer.span("apply update", "compute"):
-                    synchronous.scale_in_place(acc, total)
-                    self.rule.on_update({"samples": total}, acc)
-            for hdr in headers:
-                self._account(hdr, count_update=False)
-            self._count_update()
-            self._check_stop()
-            if any(ends) and not all(ends):
-                raise TrainingError("workers disagree on the end of the epoch; their data shards differ")
-            if all(ends):
-                self._end_epoch(workers, {w: self.center for w in workers})
-                if self.stop_reason is not None or self.failure is not None:
-                    return
-            elif self.stop_reason is not None:
-                tmp = self._stop_checkpoint_dir()
-                for w in workers:
-                    self._reply(w, "stop", None, checkpoint=tmp)
-                    self._to_ack.append(w)
-                return
-            else:
-                for w in workers:
-                    self._reply(w, "continue", self.center)
-
-    # -- bookkeeping -------------------------------------------------------------------------------
-    def _account(self, hdr: dict[str, Any], count_update: bool = True) -> None:
-        self.stats.add(hdr)
-        if hdr.get("buffers") is not None:
-            self._collect_buffers(hdr["buffers"])
-        if hdr.get("seconds"):
-            self.deadline.note_round(float(hdr["seconds"]))
-        if count_update and hdr.get("samples", 0):
-            self._count_update()
-        if hdr.get("stop_requested") and self.stop_reason is None:
-            self.stop_reason = "signal"
-            log.warning("a worker received %s: stopping with a checkpoint", hdr.get("stop_requested"))
-        self._check_stop()
-
-    def _collect_buffers(self, values: np.ndarray) -> None:
-        if self.buffers is None or values.size != self.buffers.size:
-            raise TrainingError(f"a worker sent {values.size} buffer values but the master's model has "
-                                f"{0 if self.buffers is None else self.buffers.size}; all ranks must load the same model")
-        if self._buffer_sum is None:
-            self._buffer_sum = np.zeros(values.size, dtype=np.float64)
-        self._buffer_sum += values
-        self._buffer_count += 1
-
-    def _take_buffers(self) -> np.ndarray | None:
-        """The mean of the buffers received since the last call (None if none came), and start over."""
-        if self._buffer_sum is None or not self._buffer_count:
-            return None
-        mean = (self._buffer_sum / self._buffer_count).astype(np.float32)
-        self._buffer_sum, self._buffer_count = None, 0
-        return mean
-
-    def _set_buffers(self, values: np.ndarray) -> None:
-        assert self.buffers is not None
-        np.copyto(self.buffers, values)
-        self.backend.set_buffers(self.buffers)
-
-    def _count_update(self) -> None:
-        self.updates += 1
-        if self.signal_at is not None and self.updates == self.signal_at:
-            import os
-            import signal
-
-            os.kill(os.getpid(), signal.SIGUSR1)  # test hook: the real signal path at an exact update
-
-    def _check_stop(self) -> None:
-        if self.stop_reason is not None:
-            return
+    def _stop_wanted(self) -> str | None:
         if self.ctx.stop.raised:
-            self.stop_reason = "signal"
-        elif self.deadline.reached():
-            self.stop_reason = "deadline"
+            return "signal"
+        if self.deadline.reached():
             log.warning("deadline close (%s): writing a checkpoint and stopping", self.deadline.describe())
+            return "deadline"
+        return None
 
-    def _record_failure(self, hdr: dict[str, Any], src: int) -> None:
-        if self.failure is None:
-            self.failure = RankFailure.from_dict(hdr["failure"], report=False)
-            log.debug("rank %d failed: %s", src, self.failure)
+    def _stop_checkpoint_dir(self) -> Path | None:
+        if self._stop_tmp is None and self.checkpoints.enabled:
+            self._stop_tmp = self.checkpoints.open(self.epoch, self.updates)
+        return self._stop_tmp
 
-    def _fail_here(self, exc: BaseException) -> None:
-        if self.failure is None:
-            message, code = describe_exception(exc)
-            self.failure = RankFailure(message, self.ctx.rank, self.ctx.role_label, exit_code=code, report=True)
-            log.debug("master failed", exc_info=exc)
-
-    def _reply(self, dest: int, action: str, array: np.ndarray | None = None, checkpoint: Any = None) -> None:
-        header: dict[str, Any] = {"kind": "reply", "action": action}
-        if checkpoint is not None:
-            header["checkpoint"] = str(checkpoint)
-        if action == "abort":
-            header["failure"] = self.failure.to_dict() if self.failure else None
-            array = None
-        self.link.send(dest, header, array)
-
-    # -- epochs ------------------------------------------------------------------------------------
-    def _end_epoch(self, parked: list[int], replies: dict[int, np.ndarray | None]) -> None:
-        """All workers are at the barrier: validate, record, decide, checkpoint, release them."""
-        action, tmp = "continue", None
-        try:
-            mean = self._take_buffers()
-            if mean is not None:
-                self._set_buffers(mean)
-            entry = self._epoch_entry()
-            self.history.append(entry)
-            self.epoch += 1
-            self.stats = EpochStats()
-            reason = self.stopper.update(entry)
-            self._check_stop()
-            reason = self.stop_reason or reason
-            if reason is None and self.epoch >= self.cfg.epochs:
-                reason = "completed"
-            self.stop_reason = reason
-            log.info(epoch_line(entry, self.cfg.epochs))
-            if self.progress is not None:  # the figures a person watches; the history keeps the rest
-                self.progress.update(**{k: v for k, v in entry.items() if k in _LIVE_FIELDS})
-            if self._want_checkpoint(reason):
-                assert self.writer is not None
-                tmp = self.writer.begin(self.epoch, self.updates)
-            action = "stop" if reason else "continue"
-            self._write_history()
-        except Exception as e:  # noqa: BLE001 - report it to every worker instead of hanging them
-            self._fail_here(e)
-            for p in parked:
-                self._reply(p, "abort")
-            return
-        for p in parked:
-            self._reply(p, action, replies.get(p), checkpoint=tmp)
-        self._t_epoch = time.monotonic()
-        if tmp is not None:
-            self._complete_checkpoint(tmp, parked)
-            if self.failure is not None and action == "continue":
-                self._drain([p for p in parked if p not in self._dead])
-
-    def _drain(self, ranks: list[int]) -> None:
-        """After a failure, answer the next message of each of ``ranks`` with abort (so none waits)."""
-        for r in ranks:
-            self.link.recv(r, out=self.buf)
-            self._reply(r, "abort")
+    def _decide_epoch(self) -> tuple[str, Path | None]:
+        """Validate, record, decide whether to stop, and open a checkpoint if one is due."""
+        self.buffers.adopt_mean()
+        entry = self._epoch_entry()
+        self.history.append(entry)
+        self.epoch += 1
+        self.stats = EpochStats()
+        reason = self.stopper.update(entry)
+        self._check_stop()
+        reason = self.stop_reason or reason
+        if reason is None and self.epoch >= self.cfg.epochs:
+            reason = "completed"
+        self.stop_reason = reason
+        log.info(epoch_line(entry, self.cfg.epochs))
+        if self.progress is not None:  # the figures a person watches; the history keeps the rest
+            self.progress.update(**{k: v for k, v in entry.items() if k in _LIVE_FIELDS})
+        tmp = self.checkpoints.open(self.epoch, self.updates) if self.checkpoints.due(self.epoch, reason) else None
+        self._write_history()
+        return ("stop" if reason else "continue"), tmp
 
     def _epoch_entry(self) -> dict[str, Any]:
         s = self.stats
@@ -436,9 +177,7 @@ class Master:
                 entry["accuracy"] = s.correct / s.samples
         if self.validator is not None:
             t = time.monotonic()
-            with get_tracer().span("validate", "validate"):
-                self.backend.set_weights(self.center)
-                entry.update(self.validator(self.backend))
+            entry.update(self.validator.validate(self.backend, self.center))
             self.deadline.note_validation(time.monotonic() - t)
         entry.update(samples=s.samples, seconds=round(seconds, 4),
                      samples_per_s=round(s.samples / seconds, 1) if seconds > 0 else None,
@@ -452,57 +191,32 @@ class Master:
             )
         return entry
 
-    def _want_checkpoint(self, reason: str | None) -> bool:
-        if self.writer is None:
-            return False
-        if reason in ("deadline", "signal"):
-            return True
-        if not self.cfg.checkpoint:
-            return False
-        interval = self.cfg.checkpoint_interval
-        return reason is not None or (interval > 0 and self.epoch % interval == 0)
-
-    def _stop_checkpoint_dir(self) -> Any:
-        if self._pending_tmp is None and self.writer is not None:
-            self._pending_tmp = self.writer.begin(self.epoch, self.updates)
-        return self._pending_tmp
-
-    def _finish_stop_checkpoint(self) -> None:
-        if self._pending_tmp is not None:
-            tmp, self._pending_tmp = self._pending_tmp, None
-            self._complete_checkpoint(tmp, self._to_ack)
-            self._write_history()
-
-    def _complete_checkpoint(self, tmp: Any, ranks: list[int]) -> None:
-        assert self.writer is not None
+    def _complete_checkpoint(self, tmp: Path, ranks: list[int]) -> None:
         with get_tracer().span("checkpoint", "io"):
-            errors = [(r, self.link.recv_ack(r)) for r in ranks]
-            bad = [(r, e) for r, e in errors if e]
-            self._dead.update(r for r, _ in bad)  # they raised after acknowledging; they send no more
-            if bad and self.failure is None:
-                info = self.ctx.hierarchy[bad[0][0]]
-                self.failure = RankFailure(f"cannot write checkpoint part into {tmp}: {bad[0][1]}",
-                                           bad[0][0], info.label(), report=False)
+            bad = self._collect_acks(ranks)
+            if bad:
+                if self.failure is None:
+                    rank, error = bad[0]
+                    self.failure = RankFailure(f"cannot write checkpoint part into {tmp}: {error}", rank,
+                                               self.ctx.hierarchy[rank].label(), report=False)
+                self.checkpoints.abandon(tmp)
+                return
             try:
-                if bad:
-                    raise self.failure  # type: ignore[misc]
-                ckpt.write_part(tmp, ckpt.part_name("master"), self.state_dict())
-                native = write_checkpoint_model(self.backend, tmp, self.center)  # Keras: model.keras; torch: None
-                self.writer.commit(tmp, {
+                seconds = self.checkpoints.publish(tmp, self.state_dict, self.backend, self.center, {
                     "epoch": self.epoch, "updates": self.updates, "mode": self.cfg.effective_mode,
                     "n_workers": len(self.ctx.group.workers), "config": self.cfg.to_dict(),
-                    "stopped_reason": self.stop_reason, **({"model": native} if native else {}),
+                    "stopped_reason": self.stop_reason,
                 })
-                if self.writer.last_duration is not None:
-                    self.deadline.note_checkpoint(self.writer.last_duration)
-            except Exception as e:  # noqa: BLE001
-                self.writer.abandon(tmp)
+            except Exception as e:  # noqa: BLE001 - the round failed: every worker learns it
                 self._fail_here(e)
+                return
+            if seconds is not None:
+                self.deadline.note_checkpoint(seconds)
 
     # -- results -----------------------------------------------------------------------------------
     def _result(self) -> TrainResult:
         out = self.ctx.out_dir
-        result = TrainResult.of(self.history, self.epoch, self.stop_reason or "completed", self.writer,
+        result = TrainResult.of(self.history, self.epoch, self.stop_reason or "completed", self.checkpoints.writer,
                                 out_dir=str(out) if out else None, updates=self.updates,
                                 seconds=round(time.monotonic() - self._t_start, 3))
         if out is not None:
@@ -511,12 +225,11 @@ class Master:
             result.history_path = str(self._write_history(result))
         return result
 
-    def _write_history(self, result: TrainResult | None = None) -> Any:
+    def _write_history(self, result: TrainResult | None = None) -> Path | None:
         if self.ctx.out_dir is None:
             return None
         if result is None:
-            result = TrainResult.of(self.history, self.epoch, self.stop_reason or "running", self.writer)
+            result = TrainResult.of(self.history, self.epoch, self.stop_reason or "running", self.checkpoints.writer)
         return write_history(self.ctx.out_dir, result, {
             "mode": self.cfg.effective_mode, "n_workers": len(self.workers), "config": self.cfg.to_dict(),
         })
-

@@ -1,7 +1,6 @@
 """``nnlo plot RUN``: PNG plots of a run's learning curves, optimization trials and per-rank utilisation."""
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import click
@@ -16,10 +15,11 @@ def plot_command(run: str, out: Path | None) -> None:
     and per-rank utilisation (the --timeline trace) of RUN as PNG files."""
     from nnlo.errors import ConfigError
     from nnlo.observe.plots import plot_run
+    from nnlo.optimize.surrogate_plot import plot_surrogate
 
     run_dir = resolve_run_dir(run)
     problems: list[str] = []
-    written = plot_run(run_dir, out, problems)
+    written = plot_run(run_dir, out, problems, extra=[("the partial dependence (objective.png)", plot_surrogate)])
     for path in written:
         click.echo(str(path))
     for problem in problems:
@@ -32,7 +32,6 @@ def plot_command(run: str, out: Path | None) -> None:
         )
 
 
-
 def resolve_run_dir(value: str) -> Path:
     """A directory as given (a run directory, or any output directory of nnlo train/optimize), else a run
     id or unique id prefix known to ``nnlo status`` (looked up by :func:`nnlo_sched.runs.find_run`)."""
@@ -41,19 +40,12 @@ def resolve_run_dir(value: str) -> Path:
         return path
     if path.exists():
         raise click.BadParameter(f"{value} is a file; pass the run's directory", param_hint="RUN_OR_DIR")
+    from nnlo_sched.runs import find_run
+
     try:
-        find_run = importlib.import_module("nnlo_sched.runs").find_run
-    except (ImportError, AttributeError):
-        find_run = None
-    if find_run is not None:
-        try:
-            return Path(find_run(value).dir)
-        except Exception as e:  # noqa: BLE001 - RunNotFound and friends carry a one-line message
-            raise click.BadParameter(str(e), param_hint="RUN_OR_DIR") from None
-    raise click.BadParameter(
-        f"no directory {value!r}; pass the directory the run wrote (its --checkpoint or --output directory)",
-        param_hint="RUN_OR_DIR",
-    )
+        return Path(find_run(value).dir)
+    except Exception as e:  # noqa: BLE001 - RunNotFound and friends carry a one-line message
+        raise click.BadParameter(str(e), param_hint="RUN_OR_DIR") from None
 
 
 command = plot_command

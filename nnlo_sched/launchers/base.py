@@ -69,7 +69,3 @@ class Launcher(ABC):
 
     def check(self, plan: LaunchPlan) -> None:
         """Raise :class:`LaunchError` for a plan this launcher cannot express."""
-
-
-def whole(x: Fraction) -> int:
-    return int(x) if x.denominator == 1 else int(x) + 1

@@ -47,10 +47,6 @@ class Queue:
     def max_nodes(self) -> int | None:
         return self.bins[-1].max_nodes if self.bins else None
 
-    @property
-    def max_walltime_s(self) -> int | None:
-        return max((b.walltime_s for b in self.bins), default=None)
-
     def walltime_limit(self, nodes: int) -> int | None:
         """The longest walltime for ``nodes`` nodes (None: no limit known); raises past the queue's size."""
         for b in self.bins:

@@ -79,30 +79,6 @@ def test_alpha_one_half_meets_in_the_middle():
 
 
 # -- synchronous -------------------------------------------------------------------------------------------
-def test_mean_not_sum():
-    deltas = [f32(1, 2), f32(3, 4), f32(5, 9)]
-    np.testing.assert_allclose(synchronous.mean_update(deltas), [3, 5])
-    assert synchronous.mean_update(deltas).dtype == np.float32
-    with pytest.raises(ValueError, match="at least one"):
-        synchronous.mean_update([])
-
-
-def test_accumulator_in_place_and_reset():
-    acc = synchronous.MeanAccumulator(2)
-    buffer = acc.total
-    for d in (f32(2, 0), f32(4, 2)):
-        acc.add(d)
-    out = np.empty(2, np.float32)
-    assert acc.mean(out=out) is out
-    np.testing.assert_allclose(out, [3, 1])
-    acc.reset()
-    assert acc.total is buffer and acc.count == 0 and not acc.total.any()
-    with pytest.raises(ValueError, match="no update"):
-        acc.mean()
-    with pytest.raises(ValueError, match="has 3 values, expected 2"):
-        acc.add(f32(1, 2, 3))
-
-
 def test_scale_in_place_turns_allreduce_sum_into_mean():
     total = f32(6, 9)
     assert synchronous.scale_in_place(total, 3) is total

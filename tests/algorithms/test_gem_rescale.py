@@ -35,15 +35,6 @@ def test_scale_is_capped_and_sign_kept():
     np.testing.assert_allclose(out, [0.005, -0.005], rtol=1e-6)
 
 
-def test_rescale_gradient_uses_minus_lr_times_grad_and_out_buffer():
-    gem = GEMState(2, lr=0.1, momentum=0.0, kappa=3.0)
-    out = np.empty(2, np.float32)
-    result = gem.rescale_gradient(f32(1.0, -2.0), f32(0.1, 0.0), out=out)
-    assert result is out
-    # update = [-0.1, 0.2]; pi = (0.3-0.1)/0.1 = 2 | 0.6/0.2 = 3
-    np.testing.assert_allclose(out, [-0.2, 0.6], rtol=1e-6)
-
-
 def test_in_place_on_the_update_itself():
     gem = GEMState(2, momentum=0.0, kappa=2.0)
     u = f32(0.5, -0.5)

@@ -33,7 +33,7 @@ def test_make_digits_writes_a_complete_one_hot_split_and_is_idempotent(tmp_path)
     out = tmp_path / "digits"
     printed = run("make_digits.py", "--out", str(out), "--files", "3", "--val-fraction", "0.25", "--seed", "4")
     assert printed == [str(out / "train.list"), str(out / "val.list")]
-    train, val = (H5Dataset.from_list(out / name) for name in ("train.list", "val.list"))
+    train, val = (H5Dataset(read_list_file(out / name)) for name in ("train.list", "val.list"))
     assert len(read_list_file(out / "train.list")) == 3
     assert len(train) + len(val) == 1797 and len(val) == round(1797 * 0.25)
     x, y = train.read(np.arange(len(train)))
@@ -69,7 +69,7 @@ def test_make_synthetic_is_chunked_and_learnable(tmp_path):
     printed = run("make_synthetic.py", "--out", str(out), "--samples", "3001", "--features", "8", "--classes",
                   "3", "--files", "4", "--chunk", "500", "--val-samples", "600", "--separation", "3")
     assert printed == [str(out / "data.list"), str(out / "val.list")]
-    train, val = H5Dataset.from_list(out / "data.list"), H5Dataset.from_list(out / "val.list")
+    train, val = H5Dataset(read_list_file(out / "data.list")), H5Dataset(read_list_file(out / "val.list"))
     assert len(train) == 3001 and sorted(train.counts.tolist()) == [750, 750, 750, 751]
     x, y = train.read(np.arange(len(train)))
     assert x.shape == (3001, 8) and y.shape == (3001, 3)
@@ -80,7 +80,7 @@ def test_make_synthetic_is_chunked_and_learnable(tmp_path):
     assert (predicted == yv.argmax(1)).mean() > 0.9
     idx = run("make_synthetic.py", "--out", str(tmp_path / "i"), "--samples", "10", "--features", "2",
               "--classes", "2", "--files", "1", "--label-format", "index")
-    _, yi = H5Dataset.from_list(idx[0]).read([0, 1])
+    _, yi = H5Dataset(read_list_file(idx[0])).read([0, 1])
     assert yi.dtype == np.int64
 
 

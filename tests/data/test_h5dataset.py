@@ -132,12 +132,6 @@ def test_pickles_without_open_handles_and_reopens(indexed_files):
     assert not ds._handles
 
 
-def test_from_list(indexed_files, tmp_path):
-    listing = tmp_path / "all.list"
-    listing.write_text("\n".join(p.name for p in indexed_files))
-    assert len(H5Dataset.from_list(listing)) == 24
-
-
 def test_broadcast_pattern_unpickled_dataset_opens_no_file_until_read(indexed_files):
     built = H5Dataset(indexed_files)
     received = pickle.loads(pickle.dumps(built))

@@ -58,7 +58,7 @@ def test_user_profile_extends_builtin(user_dir: Path) -> None:
     p = load_profile("mysite")
     assert p.name == "mysite" and p.gpus_per_node == 8 and p.cores_per_node == 36
     assert p.constraint == "a100" and p.scheduler == "slurm" and p.template_name == "flatiron.sh"
-    assert p.queue("gpu").max_walltime_s == 2 * 86400 and p.queue("short").max_nodes == 2
+    assert p.queue("gpu").walltime_limit(1) == 2 * 86400 and p.queue("short").max_nodes == 2
     assert p.aliases == ()  # the parent's alias "rusty" stays the parent's
     assert load_profile("rusty").name == "flatiron"
     assert "mysite.toml" in p.source and "flatiron.toml" in p.source

@@ -11,26 +11,30 @@ Files written into the output folder (default ``<run>/plots``)::
     metrics.png         every other numeric per-epoch series, one panel each
     convergence.png     fom of each trial and the best so far          (trials.json)
     parameters.png      each hyperparameter against the fom, one panel each
-    objective.png       scikit-optimize's partial dependence of the fom (optimizer-state.json + trials.json)
     trial-curves.png    every trial's validation loss per epoch in one figure (optimization runs)
     utilisation.png     per-rank fraction of time per category, and the spans over time  (trace)
 
-Several histories without ``trials.json`` get ``<dir>-loss.png`` etc. each (at most 50).
+Several histories without ``trials.json`` get ``<dir>-loss.png`` etc. each (at most 50). Plots that other
+layers own are passed in by the caller and drawn with the same care: ``nnlo plot`` adds the search's
+``objective.png`` (:mod:`nnlo.optimize.surrogate_plot`).
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Callable
 
 from nnlo.observe.plots.common import history_entries, load_json
 from nnlo.observe.plots.curves import plot_history, plot_trial_curves
-from nnlo.observe.plots.surrogate import plot_surrogate
 from nnlo.observe.plots.trials import plot_trials
 from nnlo.observe.plots.utilisation import plot_utilisation, streams_from_trace_json
 
-__all__ = ["plot_history", "plot_run", "plot_surrogate", "plot_trial_curves", "plot_trials", "plot_utilisation",
+__all__ = ["ExtraPlot", "plot_history", "plot_run", "plot_trial_curves", "plot_trials", "plot_utilisation",
            "streams_from_trace_json"]
+
+#: a plot another layer owns: (what it shows, for a problem line; draw(run_dir, out_dir) -> the PNGs written)
+ExtraPlot = tuple[str, Callable[[Path, Path], list[Path]]]
 
 _MAX_HISTORIES = 50
 
@@ -38,11 +42,12 @@ log = logging.getLogger("nnlo.observe")
 
 
 def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
-             problems: list[str] | None = None) -> list[Path]:
-    """Every plot the files under ``run_dir`` allow; returns the PNGs written (maybe none).
+             problems: list[str] | None = None, extra: Sequence[ExtraPlot] = ()) -> list[Path]:
+    """Every plot the files under ``run_dir`` allow, then the ``extra`` plots; returns the PNGs written.
 
     One plot failing (an odd file, a matplotlib corner case) does not cost the others: its one-line reason
-    is appended to ``problems`` (and logged) and the next plot is drawn.
+    is appended to ``problems`` (and logged) and the next plot is drawn. An extra plot returns [] when the
+    run left nothing for it to draw.
     """
     from nnlo.observe import timeline
 
@@ -76,13 +81,13 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
         if isinstance(trials, list):
             attempt("the optimization plots", lambda: plot_trials(
                 trials, out, str(best.get("direction") or "min"), str(best.get("fom_name") or "fom")))
-        if (run_dir / "optimizer-state.json").exists():
-            attempt("the partial dependence (objective.png)", lambda: plot_surrogate(run_dir, out))
     if timeline.find_trace_dirs(run_dir):
         attempt("the utilisation", lambda: plot_utilisation(timeline.load_run(run_dir), out))
     elif (run_dir / timeline.MERGED_NAME).exists():
         attempt("the utilisation",
                 lambda: plot_utilisation(streams_from_trace_json(run_dir / timeline.MERGED_NAME), out))
+    for what, draw in extra:
+        attempt(what, partial(draw, run_dir, out))
     return written
 
 

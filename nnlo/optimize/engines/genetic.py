@@ -54,11 +54,6 @@ class GeneticEngine(Engine):
         ranked = sorted(enumerate(self.finite), key=lambda iv: (iv[1][1], iv[0]))
         return [pv for _, pv in ranked[: self.population_size]]
 
-    @property
-    def generation(self) -> int:
-        """Completed evaluations in units of the population size (for progress display only)."""
-        return len(self.observations) // self.population_size
-
     def _propose(self, pending: list[Point], rng: np.random.Generator) -> Point:
         pop = self.population()
         if len(pop) < min(self.population_size, 2) or len(self.finite) < self.population_size:

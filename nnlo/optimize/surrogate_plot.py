@@ -5,6 +5,11 @@ Which parameters matter, and where their good values lie, is what a person asks 
 trials. The search space comes from ``optimizer-state.json`` (``"space"``: per parameter ``type`` real,
 integer or categorical with ``low``/``high``/``prior`` or ``values``), the points from ``trials.json``.
 skopt minimizes, so a ``max`` figure of merit is plotted negated (the title says so).
+
+It lives with the search, not with the other plots (:mod:`nnlo.observe.plots`), because it reads the
+search's own files into the search's own types (:class:`~nnlo.optimize.space.Space`) and fits the Bayesian
+engine's surrogate; it draws with the plots' shared helpers, so the dependency points down. ``nnlo plot``
+hands it to :func:`nnlo.observe.plots.plot_run` as an extra plot.
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nnlo.observe.plots.common import load_json, num, plt, save
+from nnlo.optimize.space import Space
 
 MIN_TRIALS = 3  # fewer points than this fit no useful surrogate
 
@@ -37,7 +43,6 @@ def plot_surrogate(run_dir: Path, out_dir: Path) -> list[Path]:
         return []
     # scikit-optimize is used only through the Bayesian engine's module, and only when there is a search to draw.
     from nnlo.optimize.engines.bayesian import plot_partial_dependence
-    from nnlo.optimize.space import Space
 
     space = Space.from_dict(state["space"], source=str(run_dir / "optimizer-state.json"))
     axes = plot_partial_dependence(space, points, values, n_points=20, size=2.4)
@@ -53,6 +58,3 @@ def _figure_of(axes: Any) -> Any:
     """plot_objective returns one Axes or an array of them; the figure they share."""
     first = axes.flat[0] if hasattr(axes, "flat") else axes
     return first.figure if first is not None else plt.gcf()
-
-
-__all__ = ["MIN_TRIALS", "plot_surrogate"]
