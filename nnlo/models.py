@@ -132,7 +132,7 @@ def _load_torch_file(path: str) -> Any:
         if not (e.name or "").startswith("nnlo_user_model_"):
             raise ModelError(f"cannot load torch model {path}: the module {e.name!r} of its classes is not "
                              f"importable; install it or put it on PYTHONPATH") from None
-        stem = e.name[len("nnlo_user_model_"):].rsplit("_", 1)[0]
+        stem = (e.name or "")[len("nnlo_user_model_"):].rsplit("_", 1)[0]
         raise ModelError(f"{path} holds a model whose class is defined in the model module {stem}.py; pass that "
                          f"module instead (--model path/to/{stem}.py, with --restore RUN for its weights)") from None
     except Exception as e:  # noqa: BLE001

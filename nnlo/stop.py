@@ -8,8 +8,8 @@ launched them, so both install a :class:`Stop` for as long as they run and ask i
 A second SIGTERM or SIGINT (:data:`~nnlo.contract.INSISTING_SIGNALS`) ends the process at once with status
 128+n, without a checkpoint. Only one that comes at least :data:`INSIST_AFTER_S` after the first counts: a
 scheduler that signals every process of a job while the batch script relays the same signal to the launcher
-(Slurm at the walltime, the local scheduler at the limit or on cancel) delivers one event twice within milliseconds, and that
-must not cost the checkpoint.
+(Slurm at the walltime, the local scheduler at the limit or on cancel) delivers one event twice within
+milliseconds, and that must not cost the checkpoint.
 
 Handlers can only be installed from the main thread; elsewhere a :class:`Stop` stays unset. ``close()`` (or
 leaving the ``with`` block) puts back the handlers found at install. A stop installed over another (a

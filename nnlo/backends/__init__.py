@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from nnlo.config import TrainConfig
 
 
-def make_backend(model: Any, config: "TrainConfig", device: str = "cpu") -> "Backend":
+def make_backend(model: Any, config: TrainConfig, device: str = "cpu") -> Backend:
     """The backend for ``model`` with ``config``'s loss and worker optimizer, on ``device``.
 
     ``config.backend`` (``--backend``) ``auto`` follows the model's type; ``torch`` or ``keras`` insist on it,

@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 import random
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def train(
         return result
     except RankFailure:
         raise
-    except BaseException as e:  # noqa: BLE001 - anything else: report once and end the whole job
+    except BaseException as e:  # anything else: report once and end the whole job
         aborting = True
         _abort(group, e, ctx.role_label if ctx else "starting")
         raise  # pragma: no cover - Abort does not return
@@ -102,7 +103,7 @@ def _phase(comm: Any, hierarchy: Hierarchy | None, fn: Callable[[], T], watchdog
     error = None
     try:
         value = fn()
-    except Exception as e:  # noqa: BLE001 - every failure becomes one line on one rank
+    except Exception as e:  # every failure becomes one line on one rank
         message, code = describe_exception(e)
         error = (message, code)
         log.debug("set-up failed", exc_info=e)
@@ -195,7 +196,8 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
 def _same_sizes(sizes: list[int], hierarchy: Hierarchy) -> None:
     if len(set(sizes)) > 1:
         detail = ", ".join(f"rank {r}: {n}" for r, n in enumerate(sizes))
-        raise ConfigError(f"the ranks built models of different sizes ({detail}); get_model() must not be random in shape")
+        raise ConfigError(f"the ranks built models of different sizes ({detail}); "
+                          "get_model() must not be random in shape")
 
 
 def _find_restore(ctx: RunContext) -> str | None:
@@ -250,9 +252,10 @@ class _Builder:
             if ctx.info.role is Role.UBER_MASTER:
                 state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
                 return submaster.UberMaster(ctx, self.backend, self.data, restored=state)
-            name = submaster.part_name(int(ctx.info.master))
+            assert ctx.info.master is not None  # a sub-master's index in its group
+            name = submaster.part_name(ctx.info.master)
             has_part = checkpoint is not None and (Path(checkpoint) / name).is_file()
-            state = ckpt.read_part(checkpoint, name) if has_part else None
+            state = ckpt.read_part(checkpoint, name) if checkpoint is not None and has_part else None
             return submaster.SubMaster(ctx, self.backend, restored=state,
                                        epoch=int(manifest["epoch"]) if manifest else 0)
         if ctx.info.role is Role.MASTER:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -108,7 +109,7 @@ def run_in_world(parse: Callable[[], tuple[Any, Any]], log_level: str = "info") 
         code = getattr(e, "exit_code", 2)
         sys.stderr.flush()
         raise SystemExit(code) from None
-    except Exception as e:  # noqa: BLE001 - never leave other ranks hanging on an unexpected error
+    except Exception as e:  # never leave other ranks hanging on an unexpected error
         from nnlo.roles import RoleError
 
         if isinstance(e, RoleError):
@@ -154,8 +155,8 @@ def _inside_mpi_launch() -> bool:
 
 def _launch(ctx: click.Context, n: int, params: dict[str, Any]) -> int:
     """Re-run this command line on ``n`` ranks with the local profile's launcher (signals relayed)."""
-    from nnlo_sched.launchers.local_launch import relaunch
     from nnlo_sched.commands.train import argv_from_params
+    from nnlo_sched.launchers.local_launch import relaunch
 
     return relaunch(n, ["optimize", *argv_from_params(ctx.command, params, drop=("np_",))])
 

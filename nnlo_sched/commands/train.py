@@ -12,7 +12,8 @@ failed; 2 bad input.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -201,8 +202,8 @@ def train_command(ctx: click.Context, np_: int | None, **params: Any) -> None:
     Example: nnlo train -n 3 --model examples/digits_torch.py --train train.list --val val.list --mode gem
 
     Writes history.json, config.json, the model (model.pt for torch, model.keras for Keras) and logs/ into
-    the run directory (--checkpoint DIR, else nnlo-runs/NAME). Exit status: 0 done, 75 stopped on deadline/signal with a checkpoint (resumable), 1 a
-    rank failed, 2 bad input.
+    the run directory (--checkpoint DIR, else nnlo-runs/NAME). Exit status: 0 done, 75 stopped on
+    deadline/signal with a checkpoint (resumable), 1 a rank failed, 2 bad input.
     """
     from nnlo_sched.launchers.local_launch import inside_mpi_launch, relaunch
 

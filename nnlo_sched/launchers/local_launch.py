@@ -24,6 +24,7 @@ role (from the rank records, :mod:`nnlo.rankfate`) and the status is 1, not the 
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -38,10 +39,17 @@ from types import FrameType
 from typing import IO, Self
 
 from nnlo.contract import (
-    ENV_LAUNCHED, ENV_LIVE, ENV_RANK_RECORDS, EXIT_FAILED, EXIT_RESUMABLE, INSISTING_SIGNALS, STOP_SIGNALS)
+    ENV_LAUNCHED,
+    ENV_LIVE,
+    ENV_RANK_RECORDS,
+    EXIT_FAILED,
+    EXIT_RESUMABLE,
+    INSISTING_SIGNALS,
+    STOP_SIGNALS,
+)
 from nnlo.errors import ConfigError
 from nnlo.stop import INSIST_AFTER_S, Handler
-from nnlo_sched.launchers import Launcher, LaunchPlan, launcher_for
+from nnlo_sched.launchers import LaunchPlan, Launcher, launcher_for
 from nnlo_sched.profiles import Profile, load_profile
 
 #: Variables a launcher sets in every rank (MPICH/Hydra and PMI-2, Open MPI, PMIx, Cray ALPS, IBM jsrun).
@@ -85,7 +93,7 @@ def relaunch(n: int, argv: Sequence[str]) -> int:
         try:
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, process_group=0,
-                                    preexec_fn=_die_with_parent())  # noqa: PLW1509 - no thread of ours runs yet
+                                    preexec_fn=_die_with_parent())  # safe: no thread of ours runs yet
         except FileNotFoundError:
             raise ConfigError(f"no {cmd[0]} found to start -n ranks; install an MPI: pip install mpich "
                               "(or load your site's MPI)") from None
@@ -159,10 +167,8 @@ class _Relay:
     def _send(self, sig: signal.Signals) -> None:
         assert self._proc is not None
         name = self.launcher.relay(sig.name.removeprefix("SIG"))
-        try:
+        with contextlib.suppress(ProcessLookupError):  # already gone
             self._proc.send_signal(signal.Signals[f"SIG{name}"])
-        except ProcessLookupError:  # pragma: no cover - already gone
-            pass
 
 
 def _die_with_parent() -> Callable[[], None] | None:

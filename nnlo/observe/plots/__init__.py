@@ -72,8 +72,7 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
         for path in histories[:_MAX_HISTORIES]:
             rel = path.parent.relative_to(run_dir)
             prefix = "" if rel == Path(".") or len(histories) == 1 else "-".join(rel.parts)
-            attempt(f"the learning curves of {path}",
-                    lambda path=path, prefix=prefix: plot_history(history_entries(load_json(path)), out, prefix))
+            attempt(f"the learning curves of {path}", partial(_plot_one_history, path, out, prefix))
     if trials_path.exists():
         best = load_json(run_dir / "best.json")
         best = best if isinstance(best, dict) else {}
@@ -89,6 +88,10 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
     for what, draw in extra:
         attempt(what, partial(draw, run_dir, out))
     return written
+
+
+def _plot_one_history(path: Path, out: Path, prefix: str) -> list[Path]:
+    return plot_history(history_entries(load_json(path)), out, prefix)
 
 
 def _find(root: Path, name: str, depth: int = 3) -> list[Path]:

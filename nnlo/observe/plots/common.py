@@ -9,8 +9,8 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # no display on login or compute nodes
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 __all__ = ["COLORS", "MaxNLocator", "history_entries", "load_json", "num", "plt", "save", "series"]
 

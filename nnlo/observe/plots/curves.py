@@ -55,7 +55,7 @@ def plot_history(entries: list[dict[str, Any]], out_dir: Path, prefix: str = "")
         cols = min(3, len(panels))
         rows = math.ceil(len(panels) / cols)
         fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-        for ax, panel in zip(axes.flat, panels):
+        for ax, panel in zip(axes.flat, panels, strict=False):  # the grid may have spare axes
             for key in sorted(panel, key=lambda k: k.startswith("val_")):
                 xs, ys = series(entries, key)
                 label = "validation" if key.startswith("val_") else "train"

@@ -2,22 +2,27 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from nnlo.observe.plots.common import MaxNLocator, num, plt, save
 
 
-def plot_trials(trials: list[dict[str, Any]], out_dir: Path, direction: str = "min", fom_name: str = "fom") -> list[Path]:
+def plot_trials(trials: list[dict[str, Any]], out_dir: Path, direction: str = "min",
+                fom_name: str = "fom") -> list[Path]:
     """``convergence.png`` (fom per trial, best so far) and ``parameters.png`` (each parameter vs fom)."""
     done = [t for t in trials if isinstance(t, dict) and num(t.get("fom")) is not None
             and t.get("status", "ok") in ("ok", "done", "finished")]
     failed = [t for t in trials if isinstance(t, dict) and t not in done]
     if not done:
         return []
-    done.sort(key=lambda t: num(t.get("id")) if num(t.get("id")) is not None else 0)
+    done.sort(key=lambda t: num(t.get("id")) or 0.0)
     better = min if direction != "max" else max
-    ids = [(num(t.get("id")) if num(t.get("id")) is not None else i) for i, t in enumerate(done)]
+    ids: list[float] = []
+    for i, t in enumerate(done):
+        trial_id = num(t.get("id"))
+        ids.append(float(i) if trial_id is None else trial_id)
     foms = [float(t["fom"]) for t in done]
     best, best_so_far = None, []
     for f in foms:
@@ -49,7 +54,7 @@ def plot_trials(trials: list[dict[str, Any]], out_dir: Path, direction: str = "m
         rows = math.ceil(len(names) / cols)
         fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
         best_i = foms.index(best_so_far[-1])
-        for ax, name in zip(axes.flat, names):
+        for ax, name in zip(axes.flat, names, strict=False):  # the grid may have spare axes
             values = [(t.get("params") or {}).get(name) for t in done]
             _param_panel(ax, name, values, foms, best_i)
             ax.set_ylabel(fom_name)

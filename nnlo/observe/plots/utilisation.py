@@ -23,7 +23,7 @@ def plot_utilisation(streams: list[Any], out_dir: Path, max_gantt_ranks: int = 6
         return []
     ranks = summary.from_streams(streams)
     t0 = min(min(s.spans.ts) for s in streams)
-    t1 = max(max(t + d for t, d in zip(s.spans.ts, s.spans.dur)) for s in streams)
+    t1 = max(max(t + d for t, d in zip(s.spans.ts, s.spans.dur, strict=True)) for s in streams)
     height = max(4.0, 0.35 * len(streams) + 2)
     fig, (bars, gantt) = plt.subplots(1, 2, figsize=(14, min(height, 30)), gridspec_kw={"width_ratios": [1, 2.2]})
     labels = [f"{r['rank']} {r['role']}" for r in ranks]
@@ -32,7 +32,7 @@ def plot_utilisation(streams: list[Any], out_dir: Path, max_gantt_ranks: int = 6
     for cat in summary.COLUMNS:
         widths = [r["fractions"].get(cat, 0.0) for r in ranks]
         bars.barh(list(y), widths, left=left, color=COLORS.get(cat, "#8c564b"), label=cat)
-        left = [a + b for a, b in zip(left, widths)]
+        left = [a + b for a, b in zip(left, widths, strict=True)]
     bars.set_yticks(list(y))
     bars.set_yticklabels(labels, fontsize=8)
     bars.invert_yaxis()
@@ -51,7 +51,7 @@ def plot_utilisation(streams: list[Any], out_dir: Path, max_gantt_ranks: int = 6
         layers: dict[tuple[int, str], list[tuple[float, float]]] = {}
         for depth, start, dur, cat in _nesting(spans):
             layers.setdefault((depth, cat), []).append(((start - t0) / 1e6, dur / 1e6))
-        for (depth, cat), bars_ in sorted(layers.items()):  # parents first, nested spans drawn on top
+        for (_depth, cat), bars_ in sorted(layers.items()):  # parents first, nested spans drawn on top
             gantt.broken_barh(bars_, (i - 0.4, 0.8), facecolors=COLORS.get(cat if cat in CATEGORIES else "other"))
     gantt.set_yticks(range(len(shown)))
     gantt.set_yticklabels([f"{s.rank} {s.role or ''}" for s in shown], fontsize=8)
@@ -70,7 +70,8 @@ def plot_utilisation(streams: list[Any], out_dir: Path, max_gantt_ranks: int = 6
 
 def _nesting(spans: list[tuple[float, float, str]]) -> list[tuple[int, float, float, str]]:
     """(depth, start, dur, cat) of one thread's spans; depth 0 = outermost."""
-    out, ends = [], []  # ends: end times of the open ancestors
+    out: list[tuple[int, float, float, str]] = []
+    ends: list[float] = []  # end times of the open ancestors
     for start, dur, cat in sorted(spans, key=lambda x: (x[0], -x[1])):
         while ends and ends[-1] <= start:
             ends.pop()
