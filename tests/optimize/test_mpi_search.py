@@ -32,7 +32,7 @@ def test_kfold_blocks_failures_and_results(mpirun, nnlo_env, tmp_path):
     x1 > 6 raises in the model (failed trials recorded, search goes on), both blocks take trials."""
     out = tmp_path / "run"
     log = tmp_path / "evals.jsonl"
-    r = optimize(mpirun, nnlo_env, 5, "--block-size", "2", "--n-fold", "2", "--n-masters", "0",
+    r = optimize(mpirun, nnlo_env, 5, "--block-size", "2", "--n-fold", "2", "--mode", "allreduce",
                  "--hyper-opt", "random", "--num-iterations", "8", "--seed", "3", "--output", str(out),
                  extra_env={"BRANIN_FOLD_SHIFT": "1.5", "BRANIN_FAIL_ABOVE": "6", "BRANIN_LOG": str(log)})
     assert r.returncode == 0, r.stderr[-3000:]
@@ -157,7 +157,7 @@ def test_bayesian_asks_ahead_with_short_trials_and_loses_nothing(mpirun, nnlo_en
     """Branin trials take ~0.1 s, a GP ask longer: with 2 blocks the coordinator proposes each next point
     in the background. Every trial of the budget runs once, at a distinct point, and the state is complete."""
     out = tmp_path / "run"
-    r = optimize(mpirun, nnlo_env, 3, "--block-size", "1", "--n-masters", "0", "--hyper-opt", "bayesian",
+    r = optimize(mpirun, nnlo_env, 3, "--block-size", "1", "--mode", "allreduce", "--hyper-opt", "bayesian",
                  "--n-initial-points", "4", "--num-iterations", "10", "--seed", "1", "--output", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "proposing each next point while the blocks train" in r.stderr
