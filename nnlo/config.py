@@ -27,6 +27,16 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 BACKENDS = ("auto", "torch", "keras")
 
 
+def known_fields(cls: type, data: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """``data`` as keyword arguments of the dataclass ``cls``; a key it has no field for is a one-line
+    :class:`ConfigError` naming it and the valid ones (``what``: e.g. "training option(s)")."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"unknown {what} {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
+    return dict(data)
+
+
 @dataclass
 class TrainConfig:
     """Options of one training (see ``nnlo train --help`` for each one's meaning)."""
@@ -77,13 +87,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
         """Inverse of :meth:`to_dict`; unknown keys are an error (a typo must not be silently ignored)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ConfigError(
-                f"unknown training option(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}"
-            )
-        values = dict(data)
+        values = known_fields(cls, data, "training option(s)")
         values["model_args"] = dict(values.get("model_args") or {})
         return cls(**values)
 

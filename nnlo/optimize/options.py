@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nnlo.config import TrainConfig
+from nnlo.config import TrainConfig, known_fields
 from nnlo.contract import ENV_RUN_DIR
 from nnlo.errors import ConfigError
 from nnlo.roles import RoleError, Shape
@@ -108,8 +108,4 @@ class SearchConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SearchConfig:
         """Inverse of :meth:`to_dict`; unknown keys are an error (a typo must not be silently ignored)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ConfigError(f"unknown search option(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
-        return cls(**dict(data))
+        return cls(**known_fields(cls, data, "search option(s)"))

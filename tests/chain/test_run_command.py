@@ -95,3 +95,13 @@ def test_the_typed_record_round_trips_and_is_what_readers_use(tmp_path):
     data["config"]["epochs"] = 9  # the record, not the argv, decides
     (d / "spec.json").write_text(json.dumps(data))
     assert load_spec(d).train.epochs == 9 and job_config(d).epochs == 9
+
+
+def test_a_damaged_typed_record_is_one_line_naming_the_key(tmp_path):
+    d, _ = _run_dir(tmp_path, ["--model", "m.py"], kind="optimize")
+    data = json.loads((d / "spec.json").read_text())
+    data["search"]["num_iteratons"] = 5  # a typo must not be silently ignored
+    (d / "spec.json").write_text(json.dumps(data))
+    with pytest.raises(Exception, match="unknown search option.*num_iteratons") as e:
+        load_spec(d)
+    assert "\n" not in str(e.value)
