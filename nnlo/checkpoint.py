@@ -36,13 +36,13 @@ from typing import Any
 
 from nnlo.atomic import atomic_open, fsync_folder
 from nnlo.atomic import write_json as write_json_atomic  # also used by history and the driver
+from nnlo.contract import CHECKPOINT_DIR as SUBDIR
+from nnlo.contract import MANIFEST_FILE as MANIFEST
 from nnlo.errors import ConfigError
 
 log = logging.getLogger("nnlo.checkpoint")
 
 FORMAT = 1
-MANIFEST = "manifest.json"
-SUBDIR = "checkpoints"
 _NAME = re.compile(r"^ckpt-e(\d+)-u(\d+)$")
 #: a writer's temporary or trash folder; ``host`` is absent in names written by nnlo before it was recorded
 _LEFTOVER = re.compile(r"^\.(?:tmp|old)-ckpt-e\d+-u\d+-(?:(?P<host>.+)-)?(?P<pid>\d+)$")

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nnlo.atomic import write_json
+from nnlo.contract import ENV_RANK_RECORDS as RECORDS_ENV
+from nnlo.contract import RANKS_DIR
 
 #: Folder (inside a run's output directory) holding one record per rank.
-RANKS_DIR = "ranks"
 #: Extra folder for the records, set by the ``-n`` relaunch wrapper (which does not know the run's out dir).
-RECORDS_ENV = "NNLO_RANK_RECORDS"
 #: The words of a rank-fate line, so that a log reader can recognise one.
 FATE_WORDS = "was killed by"
 

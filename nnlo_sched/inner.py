@@ -22,9 +22,6 @@ if TYPE_CHECKING:
     from nnlo.optimize.options import SearchConfig
     from nnlo.roles import Shape
 
-KINDS = ("train", "optimize")
-
-
 class InnerOptionError(ConfigError):
     """An option the inner command does not have (``option``: as typed), so the caller can say where it goes."""
 
@@ -65,6 +62,8 @@ def command_for(kind: str) -> click.Command:
         from nnlo_sched.commands.optimize import optimize_command
 
         return optimize_command
+    from nnlo_sched.spec import KINDS
+
     raise ConfigError(f"run kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import IO
 
 from nnlo.atomic import atomic_open
+from nnlo.contract import LOG_DIR
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
-LOG_DIR = "logs"
 MERGED_NAME = "all-ranks.log"
 _STAMP_LEN = len("2026-11-21T09:30:01.123456Z")
 

@@ -22,6 +22,8 @@ import sys
 import time
 from typing import IO, Any
 
+from nnlo.contract import ENV_LIVE as LIVE_ENV
+
 # field -> label, in display order; any other field is shown as "name value" after these
 _TRAIN_FIELDS: tuple[tuple[str, str], ...] = (
     ("train_loss", "loss"), ("loss", "loss"), ("accuracy", "acc"), ("val_loss", "val_loss"),
@@ -180,7 +182,6 @@ class Progress:
 
 #: set to "1" by ``nnlo train|optimize -n`` when its own stderr is a terminal: the ranks write into mpirun's
 #: pipes, but what they write reaches that terminal unchanged (see :mod:`nnlo_sched.launchers.local_launch`)
-LIVE_ENV = "NNLO_LIVE"
 
 
 def for_terminal(kind: str = "train", stream: IO[str] | None = None, total: int | None = None) -> Progress | None:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from nnlo.atomic import atomic_open
+from nnlo.contract import TIMELINE_FILE as MERGED_NAME
 
 TRACE_DIR = "trace"
-MERGED_NAME = "timeline.json"
 
 
 @dataclass

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from nnlo.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE
+from nnlo.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, TRIALS_CSV
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
 from nnlo.optimize.search import Search
 from nnlo.roles import Hierarchy
@@ -146,7 +146,7 @@ class Coordinator:
         line = f"search {what}: {len(search.finished)} trial(s), {search.n_failed} failed"
         if best is not None:
             line += f"; best {search.objective.name} {best.fom:.6g} (trial {best.id}) {best.params}"
-        log.info("%s; results: %s", line, search.out_dir / "trials.csv")
+        log.info("%s; results: %s", line, search.out_dir / TRIALS_CSV)
 
     def _close_progress(self) -> None:
         if self.progress is not None:

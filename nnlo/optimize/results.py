@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nnlo.atomic import write_text
+from nnlo.contract import BEST_FILE, TRIALS_CSV, TRIALS_JSON
 from nnlo.optimize.state import atomic_write_json
 
 OK = "ok"
@@ -154,10 +155,10 @@ def write_results(out_dir: Path, trials: list[Trial], objective: Objective, para
                   n_fold: int, total: int | None = None) -> None:
     """(Re)write trials.json, trials.csv and best.json atomically."""
     done = sorted(trials, key=lambda t: t.id)
-    atomic_write_json(out_dir / "trials.json", [t.to_dict() for t in done])
-    write_text(out_dir / "trials.csv", _csv(done, param_names, n_fold))
+    atomic_write_json(out_dir / TRIALS_JSON, [t.to_dict() for t in done])
+    write_text(out_dir / TRIALS_CSV, _csv(done, param_names, n_fold))
     best = best_trial(done, objective)
-    atomic_write_json(out_dir / "best.json", {
+    atomic_write_json(out_dir / BEST_FILE, {
         "fom_name": objective.name,
         "direction": objective.direction,
         "trials_done": len(done),  # finished, failed ones included (they count toward the budget)

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nnlo.contract import OPTIMIZER_STATE_FILE
 from nnlo.errors import ConfigError
 from nnlo.optimize.ask_ahead import AskAhead, describe, worth_it
 from nnlo.optimize.engines import Engine, engine_options
@@ -176,7 +177,7 @@ class Search:
         state = load_state(self.out_dir)
         if state is None:
             return False
-        path = self.out_dir / "optimizer-state.json"
+        path = self.out_dir / OPTIMIZER_STATE_FILE
         mismatch = []
         if state["space"] != self.engine.space.to_dict():
             mismatch.append("search space")

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from nnlo.atomic import write_json
+from nnlo.contract import OPTIMIZER_STATE_FILE as STATE_FILE
 from nnlo.errors import ConfigError
 
-STATE_FILE = "optimizer-state.json"
 STATE_VERSION = 1
 
 

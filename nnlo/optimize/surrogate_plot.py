@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nnlo.contract import OPTIMIZER_STATE_FILE, TRIALS_JSON
 from nnlo.observe.plots.common import load_json, num, plt, save
 from nnlo.optimize.space import Space
 
@@ -24,8 +25,8 @@ MIN_TRIALS = 3  # fewer points than this fit no useful surrogate
 
 def plot_surrogate(run_dir: Path, out_dir: Path) -> list[Path]:
     """The partial dependence of the fom on each parameter (and pairs); [] when the files do not allow it."""
-    state = load_json(run_dir / "optimizer-state.json")
-    trials = load_json(run_dir / "trials.json")
+    state = load_json(run_dir / OPTIMIZER_STATE_FILE)
+    trials = load_json(run_dir / TRIALS_JSON)
     if not isinstance(state, dict) or not isinstance(state.get("space"), dict) or not isinstance(trials, list):
         return []
     names = list(state["space"])
@@ -44,7 +45,7 @@ def plot_surrogate(run_dir: Path, out_dir: Path) -> list[Path]:
     # scikit-optimize is used only through the Bayesian engine's module, and only when there is a search to draw.
     from nnlo.optimize.engines.bayesian import plot_partial_dependence
 
-    space = Space.from_dict(state["space"], source=str(run_dir / "optimizer-state.json"))
+    space = Space.from_dict(state["space"], source=str(run_dir / OPTIMIZER_STATE_FILE))
     axes = plot_partial_dependence(space, points, values, n_points=20, size=2.4)
     fig = _figure_of(axes)
     width, height = fig.get_size_inches()

@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from nnlo.config import TrainConfig
+from nnlo.contract import CHECKPOINT_DIR as CHECKPOINT_SUBDIR
 from nnlo.roles import Hierarchy, RankInfo, Role, TrainingGroup
 from nnlo.stop import Stop
-
-CHECKPOINT_SUBDIR = "checkpoints"
 
 
 @dataclass

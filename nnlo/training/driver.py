@@ -26,6 +26,7 @@ import numpy as np
 
 from nnlo import checkpoint as ckpt
 from nnlo.config import TrainConfig
+from nnlo.contract import CONFIG_FILE
 from nnlo.errors import ConfigError
 from nnlo.roles import Hierarchy, Role, describe
 from nnlo.stop import Stop
@@ -132,7 +133,7 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             if rank == hierarchy.groups[0].top:
-                ckpt.write_json_atomic(out / "config.json", config.to_dict())
+                ckpt.write_json_atomic(out / CONFIG_FILE, config.to_dict())
         return hierarchy
 
     hierarchy = _phase(comm, None, check, watchdog)

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from nnlo.checkpoint import write_json_atomic
-
-HISTORY_FILE = "history.json"
+from nnlo.contract import HISTORY_FILE
 
 
 @dataclass

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nnlo.contract import ENV_CLUSTERS
 from nnlo.errors import ConfigError
 from nnlo_sched.profiles.schema import Profile, ProfileError, profile_from_table, profile_path_str
 from nnlo_sched.resources import profiles_dir
@@ -34,7 +35,7 @@ def user_dirs() -> list[Path]:
     """User profile directories, in increasing priority."""
     config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     dirs = [config / "nnlo" / "clusters"]
-    for d in os.environ.get("NNLO_CLUSTERS", "").split(os.pathsep):
+    for d in os.environ.get(ENV_CLUSTERS, "").split(os.pathsep):
         if d:
             dirs.append(Path(d).expanduser())
     return dirs

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nnlo.contract import ENV_JOB_ID
 from nnlo_sched.schedulers.base import (
     CANCELLED,
     COMPLETED,
@@ -59,7 +60,7 @@ class LocalScheduler(Scheduler):
     """The local queue of one run directory."""
 
     name = "local"
-    job_id_vars = ("NNLO_JOB_ID",)
+    job_id_vars = (ENV_JOB_ID,)
     job_id_syntax = re.compile(r"[1-9][0-9]*")  # 1, 2, ... within the run
     # directive_prefix stays "#": nothing reads directives here, extra ones are plain comments
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
+from nnlo.contract import BEST_FILE, HISTORY_FILE, TRIALS_JSON
 from nnlo.observe.plots.common import history_entries, load_json
 from nnlo.observe.plots.curves import plot_history, plot_trial_curves
 from nnlo.observe.plots.trials import plot_trials
@@ -63,8 +64,8 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
             problems.append(f"could not draw {what}: {type(e).__name__}: {e}")
             log.warning("plots: %s", problems[-1])
 
-    histories = _find(run_dir, "history.json")
-    trials_path = run_dir / "trials.json"
+    histories = _find(run_dir, HISTORY_FILE)
+    trials_path = run_dir / TRIALS_JSON
     if trials_path.exists() and len(histories) > 1:  # an optimization run: all trials' curves in one figure
         curves = [("/".join(p.parent.relative_to(run_dir).parts), history_entries(load_json(p))) for p in histories]
         attempt("the trials' learning curves", lambda: plot_trial_curves(curves, out))
@@ -74,7 +75,7 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
             prefix = "" if rel == Path(".") or len(histories) == 1 else "-".join(rel.parts)
             attempt(f"the learning curves of {path}", partial(_plot_one_history, path, out, prefix))
     if trials_path.exists():
-        best = load_json(run_dir / "best.json")
+        best = load_json(run_dir / BEST_FILE)
         best = best if isinstance(best, dict) else {}
         trials = load_json(trials_path)
         if isinstance(trials, list):
