@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -121,6 +122,7 @@ def run_view(run: Any, answers: dict[str, dict[str, Any]], reconcile: bool = Tru
         "progress": progress(run.dir, spec), "elapsed_s": elapsed, "created_at": st.created_at,
         "walltime_s": spec.walltime_s, "max_resubmits": spec.max_resubmits, "kind": spec.kind,
         "retries": retries(st), "max_retries": spec.max_retries,
+        "command": ["nnlo", spec.kind, *spec.args],  # as typed (the job runs the typed record in spec.json)
     }
 
 
@@ -180,6 +182,7 @@ def detail(v: dict[str, Any]) -> str:
     lines = [
         f"run       {v['run_id']}  ({v['kind']}, {v['name']})",
         f"dir       {v['dir']}",
+        f"command   {shlex.join(v['command'])}",
         f"cluster   {v['cluster']} ({v['scheduler']}); walltime {_fmt_elapsed(v['walltime_s'])} per job, "
         f"up to {v['max_resubmits']} resubmission(s); {v['retries']} of {v['max_retries']} retries after a "
         "rank death used",

@@ -83,7 +83,9 @@ def test_cancel_then_resume_continues_from_the_checkpoint(chain_env):
     log = nnlo("logs", run.id, "--job", run.state.jobs[-2].job_id).stdout
     assert "restored from ckpt-e" in log
     assert epochs_done(run) == list(range(1, 13))
-    assert status_json(run)["progress"]["epochs"] == 12
+    view = status_json(run)
+    assert view["progress"]["epochs"] == 12 and view["command"][-2:] == ["--epochs", "12"]
+    assert "command   nnlo train --model" in nnlo("status", run.id).stdout
     refused = nnlo("resume", run.id, check=False)
     assert refused.returncode == 2 and "is done" in refused.stderr and "Traceback" not in refused.stderr
 
