@@ -163,8 +163,10 @@ def test_sacct_answers_for_ended_jobs_with_accounting():
         bad = cluster.run("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "exit 3").stdout.strip()
         sched = SlurmScheduler()
         wait_for("both jobs to end", lambda: all(not i.alive for i in sched.query([ok, bad]).values()), timeout=120)
+        # slurmdbd records each job's end on its own schedule: wait until neither is pending or running there
         got = wait_for("accounting to record them",
-                       lambda: (g := sched._sacct([ok, bad, "999999"]))[ok].state == "COMPLETED" and g, timeout=60)
+                       lambda: (g := sched._sacct([ok, bad, "999999"]))[ok].state == "COMPLETED"
+                       and not g[bad].alive and g, timeout=60)
         assert got[bad].state == "FAILED" and got["999999"].state == "ENDED"
     finally:
         if old is None:
