@@ -51,8 +51,11 @@ class LazyGroup(click.Group):
 def cli() -> None:
     """nnlo: distributed training and hyperparameter search across an HPC allocation.
 
-    Typical use: ``nnlo train -n 3 --model examples/digits_torch.py --train train.list --val val.list``
-    locally, ``nnlo submit --cluster summit ...`` on a cluster, ``nnlo status`` to follow runs.
+    \b
+    Typical use:
+      nnlo train -n 3 --model examples/digits_torch.py --train train.list --val val.list   # here
+      nnlo submit --cluster summit ... train ...                                          # on a cluster
+      nnlo status                                                                         # follow runs
     """
 
 

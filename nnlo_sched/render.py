@@ -131,12 +131,40 @@ def _gpus_per_node_request(layout: dict[str, Any]) -> int:
     return min(layout["gpus_per_node"], -(-layout["ranks_per_node"] * gpw // 1))
 
 
+#: Units in which a scheduler takes the warning lead (LSF's ``-wt`` is in minutes; Slurm's ``@S`` in seconds).
+_LEAD_UNIT_S = {"lsf": 60}
+
+
+def warning_signal(spec: RunSpec, profile: Profile) -> tuple[str | None, int, str | None]:
+    """The pre-walltime warning signal of ``spec``'s jobs: (signal or None, lead in seconds, note or None).
+
+    A lead that would leave the job less than half its walltime is shrunk to half of it (in the scheduler's
+    unit); when that is less than one unit there is no warning signal, and the runtime's deadline clock
+    (``NNLO_DEADLINE``) alone stops the job in time. The note says so (``nnlo submit`` prints it).
+    """
+    sched = scheduler_class(profile.scheduler)
+    if not (profile.signal and sched.warns_before_walltime):
+        return None, profile.signal_lead_s, None
+    unit = _LEAD_UNIT_S.get(profile.scheduler, 1)
+    lead = -(-profile.signal_lead_s // unit) * unit
+    if 2 * lead <= spec.walltime_s:
+        return profile.signal, lead, None
+    shrunk = (spec.walltime_s // 2) // unit * unit
+    head = (f"walltime {format_hms(spec.walltime_s)} is less than twice {profile.name}'s warning lead "
+            f"({profile.signal_lead_s} s)")
+    if shrunk <= 0:
+        return None, 0, (f"{head}: no SIG{profile.signal} warning is asked for; the runtime's deadline clock "
+                         "stops the job in time")
+    return profile.signal, shrunk, f"{head}: SIG{profile.signal} comes {shrunk} s before the limit instead"
+
+
 def _python(profile: Profile) -> str:
     return profile.python or sys.executable
 
 
 def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path) -> dict[str, Any]:
     """Everything the templates see (exposed for tests and for ``nnlo submit --dry-run``)."""
+    profile = profile.for_constraint(spec.constraint)
     layout = spec_layout(spec, profile)
     sched = scheduler_class(profile.scheduler)
     if profile.account_required and not spec.account:
@@ -151,10 +179,10 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path) -> dict
     python = _python(profile)
     nnlo = profile.nnlo or f"{shlex.quote(python)} -m nnlo_sched"
     shares = 0 < layout["gpus_per_worker"] < 1
-    signal = profile.signal if sched.warns_before_walltime else None
+    signal, lead_s, _ = warning_signal(spec, profile)
     # the batch shell relays every stop signal (the profile's warning first), whoever sends it
     signals = [s for s in (profile.signal, "TERM", *(sig.name.removeprefix("SIG") for sig in STOP_SIGNALS)) if s]
-    lead_min = -(-profile.signal_lead_s // 60)
+    lead_min = -(-lead_s // 60)
     roles = ", ".join(f"{n} {r}" for r, n in layout["roles"].items())
     return {
         "name": spec.name,
@@ -179,7 +207,7 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path) -> dict
         "gpu_directive": profile.gpu_directive,
         "shares_gpus": shares,
         "signal": signal,
-        "signal_lead_s": profile.signal_lead_s,
+        "signal_lead_s": lead_s,
         "traps": [(sig, launcher.relay(sig)) for sig in dict.fromkeys(signals)],
         "setup": list(profile.setup) + (list(profile.share_setup) if shares else []),
         "directives": _extra_directives(spec, profile),

@@ -125,16 +125,23 @@ def new_run_id(name: str) -> str:
     return f"{clean}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
+def new_run_dir(run_dir: Path) -> Path:
+    """``--run-dir`` as the run will use it (absolute, ``~`` expanded), refused when it is taken; the one check
+    that ``nnlo submit`` and its ``--dry-run`` share."""
+    path = Path(run_dir).expanduser().resolve()
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise ConfigError(f"--run-dir {path} exists and is not empty; choose a new directory "
+                          f"(or `nnlo resume {path}` if it is a stopped run)")
+    return path
+
+
 def create_run(spec: RunSpec, profile: Profile, home: Path | None = None, run_dir: Path | None = None) -> Run:
     """Make the run directory (``run_dir``, or a new one under ``home``): spec, rendered script, logs folder
     and a fresh state record."""
     from nnlo_sched.render import render_script
 
     if run_dir is not None:
-        run_dir = Path(run_dir).expanduser().resolve()
-        if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-            raise ConfigError(f"--run-dir {run_dir} exists and is not empty; choose a new directory "
-                              f"(or `nnlo resume {run_dir}` if it is a stopped run)")
+        run_dir = new_run_dir(run_dir)
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:

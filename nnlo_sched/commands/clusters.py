@@ -22,7 +22,7 @@ def _hours(seconds: int | None) -> str:
 def clusters_command(ctx: click.Context) -> None:
     """List cluster profiles: built-in ones, then ~/.config/nnlo/clusters/*.toml and $NNLO_CLUSTERS/*.toml.
 
-    A user profile may start from another with ``extends = "NAME"``; see docs/clusters.md.
+    A user profile may start from another with `extends = "NAME"`; see docs/clusters.md.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -71,8 +71,13 @@ def show_command(name: str, as_json: bool) -> None:
         lines.append(f"  aliases        {', '.join(p.aliases)}")
     if p.constraint or p.constraints:
         lines.append(f"  constraint     {p.constraint or '-'} (known: {', '.join(p.constraints) or '-'})")
-    if p.max_processes:
-        lines.append(f"  max processes  {p.max_processes} per job")
+    for c in p.node_types:
+        v = p.for_constraint(c)
+        lines.append(f"  -C {c:<11} {v.nodes or 'unknown'} x {v.cores_per_node} cores, {v.gpus_per_node} GPUs")
+    if p.runs_home:
+        lines.append(f"  runs home      {p.runs_home}")
+    if p.compute_read_only:
+        lines.append(f"  read-only      {', '.join(p.compute_read_only)} (on compute nodes)")
     for qname, q in p.queues.items():
         default = " (default)" if qname == p.default_queue else ""
         if len(q.bins) > 1:

@@ -22,21 +22,44 @@ def parse_walltime_option(ctx: click.Context, param: click.Parameter, value: str
 
 
 def parse_gpus(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    """Click callback: ``1``, ``2``, ``0.5``, ``1/4`` -> a number of GPUs per worker rank."""
+    """Click callback: ``1``, ``2``, ``0.5``, ``1/4`` -> a number of GPUs per worker rank (finite, >= 0)."""
+    import math
+
     if value is None:
         return None
     text = str(value).strip()
     try:
         if "/" in text:
             num, den = text.split("/", 1)
-            return int(num) / int(den)
-        return float(text)
-    except (ValueError, ZeroDivisionError):
+            gpus = int(num) / int(den)
+        else:
+            gpus = float(text)
+    except (ValueError, ZeroDivisionError, OverflowError):
         raise click.BadParameter(f"{value!r} is not a number of GPUs; use e.g. 1, 2, 0.5 or 1/4") from None
+    if not math.isfinite(gpus) or gpus < 0:
+        raise click.BadParameter(f"{value!r} is not a number of GPUs; use e.g. 1, 2, 0.5, 1/4 or 0 (CPU only)")
+    return gpus
+
+
+def pick_cluster(option: str | None, positional: str | None, command: str) -> str:
+    """The cluster named by ``--cluster`` or as the first word (``nnlo layout summit``); both must agree."""
+    from nnlo.errors import ConfigError
+
+    if option and positional and option != positional:
+        raise ConfigError(f"two clusters named ({option!r} and {positional!r}); "
+                          f"name one: nnlo {command} --cluster {option} ...")
+    name = option or positional
+    if not name:
+        raise ConfigError(f"name the cluster: nnlo {command} --cluster NAME ... (nnlo clusters lists them)")
+    return name
 
 
 @click.command("layout")
-@click.option("--cluster", "-c", required=True, help="Cluster profile (nnlo clusters lists them).")
+@click.argument("cluster_word", metavar="[CLUSTER]", required=False)
+@click.option("--cluster", "-c", default=None,
+              help="Cluster profile (nnlo clusters lists them); may also be given as the first word.")
+@click.option("--constraint", "-C", default=None,
+              help="Node type (Slurm --constraint), e.g. mc on cscs: its nodes' cores and GPUs.")
 @click.option("--workers", type=int, default=None, help="Logical workers (training).")
 @click.option("--nodes", type=int, default=None,
               help="Nodes to fill with as many workers/blocks as fit (or to spread the workers over).")
@@ -55,7 +78,9 @@ def parse_gpus(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--queue", "-q", default=None, help="Queue / partition (default: the profile's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full structure, one entry per rank.")
 def layout_command(
-    cluster: str,
+    cluster_word: str | None,
+    cluster: str | None,
+    constraint: str | None,
     workers: int | None,
     nodes: int | None,
     gpus_per_worker: float | None,
@@ -74,6 +99,8 @@ def layout_command(
     \b
     Examples:
       nnlo layout --cluster summit --workers 11
+      nnlo layout summit --workers 11                    # the same
+      nnlo layout --cluster daint -C mc --nodes 2        # the CPU-only XC40 nodes
       nnlo layout --cluster summit --nodes 4608          # fill the machine
       nnlo layout --cluster daint --nodes 8 --blocks 3 --block-size 6 --n-fold 2
     """
@@ -81,7 +108,7 @@ def layout_command(
     from nnlo_sched.layout import compute_layout, summary
     from nnlo_sched.profiles import load_profile
 
-    profile = load_profile(cluster)
+    profile = load_profile(pick_cluster(cluster, cluster_word, "layout")).for_constraint(constraint)
     kind = "optimize" if block_size is not None or blocks is not None or n_fold is not None else "train"
     shape = Shape.for_run(mode=mode, n_masters=n_masters, n_processes=n_processes, block_size=block_size,
                           n_fold=1 if n_fold is None else n_fold, search=kind == "optimize")

@@ -20,6 +20,88 @@ from nnlo.contract import SCRIPT_FILE
 from nnlo.errors import ConfigError
 from nnlo_sched.commands.layout import parse_gpus, parse_walltime_option
 
+KINDS = ("train", "optimize")
+_RAW_ARGS = "nnlo.submit.raw_args"
+
+
+class _SubmitCommand(click.Command):
+    """Keeps the arguments as typed, so that a usage error can print the corrected command line."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_RAW_ARGS] = list(args)
+        return super().parse_args(ctx, args)
+
+
+def _typed_before(kind_and_args: int) -> list[str]:
+    """The submit options as typed: every raw argument before the last ``kind_and_args`` ones."""
+    raw: list[str] = click.get_current_context().meta.get(_RAW_ARGS, [])
+    return raw[: max(0, len(raw) - kind_and_args)]
+
+
+def _command_line(words: list[str]) -> str:
+    return shlex.join(["nnlo", "submit", *words])
+
+
+def _inner_option_names(kind: str) -> set[str]:
+    from nnlo_sched.inner import command_for
+
+    params = command_for(kind).params
+    return {opt for p in params for opt in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
+
+
+def _guess_kind(args: tuple[str, ...]) -> str:
+    """``optimize`` when some option of ``args`` exists only there, else ``train``."""
+    names = {a.split("=", 1)[0] for a in args if a.startswith("-")}
+    only_optimize = _inner_option_names("optimize") - _inner_option_names("train")
+    return "optimize" if names & only_optimize else "train"
+
+
+def _check_kind(word: str, args: tuple[str, ...]) -> None:
+    """``word`` must be train or optimize; otherwise say exactly what to type."""
+    if word in KINDS:
+        return
+    before = _typed_before(1 + len(args))
+    guess = _guess_kind((word, *args))
+    if word.startswith("-"):
+        fixed = _command_line([*before, guess, word, *args])
+        raise ConfigError(f"nnlo submit needs the word train or optimize before the run's options "
+                          f"({word} is not an option of nnlo submit); type: {fixed}")
+    fixed = _command_line([*before, guess, *args])
+    raise ConfigError(f"{word!r} is not a run kind (train or optimize); type: {fixed}")
+
+
+def _submit_option_takes_value(option: str) -> bool | None:
+    """Whether ``option`` of nnlo submit takes a value (None: not an option of nnlo submit)."""
+    for p in submit_command.params:
+        if isinstance(p, click.Option) and option in (*p.opts, *p.secondary_opts):
+            return not (p.is_flag or p.count)
+    return None
+
+
+def _move_submit_options(kind: str, args: tuple[str, ...]) -> tuple[list[str], list[str], list[str]]:
+    """Split ``args`` into (submit options found among them, with their values; what stays; their names)."""
+    inner = _inner_option_names(kind)
+    moved: list[str] = []
+    kept: list[str] = []
+    names: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        name = a.split("=", 1)[0] if a.startswith("--") else a
+        takes = None if name in inner else _submit_option_takes_value(name)
+        if a == "--":
+            kept.extend(args[i:])
+            break
+        if takes is None:
+            kept.append(a)
+            i += 1
+            continue
+        names.append(name)
+        width = 2 if takes and "=" not in a and i + 1 < len(args) else 1
+        moved.extend(args[i:i + width])
+        i += width
+    return moved, kept, names
+
 
 def _parse_inner(kind: str, args: tuple[str, ...]) -> Any:
     """The inner command, typed; a submit option placed after ``train``/``optimize`` is named as such."""
@@ -28,11 +110,13 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> Any:
     try:
         inner = parse_inner(kind, args)
     except InnerOptionError as e:
-        own = {opt for p in submit_command.params for opt in getattr(p, "opts", ())}
-        if e.option in own:
+        moved, kept, names = _move_submit_options(kind, args)
+        if e.option in names:
+            fixed = _command_line([*_typed_before(1 + len(args)), *moved, kind, *kept])
+            which = ", ".join(names)
             raise ConfigError(
-                f"{e.option} is an option of nnlo submit, not of {kind}; put it before the word {kind}: "
-                f"nnlo submit ... {e.option} ... {kind} [options]"
+                f"{which} {'is an option' if len(names) == 1 else 'are options'} of nnlo submit, not of {kind}; "
+                f"put {'it' if len(names) == 1 else 'them'} before the word {kind}: {fixed}"
             ) from None
         raise
     if inner.ranks is not None:
@@ -41,8 +125,30 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> Any:
     return inner
 
 
+def check_site_run_home(profile: Any, account: str | None, target: Path) -> list[str]:
+    """Refuse a run directory on a file system the profile says compute nodes cannot write; note one outside
+    the site's run home. Returns the notes to print."""
+    target = Path(os.path.abspath(target))
+    home_hint = profile.expand_runs_home(account)
+    shown = home_hint or profile.runs_home_for(account)
+    fix = (f"set NNLO_HOME={shown} or pass --run-dir under it" if shown else
+           f"set NNLO_HOME (or --run-dir) to a folder on a file system that {profile.name}'s compute nodes write")
+    for folder in profile.compute_read_only:
+        ro = Path(os.path.abspath(os.path.expanduser(os.path.expandvars(folder))))
+        if target == ro or ro in target.parents:
+            raise ConfigError(f"run directory {target} is under {ro}, which {profile.name}'s compute nodes "
+                              f"cannot write (jobs write their state, logs and checkpoints there); {fix}")
+    if home_hint is not None:
+        home = Path(os.path.abspath(home_hint))
+        if target != home and home not in target.parents:
+            return [f"run directory {target} is outside {profile.name}'s run home {home}; compute nodes must be "
+                    f"able to write it ({fix}, so that nnlo status finds the runs there too)"]
+    return []
+
+
 @click.command(
     "submit",
+    cls=_SubmitCommand,
     context_settings=dict(ignore_unknown_options=True, allow_interspersed_args=False),
 )
 @click.option("--cluster", "-c", required=True, help="Cluster profile (nnlo clusters lists them).")
@@ -70,7 +176,7 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> Any:
 @click.option("--no-check", is_flag=True,
               help="Skip the checks of the model, data, --space and --restore paths before queueing (for "
                    "paths that only the compute nodes see).")
-@click.argument("kind", type=click.Choice(["train", "optimize"]))
+@click.argument("kind", metavar="{train|optimize}")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def submit_command(
     cluster: str,
@@ -103,12 +209,13 @@ def submit_command(
     from nnlo_sched.checks import check_run, check_run_home, skipped_checks
     from nnlo_sched.layout import layout_for_spec
     from nnlo_sched.profiles import load_profile
-    from nnlo_sched.render import job_name, render_script
-    from nnlo_sched.runs import runs_home
+    from nnlo_sched.render import job_name, render_script, warning_signal
+    from nnlo_sched.runs import new_run_dir, runs_home
     from nnlo_sched.schedulers import get_scheduler
     from nnlo_sched.spec import RunSpec
 
     profile = load_profile(cluster)
+    _check_kind(kind, args)
     inner = _parse_inner(kind, args)
     spec = RunSpec(
         kind=kind,
@@ -138,8 +245,9 @@ def submit_command(
         )
     layout = layout_for_spec(spec, profile, spec.shape)
     spec.layout = layout.to_dict(ranks=False)
+    # the same checks of the run directory for a dry run as for a real one
+    run_dir = new_run_dir(run_dir) if run_dir is not None else None
     shown_dir = run_dir or runs_home() / job_name(spec.name, "local")
-    shown_dir = shown_dir if shown_dir.is_absolute() else Path.cwd() / shown_dir
     script = render_script(spec, profile, shown_dir)  # refuses what the profile cannot take (account, ...)
     if no_check:
         click.echo(f"nnlo: note: --no-check: skipped the checks of {skipped_checks()}", err=True)
@@ -147,6 +255,10 @@ def submit_command(
         for note in check_run(spec.train, spec.search):
             click.echo(f"nnlo: note: {note}", err=True)
     check_run_home(run_dir, runs_home())
+    notes = check_site_run_home(profile, account, run_dir or runs_home())
+    notes.append(warning_signal(spec, profile)[2] or "")
+    for note in filter(None, notes):
+        click.echo(f"nnlo: note: {note}", err=True)
 
     if dry_run:
         argv = get_scheduler(profile.scheduler, shown_dir).submit_argv(shown_dir / SCRIPT_FILE)

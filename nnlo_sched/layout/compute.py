@@ -8,6 +8,7 @@ time with the reason and a way out.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -23,6 +24,9 @@ from nnlo_sched.spec import RunSpec
 #: or process limit, so an absurd count (``--workers 1e30``) would otherwise reach the role hierarchy, which
 #: lists every rank (a hang, or an OverflowError past 2**63). A million ranks is beyond today's largest runs.
 MAX_RANKS = 1_000_000
+#: The most ranks that may share one GPU (``--gpus-per-worker 1/64``): finer requests are refused, never
+#: rounded to zero (which would silently run on CPU cores).
+MAX_RANKS_PER_GPU = 64
 
 
 class LayoutError(ConfigError):
@@ -43,12 +47,19 @@ def gpu_fraction(profile: Profile, requested: float | None) -> Fraction:
         return Fraction(1) if profile.gpus_per_node else Fraction(0)
     if requested < 0:
         raise LayoutError(f"--gpus-per-worker must be 0 or more, got {requested:g}")
-    g = Fraction(requested).limit_denominator(64)
-    if g == 0:
-        return g
+    if not math.isfinite(requested):
+        raise LayoutError(f"--gpus-per-worker must be a finite number, got {requested!r}; use e.g. 1, 0.5 or 0")
+    if requested == 0:
+        return Fraction(0)
+    if requested < 1 / MAX_RANKS_PER_GPU - 1e-12:
+        raise LayoutError(
+            f"--gpus-per-worker {requested:g} is less than 1/{MAX_RANKS_PER_GPU} of a GPU, the finest share "
+            f"nnlo lays out; use 1/{MAX_RANKS_PER_GPU} or more, or 0 to run on CPU cores only"
+        )
+    g = Fraction(requested).limit_denominator(MAX_RANKS_PER_GPU)
     if profile.gpus_per_node == 0:
         raise LayoutError(
-            f"cluster {profile.name!r} has no GPUs; use --gpus-per-worker 0 or a profile with gpus_per_node"
+            f"cluster {profile.label!r} has no GPUs; use --gpus-per-worker 0 or a profile with gpus_per_node"
         )
     if (g >= 1 and g.denominator != 1) or (g < 1 and g.numerator != 1):
         raise LayoutError(
@@ -57,13 +68,13 @@ def gpu_fraction(profile: Profile, requested: float | None) -> Fraction:
         )
     if g > profile.gpus_per_node:
         raise LayoutError(
-            f"--gpus-per-worker {requested:g} is more than a {profile.name} node has "
+            f"--gpus-per-worker {requested:g} is more than a {profile.label} node has "
             f"({profile.gpus_per_node}); use at most {profile.gpus_per_node}, or more --n-processes "
             "ranks per worker to spread a worker over GPUs"
         )
     if g >= 1 and profile.gpus_per_node % int(g):
         raise LayoutError(
-            f"--gpus-per-worker {int(g)} does not divide a {profile.name} node's {profile.gpus_per_node} GPUs; "
+            f"--gpus-per-worker {int(g)} does not divide a {profile.label} node's {profile.gpus_per_node} GPUs; "
             f"use a divisor of {profile.gpus_per_node}"
         )
     return g
@@ -187,11 +198,11 @@ def compute_layout(
     if nodes is not None and nodes < 1:
         raise LayoutError(f"--nodes must be at least 1, got {nodes}")
     if profile.nodes is not None and nodes is not None and nodes > profile.nodes:
-        raise LayoutError(f"{profile.name} has {profile.nodes} nodes; ask for at most --nodes {profile.nodes}")
+        raise LayoutError(f"{profile.label} has {profile.nodes} nodes; ask for at most --nodes {profile.nodes}")
 
     _world(shape, None, None)  # the shape itself is possible (folds divide blocks, groups hold workers)
     if nodes is not None and workers is None and blocks is None:
-        world = _fill(node, shape, nodes, profile.name)
+        world = _fill(node, shape, nodes, profile.label)
         # Step down until the launcher can express the world (jsrun's GPU-sharing sets hold k ranks each).
         step = shape.block_size if shape.block_size is not None else shape.ranks_per_worker  # i.e. optimization
         smallest = _world(shape, None, None)
@@ -236,7 +247,7 @@ def _place(
     elif not _fits(node, shape, world, nodes):
         best = 1 if _fits_one_node(node, shape, world) else -(-world // node.uniform_cap())
         raise LayoutError(
-            f"{world} ranks ({_worker_ranks(shape, world)} on GPUs) do not fit on {nodes} {profile.name} node(s) "
+            f"{world} ranks ({_worker_ranks(shape, world)} on GPUs) do not fit on {nodes} {profile.label} node(s) "
             f"of {profile.cores_per_node} cores and {profile.gpus_per_node} GPUs; use --nodes {best} "
             "or fewer workers"
         )
@@ -244,7 +255,7 @@ def _place(
         raise LayoutError(f"{nodes} nodes for only {world} ranks leaves nodes empty; use --nodes {world} or fewer")
     if profile.nodes is not None and nodes > profile.nodes:
         raise LayoutError(
-            f"{world} ranks need {nodes} {profile.name} nodes but the machine has {profile.nodes}; "
+            f"{world} ranks need {nodes} {profile.label} nodes but the machine has {profile.nodes}; "
             "ask for fewer workers/blocks or fewer GPUs per worker"
         )
 
@@ -259,12 +270,6 @@ def _place(
     notes: list[str] = []
     if ranks_per_node > profile.cores_per_node:
         notes.append(f"oversubscribed: {ranks_per_node} ranks on {profile.cores_per_node} cores")
-
-    if profile.max_processes is not None and world > profile.max_processes:
-        raise LayoutError(
-            f"{world} ranks exceed {profile.name}'s limit of {profile.max_processes} processes per job; "
-            f"ask for fewer workers/blocks (or set max_processes in a user profile if your site allows more)"
-        )
 
     q = profile.queue(queue)
     limit: int | None = None
@@ -350,9 +355,9 @@ def _spans(values: list[int]) -> str:
 
 
 def layout_for_spec(spec: RunSpec, profile: Profile, shape: Shape) -> Layout:
-    """The layout of a run spec (``shape`` read from its inner args)."""
+    """The layout of a run spec (``shape`` read from its inner args) on the nodes its ``--constraint`` picks."""
     return compute_layout(
-        profile,
+        profile.for_constraint(spec.constraint),
         shape,
         spec.kind,
         workers=spec.workers,

@@ -17,6 +17,19 @@ from nnlo_sched.spec import parse_walltime
 
 SCHEDULERS = ("slurm", "lsf", "pbs", "local")
 LAUNCHERS = ("srun", "jsrun", "aprun", "mpirun")
+#: Which launchers start ranks inside which batch system's allocation (the one table of pairs): srun needs
+#: a Slurm allocation, jsrun LSF's CSM (Summit), aprun Cray ALPS under PBS/Torque (Titan); mpirun (Hydra,
+#: Open MPI) runs under any of them and is the only launcher of the local scheduler.
+LAUNCHERS_FOR: dict[str, tuple[str, ...]] = {
+    "slurm": ("srun", "mpirun"),
+    "lsf": ("jsrun", "mpirun"),
+    "pbs": ("aprun", "mpirun"),
+    "local": ("mpirun",),
+}
+#: Profile keys that describe a node and may differ per Slurm constraint (``[node_types.<constraint>]``).
+NODE_KEYS = ("cores_per_node", "gpus_per_node", "memory_gb", "nodes", "setup", "description")
+#: Placeholders a ``runs_home`` may use.
+RUNS_HOME_FIELDS = ("account", "account_lower", "user")
 GPU_DIRECTIVES = ("gres", "gpus-per-node", "none")
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "XCPU")
 
@@ -80,7 +93,10 @@ class Profile:
     signal: str | None = None  # pre-walltime warning signal (None: only the NNLO_DEADLINE clock)
     signal_lead_s: int = 300
     gpu_directive: str = "gres"  # Slurm: --gres=gpu:N or --gpus-per-node=N
-    max_processes: int | None = None  # ranks one job may start (Titan)
+    node_types: dict[str, dict[str, Any]] = field(default_factory=dict)  # constraint -> node keys that differ
+    node_type: str = ""  # the constraint whose node_types entry this profile was specialised to
+    runs_home: str = ""  # where the site wants run directories, e.g. "$MEMBERWORK/{account_lower}/nnlo-runs"
+    compute_read_only: tuple[str, ...] = ()  # folders that compute nodes cannot write (Summit: /ccs/home)
     launcher_command: str = ""  # program to run; default: the launcher's name ("auto" for mpirun: the venv's)
     launcher_flags: tuple[str, ...] = ()  # MPI flavour flags, e.g. srun --mpi=pmi2
     oversubscribe: bool = False  # allow more ranks than cores (local runs)
@@ -92,6 +108,41 @@ class Profile:
     @property
     def template_name(self) -> str:
         return self.template or f"{self.scheduler}.sh"
+
+    @property
+    def label(self) -> str:
+        """The name as users pick it, with the node type: ``cscs``, ``cscs -C mc``."""
+        return f"{self.name} -C {self.node_type}" if self.node_type else self.name
+
+    def for_constraint(self, constraint: str | None) -> Profile:
+        """This profile with the node keys of ``constraint``'s ``node_types`` entry (itself if it has none).
+
+        Idempotent: a profile already specialised to ``constraint`` is returned as it is.
+        """
+        from dataclasses import replace
+
+        if not constraint or constraint == self.node_type or constraint not in self.node_types:
+            return self
+        if self.node_type:
+            raise ConfigError(f"profile {self.name!r} is already specialised to -C {self.node_type}")
+        return replace(self, node_type=constraint, constraint=constraint, **self.node_types[constraint])
+
+    def runs_home_for(self, account: str | None) -> str:
+        """``runs_home`` with its placeholders and the environment variables set here filled in ("": none);
+        a variable that is not set stays as ``$NAME`` (a login node has them, a laptop previewing may not)."""
+        if not self.runs_home:
+            return ""
+        user = os.environ.get("USER") or os.environ.get("LOGNAME") or "$USER"
+        acct = account or "PROJECT"
+        text = self.runs_home.format(account=acct, account_lower=acct.lower(), user=user)
+        return os.path.expanduser(os.path.expandvars(text))
+
+    def expand_runs_home(self, account: str | None) -> str | None:
+        """:meth:`runs_home_for` when every part of it is known here, else None."""
+        text = self.runs_home_for(account)
+        if not text or "$" in text or (account is None and "{account" in self.runs_home):
+            return None
+        return text
 
     def queue(self, name: str | None) -> Queue | None:
         """The named queue, the default one when ``name`` is None; raises for an unknown name."""
@@ -168,6 +219,28 @@ def _positive_float(src: str, key: str, v: Any) -> float:
     return float(v)
 
 
+def _removed_max_processes(src: str, key: str, v: Any) -> None:
+    raise ProfileError(
+        f"profile {src}: key 'max_processes' was removed: Titan's limit of 200 processes is on the batch "
+        "job's service node (aprun instances, helpers), not on MPI ranks; delete the key"
+    )
+
+
+def _runs_home(src: str, key: str, v: Any) -> str:
+    import string
+
+    text = _str(src, key, v)
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+    except ValueError as e:
+        raise ProfileError(f"profile {src}: key {key!r}: {e}; write placeholders as {{account}}") from None
+    bad = [f for f in fields if f not in RUNS_HOME_FIELDS]
+    if bad:
+        raise ProfileError(f"profile {src}: key {key!r} has unknown placeholder {{{bad[0]}}}; "
+                           f"use {', '.join('{' + f + '}' for f in RUNS_HOME_FIELDS)}")
+    return text
+
+
 _SCALARS: dict[str, Callable[[str, str, Any], Any]] = {
     "scheduler": _choice(SCHEDULERS),
     "launcher": _choice(LAUNCHERS),
@@ -188,7 +261,9 @@ _SCALARS: dict[str, Callable[[str, str, Any], Any]] = {
     "signal": lambda s, k, v: None if v == "" else _choice(SIGNALS)(s, k, v),
     "signal_lead_s": lambda s, k, v: _int(s, k, v, 1),
     "gpu_directive": _choice(GPU_DIRECTIVES),
-    "max_processes": lambda s, k, v: None if v == 0 else _int(s, k, v, 1),
+    "max_processes": _removed_max_processes,
+    "runs_home": _runs_home,
+    "compute_read_only": _strs,
     "launcher_command": _str,
     "launcher_flags": _strs,
     "oversubscribe": _bool,
@@ -238,11 +313,31 @@ def _queue(src: str, name: str, table: Any) -> Queue:
     )
 
 
+def _node_types(src: str, raw: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(raw, dict):
+        raise _want(src, "node_types", raw, "a table of {constraint = {node keys}} tables")
+    out: dict[str, dict[str, Any]] = {}
+    for constraint, table in raw.items():
+        where = f"node_types.{constraint}"
+        if not isinstance(table, dict):
+            raise _want(src, where, table, "a table")
+        entry: dict[str, Any] = {}
+        for k, v in table.items():
+            if k not in NODE_KEYS:
+                raise ProfileError(f"profile {src}: unknown key {where}.{k}; expected one of {', '.join(NODE_KEYS)}")
+            entry[k] = _SCALARS[k](src, f"{where}.{k}", v)
+        out[constraint] = entry
+    return out
+
+
 def profile_from_table(name: str, table: dict[str, Any], source: str) -> Profile:
     """Check every key of a (merged) profile table and build the :class:`Profile`."""
     values: dict[str, Any] = {}
     for key, raw in table.items():
         if key in LOADER_KEYS:
+            continue
+        if key == "node_types":
+            values["node_types"] = _node_types(source, raw)
             continue
         if key == "queues":
             if not isinstance(raw, dict):
@@ -251,7 +346,7 @@ def profile_from_table(name: str, table: dict[str, Any], source: str) -> Profile
             continue
         check = _SCALARS.get(key)
         if check is None:
-            known = ", ".join(sorted([*_SCALARS, "queues", *LOADER_KEYS]))
+            known = ", ".join(sorted({*_SCALARS, "queues", "node_types", *LOADER_KEYS} - {"max_processes"}))
             raise ProfileError(f"profile {source}: unknown key {key!r}; known keys: {known}")
         values[key] = check(source, key, raw)
     missing = [k for k in REQUIRED if k not in values]
@@ -263,8 +358,14 @@ def profile_from_table(name: str, table: dict[str, Any], source: str) -> Profile
         raise ProfileError(
             f"profile {source}: default_queue {dq!r} is not among its queues ({', '.join(sorted(queues))})"
         )
-    if values["scheduler"] == "local" and values["launcher"] != "mpirun":
-        raise ProfileError(f"profile {source}: the local scheduler runs with launcher \"mpirun\"")
+    scheduler, launcher = values["scheduler"], values["launcher"]
+    if launcher not in LAUNCHERS_FOR[scheduler]:
+        ok = LAUNCHERS_FOR[scheduler]
+        hosts = [s for s, ls in LAUNCHERS_FOR.items() if launcher in ls]
+        raise ProfileError(
+            f"profile {source}: launcher {launcher!r} does not run under scheduler {scheduler!r} "
+            f"({launcher} needs {' or '.join(hosts)}); use launcher {' or '.join(repr(x) for x in ok)}"
+        )
     return Profile(name=name, source=source, **values)
 
 

@@ -63,6 +63,7 @@ class LocalScheduler(Scheduler):
     job_id_vars = (ENV_JOB_ID,)
     job_id_syntax = re.compile(r"[1-9][0-9]*")  # 1, 2, ... within the run
     # directive_prefix stays "#": nothing reads directives here, extra ones are plain comments
+    warns_before_walltime = False  # the supervisor sends SIGTERM at the limit, no warning before it
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)

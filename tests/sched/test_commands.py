@@ -47,7 +47,7 @@ def test_layout_json_lists_every_rank(capsys: pytest.CaptureFixture[str]) -> Non
     [
         (("layout", "-c", "summit", "--workers", "2", "--gpus-per-worker", "7"), "more than a summit node has"),
         (("layout", "-c", "summit", "--nodes", "100", "--walltime", "13h"), "exceeds the 12h limit"),
-        (("layout", "-c", "titan", "--workers", "250"), "limit of 200 processes"),
+        (("layout", "-c", "titan", "--nodes", "20000"), "titan has 18688 nodes; ask for at most --nodes 18688"),
         (("layout", "-c", "summit", "--workers", "0"), "at least 1 worker"),
         (("layout", "-c", "summit", "--block-size", "5", "--n-fold", "2"), "multiple of 2"),
         (("layout", "-c", "summit", "--walltime", "2 hours"), "walltime '2 hours' is malformed"),
@@ -115,7 +115,8 @@ def test_submit_dry_run_local_names_run_after_model(capsys: pytest.CaptureFixtur
          "exceeds the 24h limit"),
         (("submit", "-c", "cscs", "-A", "s1", "--dry-run", "train", "--model", "m.py", "--epochs", "many"),
          "train options: Invalid value for '--epochs'"),
-        (("submit", "-c", "cscs", "-A", "s1", "--dry-run", "sing"), "'sing' is not one of"),
+        (("submit", "-c", "cscs", "-A", "s1", "--dry-run", "sing"),
+         "'sing' is not a run kind (train or optimize); type: nnlo submit -c cscs -A s1 --dry-run train"),
     ],
 )
 def test_submit_refusals(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -30,11 +30,20 @@ def test_builtin_profiles_match_clusters_md() -> None:
     assert not summit.queue("debug").chaining
     titan = load_profile("titan")
     assert (titan.scheduler, titan.launcher, titan.cores_per_node, titan.gpus_per_node) == ("pbs", "aprun", 16, 1)
-    assert titan.signal is None and titan.max_processes == 200
+    assert titan.signal is None and not hasattr(titan, "max_processes")  # a service-node limit, not ranks
+    tbatch = titan.queue("batch")
+    assert [tbatch.walltime_limit(n) for n in (1, 125, 126, 312, 313, 3749, 3750, 18688)] == [
+        7200, 7200, 21600, 21600, 43200, 43200, 86400, 86400]
+    assert titan.queue("debug").walltime_limit(1) == 3600
+    assert summit.runs_home.startswith("$MEMBERWORK/") and "/ccs/home" in summit.compute_read_only
     daint = load_profile("daint")
     assert daint.name == "cscs" and daint.constraint == "gpu" and daint.gpus_per_node == 1
+    assert daint.nodes is not None and "unverified" in Path(daint.source).read_text().split("nodes =")[1][:120]
+    mc = daint.for_constraint("mc")
+    assert (mc.cores_per_node, mc.gpus_per_node, mc.node_type) == (36, 0, "mc") and mc.nodes is not None
+    assert daint.for_constraint("gpu") is daint and mc.for_constraint("mc") is mc
     flatiron = load_profile("flatiron")
-    assert "unverified" in flatiron.notes and flatiron.gpus_per_node == 4
+    assert "unverified" in flatiron.notes and flatiron.gpus_per_node == 4 and flatiron.nodes is not None
     local = load_profile("local")
     assert local.cores_per_node == len(os.sched_getaffinity(0))
     assert local.scheduler == "local" and local.launcher == "mpirun"

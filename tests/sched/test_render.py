@@ -47,7 +47,7 @@ CASES: dict[str, tuple[str, RunSpec]] = {
     "summit_optimize_shared_gpus": ("summit", spec(
         "summit", "optimize", ("--block-size", "3", "--model", "m.py"), account="ABC123", blocks=5,
         gpus_per_worker=0.5, walltime_s=45 * 60)),
-    "titan_train": ("titan", spec("titan", account="CSC123", workers=8, walltime_s=3 * 3600)),
+    "titan_train": ("titan", spec("titan", account="CSC123", workers=8, walltime_s=2 * 3600)),
     "titan_optimize_debug": ("titan", spec(
         "titan", "optimize", ("--block-size", "3", "--model", "m.py"), account="CSC123", blocks=4, queue="debug",
         walltime_s=1800)),
@@ -90,7 +90,7 @@ def test_directive_formats_per_scheduler() -> None:
     assert '#BSUB -alloc_flags "gpumps smt1"' in shared and "#BSUB -W 45" in shared
     pbs = render_script(CASES["titan_train"][1], profile("titan"), "/r")
     d = _directives(pbs, "#PBS")
-    assert "#PBS -A CSC123" in d and "#PBS -l walltime=03:00:00" in d and "#PBS -l nodes=9" in d
+    assert "#PBS -A CSC123" in d and "#PBS -l walltime=02:00:00" in d and "#PBS -l nodes=9" in d
     assert "#PBS -l gres=atlas1%atlas2" in d and "aprun -n 9 -N 1 -d 16 " in pbs
     assert not any("USR" in x for x in d)  # no pre-walltime signal on Titan: the deadline clock only
     slurm = render_script(CASES["flatiron_train_a100"][1], profile("flatiron"), "/r")

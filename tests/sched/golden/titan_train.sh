@@ -1,7 +1,7 @@
 #!/bin/bash
 #PBS -N mnist
 #PBS -A CSC123
-#PBS -l walltime=03:00:00
+#PBS -l walltime=02:00:00
 #PBS -l nodes=9
 #PBS -q batch
 #PBS -o /scratch/u/nnlo-runs/mnist-1/logs/
@@ -12,7 +12,7 @@
 cd /home/u/proj || exit 1
 export NNLO_RUN_DIR=/scratch/u/nnlo-runs/mnist-1
 # The deadline is taken before the (possibly slow) set-up so that it is never later than the real limit.
-export NNLO_DEADLINE=$(( $(date +%s) + 10800 ))
+export NNLO_DEADLINE=$(( $(date +%s) + 7200 ))
 export OMP_NUM_THREADS=16
 # Signals are trapped from here on: one that arrives before the program starts is passed on once it runs.
 child=
