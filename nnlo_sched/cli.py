@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "clusters": ("nnlo_sched.commands.clusters", "List cluster profiles, or show one."),
     "submit": ("nnlo_sched.commands.submit", "Submit a run as a batch job (or --dry-run to print it)."),
     "status": ("nnlo_sched.commands.status", "Show runs, their jobs and progress."),
+    "wait": ("nnlo_sched.commands.wait", "Wait until a run's chain has ended (exit 0: done)."),
     "cancel": ("nnlo_sched.commands.control", "Cancel a run and its queued successors."),
     "logs": ("nnlo_sched.commands.control", "Show or follow a run's logs."),
     "resume": ("nnlo_sched.commands.control", "Resubmit a stopped run from its newest checkpoint."),

@@ -1,10 +1,65 @@
 #!/usr/bin/env bash
 # The main job: set up, turn scikit-learn's bundled digits into HDF5 files, and train on them with
-# 1 master + 2 workers (mpirun on this machine, GEM mode), then print where the results are.
+# 1 master + 2 workers (GEM mode) as a checkpoint-restart CHAIN on this machine: `nnlo submit --cluster local`
+# with a walltime too short for the whole training, so the first job checkpoints and stops before its limit,
+# the chain resubmits itself and the next job resumes from the checkpoint. The script waits for the chain
+# (`nnlo wait`), prints `nnlo status` (jobs, epochs, best figure of merit) and the final accuracy, and fails
+# (non-zero) unless the run is done, was resubmitted at least once and reached the accuracy bar.
+#
+# Environment: EPOCHS (default 100), WALLTIME (per job, default 40s), MIN_ACCURACY (default 0.90),
+# NNLO_HOME (where the run directory goes, default examples/data/runs). Extra arguments go to `nnlo train`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh torch,mpi
 .venv/bin/python examples/make_digits.py --out examples/data/digits
-exec .venv/bin/nnlo train -n 3 --model examples/digits_torch.py \
+export NNLO_HOME=${NNLO_HOME:-$PWD/examples/data/runs}
+nnlo=.venv/bin/nnlo
+min_accuracy=${MIN_ACCURACY:-0.90}
+
+submitted=$("$nnlo" submit --cluster local --name digits --workers 2 --walltime "${WALLTIME:-40s}" \
+  train --model examples/digits_torch.py \
   --train examples/data/digits/train.list --val examples/data/digits/val.list \
-  --mode gem --epochs "${EPOCHS:-15}" --batch 32 --checkpoint examples/data/digits-run "$@"
+  --mode gem --epochs "${EPOCHS:-100}" --batch 32 "$@")
+echo "$submitted"
+run=$(sed -n 's/^submitted run \([^ ]*\) as job .*/\1/p' <<<"$submitted")
+[ -n "$run" ] || { echo "demo: could not read the run id from nnlo submit" >&2; exit 1; }
+
+wait_rc=0
+"$nnlo" wait "$run" || wait_rc=$?
+echo
+"$nnlo" status "$run"
+echo
+
+# The verdict, from the run's own records (nnlo status --json and the training history).
+view=$("$nnlo" status "$run" --json)
+.venv/bin/python - "$view" "$min_accuracy" <<'PY'
+import json
+import sys
+from pathlib import Path
+
+view, bar = json.loads(sys.argv[1]), float(sys.argv[2])
+started = [j for j in view["jobs"] if j["started_at"]]
+resumed = [j for j in started[:-1] if j["status"] == "walltime"]
+try:
+    hist = json.loads((Path(view["dir"]) / "history.json").read_text())
+except (OSError, ValueError):
+    hist = []
+entries = hist["history"] if isinstance(hist, dict) else hist
+acc = entries[-1].get("val_accuracy") if entries else None
+state, run_id = view["state"], view["run_id"]
+print(f"demo: run {run_id} {state}: {len(started)} job(s), {len(resumed)} stopped at the walltime and "
+      f"resumed by the next; {len(entries)} epoch(s); final val_accuracy {acc}")
+problems = []
+if state != "done":
+    problems.append(f"the run is {state}, not done ({view.get('error') or 'no error recorded'})")
+if not resumed:
+    problems.append("no job was stopped at its walltime and resumed by the next: the chain was not "
+                    "exercised (lower WALLTIME or raise EPOCHS)")
+if acc is None or acc < bar:
+    problems.append(f"final val_accuracy {acc} is below {bar}")
+for p in problems:
+    print(f"demo: FAILED: {p}", file=sys.stderr)
+sys.exit(1 if problems else 0)
+PY
+[ "$wait_rc" -eq 0 ] || exit "$wait_rc"
+echo "demo: OK (logs: .venv/bin/nnlo logs $run; run directory under $NNLO_HOME)"
