@@ -129,7 +129,7 @@ def test_nodes_alone_fill_the_allocation(profile: Profile, shape: Shape, kw: dic
         (SUMMIT, Shape(), dict(workers=8, nodes=4), "fill 3 node(s), not 4; use --nodes 3"),
         (SUMMIT, Shape(), dict(workers=400, queue="batch-hm"), "at most 54 nodes"),
         (SUMMIT, Shape(), dict(workers=1, queue="gpu"), "no queue 'gpu'"),
-        (TITAN, Shape(), dict(workers=300, walltime_s=7 * 3600), "exceeds the 6h limit of queue 'batch' for 300"),
+        (TITAN, Shape(), dict(workers=300, walltime_s=7 * 3600), "exceeds the 6h limit of queue 'batch' for 301"),
         (SUMMIT, Shape(), dict(workers=4, blocks=2), "--blocks applies to optimization"),
         (SUMMIT, Shape(block_size=4), dict(workers=4), "--workers applies to training"),
         (SUMMIT, Shape(block_size=4), dict(blocks=0), "--blocks must be at least 1"),
