@@ -128,8 +128,14 @@ def new_run_id(name: str) -> str:
 def new_run_dir(run_dir: Path) -> Path:
     """``--run-dir`` as the run will use it (absolute, ``~`` expanded), refused when it is taken; the one check
     that ``nnlo submit`` and its ``--dry-run`` share."""
-    path = Path(run_dir).expanduser().resolve()
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+    try:
+        path = Path(run_dir).expanduser().resolve()
+        taken = path.exists() and (not path.is_dir() or any(path.iterdir()))
+    except (OSError, ValueError, RuntimeError) as e:  # a name too long, a NUL byte, a symlink loop, no access
+        why = getattr(e, "strerror", None) or str(e)
+        raise ConfigError(f"--run-dir {str(run_dir)[:200]!r} cannot be used ({why}); "
+                          "choose another directory") from None
+    if taken:
         raise ConfigError(f"--run-dir {path} exists and is not empty; choose a new directory "
                           f"(or `nnlo resume {path}` if it is a stopped run)")
     return path

@@ -301,3 +301,11 @@ def test_help_has_no_rst_markup(capsys, path: tuple[str, ...]) -> None:
     assert code == 0 and out.strip(), err
     assert "``" not in out, [line for line in out.splitlines() if "``" in line]
     assert ":func:" not in out and ":class:" not in out and ":mod:" not in out
+
+
+@pytest.mark.parametrize("dry", [True, False])
+@pytest.mark.parametrize("name", ["a" * 300, "a/" * 3000, "bad\x00name"])
+def test_unusable_run_dir_names_are_one_line_in_both_paths(capsys, workdir, dry: bool, name: str) -> None:
+    code, out, err = run(capsys, "submit", "-c", "local", "--run-dir", name, *(["--dry-run"] if dry else []),
+                         "--no-check", "train", "--model", "m.py")
+    assert "--run-dir" in one_line_error(code, err) and out == ""
