@@ -170,7 +170,8 @@ def check_site_run_home(profile: Any, account: str | None, target: Path) -> list
                    "a Python error or bad input is never retried.")
 @click.option("--directive", "directives", multiple=True,
               help="Extra scheduler directive, e.g. --directive '--mail-type=END' (repeatable).")
-@click.option("--run-dir", type=str, default=None, callback=lambda c, p, v: None if v is None else Path(v),
+@click.option("--run-dir", type=str, default=None, metavar="DIR",
+              callback=lambda c, p, v: None if v is None else Path(v),
               help="Run directory (default: chosen under $NNLO_HOME or ./nnlo-runs).")
 @click.option("--dry-run", is_flag=True, help="Print the batch script and the submit command; change nothing.")
 @click.option("--no-check", is_flag=True,
