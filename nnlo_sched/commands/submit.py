@@ -63,10 +63,12 @@ def _check_kind(word: str, args: tuple[str, ...]) -> None:
     before = _typed_before(1 + len(args))
     guess = _guess_kind((word, *args))
     if word.startswith("-"):
-        fixed = _command_line([*before, guess, word, *args])
+        moved, kept, _ = _move_submit_options(guess, (word, *args))
+        fixed = _command_line([*before, *moved, guess, *kept])
         raise ConfigError(f"nnlo submit needs the word train or optimize before the run's options "
                           f"({word} is not an option of nnlo submit); type: {fixed}")
-    fixed = _command_line([*before, guess, *args])
+    moved, kept, _ = _move_submit_options(guess, args)
+    fixed = _command_line([*before, *moved, guess, *kept])
     raise ConfigError(f"{word!r} is not a run kind (train or optimize); type: {fixed}")
 
 
@@ -151,7 +153,7 @@ def check_site_run_home(profile: Any, account: str | None, target: Path) -> list
     cls=_SubmitCommand,
     context_settings=dict(ignore_unknown_options=True, allow_interspersed_args=False),
 )
-@click.option("--cluster", "-c", required=True, help="Cluster profile (nnlo clusters lists them).")
+@click.option("--cluster", "-c", default=None, help="Cluster profile (nnlo clusters lists them); required.")
 @click.option("--name", default=None, help="Run and job name (default: the model file's name).")
 @click.option("--walltime", "-t", default="1h", show_default=True, callback=parse_walltime_option,
               help="Per job: MM, HH:MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h. Longer runs resubmit themselves.")
@@ -180,7 +182,7 @@ def check_site_run_home(profile: Any, account: str | None, target: Path) -> list
 @click.argument("kind", metavar="{train|optimize}")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def submit_command(
-    cluster: str,
+    cluster: str | None,
     name: str | None,
     walltime: int,
     queue: str | None,
@@ -215,9 +217,12 @@ def submit_command(
     from nnlo_sched.schedulers import get_scheduler
     from nnlo_sched.spec import RunSpec
 
-    profile = load_profile(cluster)
     _check_kind(kind, args)
     inner = _parse_inner(kind, args)
+    if not cluster:
+        fixed = _command_line([*_typed_before(1 + len(args)), "--cluster", "NAME", kind, *args])
+        raise ConfigError(f"nnlo submit needs a cluster (nnlo clusters lists them); type: {fixed}")
+    profile = load_profile(cluster)
     spec = RunSpec(
         kind=kind,
         args=list(args),

@@ -251,10 +251,12 @@ def _typed_fix(err: str) -> list[str]:
     (("-c", "summit", "-A", "X", "--nodes", "2", "--model", "m.py", "--epochs", "3"), "train"),
     (("-c", "cscs", "-A", "s1", "--blocks", "2", "--block-size", "3", "--model", "m.py"), "optimize"),
     (("-c", "local", "tarin", "--model", "m.py"), "train"),
+    (("--model", "m.py", "--cluster", "local", "--workers", "2"), "train"),
+    (("train", "--model", "m.py", "-c", "local"), "train"),
 ])
 def test_forgotten_kind_word_says_what_to_type(capsys, workdir, argv, kind: str) -> None:
     code, out, err = run(capsys, "submit", "--dry-run", "--no-check", *argv)
-    assert code == 2 and "one of 'train'" not in err
+    assert code == 2 and "one of 'train'" not in err and "Missing option" not in err
     fixed = _typed_fix(err)
     assert fixed[:2] == ["nnlo", "submit"] and kind in fixed
     code, out, err = run(capsys, *fixed[1:])  # what it says to type works
@@ -309,3 +311,8 @@ def test_unusable_run_dir_names_are_one_line_in_both_paths(capsys, workdir, dry:
     code, out, err = run(capsys, "submit", "-c", "local", "--run-dir", name, *(["--dry-run"] if dry else []),
                          "--no-check", "train", "--model", "m.py")
     assert "--run-dir" in one_line_error(code, err) and out == ""
+
+
+def test_a_missing_cluster_says_where_it_goes(capsys, workdir) -> None:
+    code, out, err = run(capsys, "submit", "--dry-run", "--no-check", "train", "--model", "m.py")
+    assert "type: nnlo submit --dry-run --no-check --cluster NAME train --model m.py" in one_line_error(code, err)
