@@ -25,7 +25,8 @@ run=$(sed -n 's/^submitted run \([^ ]*\) as job .*/\1/p' <<<"$submitted")
 [ -n "$run" ] || { echo "demo: could not read the run id from nnlo submit" >&2; exit 1; }
 
 wait_rc=0
-"$nnlo" wait "$run" || wait_rc=$?
+# prints a line at each change of state; gives up (exit 1, run left alone) after 30 minutes
+"$nnlo" wait "$run" --timeout 1800 || wait_rc=$?
 echo
 "$nnlo" status "$run"
 echo
