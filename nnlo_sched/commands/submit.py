@@ -129,7 +129,7 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> Any:
 
 def check_site_run_home(profile: Any, account: str | None, target: Path) -> list[str]:
     """Refuse a run directory on a file system the profile says compute nodes cannot write; note one outside
-    the site's run home. Returns the notes to print."""
+    the site's run area (the folder of its ``runs_home``). Returns the notes to print."""
     target = Path(os.path.abspath(target))
     home_hint = profile.expand_runs_home(account)
     shown = home_hint or profile.runs_home_for(account)
@@ -141,10 +141,11 @@ def check_site_run_home(profile: Any, account: str | None, target: Path) -> list
             raise ConfigError(f"run directory {target} is under {ro}, which {profile.name}'s compute nodes "
                               f"cannot write (jobs write their state, logs and checkpoints there); {fix}")
     if home_hint is not None:
-        home = Path(os.path.abspath(home_hint))
-        if target != home and home not in target.parents:
-            return [f"run directory {target} is outside {profile.name}'s run home {home}; compute nodes must be "
-                    f"able to write it ({fix}, so that nnlo status finds the runs there too)"]
+        # the site's area is the run home's folder ($MEMBERWORK/<project>, $SCRATCH): anywhere in it will do
+        area = Path(os.path.abspath(home_hint)).parent
+        if target != area and area not in target.parents:
+            return [f"run directory {target} is not under {area}, where {profile.name} runs belong "
+                    f"({profile.runs_home}); compute nodes must be able to write it: {fix}"]
     return []
 
 
