@@ -19,6 +19,7 @@ import click
 from nnlo.contract import SCRIPT_FILE
 from nnlo.errors import ConfigError
 from nnlo_sched.commands.layout import parse_gpus, parse_walltime_option
+from nnlo_sched.profiles.schema import Profile
 
 KINDS = ("train", "optimize")
 _RAW_ARGS = "nnlo.submit.raw_args"
@@ -127,23 +128,29 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> Any:
     return inner
 
 
-def check_site_run_home(profile: Any, account: str | None, target: Path) -> list[str]:
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_site_run_home(profile: Profile, account: str | None, target: Path) -> list[str]:
     """Refuse a run directory on a file system the profile says compute nodes cannot write; note one outside
-    the site's run area (the folder of its ``runs_home``). Returns the notes to print."""
+    the site's run area (the folder of its ``runs_home``). Returns the notes to print. Paths are compared as
+    given and with symbolic links resolved (a link into a read-only home is still read-only)."""
     target = Path(os.path.abspath(target))
+    real = Path(os.path.realpath(target))
     home_hint = profile.expand_runs_home(account)
     shown = home_hint or profile.runs_home_for(account)
     fix = (f"set NNLO_HOME={shown} or pass --run-dir under it" if shown else
            f"set NNLO_HOME (or --run-dir) to a folder on a file system that {profile.name}'s compute nodes write")
     for folder in profile.compute_read_only:
         ro = Path(os.path.abspath(os.path.expanduser(os.path.expandvars(folder))))
-        if target == ro or ro in target.parents:
+        if _under(target, ro) or _under(real, ro) or _under(real, Path(os.path.realpath(ro))):
             raise ConfigError(f"run directory {target} is under {ro}, which {profile.name}'s compute nodes "
                               f"cannot write (jobs write their state, logs and checkpoints there); {fix}")
     if home_hint is not None:
         # the site's area is the run home's folder ($MEMBERWORK/<project>, $SCRATCH): anywhere in it will do
         area = Path(os.path.abspath(home_hint)).parent
-        if target != area and area not in target.parents:
+        if not (_under(target, area) or _under(real, Path(os.path.realpath(area)))):
             return [f"run directory {target} is not under {area}, where {profile.name} runs belong "
                     f"({profile.runs_home}); compute nodes must be able to write it: {fix}"]
     return []

@@ -317,3 +317,14 @@ def test_unusable_run_dir_names_are_one_line_in_both_paths(capsys, workdir, dry:
 def test_a_missing_cluster_says_where_it_goes(capsys, workdir) -> None:
     code, out, err = run(capsys, "submit", "--dry-run", "--no-check", "train", "--model", "m.py")
     assert "type: nnlo submit --dry-run --no-check --cluster NAME train --model m.py" in one_line_error(code, err)
+
+
+def test_a_link_into_a_read_only_folder_is_refused(capsys, workdir, tmp_path, monkeypatch) -> None:
+    ro = tmp_path / "nfs-home"
+    ro.mkdir()
+    (workdir / "link").symlink_to(ro)
+    (tmp_path / "site.toml").write_text(f'extends = "summit"\ncompute_read_only = ["{ro}"]\n')
+    monkeypatch.setenv("NNLO_CLUSTERS", str(tmp_path))
+    code, out, err = run(capsys, "submit", "-c", "site", "-A", "A1", "--nodes", "1", "--run-dir", "link/r",
+                         "--dry-run", "--no-check", "train", "--model", "m.py")
+    assert "cannot write" in one_line_error(code, err)
