@@ -53,6 +53,9 @@ print(f"demo: run {run_id} {state}: {len(started)} job(s), {len(resumed)} stoppe
 problems = []
 if state != "done":
     problems.append(f"the run is {state}, not done ({view.get('error') or 'no error recorded'})")
+    if "without writing a new checkpoint" in (view.get("error") or ""):
+        problems.append("a job spent its whole walltime starting up (a busy machine?): "
+                        "run it again with a longer one, e.g. WALLTIME=90s scripts/demo.sh")
 if not resumed:
     problems.append("no job was stopped at its walltime and resumed by the next: the chain was not "
                     "exercised (lower WALLTIME or raise EPOCHS)")
