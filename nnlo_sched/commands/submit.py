@@ -121,6 +121,10 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> Any:
                 f"{which} {'is an option' if len(names) == 1 else 'are options'} of nnlo submit, not of {kind}; "
                 f"put {'it' if len(names) == 1 else 'them'} before the word {kind}: {fixed}"
             ) from None
+        other = "optimize" if kind == "train" else "train"
+        if e.option in _inner_option_names(other) - _inner_option_names(kind):
+            fixed = _command_line([*_typed_before(1 + len(args)), other, *args])
+            raise ConfigError(f"{e.option} is an option of nnlo {other}, not of {kind}; type: {fixed}") from None
         raise
     if inner.ranks is not None:
         click.echo("nnlo: note: the inner -n is ignored by submit; the job's size comes from "

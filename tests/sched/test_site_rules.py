@@ -328,3 +328,14 @@ def test_a_link_into_a_read_only_folder_is_refused(capsys, workdir, tmp_path, mo
     code, out, err = run(capsys, "submit", "-c", "site", "-A", "A1", "--nodes", "1", "--run-dir", "link/r",
                          "--dry-run", "--no-check", "train", "--model", "m.py")
     assert "cannot write" in one_line_error(code, err)
+
+
+def test_a_search_option_after_train_says_to_type_optimize(capsys, workdir) -> None:
+    code, out, err = run(capsys, "submit", "-c", "local", "--dry-run", "--no-check", "train", "--block-size", "3",
+                         "--model", "m.py")
+    fixed = _typed_fix(err)
+    assert "--block-size is an option of nnlo optimize, not of train" in err
+    assert fixed == ["nnlo", "submit", "-c", "local", "--dry-run", "--no-check", "optimize", "--block-size", "3",
+                     "--model", "m.py"]
+    code, out, err = run(capsys, *fixed[1:])
+    assert code == 0, err
