@@ -104,11 +104,17 @@ def layout_command(
       nnlo layout --cluster summit --nodes 4608          # fill the machine
       nnlo layout --cluster daint --nodes 8 --blocks 3 --block-size 6 --n-fold 2
     """
+    from nnlo.errors import ConfigError
     from nnlo.roles import Shape
     from nnlo_sched.layout import compute_layout, summary
     from nnlo_sched.profiles import load_profile
+    from nnlo_sched.schedulers import scheduler_class
 
-    profile = load_profile(pick_cluster(cluster, cluster_word, "layout")).for_constraint(constraint)
+    profile = load_profile(pick_cluster(cluster, cluster_word, "layout"))
+    if constraint and not scheduler_class(profile.scheduler).takes_constraint:
+        raise ConfigError(f"--constraint is a Slurm option and {profile.name!r} uses {profile.scheduler}; "
+                          "leave it out")
+    profile = profile.for_constraint(constraint)
     kind = "optimize" if block_size is not None or blocks is not None or n_fold is not None else "train"
     shape = Shape.for_run(mode=mode, n_masters=n_masters, n_processes=n_processes, block_size=block_size,
                           n_fold=1 if n_fold is None else n_fold, search=kind == "optimize")

@@ -339,3 +339,8 @@ def test_a_search_option_after_train_says_to_type_optimize(capsys, workdir) -> N
                      "--model", "m.py"]
     code, out, err = run(capsys, *fixed[1:])
     assert code == 0, err
+
+
+def test_layout_constraint_only_where_the_scheduler_has_them(capsys) -> None:
+    code, out, err = run(capsys, "layout", "summit", "-C", "mc", "--workers", "2")
+    assert "--constraint is a Slurm option" in one_line_error(code, err)
