@@ -58,10 +58,13 @@ class Upstream:
     values: Mapping[str, str] = field(default_factory=dict)  # upstream value (any case) -> nnlo value
     refused_values: Mapping[str, str] = field(default_factory=dict)  # value -> what to use instead
     note: str = ""  # NOOP: why it has no effect; REFUSE: what to use instead; else a remark for the docs
+    only: str | None = None  # the one nnlo command the entry is for (the other has its own option of that name)
 
     def applies_to(self, command: str) -> bool:
         """``nnlo optimize`` takes every training option (as OptimizationDriver.py did); ``nnlo train`` the
         options of TrainingDriver.py and MPIDriver.py."""
+        if self.only is not None:
+            return command == self.only
         return command == "optimize" or any(COMMAND_OF[d] == command for d in self.drivers)
 
 
@@ -87,8 +90,8 @@ def _noop(name: str, drivers: tuple[str, ...], takes_value: bool, why: str) -> U
     return Upstream(name, drivers, Kind.NOOP, takes_value, note=why)
 
 
-def _refuse(name: str, drivers: tuple[str, ...], takes_value: bool, instead: str) -> Upstream:
-    return Upstream(name, drivers, Kind.REFUSE, takes_value, note=instead)
+def _refuse(name: str, drivers: tuple[str, ...], takes_value: bool, instead: str, only: str | None = None) -> Upstream:
+    return Upstream(name, drivers, Kind.REFUSE, takes_value, note=instead, only=only)
 
 
 #: Every option of the three upstream drivers (see docs/migrating.md, generated checks in tests/compat).
@@ -119,7 +122,7 @@ TABLE: tuple[Upstream, ...] = (
           "nnlo submit --gpus-per-worker sizes GPU jobs"),
     _noop("--master-gpu", TM, False, "the master only adds updates; it runs on the CPU"),
     # -- the algorithm ---------------------------------------------------------------------------------
-    _same("--mode", T, True, "mpi_learn's sgd is downpour", values={"sgd": "downpour"}),
+    _same("--mode", TM, True, "mpi_learn's sgd is downpour", values={"sgd": "downpour"}),
     _alias("--easgd", M, False, "--mode", "easgd"),
     _same("--synchronous", TM, False, "averages the workers' updates (upstream summed them)"),
     _same("--optimizer", TM, True, "the master's rule; default sgd:lr=1.0 (upstream: adam)"),
@@ -155,7 +158,7 @@ TABLE: tuple[Upstream, ...] = (
     # -- output and observation ----------------------------------------------------------------------
     _same("--trial-name", TM, True, "names the run directory nnlo-runs/NAME"),
     _refuse("--output", T, True, "nnlo train writes history.json, the model and checkpoints into its run "
-            "directory: pass --checkpoint DIR (nnlo optimize keeps --output: its run directory)"),
+            "directory: pass --checkpoint DIR (nnlo optimize has --output: its run directory)", only="train"),
     _same("--log-level", T, True, "warn, critical and fatal are accepted (critical/fatal = error)",
           values=_LEVELS),
     _refuse("--log-file", T, True, "nnlo writes every rank's log to <run dir>/logs/rank-<r>.log; redirect "
@@ -376,3 +379,41 @@ class UpstreamCommand(click.Command):
             raise
         warn(result.warnings)
         return super().parse_args(ctx, result.args)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the documentation (docs/migrating.md holds this table; tests/compat checks it is current)
+# ----------------------------------------------------------------------------------------------------
+_SHORT = {TRAINING: "T", OPTIMIZATION: "O", MPI_LEARN: "M"}
+
+
+def _doc_effect(e: Upstream) -> str:
+    if e.kind is Kind.SAME:
+        return f"same: `{e.name}`"
+    if e.kind is Kind.ALIAS:
+        return "`" + " ".join(e.becomes) + ("` (folded)" if e.name == "--worker-optimizer-params" else "`")
+    return "no effect (one warning)" if e.kind is Kind.NOOP else "refused (one error, exit 2)"
+
+
+def _doc_note(e: Upstream) -> str:
+    parts = [e.note] if e.note else []
+    mapped = [f"`{k}` -> `{v}`" for k, v in e.values.items() if k != v]
+    if mapped:
+        parts.append("values: " + ", ".join(mapped))
+    if e.refused_values:
+        parts.append("refused values: " + ", ".join(f"`{v}`" for v in e.refused_values))
+    return "; ".join(parts).replace("|", "\\|")
+
+
+def markdown_table() -> str:
+    """The option table of docs/migrating.md (``python -m nnlo_sched.upstream`` prints it)."""
+    lines = ["| upstream option | drivers | nnlo | notes |", "|---|---|---|---|"]
+    for e in TABLE:
+        value = " VALUE" if e.takes_value else ""
+        drivers = ",".join(_SHORT[d] for d in e.drivers)
+        lines.append(f"| `{e.name}{value}` | {drivers} | {_doc_effect(e)} | {_doc_note(e)} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")
