@@ -66,7 +66,7 @@ def test_no_cache_folder_reads_the_files_themselves_and_bad_folders_are_one_line
     assert cached([str(a)], None) == [a]
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(DataError, match="--cache-data .* cannot be created"):
+    with pytest.raises(DataError, match=r"--cache-data .* cannot be created"):
         cached([a], blocker / "cache")
     with pytest.raises(DataError, match="does not exist"):
         cached([tmp_path / "missing.h5"], tmp_path / "cache")
@@ -103,7 +103,7 @@ def test_restore_auto_still_starts_fresh_when_there_is_no_checkpoint(tmp_path: P
 # -- --gem-lr and --scale-lr -------------------------------------------------------------------------------
 @pytest.mark.parametrize("worker", ["adam", "rmsprop:lr=0.05", "sgd:lr=0.1", "sgd"])
 def test_gem_lr_beside_a_worker_optimizer_with_another_step_is_refused(worker: str) -> None:
-    with pytest.raises(ConfigError, match="--gem-lr 0.05 sets the step of GEM's worker SGD"):
+    with pytest.raises(ConfigError, match=r"--gem-lr 0\.05 sets the step of GEM.s worker SGD"):
         TrainConfig(model="m.py", mode="gem", gem_lr=0.05, worker_optimizer=worker).validate()
 
 
