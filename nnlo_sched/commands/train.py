@@ -102,7 +102,8 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--elastic-force", type=float, default=0.9, show_default=True,
                      help="EASGD: elastic force; alpha = elastic_force / number of workers."),
         click.option("--gem-lr", type=float, default=0.01, show_default=True,
-                     help="GEM: learning rate of the proxy SGD (and of the workers' default SGD)."),
+                     help="GEM: learning rate of the proxy SGD and of the workers' default SGD (refused beside a "
+                          "--worker-optimizer that steps at another rate)."),
         click.option("--gem-momentum", type=float, default=0.9, show_default=True,
                      help="GEM: momentum of the proxy whose kinetic energy the workers match."),
         click.option("--gem-kappa", type=float, default=2.0, show_default=True,

@@ -166,3 +166,12 @@ def test_submit_stores_the_same_training_as_the_nnlo_spelling() -> None:
                                 "--early-stopping", "val_loss,<,3"])
     assert upstream.train == own.train and upstream.train.to_dict() == own.train.to_dict()
     assert upstream.shape == own.shape
+
+
+def test_submit_refuses_a_restore_folder_without_a_checkpoint_before_queueing(tmp_path: Path) -> None:
+    from nnlo_sched.checks import check_run
+
+    (tmp_path / "m.py").write_text("def get_model():\n    return None\n")
+    (tmp_path / "old-run").mkdir()
+    with pytest.raises(ConfigError, match="holds no complete checkpoint"):
+        check_run(TrainConfig(model="m.py", restore="old-run"), None, cwd=tmp_path)
