@@ -18,6 +18,8 @@ from typing import Any
 import h5py
 import pytest
 
+from nnlo.data.cache import cache_name
+
 pytestmark = [pytest.mark.mpi]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,14 +55,15 @@ class Line:
     backend: str = "torch"
     warnings: tuple[str, ...] = ()  # options that must warn exactly once
     needs_tf: bool = False
+    cache: str | None = None  # the --cache-data folder (relative to the working directory), if any
 
 
 CORPUS = [
     # NNLO README: mpirun -np 3 python TrainingDriver.py --model examples/example_mnist_torch.py ...
     Line("training-driver", ("--model", "{model}", "--loss", "categorical_crossentropy", "--epochs", "1",
                              "--trial-name", "n3g1epoch1", "--train_data", "T.list", "--val_data", "V.list",
-                             "--mode", "sgd", "--early", "val_loss,~<,4", "--verbose"),
-         "nnlo-runs/n3g1epoch1", "downpour", 2, warnings=("--verbose",)),
+                             "--mode", "sgd", "--early", "val_loss,~<,4", "--verbose", "--cache-data", "node-cache"),
+         "nnlo-runs/n3g1epoch1", "downpour", 2, warnings=("--verbose",), cache="node-cache"),
     # mpi_learn README: mpirun -n 3 python3 MPIGDriver.py dummy.json train.list test.list --tf --mode easgd ...
     Line("mpidriver-keras-json", ("{json}", "T.list", "V.list", "--loss", "categorical_crossentropy", "--epochs",
                                   "1", "--master-gpu", "--features-name", "features", "--labels-name", "labels",
@@ -137,6 +140,9 @@ def test_an_upstream_command_line_runs_unchanged(line: Line, launcher: str, digi
     assert [e["samples"] for e in history["history"]] == [digits["n_train"]]  # every sample once per epoch
     assert config["train"] == "T.list" and config["val"] == "V.list" and config["epochs"] == 1
     assert config["loss"] == "categorical_crossentropy"
+    if line.cache is not None:  # every listed file was read from its one complete node-local copy
+        listed = [Path(p) for name in ("T.list", "V.list") for p in (work / name).read_text().split()]
+        assert sorted(p.name for p in (work / line.cache).iterdir()) == sorted(cache_name(p) for p in listed)
     if line.backend == "keras":
         assert config["backend"] == "keras" and config["checkpoint_interval"] == 1
         assert list((run / "checkpoints").glob("ckpt-e0001-*")), sorted(p.name for p in run.rglob("*"))

@@ -220,3 +220,39 @@ def test_docs_migrating_holds_the_current_option_table() -> None:
     assert markdown_table() in doc, "docs/migrating.md is stale: paste `python -m nnlo_sched.upstream` into it"
     for e in TABLE:
         assert f"| `{e.name}" in doc, f"{e.name} is missing from docs/migrating.md"
+
+
+# -- the upstream README lines (words after the driver's name), parsed --------------------------------------
+README_LINES = [
+    ("train", "--model m.py --loss categorical_crossentropy --epochs 3 --trial-name n3g1epoch3 "
+              "--train_data T.list --val_data V.list"),
+    ("train", "--model examples/example_mnist_torch.py --loss categorical_crossentropy --epochs 3"),
+    ("train", "--model examples/example_mnist.py --loss categorical_crossentropy --epochs 3 --n-processes 2"),
+    ("train", "--model examples/example_mnist.py --loss categorical_crossentropy --epochs 10000 --early "
+              "val_loss,~<,4"),
+    ("train", "--model examples/example_mnist.py --loss categorical_crossentropy --epochs 10000 --target-metric "
+              "val_acc,>,0.97"),
+    ("train", "dummy.json train_3d.list test_1_3d.list --loss mse --epochs 5 --master-gpu --features-name X "
+              "--labels-name y --tf --mode easgd --worker-optimizer rmsprop --checkpoint ganGP --checkpoint-int 1 "
+              "--restore ganCP"),
+    ("optimize", "--model examples/example_mnist.py --block-size 3 --epochs 3 --num-iterations 10"),
+    ("optimize", "--model examples/example_mnist.py --block-size 6 --epochs 5 --num-iterations 10 --n-fold 2"),
+    ("optimize", "--model examples/example_mnist.py --block-size 3 --epochs 5 --num-iterations 10 --checkpoint CP "
+                 "--checkpoint-interval 2 --opt-restore"),
+    ("optimize", "--model m.py --block-size 5 --epochs 10 --num-iterations 10 --n-fold 5 --hyper-opt genetic "
+                 "--ga-population 20"),
+    ("train", "mnist_arch.json train_mnist.list test_mnist.list --loss categorical_crossentropy --epochs 3"),
+]
+
+
+@pytest.mark.parametrize(("command", "line"), README_LINES)
+def test_the_upstream_readme_lines_parse_unchanged(command: str, line: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    inner = parse_inner(command, line.split())
+    assert inner.train.epochs == int(line.split("--epochs ")[1].split()[0])
+    assert len(warnings(capsys.readouterr().err)) == line.count("--master-gpu")
+
+
+def test_upstreams_built_in_example_is_refused_in_one_line() -> None:
+    with pytest.raises(UpstreamError, match="--example"):
+        parse_inner("optimize", ["--block-size", "5", "--example", "mnist", "--epochs", "10", "--num-iterations", "10"])
