@@ -59,6 +59,7 @@ class Upstream:
     refused_values: Mapping[str, str] = field(default_factory=dict)  # value -> what to use instead
     note: str = ""  # NOOP: why it has no effect; REFUSE: what to use instead; else a remark for the docs
     only: str | None = None  # the one nnlo command the entry is for (the other has its own option of that name)
+    unused_in_search: str = ""  # SAME, but nnlo optimize sets it per trial: why (printed as one warning)
 
     def applies_to(self, command: str) -> bool:
         """``nnlo optimize`` takes every training option (as OptimizationDriver.py did); ``nnlo train`` the
@@ -152,11 +153,15 @@ TABLE: tuple[Upstream, ...] = (
     _same("--early-stopping", TM, True),
     _same("--target-metric", TM, True),
     # -- checkpoints -------------------------------------------------------------------------------------
-    _same("--checkpoint", T, True, "NAME becomes the run directory NAME/ (history, model, checkpoints/)"),
+    _same("--checkpoint", T, True, "NAME becomes the run directory NAME/ (history, model, checkpoints/)",
+          unused_in_search="every trial checkpoints into its own folder under --output every "
+                           "--checkpoint-interval epochs, and --opt-restore resumes the search with its trials"),
     _same("--checkpoint-interval", T, True),
-    _same("--restore", T, True, "a run or checkpoint folder that holds a checkpoint (else an error), or auto"),
+    _same("--restore", T, True, "a run or checkpoint folder that holds a checkpoint (else an error), or auto",
+          unused_in_search="a search resumes with --opt-restore, each interrupted trial from its own checkpoint"),
     # -- output and observation ----------------------------------------------------------------------
-    _same("--trial-name", TM, True, "names the run directory nnlo-runs/NAME"),
+    _same("--trial-name", TM, True, "names the run directory nnlo-runs/NAME",
+          unused_in_search="trials are named by their number under --output"),
     _refuse("--output", T, True, "nnlo train writes history.json, the model and checkpoints into its run "
             "directory: pass --checkpoint DIR (nnlo optimize has --output: its run directory)", only="train"),
     _same("--log-level", T, True, "warn, critical and fatal are accepted (critical/fatal = error)",
@@ -263,6 +268,8 @@ def translate(command_name: str, native: Mapping[str, str], argv: Sequence[str])
             value, i = args[i], i + 1
         if name in native:  # an nnlo option (exact names always win over upstream ones)
             given.add(name)
+            if command_name == "optimize" and entry is not None and entry.unused_in_search:
+                _once(warnings, f"nnlo: warning: {name} is not used by nnlo optimize ({entry.unused_in_search})")
             out += [name] if value is None else [name, _value(entry, name, value)]
             continue
         assert entry is not None
@@ -270,9 +277,7 @@ def translate(command_name: str, native: Mapping[str, str], argv: Sequence[str])
             raise UpstreamError(f"{name} (upstream {', '.join(entry.drivers)}) is not supported by nnlo "
                                 f"{command_name}; {entry.note}")
         if entry.kind is Kind.NOOP:
-            line = f"nnlo: warning: {name} has no effect in nnlo ({entry.note})"
-            if line not in warnings:
-                warnings.append(line)
+            _once(warnings, f"nnlo: warning: {name} has no effect in nnlo ({entry.note})")
             continue
         if name == "--worker-optimizer-params":
             worker_params = value if value is not None else "{}"
@@ -285,6 +290,11 @@ def translate(command_name: str, native: Mapping[str, str], argv: Sequence[str])
     if worker_params is not None:
         out = _fold_worker_params(out, worker_params)
     return Translation(out, warnings)
+
+
+def _once(lines: list[str], line: str) -> None:
+    if line not in lines:
+        lines.append(line)
 
 
 def _is_number(token: str) -> bool:
@@ -402,6 +412,8 @@ def _doc_note(e: Upstream) -> str:
         parts.append("values: " + ", ".join(mapped))
     if e.refused_values:
         parts.append("refused values: " + ", ".join(f"`{v}`" for v in e.refused_values))
+    if e.unused_in_search:
+        parts.append(f"nnlo optimize: not used, one warning ({e.unused_in_search})")
     return "; ".join(parts).replace("|", "\\|")
 
 
