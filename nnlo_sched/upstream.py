@@ -365,10 +365,15 @@ def _number(v: float | int | bool) -> str:
 # the click side
 # ----------------------------------------------------------------------------------------------------
 def speaks_for_the_world() -> bool:
-    """True unless this process is a rank other than 0 of an MPI launch (messages are printed once)."""
+    """Whether this process prints the command line's messages, so that they are printed once: not in the
+    ranks of nnlo's own ``-n`` launch (the ``nnlo`` that launched them has spoken), and only rank 0 of any
+    other MPI launch."""
+    import os
+
+    from nnlo.contract import ENV_LAUNCHED
     from nnlo_sched.launchers.local_launch import launch_rank
 
-    return launch_rank() in (None, 0)
+    return not os.environ.get(ENV_LAUNCHED) and launch_rank() in (None, 0)
 
 
 def warn(lines: Sequence[str]) -> None:

@@ -87,6 +87,9 @@ def test_messages_come_from_rank_0_only_under_an_mpi_launch(monkeypatch: pytest.
     monkeypatch.setenv("PMI_RANK", "0")
     parse_inner("train", [*BASE, "--verbose"])
     assert len(warnings(capsys.readouterr().err)) == 1
+    monkeypatch.setenv("NNLO_LAUNCHED", "1")  # a rank of `nnlo ... -n N`: the launching nnlo has spoken
+    parse_inner("optimize", [*BASE, "--checkpoint", "cp"])
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize(("upstream", "nnlo"), [
