@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from nnlo.config import CACHE_IN_MEMORY, TrainConfig
+from nnlo.contract import ENV_LAUNCHED
 from nnlo.errors import ConfigError
 from nnlo_sched.inner import command_for, parse_inner
 from nnlo_sched.upstream import TABLE, Kind, Upstream, UpstreamError, native_options
@@ -87,7 +88,7 @@ def test_messages_come_from_rank_0_only_under_an_mpi_launch(monkeypatch: pytest.
     monkeypatch.setenv("PMI_RANK", "0")
     parse_inner("train", [*BASE, "--verbose"])
     assert len(warnings(capsys.readouterr().err)) == 1
-    monkeypatch.setenv("NNLO_LAUNCHED", "1")  # a rank of `nnlo ... -n N`: the launching nnlo has spoken
+    monkeypatch.setenv(ENV_LAUNCHED, "1")  # a rank of `nnlo ... -n N`: the launching nnlo has spoken
     parse_inner("optimize", [*BASE, "--checkpoint", "cp"])
     assert capsys.readouterr().err == ""
 
