@@ -185,9 +185,6 @@ TABLE: tuple[Upstream, ...] = (
     _same("--target-objective", S, True),
 )
 
-BY_NAME: dict[str, Upstream] = {e.name: e for e in TABLE}
-
-
 class UpstreamError(ConfigError):
     """An upstream option nnlo refuses, an ambiguous prefix, or a malformed upstream form (exit 2)."""
 
@@ -215,14 +212,16 @@ def native_options(command: click.Command) -> dict[str, str]:
     return found
 
 
-def resolve(name: str, candidates: Sequence[str]) -> str | None:
+def resolve(name: str, candidates: Sequence[str], same: Mapping[str, str] | None = None) -> str | None:
     """argparse's rule: an exact name; else the one candidate ``name`` is a prefix of; None if none.
-    An ambiguous prefix is an :class:`UpstreamError` naming the candidates."""
+    An ambiguous prefix is an :class:`UpstreamError` naming the candidates, unless they are all spellings
+    of one option (``same``: alias -> the option it spells; ``--va`` is ``--val`` or ``--val_data``)."""
     if name in candidates:
         return name
     matches = sorted({c for c in candidates if c.startswith(name)})
-    if len(matches) == 1:
-        return matches[0]
+    meant = {(same or {}).get(c, c) for c in matches}
+    if len(meant) == 1:
+        return meant.pop()
     if matches:
         raise UpstreamError(f"{name} is ambiguous: it could be {', '.join(matches)}; spell the option out")
     return None
@@ -232,6 +231,8 @@ def translate(command_name: str, native: Mapping[str, str], argv: Sequence[str])
     """``argv`` of ``nnlo <command_name>`` rewritten into nnlo's own options (see the module docstring)."""
     upstream = {e.name: e for e in TABLE if e.applies_to(command_name)}
     longs = sorted({n for n in native if n.startswith("--")} | set(upstream))
+    same = {e.name: e.becomes[0] for e in upstream.values()
+            if e.kind is Kind.ALIAS and len(e.becomes) == 1 and e.name != "--worker-optimizer-params"}
     out: list[str] = []
     warnings: list[str] = []
     positionals: list[str] = []
@@ -255,7 +256,7 @@ def translate(command_name: str, native: Mapping[str, str], argv: Sequence[str])
                 i += 1
             continue
         typed, eq, inline = token.partition("=")
-        name = resolve(typed, longs)
+        name = resolve(typed, longs, same)
         if name is None:  # not ours, not upstream's: click names it (with its suggestions), as typed
             out += args[i - 1:]
             break

@@ -122,6 +122,8 @@ def test_messages_come_from_rank_0_only_under_an_mpi_launch(monkeypatch: pytest.
     (["--target", "val_acc,>,0.97"], ["--target-metric", "val_acc,>,0.97"]),
     (["--train_d", "t.list"], ["--train", "t.list"]),
     (["--sync-", "2"], ["--sync-every", "2"]),
+    (["--trai", "t.list", "--va", "v.list"], ["--train", "t.list", "--val", "v.list"]),  # both spellings: one
+    (["--proc", "2", "-n", "3"], ["--n-processes", "2", "-n", "3"]),
 ])
 def test_an_upstream_spelling_gives_the_same_training_as_the_nnlo_spelling(upstream: list[str],
                                                                            nnlo: list[str]) -> None:
@@ -152,6 +154,8 @@ def test_optimize_takes_the_search_options_and_their_prefixes() -> None:
     ("--gem", ("--gem-kappa", "--gem-lr", "--gem-momentum")),
     ("--ch", ("--checkpoint", "--checkpoint-interval")),
     ("--sync", ("--sync-every", "--synchronous")),
+    ("--mast", ("--master-gpu", "--masters")),
+    ("--worker-opt", ("--worker-optimizer", "--worker-optimizer-params")),
     ("--e", ("--early-stopping", "--epochs", "--elastic-force", "--easgd", "--elastic-lr")),
 ])
 def test_an_ambiguous_prefix_is_one_error_listing_the_candidates(prefix: str, candidates: tuple[str, ...]) -> None:
