@@ -137,6 +137,34 @@ def find_latest(path: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+#: ``--restore auto``: the run's own directory; a fresh start while it holds no checkpoint yet
+RESTORE_AUTO = "auto"
+
+
+def restore_point(spec: str | None, out_dir: str | Path | None) -> Path | None:
+    """The checkpoint ``--restore SPEC`` resumes from, or None for a fresh start.
+
+    ``auto`` looks in the run directory ``out_dir`` and starts fresh when it holds no checkpoint yet (the
+    first job of a chain). An explicit folder must hold one: restoring from a folder that has none is a
+    :class:`ConfigError`, never a silent fresh start (a typo would otherwise throw the training away).
+    """
+    if not spec:
+        return None
+    if spec == RESTORE_AUTO:
+        if out_dir is None:
+            raise ConfigError("--restore auto needs an output directory (--checkpoint DIR)")
+        return find_latest(out_dir)
+    where = Path(spec)
+    if not where.exists():
+        raise ConfigError(f"--restore {spec} does not exist; give a run or checkpoint folder, or --restore auto "
+                          "(a fresh start when the run has no checkpoint yet)")
+    found = find_latest(where)
+    if found is None:
+        raise ConfigError(f"--restore {spec} holds no complete checkpoint (no {SUBDIR}/ckpt-e*-u* folder with a "
+                          f"{MANIFEST}); give the run or checkpoint folder of an earlier run, or --restore auto")
+    return found
+
+
 class CheckpointWriter:
     """The master's side: opens a temporary folder, then publishes it once every part is in."""
 

@@ -25,6 +25,10 @@ MODES = ("downpour", "easgd", "gem", "allreduce")
 ALLREDUCE_ENGINES = ("auto", "mpi", "horovod")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 BACKENDS = ("auto", "torch", "keras")
+#: ``--cache-data`` given without a folder: keep the data in memory (as ``--preload-data`` does)
+CACHE_IN_MEMORY = ":memory:"
+#: ``--gem-lr``'s default (the GEM paper's and upstream's)
+GEM_LR = 0.01
 
 
 def known_fields(cls: type, data: Mapping[str, Any], what: str) -> dict[str, Any]:
@@ -56,7 +60,7 @@ class TrainConfig:
     sync_every: int = 1
     synchronous: bool = False
     elastic_force: float = 0.9
-    gem_lr: float = 0.01
+    gem_lr: float = GEM_LR
     gem_momentum: float = 0.9
     gem_kappa: float = 2.0
     early_stopping: str | None = None
@@ -65,8 +69,8 @@ class TrainConfig:
     checkpoint_interval: int = 5  # epochs between checkpoints (0: only at the end and on deadline/signal)
     checkpoint_keep: int = 3  # how many complete checkpoints to keep
     restore: str | None = None  # a checkpoint directory, a run directory, or "auto"
-    preload_data: bool = False
-    cache_data: bool = False
+    preload_data: int = 0  # N >= 1: read every listed file into memory before training (0: read as needed)
+    cache_data: str | None = None  # a node-local folder the listed files are copied into, or CACHE_IN_MEMORY
     log_level: str = "info"
     trial_name: str | None = None
     seed: int = 0
@@ -78,6 +82,13 @@ class TrainConfig:
     timeline: bool = False
     deadline: float | None = None  # unix seconds; a complete checkpoint is written before it
     model_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of get_model()
+
+    def __post_init__(self) -> None:
+        # configs written before --preload-data N / --cache-data DIR stored both as booleans
+        if isinstance(self.preload_data, bool):
+            self.preload_data = int(self.preload_data)
+        if isinstance(self.cache_data, bool):
+            self.cache_data = CACHE_IN_MEMORY if self.cache_data else None
 
     # -- serialisation -----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -102,6 +113,16 @@ class TrainConfig:
         if self.worker_optimizer:
             return self.worker_optimizer
         return f"sgd:lr={self.gem_lr}" if self.mode == "gem" else "adam:lr=0.001"
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the data is read into memory once before training (--preload-data, bare --cache-data)."""
+        return self.preload_data > 0 or self.cache_data == CACHE_IN_MEMORY
+
+    @property
+    def cache_dir(self) -> str | None:
+        """The node-local folder of ``--cache-data DIR``, or None."""
+        return self.cache_data if self.cache_data and self.cache_data != CACHE_IN_MEMORY else None
 
     @property
     def effective_mode(self) -> str:
@@ -142,7 +163,8 @@ class TrainConfig:
                 f"--synchronous averages the workers' updates and works with --mode downpour; "
                 f"--mode {self.mode} is asynchronous by design (drop --synchronous or use --mode downpour)"
             )
-        for name, minimum in (("epochs", 1), ("batch", 1), ("sync_every", 1), ("checkpoint_keep", 1)):
+        for name, minimum in (("epochs", 1), ("batch", 1), ("sync_every", 1), ("checkpoint_keep", 1),
+                              ("preload_data", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or value < minimum:
                 flag = "--" + name.replace("_", "-")
@@ -168,6 +190,10 @@ class TrainConfig:
                 parse_optimizer_spec(spec)
             except ConfigError as e:
                 raise ConfigError(f"{flag}: {e}") from None
+        self._check_gem_lr()
+        self._check_scale_lr()
+        if self.cache_data is not None and not (isinstance(self.cache_data, str) and self.cache_data.strip()):
+            raise ConfigError(f"--cache-data must name a folder (a node-local disk), got {self.cache_data!r}")
         from nnlo.training.stopping import parse_rule
 
         if self.early_stopping:
@@ -175,3 +201,32 @@ class TrainConfig:
         if self.target_metric:
             parse_rule(self.target_metric, "--target-metric")
         return self
+
+    def _check_gem_lr(self) -> None:
+        """``--gem-lr`` is the step of GEM's proxy SGD, and the worker's own step in the paper (plain SGD at
+        that rate, nnlo's default worker optimizer with --mode gem). Beside a --worker-optimizer that steps
+        at another rate it would mean nothing: refused, naming both ways out."""
+        if self.mode != "gem" or not self.worker_optimizer or self.gem_lr == GEM_LR:
+            return
+        from nnlo.algorithms.specs import parse_optimizer_spec
+
+        try:
+            name, params = parse_optimizer_spec(self.worker_optimizer)
+        except ConfigError:
+            return  # the optimizer check names the bad spec
+        if name == "sgd" and math.isclose(float(params.get("lr", math.nan)), self.gem_lr):
+            return
+        raise ConfigError(
+            f"--gem-lr {self.gem_lr} sets the step of GEM's worker SGD, but --worker-optimizer "
+            f"{self.worker_optimizer} steps on its own; drop --worker-optimizer (GEM's paper setting, "
+            f"sgd:lr={self.gem_lr}) or drop --gem-lr"
+        )
+
+    def _check_scale_lr(self) -> None:
+        """``--scale-lr`` scales by the ranks that split one batch: all of them in all-reduce mode, the K
+        ranks of a worker with --n-processes K. Without either there is nothing to scale: refused."""
+        if not self.scale_lr or self.mode == "allreduce" or self.n_masters == 0 or self.n_processes > 1:
+            return
+        raise ConfigError("--scale-lr multiplies the learning rate by the ranks that share one batch; with "
+                          "--n-processes 1 and no --mode allreduce there are none: drop --scale-lr, or add "
+                          "--n-processes K or --mode allreduce")

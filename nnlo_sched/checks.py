@@ -81,6 +81,10 @@ def _check_paths(config: TrainConfig, search: SearchConfig | None, cwd: Path) ->
     if config.restore and config.restore != "auto" and not _abs(config.restore, cwd).exists():
         raise ConfigError(f"--restore {config.restore} does not exist; give a run or checkpoint folder "
                           "(or --restore auto)")
+    if config.restore and config.restore != "auto":
+        from nnlo.checkpoint import restore_point
+
+        restore_point(str(_abs(config.restore, cwd)), None)  # a folder without a checkpoint: one line, now
     if search is None:
         return
     if search.space and not _abs(search.space, cwd).is_file():

@@ -175,7 +175,7 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
     sizes = comm.allgather(builder.backend.n_params)
     _phase(comm, hierarchy, lambda: _same_sizes(sizes, hierarchy), watchdog)
 
-    checkpoint = _find_restore(ctx) if rank == ctx.group.top else None
+    checkpoint = _phase(comm, hierarchy, lambda: _find_restore(ctx) if rank == ctx.group.top else None, watchdog)
     checkpoint = comm.bcast(checkpoint, root=ctx.group.top)
     role = _phase(comm, hierarchy, lambda: builder.make(checkpoint), watchdog)
     if hierarchy.shape.allreduce:  # no master: the replicas agree on an engine and take rank 0's weights
@@ -202,18 +202,10 @@ def _same_sizes(sizes: list[int], hierarchy: Hierarchy) -> None:
 
 
 def _find_restore(ctx: RunContext) -> str | None:
-    spec = ctx.config.restore
-    if not spec:
-        return None
-    if spec == "auto":
-        if ctx.out_dir is None:
-            raise ConfigError("--restore auto needs an output directory (--checkpoint DIR)")
-        where = ctx.out_dir
-    else:
-        where = Path(spec)
-    found = ckpt.find_latest(where)
+    found = ckpt.restore_point(ctx.config.restore, ctx.out_dir)
     if found is None:
-        log.info("no complete checkpoint in %s yet: starting fresh", where)
+        if ctx.config.restore:
+            log.info("no complete checkpoint in %s yet: starting fresh", ctx.out_dir)
         return None
     log.info("restoring from %s", found)
     return str(found)
@@ -301,10 +293,10 @@ def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, v
     cfg = ctx.config
     _seed(cfg.seed)
     model = source.build(**cfg.model_args)
-    if ctx.hierarchy.shape.allreduce:
+    if ctx.hierarchy.shape.allreduce or cfg.n_processes > 1:  # --scale-lr: by the ranks sharing a batch
         from nnlo.training.allreduce import scaled_config
 
-        cfg = scaled_config(cfg, ctx.comm.Get_size())
+        cfg = scaled_config(cfg, ctx.comm.Get_size() if ctx.hierarchy.shape.allreduce else cfg.n_processes)
     backend = make_backend(model, cfg, device)
     _seed(cfg.seed + 7919 * (ctx.rank + 1))  # distinct dropout streams per rank, reproducible per seed
     if ctx.hierarchy.shape.allreduce:  # every replica trains, and validates its share of the samples
@@ -326,16 +318,17 @@ def _fields(ctx: RunContext, source: Any) -> tuple[Any, Any]:
 
 def _files(ctx: RunContext, source: Any, which: str) -> list[Any] | None:
     from nnlo.data import read_list_file
+    from nnlo.data.cache import cached
 
     given = getattr(ctx.config, which)
     if given:
-        return list(read_list_file(given))
+        return cached(read_list_file(given), ctx.config.cache_dir)
     files = source.optional(f"get_{which}")
     if files:
         missing = [f for f in files if not Path(f).is_file()]
         if missing:
             raise ConfigError(f"{missing[0]} returned by get_{which}() of {source.path} does not exist")
-        return list(files)
+        return cached(files, ctx.config.cache_dir)
     return None
 
 
@@ -347,7 +340,7 @@ def _training(ctx: RunContext, source: Any, indices: Any) -> Any:
     if files is None:
         raise ConfigError("no training data: pass --train LIST (a text file naming HDF5 files) or define get_train()")
     features, labels = _fields(ctx, source)
-    dataset = H5Dataset(files, features=features, labels=labels, preload=cfg.preload_data or cfg.cache_data)
+    dataset = H5Dataset(files, features=features, labels=labels, preload=cfg.in_memory)
     assert ctx.worker_index is not None
     # Shard by logical worker over every worker of the training group; the K ranks of an all-reduce group
     # (or all replicas in all-reduce mode) split each batch of K x --batch samples (--batch is per rank).
@@ -362,7 +355,7 @@ def _validation(ctx: RunContext, source: Any, indices: Any) -> Any:
 
     cfg = ctx.config
     features, labels = _fields(ctx, source)
-    preload = cfg.preload_data or cfg.cache_data
+    preload = cfg.in_memory
     if indices is not None:
         files = _files(ctx, source, "train")
         if files is None:

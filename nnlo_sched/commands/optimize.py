@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from nnlo.errors import NnloError
+from nnlo_sched.upstream import UpstreamCommand
 
 
 def _training_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -67,7 +68,7 @@ def _search_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-@click.command("optimize", context_settings={"max_content_width": 100})
+@click.command("optimize", cls=UpstreamCommand, context_settings={"max_content_width": 100})
 @_training_options
 @_search_options
 @click.pass_context

@@ -17,8 +17,10 @@ from typing import Any
 
 import click
 
+from nnlo.config import CACHE_IN_MEMORY
 from nnlo.contract import EXIT_RESUMABLE, deadline_from_env
 from nnlo.errors import ConfigError
+from nnlo_sched.upstream import UpstreamCommand
 
 DEFAULT_RUNS = "nnlo-runs"
 
@@ -100,7 +102,8 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--elastic-force", type=float, default=0.9, show_default=True,
                      help="EASGD: elastic force; alpha = elastic_force / number of workers."),
         click.option("--gem-lr", type=float, default=0.01, show_default=True,
-                     help="GEM: learning rate of the proxy SGD (and of the workers' default SGD)."),
+                     help="GEM: learning rate of the proxy SGD and of the workers' default SGD (refused beside a "
+                          "--worker-optimizer that steps at another rate)."),
         click.option("--gem-momentum", type=float, default=0.9, show_default=True,
                      help="GEM: momentum of the proxy whose kinetic energy the workers match."),
         click.option("--gem-kappa", type=float, default=2.0, show_default=True,
@@ -117,9 +120,12 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--restore", metavar="DIR|auto",
                      help="Resume from the newest complete checkpoint in DIR (a run or checkpoint folder); "
                           "'auto' looks in the run directory. No checkpoint there yet: start fresh."),
-        click.option("--preload-data", is_flag=True, help="Read all data into memory once before training."),
-        click.option("--cache-data", is_flag=True,
-                     help="Keep the data in memory after reading it (same as --preload-data here)."),
+        click.option("--preload-data", type=click.IntRange(min=0), is_flag=False, flag_value=1, default=0,
+                     metavar="[N]", help="Read every listed file into memory once before training (any N >= 1, "
+                                         "or the bare flag; 0: read from the files as needed)."),
+        click.option("--cache-data", is_flag=False, flag_value=CACHE_IN_MEMORY, default=None, metavar="[DIR]",
+                     help="Copy each listed file once into DIR (a node-local disk) and read it from there; "
+                          "the bare flag keeps the data in memory (like --preload-data)."),
         click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
                      show_default=True, help="Verbosity of the console and of logs/rank-<r>.log."),
         click.option("--trial-name", metavar="NAME",
@@ -137,7 +143,8 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Who sums gradients (--mode allreduce, --n-processes > 1): mpi (one MPI Allreduce of "
                           "one flat buffer), horovod (if installed); auto = mpi on CPUs, horovod with NCCL on GPUs."),
         click.option("--scale-lr", is_flag=True,
-                     help="--mode allreduce: multiply the worker optimizer's learning rate by the number of ranks."),
+                     help="Multiply the worker optimizer's learning rate by the ranks that split one batch: all "
+                          "ranks with --mode allreduce, the K ranks of a worker with --n-processes K."),
         click.option("--monitor", is_flag=True, help="Sample CPU/GPU use; adds it to the history and a time summary."),
         click.option("--timeline", is_flag=True,
                      help="Record a per-rank trace (see 'nnlo timeline RUN' for a Chrome trace)."),
@@ -188,7 +195,7 @@ def argv_from_params(command: click.Command, params: dict[str, Any], drop: tuple
     return argv
 
 
-@click.command("train")
+@click.command("train", cls=UpstreamCommand)
 @training_options
 @click.option("-n", "--np", "np_", type=click.IntRange(min=1), metavar="N",
               help="Start N ranks with mpirun on this machine (1 master + N-1 workers). Ignored inside an "

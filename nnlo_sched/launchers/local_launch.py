@@ -55,6 +55,10 @@ from nnlo_sched.profiles import Profile, load_profile
 #: Variables a launcher sets in every rank (MPICH/Hydra and PMI-2, Open MPI, PMIx, Cray ALPS, IBM jsrun).
 LAUNCH_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "ALPS_APP_PE",
                     "JSM_NAMESPACE_SIZE", "MPI_LOCALNRANKS")
+#: Variables holding this process's rank in the launch, in the order they are trusted (Open MPI, MPICH/PMI,
+#: PMIx, Slurm steps, IBM jsrun, Cray ALPS).
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK",
+                  "ALPS_APP_PE")
 #: The profile whose launcher starts ``-n`` runs (a user's ``local.toml`` replaces the built-in one).
 PROFILE = "local"
 
@@ -67,6 +71,19 @@ def inside_mpi_launch(env: Mapping[str, str] | None = None) -> bool:
     # Inside a Slurm job step (srun), not merely in a batch script: steps have a numeric id below 2**32-2.
     step = env.get("SLURM_STEP_ID", "")
     return step.isdigit() and int(step) < 4294967294 and "SLURM_PROCID" in env
+
+
+def launch_rank(env: Mapping[str, str] | None = None) -> int | None:
+    """This process's rank from its launcher's variables (before MPI is initialised), or None outside a
+    launch, so that a message every rank would print is printed by rank 0 only."""
+    env = os.environ if env is None else env
+    if not inside_mpi_launch(env):
+        return None
+    for name in RANK_VARIABLES:
+        value = env.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 def launch_argv(n: int, argv: Sequence[str], profile: Profile | None = None) -> list[str]:

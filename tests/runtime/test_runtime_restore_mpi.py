@@ -59,11 +59,15 @@ def test_deadline_already_reached_writes_checkpoint_and_exits_75(run_train, tmp_
     assert sum(e["samples"] for e in again.history["history"]) == 2 * 96
 
 
-def test_restore_from_an_empty_directory_starts_fresh(run_train, tmp_path) -> None:
-    run = run_train(2, "--mode", "downpour", "--epochs", "1", "--batch", "16", "--restore",
-                    str(tmp_path / "nothing-yet"))
-    assert run.rc == 0, run.err
-    assert run.history["epochs_done"] == 1
+def test_restore_from_a_folder_without_a_checkpoint_is_one_error(run_train, tmp_path) -> None:
+    """An explicit --restore DIR must resume: a folder with no checkpoint is an error, not a fresh start
+    (--restore auto is the fresh-start-when-none spelling, see docs/migrating.md)."""
+    empty = tmp_path / "nothing-yet"
+    empty.mkdir()
+    run = run_train(2, "--mode", "downpour", "--epochs", "1", "--batch", "16", "--restore", str(empty))
+    assert run.rc == 2, run.err
+    assert len(run.error_lines()) == 1 and "holds no complete checkpoint" in run.error_lines()[0], run.err
+    assert not (run.out_dir / "history.json").exists()
 
 
 def test_sigusr1_to_the_launching_command_checkpoints_and_exits_75(nnlo_env, blobs, tmp_path) -> None:
