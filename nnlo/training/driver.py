@@ -317,37 +317,22 @@ def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, v
     return _Builder(ctx, backend, data, device)
 
 
-def _fields(ctx: RunContext, source: Any) -> tuple[Any, Any]:
-    cfg = ctx.config
-    features = cfg.features_name or source.optional("get_features") or "features"
-    labels = cfg.labels_name or source.optional("get_labels") or "labels"
-    return features, labels
+def _plan(ctx: RunContext, source: Any) -> Any:
+    """The run's files and datasets (:func:`nnlo.models.data_plan`: options first, then the model module)."""
+    from nnlo.models import data_plan
 
-
-def _files(ctx: RunContext, source: Any, which: str) -> list[Any] | None:
-    from nnlo.data import read_list_file
-
-    given = getattr(ctx.config, which)
-    if given:
-        return list(read_list_file(given))
-    files = source.optional(f"get_{which}")
-    if files:
-        missing = [f for f in files if not Path(f).is_file()]
-        if missing:
-            raise ConfigError(f"{missing[0]} returned by get_{which}() of {source.path} does not exist")
-        return list(files)
-    return None
+    return data_plan(ctx.config, source)
 
 
 def _training(ctx: RunContext, source: Any, indices: Any) -> Any:
     from nnlo.data import H5Dataset, ShardedLoader
 
     cfg = ctx.config
-    files = _files(ctx, source, "train")
-    if files is None:
+    plan = _plan(ctx, source)
+    if plan.train is None:
         raise ConfigError("no training data: pass --train LIST (a text file naming HDF5 files) or define get_train()")
-    features, labels = _fields(ctx, source)
-    dataset = H5Dataset(files, features=features, labels=labels, preload=cfg.preload_data or cfg.cache_data)
+    dataset = H5Dataset(plan.train, features=plan.features, labels=plan.labels,
+                        preload=cfg.preload_data or cfg.cache_data)
     assert ctx.worker_index is not None
     # Shard by logical worker over every worker of the training group; the K ranks of an all-reduce group
     # (or all replicas in all-reduce mode) split each batch of K x --batch samples (--batch is per rank).
@@ -361,16 +346,16 @@ def _validation(ctx: RunContext, source: Any, indices: Any) -> Any:
     from nnlo.training.validation import Validator
 
     cfg = ctx.config
-    features, labels = _fields(ctx, source)
+    plan = _plan(ctx, source)
+    features, labels = plan.features, plan.labels
     preload = cfg.preload_data or cfg.cache_data
     if indices is not None:
-        files = _files(ctx, source, "train")
-        if files is None:
+        if plan.train is None:
             raise ConfigError("val_indices select training samples, but there is no training data list")
-        dataset = H5Dataset(files, features=features, labels=labels, preload=preload)
+        dataset = H5Dataset(plan.train, features=features, labels=labels, preload=preload)
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
     else:
-        files = _files(ctx, source, "val")
+        files = plan.val
         if files is None:
             for flag, rule in (("--early-stopping", cfg.early_stopping), ("--target-metric", cfg.target_metric)):
                 if rule and rule.strip().startswith("val_"):
