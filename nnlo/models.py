@@ -179,12 +179,14 @@ class DataPlan:
     labels: Any
 
 
-def data_plan(config: Any, source: ModelSource, check_exists: bool = True) -> DataPlan:
+def data_plan(config: Any, source: ModelSource, check_exists: bool = True,
+              need: tuple[str, ...] = ("train", "val")) -> DataPlan:
     """The files and datasets of a run: ``--train``/``--val``/``--features-name``/``--labels-name`` when given,
     else the model module's ``get_train()``/``get_val()``/``get_features()``/``get_labels()``, else the
-    defaults (no files, ``features``/``labels``). Used by training, k-fold and search, and by the checks."""
-    train, train_where = _files(config, source, "train", check_exists)
-    val, val_where = _files(config, source, "val", check_exists)
+    defaults (no files, ``features``/``labels``). Used by training, k-fold and search, and by the checks.
+    ``need``: the lists to resolve (a rank reads only its own; the others are None)."""
+    train, train_where = _files(config, source, "train", check_exists) if "train" in need else (None, "")
+    val, val_where = _files(config, source, "val", check_exists) if "val" in need else (None, "")
     features = config.features_name or source.optional("get_features") or "features"
     labels = config.labels_name or source.optional("get_labels") or "labels"
     return DataPlan(train, train_where, val, val_where, features, labels)

@@ -138,7 +138,7 @@ class TrainRunner:
             from nnlo.errors import ConfigError
             from nnlo.models import data_plan, load_model_source
 
-            plan = data_plan(self.config, load_model_source(self.config.model))
+            plan = data_plan(self.config, load_model_source(self.config.model), need=("train",))
             if plan.train is None:
                 raise ConfigError(f"--n-fold needs training samples to split: pass --train LIST or define "
                                   f"get_train() in {self.config.model}")

@@ -317,18 +317,18 @@ def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, v
     return _Builder(ctx, backend, data, device)
 
 
-def _plan(ctx: RunContext, source: Any) -> Any:
-    """The run's files and datasets (:func:`nnlo.models.data_plan`: options first, then the model module)."""
+def _plan(ctx: RunContext, source: Any, which: str) -> Any:
+    """The run's ``which`` files and datasets (:func:`nnlo.models.data_plan`: options, then the model module)."""
     from nnlo.models import data_plan
 
-    return data_plan(ctx.config, source)
+    return data_plan(ctx.config, source, need=(which,))
 
 
 def _training(ctx: RunContext, source: Any, indices: Any) -> Any:
     from nnlo.data import H5Dataset, ShardedLoader
 
     cfg = ctx.config
-    plan = _plan(ctx, source)
+    plan = _plan(ctx, source, "train")
     if plan.train is None:
         raise ConfigError("no training data: pass --train LIST (a text file naming HDF5 files) or define get_train()")
     dataset = H5Dataset(plan.train, features=plan.features, labels=plan.labels,
@@ -346,7 +346,7 @@ def _validation(ctx: RunContext, source: Any, indices: Any) -> Any:
     from nnlo.training.validation import Validator
 
     cfg = ctx.config
-    plan = _plan(ctx, source)
+    plan = _plan(ctx, source, "train" if indices is not None else "val")
     features, labels = plan.features, plan.labels
     preload = cfg.preload_data or cfg.cache_data
     if indices is not None:
