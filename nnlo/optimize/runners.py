@@ -124,7 +124,7 @@ class TrainRunner:
             trial_name=f"{self.name}-{out.parent.name}-{out.name}",
             # trainings of many blocks at once would flood the console: their progress goes to the fold's
             # logs/ and history.json; --log-level debug shows it on the console too
-            log_level=self.config.log_level if self.config.log_level == "debug" else "warning",
+            log_level=self.config.log_level if self.config.log_level in ("debug", "error") else "warning",
         )
         if lr is not None:
             cfg = cfg.replace(worker_optimizer=with_lr(cfg.worker_optimizer_spec, float(lr)))
