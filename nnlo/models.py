@@ -24,6 +24,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -200,14 +201,16 @@ def _files(config: Any, source: ModelSource, which: str, check_exists: bool) -> 
         return list(read_list_file(given, check_exists=check_exists)), f"--{which} {given}"
     where = f"get_{which}() of {source.path}"
     value = source.optional(f"get_{which}")
-    if value is None or (isinstance(value, (list, tuple)) and not value) or value == "":
+    if not isinstance(value, (str, bytes, os.PathLike, dict)) and isinstance(value, Iterable):
+        value = list(value)  # a tuple, a generator, a numpy array of names, glob.glob(...)
+    if value is None or (isinstance(value, list) and not value) or value == "":
         return None, where
     if isinstance(value, (str, os.PathLike)):
         p = Path(os.path.expandvars(str(value))).expanduser()
         if p.suffix.lower() not in (".h5", ".hdf5", ".hdf", ".he5") and p.is_file() and not _is_hdf5(p):
             return list(read_list_file(p, check_exists=check_exists)), f"{where} (list {p})"
         files = [p]
-    elif isinstance(value, (list, tuple)) and all(isinstance(f, (str, os.PathLike)) for f in value):
+    elif isinstance(value, list) and all(isinstance(f, (str, os.PathLike)) for f in value):
         files = [Path(os.path.expandvars(str(f))).expanduser() for f in value]
     else:
         raise ModelError(f"{where} returned {type(value).__name__} {value!r:.80}; return a list of HDF5 file "

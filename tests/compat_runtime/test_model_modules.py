@@ -115,3 +115,28 @@ def test_external_mpirun_from_another_directory_imports_siblings(project, nnlo_c
     assert r.rc == 0, r.err[-3000:]
     history = json.loads((root / "nnlo-runs" / "sibling-mlp" / "history.json").read_text())
     assert history["history"][0]["samples"] == 96 and history["history"][0]["val_loss"] > 0
+
+
+@pytest.mark.parametrize("body, ok", [
+    ("return iter(FILES)", True),  # any iterable of paths
+    ("return tuple(FILES)", True),
+    ("return []", None),  # no files: no training data
+    ("return None", None),
+    ("return 42", False),
+    ("return [1, 2]", False),
+    ("raise RuntimeError('no network')", False),
+])
+def test_what_get_train_may_return(tmp_path, body, ok, clean_path):
+    proj = write_project(tmp_path / "p")
+    files = [str(p) for p in sorted(proj["dir"].glob("train_*.h5"))]
+    head = f"FILES = {files!r}\n\n\ndef get_train():\n    {body}\n"
+    text = proj["model"].read_text().replace("def get_train():", head)
+    proj["model"].write_text(text)
+    os.chdir(proj["root"])
+    config, source = TrainConfig(model=str(proj["model"])), load_model_source(str(proj["model"]))
+    if ok is False:
+        with pytest.raises(ModelError, match=r"get_train\(\)"):
+            data_plan(config, source)
+        return
+    plan = data_plan(config, source)
+    assert (plan.train is None) if ok is None else ([str(p) for p in plan.train] == files)
