@@ -101,10 +101,9 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         space = load_space(opts, module)
         Objective.parse(opts.fom)
         hook = module is not None and callable(getattr(module, "evaluate", None))
-        notes: list[str] = []
+        notes = trial_overrides(config, opts.out_dir, opts.name)
         if not hook:
             config.validate()
-            notes = trial_overrides(config, opts.out_dir, opts.name)
             if rank == 0:  # the data, once, before the world splits (a missing file: every rank exits 2)
                 check_plan(data_plan(config, source))
         return hierarchy, module, space, hook, notes

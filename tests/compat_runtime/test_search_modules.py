@@ -107,9 +107,15 @@ def test_missing_data_stops_every_rank_with_one_line(tmp_path, nnlo_cli, launch)
 
 
 @pytest.mark.mpi
-def test_restore_is_refused_by_a_search_in_one_line(project, nnlo_cli):
-    r = nnlo_cli(["optimize", "--model", "models/model.py", "--block-size", "2", "--num-iterations", "1",
-                  "--restore", "auto"], cwd=project["root"], mpirun_np=3)
-    assert r.rc == 2 and len(r.error_lines()) == 1 and "--opt-restore" in r.error_lines()[0], r.err[-2000:]
+@pytest.mark.parametrize("launch, restore", [("mpirun", "auto"), ("-n", "elsewhere")])
+def test_restore_is_refused_by_a_search_in_one_line(project, nnlo_cli, launch, restore):
+    args = ["optimize", "--model", "models/model.py", "--block-size", "2", "--num-iterations", "1",
+            "--restore", restore]
+    if launch == "-n":
+        r = nnlo_cli([*args, "-n", "3"], cwd=project["root"])
+    else:
+        r = nnlo_cli(args, cwd=project["root"], mpirun_np=3)
+    assert r.rc == 2 and len(r.error_lines()) == 1, r.err[-2000:]
+    assert f"--restore {restore} does not apply" in r.error_lines()[0] and "--opt-restore" in r.error_lines()[0]
 
 
