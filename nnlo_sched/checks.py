@@ -46,6 +46,10 @@ def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | N
     ``cwd`` (the submission's working directory, where the jobs start too).
     """
     cwd = Path(cwd or os.getcwd())
+    if search is not None:
+        from nnlo.optimize.options import trial_overrides
+
+        trial_overrides(config, cwd, "")  # a search refuses --restore before any path is looked at
     _check_paths(config, search, cwd)
     return _probe(config, search, cwd)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
@@ -163,11 +162,7 @@ def _launch(ctx: click.Context, n: int, params: dict[str, Any]) -> int:
     from nnlo_sched.launchers.local_launch import relaunch
 
     try:
-        from nnlo.optimize.options import trial_overrides
-
-        config = _config(params)
-        trial_overrides(config, Path("."), "")  # refusals first (the ranks print the mapped options' notes)
-        for note in check_run(config, search_from_params(params)):
+        for note in check_run(_config(params), search_from_params(params)):
             click.echo(f"nnlo: note: {note}", err=True)
     except NnloError as e:
         click.echo(f"nnlo: error: {e}", err=True)
