@@ -103,15 +103,15 @@ def test_get_name_names_the_default_run_folder(project, tmp_path, clean_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("absolute", [False, True])
-def test_external_mpirun_from_another_directory_imports_siblings(project, nnlo_cli, absolute):
+@pytest.mark.parametrize("absolute, launch", [(False, "mpirun"), (True, "mpirun"), (False, "-n")])
+def test_external_mpirun_from_another_directory_imports_siblings(project, nnlo_cli, absolute, launch):
     """``mpirun -np 3 nnlo train --model models/model.py`` from the user's folder (not the repository):
     every rank imports the sibling and the working-directory module; get_train/get_val/the adaptor feed the
-    data; get_name names the run folder."""
+    data; get_name names the run folder. ``nnlo train -n 3`` from there too."""
     root = project["root"]
     model = str(project["model"]) if absolute else "models/model.py"
-    r = nnlo_cli(["train", "--model", model, "--epochs", "1", "--batch", "16", "--mode", "downpour"],
-                 cwd=root, mpirun_np=3)
+    args = ["train", "--model", model, "--epochs", "1", "--batch", "16", "--mode", "downpour"]
+    r = nnlo_cli([*args, "-n", "3"], cwd=root) if launch == "-n" else nnlo_cli(args, cwd=root, mpirun_np=3)
     assert r.rc == 0, r.err[-3000:]
     history = json.loads((root / "nnlo-runs" / "sibling-mlp" / "history.json").read_text())
     assert history["history"][0]["samples"] == 96 and history["history"][0]["val_loss"] > 0
