@@ -81,6 +81,7 @@ class TrainConfig:
     monitor: bool = False
     timeline: bool = False
     deadline: float | None = None  # unix seconds; a complete checkpoint is written before it
+    validate_every: int = 0  # also validate every N master updates (history.json "validations"); 0: epochs only
     model_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of get_model()
 
     def __post_init__(self) -> None:
@@ -169,6 +170,9 @@ class TrainConfig:
             if not isinstance(value, int) or value < minimum:
                 flag = "--" + name.replace("_", "-")
                 raise ConfigError(f"{flag} must be an integer >= {minimum}, got {value!r}")
+        if not isinstance(self.validate_every, int) or isinstance(self.validate_every, bool) or self.validate_every < 0:
+            raise ConfigError(f"--validate-every must be an integer >= 0 master updates (0: once an epoch), "
+                              f"got {self.validate_every!r}")
         if self.checkpoint_interval < 0:
             raise ConfigError(
                 f"--checkpoint-interval must be >= 0 epochs (0: only at the end), got {self.checkpoint_interval}"

@@ -4,8 +4,15 @@ The model-module contract (kept from mpi_learn/NNLO so their users' files keep w
 
     def get_model(**hyperparameters): ...   # required: returns a torch nn.Module (or a Keras model)
     def get_name(): ...                     # optional: a short name for logs and run directories
-    def get_train(): ...  / get_val()       # optional: lists of HDF5 files (used when --train/--val are absent)
-    def get_features(): ... / get_labels()  # optional: dataset name, or (name, adaptor_function)
+    def get_train(): ...  / get_val()       # optional: HDF5 files (a list, one file, or a list file's path),
+                                            #   used when --train/--val are absent (training, k-fold, search)
+    def get_features(): ... / get_labels()  # optional: dataset (or HDF5 group) name, or (name, adaptor_function)
+
+A model module imports like a script run from its own folder: its folder and the working directory are on
+``sys.path`` in every rank whatever started it (``-n``, an external ``mpirun``/``srun``, the pre-queue check),
+so ``from mymodels import make_model`` (a file beside it, or in the working directory) works everywhere.
+:func:`data_plan` is the one place that decides which files and datasets a run reads (``--train``/``--val``
+and ``--features-name``/``--labels-name`` first, then the module's functions).
 
 Saved models: ``.pt``/``.pth``/``.torch`` are whole torch modules written with ``torch.save(model)``;
 ``.json``/``.keras``/``.h5`` are Keras files and are handed to :mod:`nnlo.backends.keras_backend`
@@ -15,13 +22,15 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from nnlo.errors import ModelError
+from nnlo.errors import ConfigError, DataError, ModelError
 
 TORCH_SUFFIXES = (".pt", ".pth", ".torch")
 KERAS_SUFFIXES = (".json", ".keras", ".h5")
@@ -38,7 +47,9 @@ class ModelSource:
     @property
     def name(self) -> str:
         if self.module is not None and callable(getattr(self.module, "get_name", None)):
-            return str(self.module.get_name())
+            value = self.optional("get_name")
+            if value is not None and str(value).strip():
+                return str(value).strip()
         return Path(self.path).stem
 
     def build(self, **hyperparameters: Any) -> Any:
@@ -107,6 +118,7 @@ def _import_file(p: Path) -> ModuleType:
     name = f"nnlo_user_model_{p.stem}_{digest}"
     if name in sys.modules:
         return sys.modules[name]
+    importable(p)
     spec = importlib.util.spec_from_file_location(name, p)
     if spec is None or spec.loader is None:
         raise ModelError(f"cannot import model module {p}")
@@ -121,6 +133,103 @@ def _import_file(p: Path) -> ModuleType:
         del sys.modules[name]
         raise ModelError(f"importing model module {p} raised {type(e).__name__}: {e}") from None
     return module
+
+
+def importable(module_path: Path) -> None:
+    """Put the model module's folder, then the working directory, first on ``sys.path`` (each once).
+
+    Upstream users ran ``python TrainingDriver.py`` (its folder on the path) with their model beside it or in
+    the working directory; whatever starts nnlo's ranks (a console script, ``mpirun`` from another folder,
+    ``srun``, the check probe) the same imports must resolve, so the loader, not the launcher, sees to it.
+    """
+    for folder in reversed((str(module_path.resolve().parent), os.getcwd())):
+        if folder in sys.path:
+            sys.path.remove(folder)
+        sys.path.insert(0, folder)
+
+
+def model_name(path: str) -> str:
+    """The model's name for run folders: ``get_name()`` of a model module, else the file's stem.
+
+    Importing here is no extra cost for the ranks (the module is cached for the training); an import error is
+    left to the loader's check, which reports it in one line, and the name falls back to the stem.
+    """
+    try:
+        name = load_model_source(path).name
+    except (ModelError, ConfigError, DataError):
+        name = Path(path).stem
+    return safe_name(name) or Path(path).stem or "run"
+
+
+def safe_name(name: str) -> str:
+    """``name`` usable as one folder name: path separators and blanks become ``-``."""
+    cleaned = "".join(c if c.isalnum() or c in "._-+" else "-" for c in str(name).strip())
+    return cleaned.strip(".-") or ""
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """What a run reads: the training and validation files (None: none given) with where each list came from
+    (for messages), and the features/labels sources (names, (name, adaptor) pairs, or lists of them)."""
+
+    train: list[Path] | None
+    train_where: str
+    val: list[Path] | None
+    val_where: str
+    features: Any
+    labels: Any
+
+
+def data_plan(config: Any, source: ModelSource, check_exists: bool = True,
+              need: tuple[str, ...] = ("train", "val")) -> DataPlan:
+    """The files and datasets of a run: ``--train``/``--val``/``--features-name``/``--labels-name`` when given,
+    else the model module's ``get_train()``/``get_val()``/``get_features()``/``get_labels()``, else the
+    defaults (no files, ``features``/``labels``). Used by training, k-fold and search, and by the checks.
+    ``need``: the lists to resolve (a rank reads only its own; the others are None)."""
+    train, train_where = _files(config, source, "train", check_exists) if "train" in need else (None, "")
+    val, val_where = _files(config, source, "val", check_exists) if "val" in need else (None, "")
+    features = config.features_name or source.optional("get_features") or "features"
+    labels = config.labels_name or source.optional("get_labels") or "labels"
+    return DataPlan(train, train_where, val, val_where, features, labels)
+
+
+def _files(config: Any, source: ModelSource, which: str, check_exists: bool) -> tuple[list[Path] | None, str]:
+    from nnlo.data.lists import read_list_file
+
+    given = getattr(config, which)
+    if given:
+        return list(read_list_file(given, check_exists=check_exists)), f"--{which} {given}"
+    where = f"get_{which}() of {source.path}"
+    value = source.optional(f"get_{which}")
+    if not isinstance(value, (str, bytes, os.PathLike, dict)) and isinstance(value, Iterable):
+        value = list(value)  # a tuple, a generator, a numpy array of names, glob.glob(...)
+    if value is None or (isinstance(value, list) and not value) or value == "":
+        return None, where
+    if isinstance(value, (str, os.PathLike)):
+        p = Path(os.path.expandvars(str(value))).expanduser()
+        if p.suffix.lower() not in (".h5", ".hdf5", ".hdf", ".he5") and p.is_file() and not _is_hdf5(p):
+            return list(read_list_file(p, check_exists=check_exists)), f"{where} (list {p})"
+        files = [p]
+    elif isinstance(value, list) and all(isinstance(f, (str, os.PathLike)) for f in value):
+        files = [Path(os.path.expandvars(str(f))).expanduser() for f in value]
+    else:
+        raise ModelError(f"{where} returned {type(value).__name__} {value!r:.80}; return a list of HDF5 file "
+                         f"paths (or one path, or a list file's path)")
+    if check_exists:
+        missing = [f for f in files if not f.is_file()]
+        if missing:
+            more = f" (and {len(missing) - 1} more of {len(files)})" if len(missing) > 1 else ""
+            raise DataError(f"{missing[0]} returned by {where} does not exist{more}; fix get_{which}() or "
+                            f"pass --{which} LIST")
+    return files, where
+
+
+def _is_hdf5(p: Path) -> bool:
+    try:
+        with p.open("rb") as f:
+            return f.read(8) == b"\x89HDF\r\n\x1a\n"
+    except OSError:
+        return False
 
 
 def _load_torch_file(path: str) -> Any:

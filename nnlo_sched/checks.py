@@ -46,6 +46,10 @@ def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | N
     ``cwd`` (the submission's working directory, where the jobs start too).
     """
     cwd = Path(cwd or os.getcwd())
+    if search is not None:
+        from nnlo.optimize.options import trial_overrides
+
+        trial_overrides(config, cwd, "")  # a search refuses --restore before any path is looked at
     _check_paths(config, search, cwd)
     return _probe(config, search, cwd)
 
@@ -135,19 +139,10 @@ def _probe(config: TrainConfig, search: SearchConfig | None, cwd: Path) -> list[
 
 
 # -- the probe (runs in its own interpreter) -----------------------------------------------------------
-def _field_names(source: Any) -> list[str]:
-    """Dataset names of a features/labels source: a name, a (name, adaptor) pair, or a list of those."""
-    from nnlo.data.h5dataset import parse_fields
-
-    fields, _ = parse_fields(source, "features")
-    return [f.name for f in fields]
-
-
 def probe(config: TrainConfig, search: SearchConfig | None) -> list[str]:
     """Load the model as a rank would, check a search's space and open a sample of the data; the notes."""
-    from nnlo.data import read_list_file
-    from nnlo.data.check import check_datasets
-    from nnlo.models import load_model_source
+    from nnlo.data.check import check_plan
+    from nnlo.models import data_plan, load_model_source
 
     source = load_model_source(config.model)
     hook = False
@@ -161,30 +156,7 @@ def probe(config: TrainConfig, search: SearchConfig | None) -> list[str]:
         hook = source.module is not None and callable(getattr(source.module, "evaluate", None))
     if hook:
         return []  # a synthetic objective: no data is read
-    names = _field_names(config.features_name or source.optional("get_features") or "features")
-    labels = config.labels_name or source.optional("get_labels") or "labels"
-    names += _field_names(labels)
-    notes: list[str] = []
-    for which in ("train", "val"):
-        given = getattr(config, which)
-        if given:
-            files, where = read_list_file(given), f"--{which} {given}"
-        else:
-            listed = source.optional(f"get_{which}")
-            if not listed:
-                if which == "train":
-                    raise ConfigError("no training data: pass --train LIST (a text file naming HDF5 files) "
-                                      "or define get_train() in the model module")
-                continue
-            files, where = [Path(f) for f in listed], f"get_{which}() of {config.model}"
-            missing = [f for f in files if not f.is_file()]
-            if missing:
-                raise ConfigError(f"{missing[0]} returned by {where} does not exist"
-                                  + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-        note = check_datasets(files, names, where)
-        if note:
-            notes.append(note)
-    return notes
+    return check_plan(data_plan(config, source))
 
 
 def _main() -> None:

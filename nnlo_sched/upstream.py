@@ -59,7 +59,7 @@ class Upstream:
     refused_values: Mapping[str, str] = field(default_factory=dict)  # value -> what to use instead
     note: str = ""  # NOOP: why it has no effect; REFUSE: what to use instead; else a remark for the docs
     only: str | None = None  # the one nnlo command the entry is for (the other has its own option of that name)
-    unused_in_search: str = ""  # SAME, but nnlo optimize sets it per trial: why (printed as one warning)
+    unused_in_search: str = ""  # SAME, but nnlo optimize sets it per trial (nnlo.optimize.options.trial_overrides)
 
     def applies_to(self, command: str) -> bool:
         """``nnlo optimize`` takes every training option (as OptimizationDriver.py did); ``nnlo train`` the
@@ -154,14 +154,15 @@ TABLE: tuple[Upstream, ...] = (
     _same("--target-metric", TM, True),
     # -- checkpoints -------------------------------------------------------------------------------------
     _same("--checkpoint", T, True, "NAME becomes the run directory NAME/ (history, model, checkpoints/)",
-          unused_in_search="every trial checkpoints into its own folder under --output every "
+          unused_in_search="one warning: every trial checkpoints into its own folder under --output every "
                            "--checkpoint-interval epochs, and --opt-restore resumes the search with its trials"),
     _same("--checkpoint-interval", T, True),
     _same("--restore", T, True, "a run or checkpoint folder that holds a checkpoint (else an error), or auto",
-          unused_in_search="a search resumes with --opt-restore, each interrupted trial from its own checkpoint"),
+          unused_in_search="refused: a search resumes with --opt-restore, each interrupted trial from its own checkpoint"),
     # -- output and observation ----------------------------------------------------------------------
     _same("--trial-name", TM, True, "names the run directory nnlo-runs/NAME",
-          unused_in_search="trials are named by their number under --output"),
+          unused_in_search="one warning: it names the search (its default --output and its trials "
+                           "NAME-<trial>-fold-<f>)"),
     _refuse("--output", T, True, "nnlo train writes history.json, the model and checkpoints into its run "
             "directory: pass --checkpoint DIR (nnlo optimize has --output: its run directory)", only="train"),
     _same("--log-level", T, True, "warn, critical and fatal are accepted (critical/fatal = error)",
@@ -212,16 +213,20 @@ def native_options(command: click.Command) -> dict[str, str]:
     return found
 
 
-def resolve(name: str, candidates: Sequence[str], same: Mapping[str, str] | None = None) -> str | None:
+def resolve(name: str, candidates: Sequence[str], same: Mapping[str, str] | None = None,
+            upstream: frozenset[str] = frozenset()) -> str | None:
     """argparse's rule: an exact name; else the one candidate ``name`` is a prefix of; None if none.
     An ambiguous prefix is an :class:`UpstreamError` naming the candidates, unless they are all spellings
-    of one option (``same``: alias -> the option it spells; ``--va`` is ``--val`` or ``--val_data``)."""
+    of one option (``same``: alias -> the option it spells; ``--va`` is ``--val`` or ``--val_data``), or
+    only one of them is an option the upstream drivers had (an upstream line's prefix was unique among
+    those: ``--va`` stays ``--val_data`` although nnlo added ``--validate-every``)."""
     if name in candidates:
         return name
     matches = sorted({c for c in candidates if c.startswith(name)})
-    meant = {(same or {}).get(c, c) for c in matches}
-    if len(meant) == 1:
-        return meant.pop()
+    for pool in (matches, [c for c in matches if c in upstream]):
+        meant = {(same or {}).get(c, c) for c in pool}
+        if len(meant) == 1:
+            return meant.pop()
     if matches:
         raise UpstreamError(f"{name} is ambiguous: it could be {', '.join(matches)}; spell the option out")
     return None
@@ -256,7 +261,7 @@ def translate(command_name: str, native: Mapping[str, str], argv: Sequence[str])
                 i += 1
             continue
         typed, eq, inline = token.partition("=")
-        name = resolve(typed, longs, same)
+        name = resolve(typed, longs, same, frozenset(upstream))
         if name is None:  # not ours, not upstream's: click names it (with its suggestions), as typed
             out += args[i - 1:]
             break
@@ -269,8 +274,6 @@ def translate(command_name: str, native: Mapping[str, str], argv: Sequence[str])
             value, i = args[i], i + 1
         if name in native:  # an nnlo option (exact names always win over upstream ones)
             given.add(name)
-            if command_name == "optimize" and entry is not None and entry.unused_in_search:
-                _once(warnings, f"nnlo: warning: {name} is not used by nnlo optimize ({entry.unused_in_search})")
             out += [name] if value is None else [name, _value(entry, name, value)]
             continue
         assert entry is not None
@@ -419,7 +422,7 @@ def _doc_note(e: Upstream) -> str:
     if e.refused_values:
         parts.append("refused values: " + ", ".join(f"`{v}`" for v in e.refused_values))
     if e.unused_in_search:
-        parts.append(f"nnlo optimize: not used, one warning ({e.unused_in_search})")
+        parts.append(f"nnlo optimize sets it per trial; {e.unused_in_search}")
     return "; ".join(parts).replace("|", "\\|")
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import h5py
 
-from nnlo.errors import DataError
+from nnlo.errors import ConfigError, DataError
 
 #: Files opened per list at most (the rest are only checked to exist).
 SAMPLE_FILES = 8
@@ -50,3 +51,28 @@ def check_datasets(files: Sequence[Path], names: Sequence[str], where: str, k: i
     if len(picked) < len(files):
         return f"opened {len(picked)} of the {len(files)} files of {where} (all {len(files)} exist)"
     return None
+
+
+def field_names(source: Any) -> list[str]:
+    """Dataset (or group) names of a features/labels source: a name, a (name, adaptor) pair, or a list."""
+    from nnlo.data.h5dataset import parse_fields
+
+    fields, _ = parse_fields(source, "features")
+    return [f.name for f in fields]
+
+
+def check_plan(plan: Any, k: int = SAMPLE_FILES) -> list[str]:
+    """Check a run's data (a :class:`nnlo.models.DataPlan`) before any rank trains: training files exist
+    (from ``--train`` or ``get_train()``), and a sample of each list holds the features and labels. Returns
+    the notes of sampled lists; raises a one-line :class:`ConfigError`/:class:`DataError` otherwise."""
+    if plan.train is None:
+        raise ConfigError("no training data: pass --train LIST (a text file naming HDF5 files) "
+                          "or define get_train() in the model module")
+    names = field_names(plan.features) + field_names(plan.labels)
+    notes: list[str] = []
+    for files, where in ((plan.train, plan.train_where), (plan.val, plan.val_where)):
+        if files is not None:
+            note = check_datasets(files, names, where, k)
+            if note:
+                notes.append(note)
+    return notes

@@ -3,7 +3,10 @@
 The upstream model contract names the datasets: ``get_features()`` / ``get_labels()`` return a dataset
 name or a ``(name, adaptor_function)`` pair, where the adaptor turns the array read from the file into what
 the model takes (it is called on every batch, rows = samples). A list of such entries gives a model with
-several named inputs (or outputs); ``labels=None`` reads features only (autoencoders, inference).
+several named inputs (or outputs); ``labels=None`` reads features only (autoencoders, inference). A name
+that is an HDF5 *group* stands for the datasets directly in it, in name order (upstream's loader did the
+same): the batch is then a list of arrays (a multi-input model; a torch model's ``forward(*inputs)``), and
+an adaptor given with the group is applied to each of its arrays.
 
 Reads are grouped by file and issued in increasing order (h5py's fancy indexing requires it): a contiguous
 run is one slice read, a dense scatter is one slab read then indexed in memory, a sparse one a point
@@ -70,6 +73,24 @@ def parse_fields(source: Source, role: str) -> tuple[list[Field], bool]:
     if isinstance(source, (tuple, list)) and source:
         return [_entry(e, role) for e in source], False
     raise DataError(f"{role} must be a dataset name, a (name, adaptor) pair or a list of them, got {source!r}")
+
+
+def expand_groups(fields: list[Field], single: bool, f: h5py.File) -> tuple[list[Field], bool]:
+    """``fields`` with every name that is an HDF5 group of ``f`` replaced by the datasets directly in it,
+    sorted by name (each keeps the group's adaptor); ``single`` becomes False when a group was expanded."""
+    out: list[Field] = []
+    for field in fields:
+        obj = f.get(field.name)
+        if not isinstance(obj, h5py.Group):
+            out.append(field)
+            continue
+        members = sorted(k for k, v in obj.items() if isinstance(v, h5py.Dataset))
+        if not members:
+            raise DataError(f"{f.filename}: group {field.name!r} holds no datasets; name a dataset or a group "
+                            f"of datasets (one per model input)")
+        out += [Field(f"{field.name.rstrip('/')}/{k}", field.adaptor) for k in members]
+        single = False
+    return out, single
 
 
 def _adapt(field: Field, array: np.ndarray, role: str) -> Any:
@@ -141,6 +162,9 @@ class H5Dataset:
         self.label_fields, self._single_y = parse_fields(labels, "labels")
         if not self.feature_fields:
             raise DataError("features must name at least one dataset (default 'features')")
+        with _open(self.files[0]) as first:  # names of HDF5 groups stand for their datasets
+            self.feature_fields, self._single_x = expand_groups(self.feature_fields, self._single_x, first)
+            self.label_fields, self._single_y = expand_groups(self.label_fields, self._single_y, first)
         self.fields = self.feature_fields + self.label_fields
         self._handles: OrderedDict[int, h5py.File] = OrderedDict()
         self._maps: OrderedDict[tuple[int, str], np.ndarray | None] = OrderedDict()

@@ -28,6 +28,7 @@ class OptimizeOptions:
 
     out_dir: Path
     block_size: int
+    name: str = "search"  # the search's name: --trial-name, else the model's get_name() (or file stem)
     n_fold: int = 1
     hyper_opt: str = "bayesian"
     estimator: str = "GP"
@@ -50,12 +51,37 @@ class OptimizeOptions:
         return max(2, min(10, self.num_iterations // 3))
 
 
-def default_out_dir(model: str) -> Path:
-    """``$NNLO_RUN_DIR`` inside a submitted run, else ``./optimize-<model stem>``."""
+def default_out_dir(name: str) -> Path:
+    """``$NNLO_RUN_DIR`` inside a submitted run, else ``./optimize-<name>`` (name: :func:`search_name`)."""
     run_dir = os.environ.get(ENV_RUN_DIR)
     if run_dir:
         return Path(run_dir)
-    return Path(f"optimize-{Path(model).stem or 'run'}")
+    return Path(f"optimize-{name or 'run'}")
+
+
+def search_name(train: TrainConfig) -> str:
+    """The search's name: ``--trial-name``, else the model module's ``get_name()``, else the file's stem.
+    It names the default output folder and every trial's training (``<name>-<trial>-fold-<f>``)."""
+    from nnlo.models import model_name, safe_name
+
+    return safe_name(train.trial_name or "") or model_name(train.model)
+
+
+def trial_overrides(train: TrainConfig, out_dir: Path, name: str) -> list[str]:
+    """The training options a search sets per trial, as the user gave them: ``--restore`` is refused (one
+    line), ``--checkpoint``/``--trial-name`` are mapped; returns one warning line per mapped option."""
+    if train.restore:
+        raise ConfigError(f"--restore {train.restore} does not apply to nnlo optimize: every trial resumes its "
+                          "own checkpoint; resume a search with --opt-restore (and the same --output)")
+    notes = []
+    if train.checkpoint:
+        notes.append(f"--checkpoint {train.checkpoint}: a search checkpoints each trial in its own folder, "
+                     f"{out_dir}/trials/<trial>/fold-<f>/checkpoints (every --checkpoint-interval epochs); "
+                     f"{train.checkpoint} is not used")
+    if train.trial_name:
+        notes.append(f"--trial-name {train.trial_name}: names the search ({name}; trials {name}-<trial>-fold-<f>)"
+                     ", not one training")
+    return notes
 
 
 @dataclass(frozen=True)
@@ -85,8 +111,10 @@ class SearchConfig:
 
     def options(self, train: TrainConfig) -> OptimizeOptions:
         """The options for a search that runs here and now (output folder and block size resolved)."""
+        name = search_name(train)
         return OptimizeOptions(
-            out_dir=Path(self.output) if self.output else default_out_dir(train.model),
+            out_dir=Path(self.output) if self.output else default_out_dir(name),
+            name=name,
             block_size=int(self.shape(train).block_size or 0),
             n_fold=self.n_fold,
             hyper_opt=self.hyper_opt,

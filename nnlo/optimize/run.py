@@ -1,8 +1,10 @@
 """The entry every rank of ``nnlo optimize`` calls: roles, communicators, then coordinator or block.
 
 Input is checked identically on every rank before any communicator exists (so bad input gives every rank
-the same one-line error and nobody hangs); checks only the coordinator can do (the saved state) are
-broadcast, so blocks stop with the coordinator's error instead of waiting for work.
+the same one-line error and nobody hangs); rank 0 alone opens a sample of the data (``--train``/``get_train()``)
+in that same check, so a missing file stops every rank with exit 2 before the world splits; checks only the
+coordinator can do (the saved state) are broadcast, so blocks stop with the coordinator's error instead of
+waiting for work.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from nnlo.errors import ConfigError, NnloError
 from nnlo.optimize import space as space_mod
 from nnlo.optimize.coordinator import Coordinator
 from nnlo.optimize.engines import ENGINES, make_engine
-from nnlo.optimize.options import OptimizeOptions
+from nnlo.optimize.options import OptimizeOptions, trial_overrides
 from nnlo.optimize.results import Objective
 from nnlo.optimize.search import Search
 from nnlo.optimize.state import STATE_FILE
@@ -82,28 +84,36 @@ def load_space(opts: OptimizeOptions, module: Any) -> space_mod.Space:
 
 def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: Any = None) -> int:
     """Run the search in ``world``; every rank calls it and gets the same exit code."""
-    from nnlo.models import load_model_source
+    from nnlo.data.check import check_plan
+    from nnlo.models import data_plan, load_model_source
     from nnlo.optimize.block import run_block
     from nnlo.optimize.runners import HookRunner, TrainRunner
 
     rank = world.Get_rank()
 
-    def check() -> tuple[Any, Any, Any, bool]:
+    def check() -> tuple[Any, Any, Any, bool, list[str]]:
         shape = Shape.for_run(mode=config.mode, n_masters=config.n_masters, n_processes=config.n_processes,
                               block_size=opts.block_size, n_fold=opts.n_fold, search=True)
         check_fold_groups(shape)
         hierarchy = describe(world.Get_size(), shape)
-        module = load_model_source(config.model).module
+        source = load_model_source(config.model)
+        module = source.module
         space = load_space(opts, module)
         Objective.parse(opts.fom)
         hook = module is not None and callable(getattr(module, "evaluate", None))
+        notes = trial_overrides(config, opts.out_dir, opts.name)
         if not hook:
             config.validate()
-            if opts.n_fold > 1 and not config.train:
-                raise ConfigError("--n-fold needs --train LIST (the samples that the folds split)")
-        return hierarchy, module, space, hook
+            if rank == 0:  # the data, once, before the world splits (a missing file: every rank exits 2)
+                check_plan(data_plan(config, source))
+        return hierarchy, module, space, hook, notes
 
-    hierarchy, module, space, hook = _on_every_rank(world, check)
+    hierarchy, module, space, hook, notes = _on_every_rank(world, check)
+    if rank == 0:
+        for note in notes:
+            sys.stderr.write(f"nnlo: warning: {note}\n")
+        sys.stderr.flush()
+
 
     from mpi4py import MPI
 
@@ -136,7 +146,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
             progress = _progress(opts.num_iterations, progress_stream)
             return Coordinator(world, hierarchy, search, stop, grace_s=opts.grace_s, progress=progress).run()
         runner: HookRunner | TrainRunner = (HookRunner(module, Objective.parse(opts.fom).name) if hook
-                                            else TrainRunner(config, opts.seed))
+                                            else TrainRunner(config, opts.seed, opts.name))
         return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
 
 

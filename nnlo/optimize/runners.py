@@ -101,9 +101,10 @@ def with_lr(spec: str, lr: float) -> str:
 class TrainRunner:
     """Trains the trial's model on the fold group's communicator with the real runtime."""
 
-    def __init__(self, config: Any, seed: int):
+    def __init__(self, config: Any, seed: int, name: str = "trial"):
         self.config = config
         self.seed = seed
+        self.name = name  # the search's name: trials train as <name>-<trial>-fold-<f>
         self._n_samples: int | None = None
 
     def config_for(self, params: dict[str, Any], out: Path) -> Any:
@@ -120,32 +121,33 @@ class TrainRunner:
             checkpoint=str(out),
             checkpoint_keep=1,
             restore="auto",
-            trial_name=f"{out.parent.name}-{out.name}",
+            trial_name=f"{self.name}-{out.parent.name}-{out.name}",
             # trainings of many blocks at once would flood the console: their progress goes to the fold's
             # logs/ and history.json; --log-level debug shows it on the console too
-            log_level=self.config.log_level if self.config.log_level == "debug" else "warning",
+            log_level=self.config.log_level if self.config.log_level in ("debug", "error") else "warning",
         )
         if lr is not None:
             cfg = cfg.replace(worker_optimizer=with_lr(cfg.worker_optimizer_spec, float(lr)))
         return cfg
 
     def n_samples(self) -> int:
-        """Samples of the training list (the k-fold splits them; every rank computes the same number)."""
+        """Samples of the training data (``--train`` or ``get_train()``: the k-fold splits them; every rank
+        computes the same number)."""
         if self._n_samples is None:
-            from nnlo.data import H5Dataset, read_list_file
+            from nnlo.data import H5Dataset
+            from nnlo.errors import ConfigError
+            from nnlo.models import data_plan, load_model_source
 
-            if not self.config.train:
-                from nnlo.errors import ConfigError
-
-                raise ConfigError("--n-fold needs --train LIST (the samples that the folds split)")
-            ds = H5Dataset(read_list_file(self.config.train),
-                           features=self.config.features_name or "features",
-                           labels=self.config.labels_name or "labels")
-            self._n_samples = len(ds)
+            plan = data_plan(self.config, load_model_source(self.config.model), need=("train",))
+            if plan.train is None:
+                raise ConfigError(f"--n-fold needs training samples to split: pass --train LIST or define "
+                                  f"get_train() in {self.config.model}")
+            with H5Dataset(plan.train, features=plan.features, labels=plan.labels) as ds:
+                self._n_samples = len(ds)
         return self._n_samples
 
     def fold_indices(self, fold: int, n_fold: int) -> tuple[Any, Any]:
-        """(train, validation) sample indices of ``fold``: the held-out fold of the --train samples is the
+        """(train, validation) sample indices of ``fold``: the held-out fold of the training samples is the
         validation set (the runtime reads ``val_indices`` from the training files). Same seed, same folds
         on every rank, every trial and every resubmission."""
         from nnlo.data import kfold

@@ -37,7 +37,7 @@ from nnlo.observe.trace import get_tracer
 from nnlo.training.context import RunContext
 from nnlo.training.deadline import Deadline
 from nnlo.training.failure import RankFailure
-from nnlo.training.history import TrainResult, epoch_line, write_history
+from nnlo.training.history import TrainResult, epoch_line, periodic_entry, write_history
 from nnlo.training.stopping import Stopper
 from nnlo.training.voted_step import EXTRA, allreduce_step
 
@@ -75,6 +75,7 @@ class AllreduceReplica:
         self.buf = np.zeros(n + EXTRA, dtype=np.float32)
         self.epoch, self.batch, self.updates = 0, 0, 0
         self.history: list[dict[str, Any]] = []
+        self.validations: list[dict[str, Any]] = []  # --validate-every N: one entry every N steps (rank 0's)
         self.stopper = Stopper.from_config(self.cfg.early_stopping, self.cfg.target_metric)
         self.stats = {"samples": 0.0, "loss_sum": 0.0, "correct": 0.0, "has_correct": False, "seconds": 0.0}
         self.stop_reason: str | None = None
@@ -96,6 +97,7 @@ class AllreduceReplica:
             "position": {"epoch": self.epoch, "batch": self.batch},
             "updates": self.updates,
             "history": self.history,
+            "validations": self.validations,
             "stopper": self.stopper.state_dict(),
             "epoch_stats": dict(self.stats, seconds=self.stats["seconds"] + time.monotonic() - self._t_epoch),
         }
@@ -120,6 +122,7 @@ class AllreduceReplica:
         self.epoch, self.batch = int(state["position"]["epoch"]), int(state["position"]["batch"])
         self.updates = int(state["updates"])
         self.history = list(state.get("history", []))
+        self.validations = list(state.get("validations", []))
         self.stopper.load_state_dict(state.get("stopper", {}))
         self.stats.update(state.get("epoch_stats", {}))
         self._restored = True
@@ -167,6 +170,9 @@ class AllreduceReplica:
             with get_tracer().span("apply gradients", "compute"):
                 self.backend.apply_gradients(self.buf[:self.n])
             self.updates += 1
+            every = self.cfg.validate_every
+            if every and self.validator is not None and self.updates % every == 0:  # same step on every rank
+                self.validations.append(periodic_entry(self.epoch, self.updates, self._validate()))
             loss = sums.loss_sum / sums.total
             if not math.isfinite(loss):
                 self._fail_together(None if self.rank else (
@@ -312,7 +318,7 @@ class AllreduceReplica:
             result = TrainResult.of(self.history, self.epoch, self.stop_reason or "running", self.writer)
         return write_history(self.ctx.out_dir, result, {
             "mode": self.cfg.effective_mode, "n_workers": self.size, "engine": self.engine_name,
-            "config": self.cfg.to_dict(),
+            "config": self.cfg.to_dict(), "validations": self.validations,
         })
 
 

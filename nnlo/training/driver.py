@@ -19,6 +19,7 @@ import logging
 import random
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -309,38 +310,25 @@ def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, v
     return _Builder(ctx, backend, data, device)
 
 
-def _fields(ctx: RunContext, source: Any) -> tuple[Any, Any]:
-    cfg = ctx.config
-    features = cfg.features_name or source.optional("get_features") or "features"
-    labels = cfg.labels_name or source.optional("get_labels") or "labels"
-    return features, labels
-
-
-def _files(ctx: RunContext, source: Any, which: str) -> list[Any] | None:
-    from nnlo.data import read_list_file
+def _plan(ctx: RunContext, source: Any, which: str) -> Any:
+    """The run's ``which`` files and datasets (:func:`nnlo.models.data_plan`: options, then the model module)."""
     from nnlo.data.cache import cached
+    from nnlo.models import data_plan
 
-    given = getattr(ctx.config, which)
-    if given:
-        return cached(read_list_file(given), ctx.config.cache_dir)
-    files = source.optional(f"get_{which}")
-    if files:
-        missing = [f for f in files if not Path(f).is_file()]
-        if missing:
-            raise ConfigError(f"{missing[0]} returned by get_{which}() of {source.path} does not exist")
-        return cached(files, ctx.config.cache_dir)
-    return None
+    plan = data_plan(ctx.config, source, need=(which,))
+    cache = ctx.config.cache_dir
+    return replace(plan, train=cached(plan.train, cache) if plan.train is not None else None,
+                   val=cached(plan.val, cache) if plan.val is not None else None)
 
 
 def _training(ctx: RunContext, source: Any, indices: Any) -> Any:
     from nnlo.data import H5Dataset, ShardedLoader
 
     cfg = ctx.config
-    files = _files(ctx, source, "train")
-    if files is None:
+    plan = _plan(ctx, source, "train")
+    if plan.train is None:
         raise ConfigError("no training data: pass --train LIST (a text file naming HDF5 files) or define get_train()")
-    features, labels = _fields(ctx, source)
-    dataset = H5Dataset(files, features=features, labels=labels, preload=cfg.in_memory)
+    dataset = H5Dataset(plan.train, features=plan.features, labels=plan.labels, preload=cfg.in_memory)
     assert ctx.worker_index is not None
     # Shard by logical worker over every worker of the training group; the K ranks of an all-reduce group
     # (or all replicas in all-reduce mode) split each batch of K x --batch samples (--batch is per rank).
@@ -354,16 +342,16 @@ def _validation(ctx: RunContext, source: Any, indices: Any) -> Any:
     from nnlo.training.validation import Validator
 
     cfg = ctx.config
-    features, labels = _fields(ctx, source)
+    plan = _plan(ctx, source, "train" if indices is not None else "val")
+    features, labels = plan.features, plan.labels
     preload = cfg.in_memory
     if indices is not None:
-        files = _files(ctx, source, "train")
-        if files is None:
+        if plan.train is None:
             raise ConfigError("val_indices select training samples, but there is no training data list")
-        dataset = H5Dataset(files, features=features, labels=labels, preload=preload)
+        dataset = H5Dataset(plan.train, features=features, labels=labels, preload=preload)
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
     else:
-        files = _files(ctx, source, "val")
+        files = plan.val
         if files is None:
             for flag, rule in (("--early-stopping", cfg.early_stopping), ("--target-metric", cfg.target_metric)):
                 if rule and rule.strip().startswith("val_"):

@@ -4,7 +4,9 @@ The history file (``history.json`` in the run's output directory) is rewritten a
 epoch, so a run that dies keeps its curve, and ``nnlo status``/``nnlo plot`` can read it while it runs.
 Entries are flat dicts: ``epoch`` (1-based), ``loss`` (and ``accuracy``) over the training samples of the
 epoch, ``val_loss``/``val_accuracy``, ``samples``, ``samples_per_s``, ``seconds``, ``updates`` and whatever
-observability adds (CPU/GPU use).
+observability adds (CPU/GPU use). With ``--validate-every N`` the file also holds ``validations``: one entry
+every N updates of the master (all-reduce: every N steps), ``{"updates", "epoch", "val_loss", ...}``, where
+``epoch`` is the epoch in progress (1-based); the per-epoch entries keep their meaning.
 """
 from __future__ import annotations
 
@@ -77,6 +79,11 @@ class TrainResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def periodic_entry(epochs_done: int, updates: int, metrics: dict[str, float]) -> dict[str, Any]:
+    """A ``validations`` entry of history.json: taken after ``updates`` updates, in epoch ``epochs_done + 1``."""
+    return {"updates": int(updates), "epoch": int(epochs_done) + 1, **metrics}
 
 
 def epoch_line(entry: dict[str, Any], epochs: int) -> str:

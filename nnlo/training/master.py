@@ -30,7 +30,7 @@ from nnlo.observe.trace import get_tracer
 from nnlo.training.checkpoint_round import CheckpointRound
 from nnlo.training.context import RunContext
 from nnlo.training.failure import RankFailure
-from nnlo.training.history import EpochStats, TrainResult, epoch_line, write_history
+from nnlo.training.history import EpochStats, TrainResult, epoch_line, periodic_entry, write_history
 from nnlo.training.modes import make_server_rule
 from nnlo.training.serve import RuleFactory, WorkerServer
 from nnlo.training.stopping import Stopper
@@ -50,6 +50,7 @@ class Master(WorkerServer):
         super().__init__(ctx, backend, rule)
         self.validator = validator
         self.history: list[dict[str, Any]] = []
+        self.validations: list[dict[str, Any]] = []  # --validate-every N: one entry every N updates
         self.stopper = Stopper.from_config(self.cfg.early_stopping, self.cfg.target_metric)
         self.stats = EpochStats()
         self.checkpoints = CheckpointRound(ctx.checkpoint_dir, self.cfg)
@@ -67,6 +68,7 @@ class Master(WorkerServer):
             "epoch": self.epoch,
             "updates": self.updates,
             "history": self.history,
+            "validations": self.validations,
             "stopper": self.stopper.state_dict(),
             "epoch_stats": stats,
             **self.buffers.state_dict(),
@@ -85,6 +87,7 @@ class Master(WorkerServer):
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.updates = int(state["epoch"]), int(state["updates"])
         self.history = list(state.get("history", []))
+        self.validations = list(state.get("validations", []))
         self.stopper.load_state_dict(state.get("stopper", {}))
         self.stats = EpochStats(**state.get("epoch_stats", {}))
         self.buffers.load_state_dict(state)
@@ -133,6 +136,13 @@ class Master(WorkerServer):
     # -- what the top adds to serving ----------------------------------------------------------------
     def _accounted(self, header: dict[str, Any], counted: bool) -> None:
         self.stats.add(header)
+
+    def _updated(self) -> None:
+        every = self.cfg.validate_every
+        if every and self.validator is not None and self.updates % every == 0:
+            entry = periodic_entry(self.epoch, self.updates, self.validator.validate(self.backend, self.center))
+            self.validations.append(entry)
+            log.debug("validation at update %d: %s", self.updates, entry)
 
     def _stop_wanted(self) -> str | None:
         if self.ctx.stop.raised:
@@ -232,4 +242,5 @@ class Master(WorkerServer):
             result = TrainResult.of(self.history, self.epoch, self.stop_reason or "running", self.checkpoints.writer)
         return write_history(self.ctx.out_dir, result, {
             "mode": self.cfg.effective_mode, "n_workers": len(self.workers), "config": self.cfg.to_dict(),
+            "validations": self.validations,
         })

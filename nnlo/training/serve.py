@@ -111,6 +111,9 @@ class WorkerServer(ABC):
     def _complete_checkpoint(self, tmp: Path, ranks: list[int]) -> None:
         """``ranks`` were told to write their parts into ``tmp``: collect their acknowledgements, finish."""
 
+    def _updated(self) -> None:
+        """The center just took update number :attr:`updates` (the top of the tree validates every N)."""
+
     # -- serving -----------------------------------------------------------------------------------
     def _begin(self) -> bool:
         """Log what is about to be trained; False, stopped as completed, when no epoch is left to train."""
@@ -252,6 +255,7 @@ class WorkerServer(ABC):
 
     def _count_update(self) -> None:
         self.updates += 1
+        self._updated()
         if self.signal_at is not None and self.updates == self.signal_at:
             os.kill(os.getpid(), signal.SIGUSR1)  # test hook: the real signal path at an exact update
 

@@ -155,9 +155,19 @@ def _inside_mpi_launch() -> bool:
 
 
 def _launch(ctx: click.Context, n: int, params: dict[str, Any]) -> int:
-    """Re-run this command line on ``n`` ranks with the local profile's launcher (signals relayed)."""
+    """Re-run this command line on ``n`` ranks with the local profile's launcher (signals relayed), after the
+    pre-queue checks (:mod:`nnlo_sched.checks`: the model imports, the data exists) so that bad input is one
+    line before any rank starts."""
+    from nnlo_sched.checks import check_run
     from nnlo_sched.commands.train import argv_from_params
     from nnlo_sched.launchers.local_launch import relaunch
+
+    try:
+        for note in check_run(_config(params), search_from_params(params)):
+            click.echo(f"nnlo: note: {note}", err=True)
+    except NnloError as e:
+        click.echo(f"nnlo: error: {e}", err=True)
+        return getattr(e, "exit_code", 2)
 
     return relaunch(n, ["optimize", *argv_from_params(ctx.command, params, drop=("np_",))])
 

@@ -108,6 +108,9 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="GEM: momentum of the proxy whose kinetic energy the workers match."),
         click.option("--gem-kappa", type=float, default=2.0, show_default=True,
                      help="GEM: energy matching factor kappa."),
+        click.option("--validate-every", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+                     help="Also validate every N updates of the master (all-reduce: every N steps), recorded in "
+                          "history.json 'validations' with the update count; 0: only once an epoch."),
         click.option("--early-stopping", metavar="METRIC,CMP,PATIENCE",
                      help="Stop when METRIC has not improved for PATIENCE epochs, e.g. 'val_loss,<,4'."),
         click.option("--target-metric", metavar="METRIC,CMP,VALUE",
@@ -169,10 +172,13 @@ def config_from_params(params: dict[str, Any]) -> Any:
 
 
 def default_out_dir(config: Any) -> str:
-    """Where a run writes when --checkpoint is not given: nnlo-runs/<trial name or model name>."""
+    """Where a run writes when --checkpoint is not given: nnlo-runs/<trial name, else the model module's
+    get_name(), else the model file's stem>."""
     from pathlib import Path
 
-    name = config.trial_name or Path(config.model).stem or "run"
+    from nnlo.models import model_name
+
+    name = config.trial_name or model_name(config.model)
     return str(Path(DEFAULT_RUNS) / name)
 
 

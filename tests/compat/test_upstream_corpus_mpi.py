@@ -123,10 +123,6 @@ def test_an_upstream_command_line_runs_unchanged(line: Line, launcher: str, digi
     cmd = [nnlo, "train", "-n", "3", *argv] if launcher.startswith("nnlo") else [mpirun, "-np", "3", nnlo, "train",
                                                                                   *argv]
     proc = subprocess.run(cmd, cwd=work, env=nnlo_env, capture_output=True, text=True, timeout=TIMEOUT)
-    if line.name == "sibling-import" and "No module named 'mymodels'" in proc.stderr:
-        # Importing a module beside the model module is the job of nnlo/models.py (the `modules` change);
-        # until that lands on this branch the line fails here, and only here.
-        pytest.xfail("nnlo/models.py does not yet put the model module's folder on sys.path")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     for option in line.warnings:

@@ -259,21 +259,10 @@ def test_the_upstream_readme_lines_parse_unchanged(command: str, line: str,
     inner = parse_inner(command, line.split())
     assert inner.train.epochs == int(line.split("--epochs ")[1].split()[0])
     said = warnings(capsys.readouterr().err)
-    expected = ["--master-gpu"] * ("--master-gpu" in line) + ["--checkpoint"] * (
-        command == "optimize" and "--checkpoint " in line)
+    expected = ["--master-gpu"] * ("--master-gpu" in line)  # a search's per-trial --checkpoint: at run time
     assert [ln.split()[2] for ln in said] == expected, said
 
 
 def test_upstreams_built_in_example_is_refused_in_one_line() -> None:
     with pytest.raises(UpstreamError, match="--example"):
         parse_inner("optimize", ["--block-size", "5", "--example", "mnist", "--epochs", "10", "--num-iterations", "10"])
-
-
-@pytest.mark.parametrize("entry", [e for e in TABLE if e.unused_in_search], ids=lambda e: e.name)
-def test_a_training_option_a_search_sets_per_trial_warns_once_in_optimize(
-        entry: Upstream, capsys: pytest.CaptureFixture[str]) -> None:
-    parse_inner("train", [*BASE, entry.name, "x"])
-    assert warnings(capsys.readouterr().err) == []
-    parse_inner("optimize", [*BASE, entry.name, "x"])
-    assert warnings(capsys.readouterr().err) == [
-        f"nnlo: warning: {entry.name} is not used by nnlo optimize ({entry.unused_in_search})"]
