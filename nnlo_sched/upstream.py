@@ -255,6 +255,12 @@ def translate(command_name: str, native: Mapping[str, str], argv: Sequence[str])
             positionals.append(token)
             continue
         if not token.startswith("--"):  # a short option (-n 3): click's own
+            if token not in native and token[:2] in native:  # -n3: the value attached
+                out.append(token)
+                continue
+            if token not in native:  # not ours: click names it (and nnlo submit's hint for its own options)
+                out += args[i - 1:]
+                break
             out.append(token)
             if native.get(token) == "value" and i < len(args):
                 out.append(args[i])
