@@ -33,6 +33,7 @@ from nnlo_sched.state import (
     QUEUED,
     JobRecord,
     RunState,
+    StateError,
     read_state,
     update_state,
     write_json_atomic,
@@ -96,6 +97,22 @@ def load_spec(run_dir: Path) -> RunSpec:
         return RunSpec.from_json(path.read_text())
     except FileNotFoundError:
         raise RunNotFound(f"{run_dir} is not an nnlo run directory (no {SPEC_FILE})") from None
+    except NnloError as e:
+        raise StateError(f"{path}: {e}; the run directory is damaged") from None
+    except (OSError, ValueError, TypeError, AttributeError, KeyError, RecursionError) as e:
+        raise StateError(f"{path} cannot be read ({' '.join(str(e).split())[:200]}); the run directory is "
+                         f"damaged") from None
+
+
+def load_state(run_dir: Path) -> RunState:
+    """The run's record, checked beyond its types: it names a scheduler nnlo knows. StateError otherwise."""
+    from nnlo_sched.schedulers import NAMES
+
+    st = read_state(run_dir)
+    if st.scheduler not in NAMES:
+        raise StateError(f"{Path(run_dir) / STATE_FILE} is damaged: unknown scheduler {st.scheduler!r} "
+                         f"(nnlo knows {', '.join(NAMES)}); restore it or remove the run directory")
+    return st
 
 
 def change_inner_options(run_dir: Path, options: list[str]) -> RunSpec:
@@ -210,32 +227,60 @@ def load_profile_for(run_dir: Path, cluster: str, env: dict[str, str] | None = N
 
 
 def list_runs(home: Path | None = None) -> list[Run]:
-    """Every run under ``home``, oldest first (by creation time in the state record, then id)."""
+    """Every run under ``home``, oldest first (by creation time in the state record, then id); a damaged
+    record sorts first and is still listed (``nnlo status`` shows it as damaged)."""
     home = Path(home) if home is not None else runs_home()
-    if not home.is_dir():
-        return []
-    runs = [Run(p.name, p) for p in home.iterdir() if (p / STATE_FILE).is_file()]
+    try:
+        entries = list(home.iterdir()) if home.is_dir() else []
+    except OSError as e:
+        raise ConfigError(f"cannot list the runs directory {home} ({e.strerror}); check it or set NNLO_HOME") from None
+    runs = [Run(p.name, p) for p in entries if _is_run_dir(p)]
     return sorted(runs, key=lambda r: (_created(r), r.id))
+
+
+def _is_run_dir(path: Path) -> bool:
+    try:
+        return (path / STATE_FILE).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _created(run: Run) -> float:
     try:
-        created = read_state(run.dir).created_at
+        return float(read_state(run.dir).created_at)
     except NnloError:
         return 0.0
-    return float(created) if isinstance(created, (int, float)) else 0.0  # a hand-edited record sorts first
 
 
-def find_run(ref: str, home: Path | None = None) -> Run:
-    """The run named by ``ref``: a run directory path, a run id, or a unique prefix of one."""
-    p = Path(ref).expanduser()
-    if (p / STATE_FILE).is_file():
+#: the shortest run-id prefix a command that changes a run (cancel, resume) accepts: ``nnlo cancel ""`` (an
+#: unset shell variable) or ``nnlo cancel a`` must never pick a run by chance
+MIN_PREFIX = 4
+
+
+def find_run(ref: str, home: Path | None = None, *, changes: bool = False) -> Run:
+    """The run named by ``ref``: a run directory path, a run id, or a unique prefix of one.
+
+    ``changes``: the caller changes the run (cancel, resume), so a prefix must have at least
+    :data:`MIN_PREFIX` characters. An empty or blank ``ref`` is refused either way.
+    """
+    home = Path(home) if home is not None else runs_home()
+    if not ref.strip():
+        raise RunNotFound(f"no run given (the run reference is {'empty' if not ref else 'blank'}: an unset shell "
+                          "variable?); pass a run id from `nnlo status` or a run directory")
+    try:
+        p = Path(ref).expanduser()
+    except RuntimeError:  # ~user of an unknown user
+        p = Path(ref)
+    if _is_run_dir(p):
         p = p.resolve()
         return Run(p.name, p)
-    home = Path(home) if home is not None else runs_home()
-    if (home / ref / STATE_FILE).is_file():
+    if "/" not in ref and ref not in (".", "..") and _is_run_dir(home / ref):
         return Run(ref, home / ref)
     matches = [r for r in list_runs(home) if r.id.startswith(ref)]
+    if matches and changes and len(ref) < MIN_PREFIX:
+        shown = ", ".join(r.id for r in matches[:3]) + (", ..." if len(matches) > 3 else "")
+        raise RunNotFound(f"{ref!r} is too short to name a run that this command changes (it matches {shown}); "
+                          f"give the whole run id or at least {MIN_PREFIX} characters of it")
     if len(matches) == 1:
         return matches[0]
     if len(matches) > 1:

@@ -19,6 +19,7 @@ import click
 
 from nnlo.contract import EXIT_RESUMABLE, deadline_from_env
 from nnlo.errors import ConfigError
+from nnlo_sched.params import FINITE_FLOAT
 
 DEFAULT_RUNS = "nnlo-runs"
 
@@ -97,13 +98,13 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--synchronous", is_flag=True,
                      help="Wait for all workers each round and apply the mean of their updates (with "
                           "--mode downpour; the learning rate does not change with the number of workers)."),
-        click.option("--elastic-force", type=float, default=0.9, show_default=True,
+        click.option("--elastic-force", type=FINITE_FLOAT, default=0.9, show_default=True,
                      help="EASGD: elastic force; alpha = elastic_force / number of workers."),
-        click.option("--gem-lr", type=float, default=0.01, show_default=True,
+        click.option("--gem-lr", type=FINITE_FLOAT, default=0.01, show_default=True,
                      help="GEM: learning rate of the proxy SGD (and of the workers' default SGD)."),
-        click.option("--gem-momentum", type=float, default=0.9, show_default=True,
+        click.option("--gem-momentum", type=FINITE_FLOAT, default=0.9, show_default=True,
                      help="GEM: momentum of the proxy whose kinetic energy the workers match."),
-        click.option("--gem-kappa", type=float, default=2.0, show_default=True,
+        click.option("--gem-kappa", type=FINITE_FLOAT, default=2.0, show_default=True,
                      help="GEM: energy matching factor kappa."),
         click.option("--early-stopping", metavar="METRIC,CMP,PATIENCE",
                      help="Stop when METRIC has not improved for PATIENCE epochs, e.g. 'val_loss,<,4'."),
@@ -141,7 +142,7 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--monitor", is_flag=True, help="Sample CPU/GPU use; adds it to the history and a time summary."),
         click.option("--timeline", is_flag=True,
                      help="Record a per-rank trace (see 'nnlo timeline RUN' for a Chrome trace)."),
-        click.option("--deadline", type=float, default=_deadline_default, metavar="UNIX_SECONDS",
+        click.option("--deadline", type=FINITE_FLOAT, default=_deadline_default, metavar="UNIX_SECONDS",
                      help="Write a complete checkpoint and stop (exit 75) before this time "
                           "(default: $NNLO_DEADLINE)."),
     ]
