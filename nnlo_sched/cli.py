@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as e:
-        click.echo(f"nnlo: error: {click_message(e)}", err=True)
+        click.echo(f"nnlo: error: {click_message(e, sys.argv[1:] if argv is None else argv)}", err=True)
         sys.exit(EXIT_BAD_INPUT if isinstance(e, click.UsageError) else e.exit_code)
     except (NnloError, RoleError) as e:
         click.echo(f"nnlo: error: {one_line(str(e))}", err=True)
@@ -94,12 +94,15 @@ def one_line(text: str, limit: int = 1000) -> str:
     return " ".join(text.split())[:limit]
 
 
-def click_message(e: click.ClickException) -> str:
+def click_message(e: click.ClickException, argv: list[str]) -> str:
     """A click error as one line that names the problem and where help is: ``<problem>; see `nnlo X --help```."""
     msg = one_line(e.format_message()).rstrip(".")
-    ctx = getattr(e, "ctx", None)
-    if isinstance(e, click.UsageError) and ctx is not None:
-        msg += f"; see `{ctx.command_path} --help`"
+    if isinstance(e, click.UsageError):
+        ctx = getattr(e, "ctx", None)
+        words = [a for a in argv if not a.startswith("-")][:1]
+        path = ctx.command_path if ctx is not None else "nnlo" + (f" {words[0]}" if words and words[0] in COMMANDS
+                                                                  else "")
+        msg += f"; see `{path} --help`"
     return msg
 
 
