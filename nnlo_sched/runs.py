@@ -17,10 +17,13 @@ default ``./nnlo-runs``)::
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from nnlo.contract import CHECKPOINT_DIR, ENV_CLUSTERS, ENV_HOME, LOG_DIR, SCRIPT_FILE, SPEC_FILE, STATE_FILE
@@ -91,10 +94,54 @@ class Run:
         return self.dir / LOG_DIR
 
 
+def _finite(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _whole(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# a RunSpec field's annotation -> the check of its JSON value (a field with another annotation is not checked)
+_SPEC_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "str | None": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "int": (_whole, "an integer"),
+    "int | None": (lambda v: v is None or _whole(v), "an integer or null"),
+    "float | None": (lambda v: v is None or _finite(v), "a finite number or null"),
+    "list[str]": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
+    "dict[str, Any] | None": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "TrainConfig | None": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "SearchConfig | None": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+}
+
+
+def _spec_problem(text: str) -> str:
+    """What is wrong with the types of a spec record's fields ("" if nothing; RunSpec checks the rest)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return ""  # RunSpec.from_json says it
+    if not isinstance(data, dict):
+        return ""
+    for f in fields(RunSpec):
+        check = _SPEC_TYPES.get(str(f.type))
+        if check is not None and f.name in data and not check[0](data[f.name]):
+            return f"'{f.name}' must be {check[1]}, got {json.dumps(data[f.name])[:40]}"
+    return ""
+
+
 def load_spec(run_dir: Path) -> RunSpec:
+    """The run's spec record, its fields' types checked; StateError (one line) if it is damaged."""
     path = Path(run_dir) / SPEC_FILE
     try:
-        return RunSpec.from_json(path.read_text())
+        text = path.read_text()
+        problem = _spec_problem(text)
+        if problem:
+            raise StateError(f"{path} is damaged: {problem}; the run directory is damaged")
+        return RunSpec.from_json(text)
+    except StateError:
+        raise
     except FileNotFoundError:
         raise RunNotFound(f"{run_dir} is not an nnlo run directory (no {SPEC_FILE})") from None
     except NnloError as e:

@@ -193,7 +193,7 @@ def _queue_problem(queue: Any) -> str:
                                                                                                   *FINAL):
             return "a job is not an object with a string 'id' and a known 'state'"
         # a pid is signalled: 0 or 1 (own process group, init) or a negative one must never be
-        if j.get("pid") is not None and not _whole(j["pid"], 2):
+        if j.get("pid") is not None and not _pid(j["pid"]):
             return f"job {j['id']!r} has pid {j.get('pid')!r}, not a process id"
         if not all(j.get(k) is None or _number(j[k]) for k in ("cancel_at", "submitted", "started", "ended")):
             return f"job {j['id']!r} has a time that is not a number"
@@ -206,12 +206,22 @@ def _whole(v: Any, minimum: int) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= minimum
 
 
+#: Linux's largest possible pid (PID_MAX_LIMIT)
+PID_MAX = 4_194_304
+
+
+def _pid(v: Any) -> bool:
+    """A process id that may be signalled: 0 is our own process group, 1 init's; negative ones are not
+    process groups, and past PID_MAX none exists."""
+    return _whole(v, 2) and v <= PID_MAX
+
+
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
 def _signal_group(pid: int, sig: int) -> None:
-    if not _whole(pid, 2):  # 0 is our own process group, 1 init's; negative ones are not process groups
+    if not _pid(pid):
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)

@@ -30,7 +30,7 @@ from typing import Any
 
 import click
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from nnlo_sched.cli import main
@@ -436,7 +436,7 @@ def damage(draw: st.DrawFn) -> tuple[str, Any]:
     run_keys = [f.name for f in dataclasses.fields(RunState)]
     job_keys = [f.name for f in dataclasses.fields(JobRecord)]
     kind = draw(st.sampled_from(["set", "set_job", "del", "del_job", "tear", "bytes", "scheduler", "job_id",
-                                 "spec", "none"]))
+                                 "spec", "spec", "queue", "none"]))
     if kind == "set":
         return kind, (draw(st.sampled_from(run_keys)), draw(_json_values()))
     if kind == "set_job":
@@ -454,7 +454,17 @@ def damage(draw: st.DrawFn) -> tuple[str, Any]:
     if kind == "job_id":
         return kind, draw(st.sampled_from(BAD_IDS))
     if kind == "spec":
-        return kind, draw(st.sampled_from(["tear", "list", "missing", "wrong"]))
+        from nnlo_sched.spec import RunSpec
+
+        return kind, draw(st.one_of(st.sampled_from(["tear", "list", "missing"]),
+                                    st.tuples(st.sampled_from([f.name for f in dataclasses.fields(RunSpec)]),
+                                              _json_values())))
+    if kind == "queue":  # the local scheduler's queue; pids only of no process (0: our own group, 1: init)
+        job = st.fixed_dictionaries({"id": st.sampled_from(["1", "2", 1, None]),
+                                     "state": st.sampled_from(["PENDING", "RUNNING", "nope", None]),
+                                     "pid": st.sampled_from([None, 0, 1, -1, "7", 2**40, 1.5])})
+        return kind, draw(st.one_of(_json_values(), st.fixed_dictionaries(
+            {"next_id": st.sampled_from([3, 0, "x"]), "jobs": st.lists(job, max_size=2)})))
     return kind, None
 
 
@@ -487,9 +497,14 @@ def _apply(run_dir: Path, how: tuple[str, Any]) -> None:
             spec.unlink()
         else:
             d = json.loads(text)
-            d["walltime_s"], d["args"] = "soon", 5
+            d[arg[0]] = arg[1]
             spec.write_text(json.dumps(d))
         return
+    if kind == "queue":  # the run becomes a local one with a queued job and this queue file
+        (run_dir / "local").mkdir(exist_ok=True)
+        (run_dir / "local" / "queue.json").write_text(json.dumps(arg))
+        data.update(scheduler="local", state="queued")
+        data["jobs"][-1].update(job_id="1", status="queued")
     text = json.dumps(data)
     if kind == "tear":
         path.write_text(text[: int(len(text) * arg)])
@@ -600,6 +615,8 @@ def test_cancel_and_resume_over_fuzzed_references_and_records(world: World, runs
                                                               data: st.DataObject) -> None:
     made = _setup_runs(world, *runs)
     ids = [run_id for run_id, _ in made]
+    if verb == "resume":  # a resumed local run would start its job on this machine
+        assume(all(getattr(_state_of(world, r), "scheduler", "") != "local" for r in ids))
     ref = data.draw(references(ids), label="ref")
     extra = data.draw(st.sampled_from([[], [], ["--epochs", "nan"], ["--epochs", "20"], ["--n-masters", "3"],
                                        ["--bogus"], ["--force"]]), label="options") if verb == "resume" else []
