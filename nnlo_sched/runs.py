@@ -138,7 +138,7 @@ def load_spec(run_dir: Path) -> RunSpec:
         text = path.read_text()
         problem = _spec_problem(text)
         if problem:
-            raise StateError(f"{path} is damaged: {problem}; the run directory is damaged")
+            raise StateError(f"{path} is corrupt: {problem}; the run directory is damaged")
         return RunSpec.from_json(text)
     except StateError:
         raise
@@ -157,7 +157,7 @@ def load_state(run_dir: Path) -> RunState:
 
     st = read_state(run_dir)
     if st.scheduler not in NAMES:
-        raise StateError(f"{Path(run_dir) / STATE_FILE} is damaged: unknown scheduler {st.scheduler!r} "
+        raise StateError(f"{Path(run_dir) / STATE_FILE} is corrupt: unknown scheduler {st.scheduler!r} "
                          f"(nnlo knows {', '.join(NAMES)}); restore it or remove the run directory")
     return st
 

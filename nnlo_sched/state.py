@@ -202,7 +202,7 @@ def read_state(run_dir: Path) -> RunState:
     try:
         return RunState.from_dict(data)
     except RecordError as e:
-        raise StateError(f"{path} is damaged: {e}; restore it or remove the run directory") from None
+        raise StateError(f"{path} is corrupt: {e}; restore it or remove the run directory") from None
 
 
 def _one_line(e: BaseException) -> str:
