@@ -53,7 +53,12 @@ class RunNotFound(NnloError):
 
 def runs_home() -> Path:
     """Where runs live: ``$NNLO_HOME`` or ``./nnlo-runs`` (on clusters: a shared filesystem)."""
-    return Path(os.environ.get(ENV_HOME) or "nnlo-runs").expanduser().resolve()
+    raw = os.environ.get(ENV_HOME) or "nnlo-runs"
+    try:
+        return Path(raw).expanduser().resolve()
+    except (RuntimeError, OSError) as e:  # ~user of no user, a symlink loop
+        raise ConfigError(f"{ENV_HOME}={raw!r} is not a usable directory ({e}); set it to a directory (on a "
+                          f"cluster: one that login and compute nodes share)") from None
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,20 @@ class ProfileFile:
 
 def user_dirs() -> list[Path]:
     """User profile directories, in increasing priority."""
-    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    config = _expand(Path(os.environ.get("XDG_CONFIG_HOME") or "~/.config"))
     dirs = [config / "nnlo" / "clusters"]
     for d in os.environ.get(ENV_CLUSTERS, "").split(os.pathsep):
         if d:
-            dirs.append(Path(d).expanduser())
+            dirs.append(_expand(Path(d)))
     return dirs
+
+
+def _expand(path: Path) -> Path:
+    """``~`` expanded; ``~user`` of no user stays as typed (a folder that does not exist: no profiles)."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        return path
 
 
 def profile_files() -> dict[str, ProfileFile]:
@@ -47,9 +55,12 @@ def profile_files() -> dict[str, ProfileFile]:
     for p in sorted(profiles_dir().glob("*.toml")):
         found[p.stem] = ProfileFile(p.stem, p, True)
     for d in user_dirs():
-        if d.is_dir():
-            for p in sorted(d.glob("*.toml")):
-                found[p.stem] = ProfileFile(p.stem, p, False)
+        try:
+            files = sorted(d.glob("*.toml")) if d.is_dir() else []
+        except OSError:  # unreadable, a name too long: no profiles there (`nnlo clusters` lists the folders)
+            files = []
+        for p in files:
+            found[p.stem] = ProfileFile(p.stem, p, False)
     return found
 
 

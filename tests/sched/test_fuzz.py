@@ -254,6 +254,29 @@ def test_any_command_over_fuzzed_argv(world: World, argv: list[str], verb: str) 
     assert world.calls() == []
 
 
+ENV_VALUES = ["", " ", "~nosuchuser/x", "~", "/etc/passwd", "/nonexistent/x", "x" * 5000, ":", "::", "a:~nosuchuser",
+              "nan", "-1", "é"]
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(env=st.dictionaries(st.sampled_from(["NNLO_HOME", "NNLO_CLUSTERS", "XDG_CONFIG_HOME", "NNLO_SCHED_RETRIES",
+                                            "NNLO_SCHED_RETRY_DELAY", "NNLO_DEADLINE"]),
+                           st.sampled_from(ENV_VALUES) | VALUES, min_size=1, max_size=3),
+       argv=st.sampled_from([("status",), ("status", "--json"), ("clusters",), ("cancel", "abcd"),
+                             ("layout", "-c", "local", "--workers", "1"), ("logs", "abcd"),
+                             ("submit", "-c", "local", "--workers", "1", "--dry-run", "--no-check", "train",
+                              "--model", "m.py")]))
+def test_commands_over_fuzzed_environment_variables(world: World, env: dict[str, str], argv: tuple[str, ...]) -> None:
+    """nnlo's own environment variables (runs home, profile folders, retry policy, deadline) hold junk."""
+    world.reset()
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        code, _, err = nnlo(*argv)
+    assert_clean(argv, code, err)
+    assert tree(world.work) == {} and world.calls() == []
+
+
 #: the dictionary a fuzzer sweeps every option with: non-finite and out-of-range numbers, empty, junk
 SWEEP = ["nan", "inf", "-inf", "1e999", "-1", "0", "9" * 30, "1/0", "", "x"]
 NON_FINITE = ("nan", "inf", "-inf", "1e999", "NaN", "Infinity")
