@@ -55,8 +55,10 @@ def runs_home() -> Path:
     """Where runs live: ``$NNLO_HOME`` or ``./nnlo-runs`` (on clusters: a shared filesystem)."""
     raw = os.environ.get(ENV_HOME) or "nnlo-runs"
     try:
-        return Path(raw).expanduser().resolve()
-    except (RuntimeError, OSError) as e:  # ~user of no user, a symlink loop
+        home = Path(raw).expanduser().resolve()
+        home.exists()  # a name the filesystem refuses (too long) is refused here, once, not by each reader
+        return home
+    except (RuntimeError, OSError) as e:  # ~user of no user, a symlink loop, a name too long
         raise ConfigError(f"{ENV_HOME}={raw!r} is not a usable directory ({e}); set it to a directory (on a "
                           f"cluster: one that login and compute nodes share)") from None
 

@@ -38,7 +38,16 @@ def user_dirs() -> list[Path]:
     for d in os.environ.get(ENV_CLUSTERS, "").split(os.pathsep):
         if d:
             dirs.append(_expand(Path(d)))
-    return dirs
+    return [d for d in dirs if _nameable(d)]
+
+
+def _nameable(path: Path) -> bool:
+    """Whether the filesystem takes the name at all (a name too long cannot hold profiles: it is left out)."""
+    try:
+        path.exists()
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _expand(path: Path) -> Path:

@@ -258,7 +258,8 @@ def test_any_command_over_fuzzed_argv(world: World, argv: list[str], verb: str) 
     assert world.calls() == []
 
 
-ENV_VALUES = ["", " ", "~nosuchuser/x", "~", "/etc/passwd", "/nonexistent/x", "x" * 5000, ":", "::", "a:~nosuchuser",
+ENV_VALUES = ["", " ", "~nosuchuser/x", "~", "/etc/passwd", "/nonexistent/x", "x" * 5000, "1" * 300, ":", "::",
+              "a:~nosuchuser",
               "nan", "-1", "é"]
 
 
