@@ -116,7 +116,8 @@ def run_view(run: Any, answers: dict[str, dict[str, Any]], reconcile: bool = Tru
             "host": j.host, "depends_on": j.depends_on,
         })
     return {
-        "run_id": st.run_id, "name": st.name, "cluster": st.cluster, "scheduler": st.scheduler,
+        # the run id is the directory's name: what every command takes (a moved or copied run keeps working)
+        "run_id": run.id, "name": st.name, "cluster": st.cluster, "scheduler": st.scheduler,
         "state": st.state, "error": st.error, "dir": str(run.dir), "jobs": jobs,
         "progress": progress(run.dir, spec), "elapsed_s": elapsed, "created_at": st.created_at,
         "walltime_s": spec.walltime_s, "max_resubmits": spec.max_resubmits, "kind": spec.kind,
