@@ -388,8 +388,8 @@ def resume_run(run_dir: Path, *, force: bool = False, options: list[str] | None 
                          f"`nnlo cancel {st.run_id}` first")
     if st.state == DONE and not force:
         raise ChainError(f"run {st.run_id} is done; pass --force to run it again from its last checkpoint")
+    profile = load_profile_for(run_dir, st.cluster, st.env)  # before any write: a refused resume changes nothing
     spec = change_inner_options(run_dir, options) if options else load_spec(run_dir)
-    profile = load_profile_for(run_dir, st.cluster, st.env)
     now = time.time()
     with update_state(run_dir) as st:
         for j in st.jobs:

@@ -2,7 +2,9 @@
 
 Each sub-command lives in its own module under ``nnlo_sched/commands/`` and is imported only when it is
 run, so ``nnlo --help`` and ``nnlo status`` never import torch or MPI. Errors a user can act on
-(:class:`nnlo.errors.NnloError`, :class:`nnlo.roles.RoleError`) print as one line, never a traceback.
+(:class:`nnlo.errors.NnloError`, :class:`nnlo.roles.RoleError`) and click's usage errors print as one line
+``nnlo: error: <problem>; <fix>``, never a traceback. An unexpected exception (a bug) is the last resort:
+one line, exit 1, and its traceback written to a file the line names.
 """
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from nnlo.contract import EXIT_BAD_INPUT, EXIT_FAILED
     from nnlo.errors import NnloError
     from nnlo.roles import RoleError
 
@@ -72,11 +75,11 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
+        click.echo(f"nnlo: error: {click_message(e, sys.argv[1:] if argv is None else argv)}", err=True)
+        sys.exit(EXIT_BAD_INPUT if isinstance(e, click.UsageError) else e.exit_code)
     except (NnloError, RoleError) as e:
-        click.echo(f"nnlo: error: {e}", err=True)
-        sys.exit(getattr(e, "exit_code", 2))
+        click.echo(f"nnlo: error: {one_line(str(e))}", err=True)
+        sys.exit(getattr(e, "exit_code", EXIT_BAD_INPUT))
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
         sys.exit(130)
@@ -84,6 +87,43 @@ def main(argv: list[str] | None = None) -> None:
         raise
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as e:  # noqa: BLE001 - the last resort: a bug still gets one line and a report, not a traceback
+        click.echo(f"nnlo: error: internal error ({type(e).__name__}: {one_line(str(e), 200)}); "
+                   f"{_write_report(argv)}", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+def one_line(text: str, limit: int = 1000) -> str:
+    """``text`` on one line (an error message must never span several)."""
+    return " ".join(text.split())[:limit]
+
+
+def click_message(e: click.ClickException, argv: list[str]) -> str:
+    """A click error as one line that names the problem and where help is: ``<problem>; see `nnlo X --help```."""
+    msg = one_line(e.format_message()).rstrip(".")
+    if isinstance(e, click.UsageError):
+        ctx = getattr(e, "ctx", None)
+        words = [a for a in argv if not a.startswith("-")][:1]
+        path = ctx.command_path if ctx is not None else "nnlo" + (f" {words[0]}" if words and words[0] in COMMANDS
+                                                                  else "")
+        msg += f"; see `{path} --help`"
+    return msg
+
+
+def _write_report(argv: list[str] | None) -> str:
+    """Write the traceback of the exception being handled to a file; say where (or that it could not be)."""
+    import tempfile
+    import time
+    import traceback
+
+    text = f"nnlo {' '.join(sys.argv[1:] if argv is None else argv)}\n{time.ctime()}\n{traceback.format_exc()}"
+    try:
+        fd, path = tempfile.mkstemp(prefix="nnlo-error-", suffix=".txt")
+        with open(fd, "w") as f:
+            f.write(text)
+    except OSError:
+        return "this is a bug in nnlo: please report it with the command line that gave it"
+    return f"this is a bug in nnlo: please report it with the details written to {path}"
 
 
 if __name__ == "__main__":

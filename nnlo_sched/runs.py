@@ -17,10 +17,13 @@ default ``./nnlo-runs``)::
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from nnlo.contract import CHECKPOINT_DIR, ENV_CLUSTERS, ENV_HOME, LOG_DIR, SCRIPT_FILE, SPEC_FILE, STATE_FILE
@@ -33,6 +36,7 @@ from nnlo_sched.state import (
     QUEUED,
     JobRecord,
     RunState,
+    StateError,
     read_state,
     update_state,
     write_json_atomic,
@@ -49,7 +53,14 @@ class RunNotFound(NnloError):
 
 def runs_home() -> Path:
     """Where runs live: ``$NNLO_HOME`` or ``./nnlo-runs`` (on clusters: a shared filesystem)."""
-    return Path(os.environ.get(ENV_HOME) or "nnlo-runs").expanduser().resolve()
+    raw = os.environ.get(ENV_HOME) or "nnlo-runs"
+    try:
+        home = Path(raw).expanduser().resolve()
+        home.exists()  # a name the filesystem refuses (too long) is refused here, once, not by each reader
+        return home
+    except (RuntimeError, OSError) as e:  # ~user of no user, a symlink loop, a name too long
+        raise ConfigError(f"{ENV_HOME}={raw!r} is not a usable directory ({e}); set it to a directory (on a "
+                          f"cluster: one that login and compute nodes share)") from None
 
 
 @dataclass(frozen=True)
@@ -90,12 +101,72 @@ class Run:
         return self.dir / LOG_DIR
 
 
+def _finite(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _whole(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# a RunSpec field's annotation -> the check of its JSON value (a field with another annotation is not checked)
+_SPEC_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "str | None": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "int": (_whole, "an integer"),
+    "int | None": (lambda v: v is None or _whole(v), "an integer or null"),
+    "float | None": (lambda v: v is None or _finite(v), "a finite number or null"),
+    "list[str]": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
+    "dict[str, Any] | None": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "TrainConfig | None": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "SearchConfig | None": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+}
+
+
+def _spec_problem(text: str) -> str:
+    """What is wrong with the types of a spec record's fields ("" if nothing; RunSpec checks the rest)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return ""  # RunSpec.from_json says it
+    if not isinstance(data, dict):
+        return ""
+    for f in fields(RunSpec):
+        check = _SPEC_TYPES.get(str(f.type))
+        if check is not None and f.name in data and not check[0](data[f.name]):
+            return f"'{f.name}' must be {check[1]}, got {json.dumps(data[f.name])[:40]}"
+    return ""
+
+
 def load_spec(run_dir: Path) -> RunSpec:
+    """The run's spec record, its fields' types checked; StateError (one line) if it is damaged."""
     path = Path(run_dir) / SPEC_FILE
     try:
-        return RunSpec.from_json(path.read_text())
+        text = path.read_text()
+        problem = _spec_problem(text)
+        if problem:
+            raise StateError(f"{path} is corrupt: {problem}; the run directory is damaged")
+        return RunSpec.from_json(text)
+    except StateError:
+        raise
     except FileNotFoundError:
         raise RunNotFound(f"{run_dir} is not an nnlo run directory (no {SPEC_FILE})") from None
+    except NnloError as e:
+        raise StateError(f"{path}: {e}; the run directory is damaged") from None
+    except (OSError, ValueError, TypeError, AttributeError, KeyError, RecursionError) as e:
+        raise StateError(f"{path} cannot be read ({' '.join(str(e).split())[:200]}); the run directory is "
+                         f"damaged") from None
+
+
+def load_state(run_dir: Path) -> RunState:
+    """The run's record, checked beyond its types: it names a scheduler nnlo knows. StateError otherwise."""
+    from nnlo_sched.schedulers import NAMES
+
+    st = read_state(run_dir)
+    if st.scheduler not in NAMES:
+        raise StateError(f"{Path(run_dir) / STATE_FILE} is corrupt: unknown scheduler {st.scheduler!r} "
+                         f"(nnlo knows {', '.join(NAMES)}); restore it or remove the run directory")
+    return st
 
 
 def change_inner_options(run_dir: Path, options: list[str]) -> RunSpec:
@@ -223,32 +294,60 @@ def load_profile_for(run_dir: Path, cluster: str, env: dict[str, str] | None = N
 
 
 def list_runs(home: Path | None = None) -> list[Run]:
-    """Every run under ``home``, oldest first (by creation time in the state record, then id)."""
+    """Every run under ``home``, oldest first (by creation time in the state record, then id); a damaged
+    record sorts first and is still listed (``nnlo status`` shows it as damaged)."""
     home = Path(home) if home is not None else runs_home()
-    if not home.is_dir():
-        return []
-    runs = [Run(p.name, p) for p in home.iterdir() if (p / STATE_FILE).is_file()]
+    try:
+        entries = list(home.iterdir()) if home.is_dir() else []
+    except OSError as e:
+        raise ConfigError(f"cannot list the runs directory {home} ({e.strerror}); check it or set NNLO_HOME") from None
+    runs = [Run(p.name, p) for p in entries if _is_run_dir(p)]
     return sorted(runs, key=lambda r: (_created(r), r.id))
+
+
+def _is_run_dir(path: Path) -> bool:
+    try:
+        return (path / STATE_FILE).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _created(run: Run) -> float:
     try:
-        created = read_state(run.dir).created_at
+        return float(read_state(run.dir).created_at)
     except NnloError:
         return 0.0
-    return float(created) if isinstance(created, (int, float)) else 0.0  # a hand-edited record sorts first
 
 
-def find_run(ref: str, home: Path | None = None) -> Run:
-    """The run named by ``ref``: a run directory path, a run id, or a unique prefix of one."""
-    p = Path(ref).expanduser()
-    if (p / STATE_FILE).is_file():
+#: the shortest run-id prefix a command that changes a run (cancel, resume) accepts: ``nnlo cancel ""`` (an
+#: unset shell variable) or ``nnlo cancel a`` must never pick a run by chance
+MIN_PREFIX = 4
+
+
+def find_run(ref: str, home: Path | None = None, *, changes: bool = False) -> Run:
+    """The run named by ``ref``: a run directory path, a run id, or a unique prefix of one.
+
+    ``changes``: the caller changes the run (cancel, resume), so a prefix must have at least
+    :data:`MIN_PREFIX` characters. An empty or blank ``ref`` is refused either way.
+    """
+    home = Path(home) if home is not None else runs_home()
+    if not ref.strip():
+        raise RunNotFound(f"no run given (the run reference is {'empty' if not ref else 'blank'}: an unset shell "
+                          "variable?); pass a run id from `nnlo status` or a run directory")
+    try:
+        p = Path(ref).expanduser()
+    except RuntimeError:  # ~user of an unknown user
+        p = Path(ref)
+    if _is_run_dir(p):
         p = p.resolve()
         return Run(p.name, p)
-    home = Path(home) if home is not None else runs_home()
-    if (home / ref / STATE_FILE).is_file():
+    if "/" not in ref and ref not in (".", "..") and _is_run_dir(home / ref):
         return Run(ref, home / ref)
     matches = [r for r in list_runs(home) if r.id.startswith(ref)]
+    if matches and changes and len(ref) < MIN_PREFIX:
+        shown = ", ".join(r.id for r in matches[:3]) + (", ..." if len(matches) > 3 else "")
+        raise RunNotFound(f"{ref!r} is too short to name a run that this command changes (it matches {shown}); "
+                          f"give the whole run id or at least {MIN_PREFIX} characters of it")
     if len(matches) == 1:
         return matches[0]
     if len(matches) > 1:

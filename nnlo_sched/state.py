@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import re
 import shutil
 import socket
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,13 +103,85 @@ class RunState:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunState:
-        known = {f.name for f in fields(cls)}
-        jobs_known = {f.name for f in fields(JobRecord)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["jobs"] = [JobRecord(**{k: v for k, v in j.items() if k in jobs_known})
-                          for j in data.get("jobs", [])]
+    def from_dict(cls, data: Any) -> RunState:
+        """The record in ``data`` (decoded JSON), every field checked for its type; RecordError names the first
+        field that is missing or of the wrong type. Unknown keys (from a newer version) are ignored."""
+        values = _checked(data, _RUN_FIELDS, "")
+        jobs = data.get("jobs", [])
+        if not isinstance(jobs, list):
+            raise RecordError(f"'jobs' must be a list of job records, got {_kind(jobs)}")
+        values["jobs"] = [JobRecord(**_checked(j, _JOB_FIELDS, f"jobs[{i}].")) for i, j in enumerate(jobs)]
+        if values.get("state", QUEUED) not in (*ACTIVE_STATES, *FINAL_STATES):
+            raise RecordError(f"'state' must be one of {', '.join((*ACTIVE_STATES, *FINAL_STATES))}, "
+                              f"got {values['state']!r}")
+        if values.get("chain_start", 0) > len(values["jobs"]):
+            raise RecordError(f"'chain_start' {values['chain_start']} is past the {len(values['jobs'])} job(s)")
         return cls(**values)
+
+
+class RecordError(ValueError):
+    """A state record's field is missing or of the wrong type (the message names it)."""
+
+
+def _kind(value: Any) -> str:
+    """How JSON would call ``value``'s type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {json.dumps(value)}"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}"
+    return "an array" if isinstance(value, list) else "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_env(v: Any) -> bool:
+    return isinstance(v, dict) and all(
+        isinstance(k, str) and _ENV_NAME.fullmatch(k) and isinstance(x, str) and "\0" not in x for k, x in v.items())
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# field -> (check, what it must be, required); one table per record, so every reader gets the same rules
+_Check = tuple[Callable[[Any], bool], str, bool]
+_STR: _Check = (lambda v: isinstance(v, str), "a string", True)
+_TEXT: _Check = (lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string", True)
+_OPT_STR: _Check = (lambda v: v is None or isinstance(v, str), "a string or null", False)
+_NUM: _Check = (_is_number, "a finite number", True)
+_OPT_NUM: _Check = (lambda v: v is None or _is_number(v), "a finite number or null", False)
+_COUNT: _Check = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number >= 0", False)
+_OPT_INT: _Check = (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "an integer or null",
+                    False)
+_RUN_FIELDS: dict[str, _Check] = {
+    "run_id": _TEXT, "name": _STR, "cluster": _TEXT, "scheduler": _TEXT,
+    "state": (_STR[0], _STR[1], False), "created_at": (_NUM[0], _NUM[1], False),
+    "updated_at": (_NUM[0], _NUM[1], False), "error": _OPT_STR, "resumes": _COUNT, "chain_start": _COUNT,
+    "env": (_is_env, "an object of environment variable names to strings", False),
+}
+_JOB_FIELDS: dict[str, _Check] = {
+    "job_id": _TEXT, "submitted_at": _NUM, "depends_on": _OPT_STR, "status": (_TEXT[0], _TEXT[1], False),
+    "started_at": _OPT_NUM, "ended_at": _OPT_NUM, "rc": _OPT_INT, "host": _OPT_STR, "checkpoint_at_start": _OPT_STR,
+}
+
+
+def _checked(data: Any, spec: dict[str, _Check], where: str) -> dict[str, Any]:
+    """The known fields of the object ``data``, each checked against ``spec``."""
+    if not isinstance(data, dict):
+        raise RecordError(f"{where.rstrip('.') or 'the record'} must be an object, got {_kind(data)}")
+    out = {}
+    for name, (ok, what, required) in spec.items():
+        if name not in data:
+            if required:
+                raise RecordError(f"key '{where}{name}' is missing")
+            continue
+        if not ok(data[name]):
+            raise RecordError(f"'{where}{name}' must be {what}, got {_kind(data[name])}")
+        out[name] = data[name]
+    return out
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -122,20 +196,17 @@ def read_state(run_dir: Path) -> RunState:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise StateError(f"{run_dir} is not an nnlo run directory (no {STATE_FILE})") from None
-    except (ValueError, OSError) as e:
-        raise StateError(f"{path} cannot be read ({e}); the run directory is damaged") from None
-    # valid JSON of the wrong shape (a list, a string, jobs that are not objects) is as damaged as torn JSON
-    if not isinstance(data, dict):
-        kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(data), "null")
-        raise StateError(f"{path} is corrupt: it holds a JSON {kind}, not a run state record "
-                         f"(object); the run directory is damaged") from None
-    jobs = data.get("jobs", [])
-    if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
-        raise StateError(f"{path} is corrupt: 'jobs' is not a list of job records; the run directory is damaged")
+    except (ValueError, OSError, RecursionError) as e:  # torn, not UTF-8, not JSON, nested past all reason
+        raise StateError(f"{path} cannot be read ({_one_line(e)}); the run record is damaged: restore it "
+                         f"or remove the run directory") from None
     try:
         return RunState.from_dict(data)
-    except (TypeError, AttributeError, ValueError) as e:
-        raise StateError(f"{path} is not a run state record ({e})") from None
+    except RecordError as e:
+        raise StateError(f"{path} is corrupt: {e}; restore it or remove the run directory") from None
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200] or type(e).__name__
 
 
 def write_state(run_dir: Path, state: RunState) -> None:

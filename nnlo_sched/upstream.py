@@ -158,7 +158,8 @@ TABLE: tuple[Upstream, ...] = (
                            "--checkpoint-interval epochs, and --opt-restore resumes the search with its trials"),
     _same("--checkpoint-interval", T, True),
     _same("--restore", T, True, "a run or checkpoint folder that holds a checkpoint (else an error), or auto",
-          unused_in_search="refused: a search resumes with --opt-restore, each interrupted trial from its own checkpoint"),
+          unused_in_search="refused: a search resumes with --opt-restore, each interrupted trial from its "
+                           "own checkpoint"),
     # -- output and observation ----------------------------------------------------------------------
     _same("--trial-name", TM, True, "names the run directory nnlo-runs/NAME",
           unused_in_search="one warning: it names the search (its default --output and its trials "

@@ -49,6 +49,8 @@ def parse_rule(text: str, flag: str = "--early-stopping") -> Rule:
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{flag} {text!r}: {raw!r} is not a number; e.g. {example}") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"{flag} {text!r}: {raw!r} is not a finite number; e.g. {example}")
     if "early" in flag and (value < 1 or value != int(value)):
         raise ConfigError(f"{flag} {text!r}: patience must be a whole number of epochs >= 1")
     return Rule(_ALIASES.get(metric, metric), op, value)

@@ -1,6 +1,9 @@
 """``nnlo cancel RUN``, ``nnlo logs RUN [-f]``, ``nnlo resume RUN``: control a run's chain of jobs.
 
-RUN is a run id (or a unique prefix of one) under ``$NNLO_HOME``/``./nnlo-runs``, or a run directory.
+RUN is a run id (or a unique prefix of one) under ``$NNLO_HOME``/``./nnlo-runs``, or a run directory. The
+commands that change a run (cancel, resume) take a prefix only of at least
+:data:`nnlo_sched.runs.MIN_PREFIX` characters, never an empty or blank one, and say which run they act on
+before they act.
 """
 from __future__ import annotations
 
@@ -10,17 +13,39 @@ from pathlib import Path
 
 import click
 
+from nnlo_sched.params import finite_range
+
 
 @click.command("cancel")
 @click.argument("run")
 def cancel_command(run: str) -> None:
-    """Cancel RUN's whole chain: the running job (it checkpoints on SIGTERM) and the queued successor."""
+    """Cancel RUN's whole chain: the running job (it checkpoints on SIGTERM) and the queued successor.
+
+    RUN is a whole run id, a run directory, or at least 4 characters of a run id that name only one run.
+    """
     from nnlo_sched.chain import cancel_run
     from nnlo_sched.runs import find_run
 
-    r = find_run(run)
+    r = find_run(run, changes=True)
+    _check_cancel(r.dir)
+    click.echo(f"cancelling run {r.id} ({r.dir})")
     ids = cancel_run(r.dir)
     click.echo(f"cancelled run {r.id}" + (f" (job {', '.join(ids)})" if ids else " (no job was queued or running)"))
+
+
+def _check_cancel(run_dir: Path) -> None:
+    """Refuse, before anything changes, a cancel the scheduler could not do: an unreadable record, an
+    unknown scheduler, a job id that is not the scheduler's (``0``, ``all``, an option), a damaged queue."""
+    from nnlo_sched.runs import load_state
+    from nnlo_sched.schedulers import SchedulerError, get_scheduler
+    from nnlo_sched.state import StateError
+
+    st = load_state(run_dir)
+    try:
+        get_scheduler(st.scheduler, run_dir).check_cancel([j.job_id for j in st.jobs if j.alive])
+    except SchedulerError as e:
+        raise StateError(f"run {st.run_id}: {e}; nothing was cancelled and nothing changed (cancel its jobs "
+                         f"by hand, then remove or repair {run_dir})") from None
 
 
 def _log_files(run_dir: Path) -> list[Path]:
@@ -49,7 +74,7 @@ def _copy(path: Path, offset: int) -> int:
 @click.argument("run")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing as the jobs write, until the run ends.")
 @click.option("--job", "job_id", default=None, help="Only this job's log (default: every job of the chain).")
-@click.option("--interval", type=float, default=1.0, show_default=True, hidden=True)
+@click.option("--interval", type=finite_range(min=0.0, min_open=True), default=1.0, show_default=True, hidden=True)
 def logs_command(run: str, follow: bool, job_id: str | None, interval: float) -> None:
     """Show RUN's job logs, oldest job first (each under a header); -f follows them as the chain goes on."""
     from nnlo_sched.chain import job_logs
@@ -57,6 +82,10 @@ def logs_command(run: str, follow: bool, job_id: str | None, interval: float) ->
     from nnlo_sched.state import ACTIVE_STATES, read_state
 
     r = find_run(run)
+    if job_id is not None:
+        known = read_state(r.dir).job_ids
+        if job_id not in known:
+            raise click.UsageError(f"run {r.id} has no job {job_id!r}; its jobs: {', '.join(known) or 'none yet'}")
     offsets: dict[Path, int] = {}
     current: Path | None = None
 
@@ -101,7 +130,8 @@ def resume_command(run: str, force: bool, options: tuple[str, ...]) -> None:
     from nnlo_sched.chain import resume_run
     from nnlo_sched.runs import find_run
 
-    r = find_run(run)
+    r = find_run(run, changes=True)
+    click.echo(f"resuming run {r.id} ({r.dir})")
     job = resume_run(r.dir, force=force, options=list(options))
     if options:
         click.echo(f"run {r.id}: its {r.spec.kind} command now ends with {' '.join(options)}")

@@ -6,6 +6,7 @@ import json
 import click
 
 from nnlo.config import MODES
+from nnlo_sched.params import parse_finite
 
 
 def parse_walltime_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
@@ -31,9 +32,9 @@ def parse_gpus(ctx: click.Context, param: click.Parameter, value: str | None) ->
     try:
         if "/" in text:
             num, den = text.split("/", 1)
-            gpus = int(num) / int(den)
+            gpus = parse_finite(int(num) / int(den))
         else:
-            gpus = float(text)
+            gpus = parse_finite(text)
     except (ValueError, ZeroDivisionError, OverflowError):
         raise click.BadParameter(f"{value!r} is not a number of GPUs; use e.g. 1, 2, 0.5 or 1/4") from None
     if not math.isfinite(gpus) or gpus < 0:

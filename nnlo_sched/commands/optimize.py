@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from nnlo.errors import NnloError
+from nnlo_sched.params import FINITE_FLOAT
 from nnlo_sched.upstream import UpstreamCommand
 
 
@@ -53,7 +54,7 @@ def _search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--fom", default="val_loss", show_default=True,
                      help="Figure of merit: a final validation metric, NAME[:min|max] "
                           "(e.g. val_accuracy:max; *acc* metrics default to max)."),
-        click.option("--target-objective", type=float, default=None,
+        click.option("--target-objective", type=FINITE_FLOAT, default=None,
                      help="Stop once a trial's figure of merit reaches this value."),
         click.option("--space", "space_file", type=click.Path(dir_okay=False), default=None,
                      help="TOML search space (one [name] table per parameter); default: the model "

@@ -18,26 +18,26 @@ from typing import Any
 import click
 
 from nnlo.contract import BEST_FILE, HISTORY_FILE
+from nnlo_sched.params import finite_range
 from nnlo_sched.state import ACTIVE_STATES
+
+#: the state ``nnlo status`` gives a run whose record cannot be read (the reason is its ``error``)
+DAMAGED = "damaged"
 
 _JOB_MARK = {"finished": "", "walltime": "", "running": "*", "queued": "…", "failed": "!", "cancelled": "x",
              "no-checkpoint": "!", "skipped": "-",
              "rank-died": "!"}
 
 
-def _query_all(runs: list[Any]) -> dict[str, dict[str, Any]]:
-    """Scheduler answers for every alive job of ``runs``: one call per batch system (per run for local)."""
+def _query_all(states: list[tuple[Any, Any]]) -> dict[str, dict[str, Any]]:
+    """Scheduler answers for every alive job of ``states`` ((run, checked record) pairs): one call per batch
+    system (per run for local)."""
     from nnlo_sched.schedulers import get_scheduler
-    from nnlo_sched.state import read_state
 
     by_sched: dict[str, list[str]] = defaultdict(list)
     answers: dict[str, dict[str, Any]] = {}
     locals_: list[tuple[Any, list[str]]] = []
-    for run in runs:
-        try:
-            st = read_state(run.dir)
-        except Exception:  # noqa: BLE001 - a damaged run shows as such, it does not stop the listing
-            continue
+    for run, st in states:
         ids = [j.job_id for j in st.jobs if j.alive]
         if not ids:
             continue
@@ -93,10 +93,9 @@ def run_view(run: Any, answers: dict[str, dict[str, Any]], reconcile: bool = Tru
     """Everything status shows about one run, as plain data (the --json form)."""
     from nnlo_sched.chain import reconcile as reconcile_run
     from nnlo_sched.chain import retries
-    from nnlo_sched.runs import load_spec
-    from nnlo_sched.state import read_state
+    from nnlo_sched.runs import load_spec, load_state
 
-    st = read_state(run.dir)
+    st = load_state(run.dir)
     infos = _answers_for(answers, st.scheduler, run.dir)
     if reconcile and st.state in ACTIVE_STATES:
         st = reconcile_run(run.dir, infos)
@@ -117,7 +116,8 @@ def run_view(run: Any, answers: dict[str, dict[str, Any]], reconcile: bool = Tru
             "host": j.host, "depends_on": j.depends_on,
         })
     return {
-        "run_id": st.run_id, "name": st.name, "cluster": st.cluster, "scheduler": st.scheduler,
+        # the run id is the directory's name: what every command takes (a moved or copied run keeps working)
+        "run_id": run.id, "name": st.name, "cluster": st.cluster, "scheduler": st.scheduler,
         "state": st.state, "error": st.error, "dir": str(run.dir), "jobs": jobs,
         "progress": progress(run.dir, spec), "elapsed_s": elapsed, "created_at": st.created_at,
         "walltime_s": spec.walltime_s, "max_resubmits": spec.max_resubmits, "kind": spec.kind,
@@ -171,7 +171,7 @@ def table(views: list[dict[str, Any]]) -> str:
                      _fmt_num(p["best"]), _fmt_elapsed(v["elapsed_s"])))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    errors = [f"  {v['run_id']}: {v['error']}" for v in views if v["state"] == "failed" and v["error"]]
+    errors = [f"  {v['run_id']}: {v['error']}" for v in views if v["state"] in ("failed", DAMAGED) and v["error"]]
     return "\n".join(lines + errors)
 
 
@@ -209,22 +209,48 @@ def detail(v: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def collect(ref: str | None, include_all: bool = True) -> list[dict[str, Any]]:
-    from nnlo_sched.runs import find_run, list_runs
+def damaged_view(run: Any, reason: str) -> dict[str, Any]:
+    """What status shows for a run whose record cannot be read: its id, directory and why (``error``)."""
+    return {"run_id": run.id, "name": "?", "cluster": "?", "scheduler": "?", "state": DAMAGED, "error": reason,
+            "jobs": [], "dir": str(run.dir), "elapsed_s": None, "created_at": None,
+            "progress": {"epoch": None, "epochs": None, "trials_done": None, "trials_total": None,
+                         "best": None, "best_name": None}}
+
+
+def collect(ref: str | None) -> list[dict[str, Any]]:
+    """The views of run ``ref`` (a damaged one is a one-line error), or of every run (a damaged one is listed
+    as ``damaged`` with the reason and never hides the others)."""
+    from nnlo.errors import NnloError
+    from nnlo_sched.runs import find_run, list_runs, load_spec, load_state
 
     runs = [find_run(ref)] if ref else list_runs()
-    answers = _query_all(runs)
-    views = []
+    checked: list[tuple[Any, Any]] = []
+    damaged: dict[str, str] = {}
     for run in runs:
         try:
-            views.append(run_view(run, answers))
-        except Exception as e:  # a damaged run shows as such and does not hide the others
+            checked.append((run, load_state(run.dir)))
+            load_spec(run.dir)
+        except NnloError as e:
             if ref:
                 raise
-            views.append({"run_id": run.id, "name": "?", "cluster": "?", "state": "damaged", "error": str(e),
-                          "jobs": [], "dir": str(run.dir), "elapsed_s": None,
-                          "progress": {"epoch": None, "epochs": None, "trials_done": None, "trials_total": None,
-                                       "best": None, "best_name": None}})
+            checked = [c for c in checked if c[0] is not run]
+            damaged[run.id] = str(e)
+    answers = _query_all(checked)
+    views = []
+    for run in runs:
+        if run.id in damaged:
+            views.append(damaged_view(run, damaged[run.id]))
+            continue
+        try:
+            views.append(run_view(run, answers))
+        except NnloError as e:  # changed or damaged since it was checked: shown as such, never hiding the others
+            if ref:
+                raise
+            views.append(damaged_view(run, str(e)))
+        except Exception as e:  # a field of a damaged record that nothing checked: still one run only
+            if ref:
+                raise
+            views.append(damaged_view(run, f"{run.dir} holds a damaged record ({type(e).__name__}: {e})"))
     return views
 
 
@@ -232,13 +258,14 @@ def collect(ref: str | None, include_all: bool = True) -> list[dict[str, Any]]:
 @click.argument("run", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--watch", "-w", is_flag=True, help="Refresh until interrupted or every run shown has ended.")
-@click.option("--every", type=click.FloatRange(min=0.5), default=10.0, show_default=True, metavar="SECONDS",
+@click.option("--every", type=finite_range(min=0.5), default=10.0, show_default=True, metavar="SECONDS",
               help="Seconds between refreshes with --watch.")
 def status_command(run: str | None, as_json: bool, watch: bool, every: float) -> None:
     """Show runs (their state, chain of jobs, progress, best figure of merit, elapsed time), or RUN in detail.
 
     \b
-    States: queued, running, resubmitting (waiting for its next job), done, failed, cancelled.
+    States: queued, running, resubmitting (waiting for its next job), done, failed, cancelled; damaged
+    (its record cannot be read: the reason is shown, the other runs are listed as usual).
     Jobs: a chain like 812>813*>814… (* running, … queued, ! failed or a rank died, x cancelled,
     ? scheduler cannot tell).
     Runs live under $NNLO_HOME (default ./nnlo-runs).

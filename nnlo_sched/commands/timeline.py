@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from nnlo_sched.commands.plot import resolve_run_dir
+from nnlo_sched.params import finite_range
 
 
 @click.command("timeline")
@@ -19,9 +20,9 @@ from nnlo_sched.commands.plot import resolve_run_dir
               help="Where to write the merged trace [default: RUN/timeline.json].")
 @click.option("--summary/--no-summary", default=True, show_default=True,
               help="Print the per-role time breakdown computed from the trace.")
-@click.option("--from", "start", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--from", "start", type=finite_range(min=0), default=None, metavar="SECONDS",
               help="Keep only events from this many seconds after the trace's start (a slice of a long run).")
-@click.option("--to", "end", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--to", "end", type=finite_range(min=0), default=None, metavar="SECONDS",
               help="Keep only events up to this many seconds after the trace's start.")
 @click.option("--per-rank", is_flag=True, help="Also print one row per rank (to spot a straggler).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (paths, ranks, summary).")

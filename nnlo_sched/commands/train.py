@@ -20,6 +20,7 @@ import click
 from nnlo.config import CACHE_IN_MEMORY
 from nnlo.contract import EXIT_RESUMABLE, deadline_from_env
 from nnlo.errors import ConfigError
+from nnlo_sched.params import FINITE_FLOAT
 from nnlo_sched.upstream import UpstreamCommand
 
 DEFAULT_RUNS = "nnlo-runs"
@@ -99,14 +100,14 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--synchronous", is_flag=True,
                      help="Wait for all workers each round and apply the mean of their updates (with "
                           "--mode downpour; the learning rate does not change with the number of workers)."),
-        click.option("--elastic-force", type=float, default=0.9, show_default=True,
+        click.option("--elastic-force", type=FINITE_FLOAT, default=0.9, show_default=True,
                      help="EASGD: elastic force; alpha = elastic_force / number of workers."),
-        click.option("--gem-lr", type=float, default=0.01, show_default=True,
+        click.option("--gem-lr", type=FINITE_FLOAT, default=0.01, show_default=True,
                      help="GEM: learning rate of the proxy SGD and of the workers' default SGD (refused beside a "
                           "--worker-optimizer that steps at another rate)."),
-        click.option("--gem-momentum", type=float, default=0.9, show_default=True,
+        click.option("--gem-momentum", type=FINITE_FLOAT, default=0.9, show_default=True,
                      help="GEM: momentum of the proxy whose kinetic energy the workers match."),
-        click.option("--gem-kappa", type=float, default=2.0, show_default=True,
+        click.option("--gem-kappa", type=FINITE_FLOAT, default=2.0, show_default=True,
                      help="GEM: energy matching factor kappa."),
         click.option("--validate-every", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
                      help="Also validate every N updates of the master (all-reduce: every N steps), recorded in "
@@ -151,7 +152,7 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--monitor", is_flag=True, help="Sample CPU/GPU use; adds it to the history and a time summary."),
         click.option("--timeline", is_flag=True,
                      help="Record a per-rank trace (see 'nnlo timeline RUN' for a Chrome trace)."),
-        click.option("--deadline", type=float, default=_deadline_default, metavar="UNIX_SECONDS",
+        click.option("--deadline", type=FINITE_FLOAT, default=_deadline_default, metavar="UNIX_SECONDS",
                      help="Write a complete checkpoint and stop (exit 75) before this time "
                           "(default: $NNLO_DEADLINE)."),
     ]

@@ -33,12 +33,29 @@ class ProfileFile:
 
 def user_dirs() -> list[Path]:
     """User profile directories, in increasing priority."""
-    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    config = _expand(Path(os.environ.get("XDG_CONFIG_HOME") or "~/.config"))
     dirs = [config / "nnlo" / "clusters"]
     for d in os.environ.get(ENV_CLUSTERS, "").split(os.pathsep):
         if d:
-            dirs.append(Path(d).expanduser())
-    return dirs
+            dirs.append(_expand(Path(d)))
+    return [d for d in dirs if _nameable(d)]
+
+
+def _nameable(path: Path) -> bool:
+    """Whether the filesystem takes the name at all (a name too long cannot hold profiles: it is left out)."""
+    try:
+        path.exists()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _expand(path: Path) -> Path:
+    """``~`` expanded; ``~user`` of no user stays as typed (a folder that does not exist: no profiles)."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        return path
 
 
 def profile_files() -> dict[str, ProfileFile]:
@@ -47,9 +64,12 @@ def profile_files() -> dict[str, ProfileFile]:
     for p in sorted(profiles_dir().glob("*.toml")):
         found[p.stem] = ProfileFile(p.stem, p, True)
     for d in user_dirs():
-        if d.is_dir():
-            for p in sorted(d.glob("*.toml")):
-                found[p.stem] = ProfileFile(p.stem, p, False)
+        try:
+            files = sorted(d.glob("*.toml")) if d.is_dir() else []
+        except OSError:  # unreadable, a name too long: no profiles there (`nnlo clusters` lists the folders)
+            files = []
+        for p in files:
+            found[p.stem] = ProfileFile(p.stem, p, False)
     return found
 
 
@@ -59,9 +79,15 @@ def _read(path: Path) -> dict[str, Any]:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
-        raise ProfileError(f"profile {src} is not valid TOML: {e}") from None
+        raise ProfileError(f"profile {src} is not valid TOML: {' '.join(str(e).split())}; fix or remove it") from None
+    except UnicodeDecodeError as e:
+        raise ProfileError(f"profile {src} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                           f"save it as UTF-8") from None
+    except RecursionError:
+        raise ProfileError(f"profile {src} nests tables or arrays too deeply to read; fix or remove it") from None
     except OSError as e:
-        raise ProfileError(f"profile {src} cannot be read: {e.strerror}") from None
+        raise ProfileError(f"profile {src} cannot be read: {e.strerror or e}; fix its permissions or remove it") \
+            from None
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -85,15 +111,17 @@ def _raw_table(name: str, files: dict[str, ProfileFile], seen: tuple[str, ...]) 
         return table, src
     if not isinstance(parent, str):
         raise ProfileError(f"profile {src}: key 'extends' must be a string naming a profile, got {parent!r}")
-    if parent in seen or (parent == name and pf.builtin):
-        raise ProfileError(f"profile {src}: 'extends' makes a cycle ({' -> '.join((*seen, name, parent))})")
+    target = resolve_name(parent, files)  # by name or alias: a cycle through aliases is a cycle too
+    if target in seen or (target == name and (pf.builtin or parent != name)):
+        shown = parent if parent == target else f"{parent} (alias of {target})"
+        raise ProfileError(f"profile {src}: 'extends' makes a cycle ({' -> '.join((*seen, name, shown))}); "
+                           f"make one of them extend a built-in profile instead")
     if parent == name:  # a user file extending the built-in of the same name
         builtin = profiles_dir() / f"{name}.toml"
         if not builtin.exists():
             raise ProfileError(f"profile {src}: extends itself and there is no built-in {name!r}")
         base, base_src = _read(builtin), profile_path_str(builtin)
     else:
-        target = resolve_name(parent, files)
         if target is None:
             raise ProfileError(
                 f"profile {src}: extends unknown profile {parent!r}; known: {', '.join(sorted(files))}"

@@ -105,9 +105,19 @@ class Scheduler(ABC):
 
     def check_job_id(self, job_id: str) -> str:
         """``job_id`` if it is one of this scheduler's job ids; else SchedulerError, and nothing runs with it."""
-        if not self.job_id_syntax.fullmatch(job_id):
+        if not self.is_job_id(job_id):
             raise SchedulerError(f"{job_id!r} is not a {self.name} job id; no {self.name} command was run with it")
         return job_id
+
+    def is_job_id(self, job_id: object) -> bool:
+        """Whether ``job_id`` is a whole job id of this scheduler (never ``0``, ``all``, an option, a list)."""
+        return isinstance(job_id, str) and self.job_id_syntax.fullmatch(job_id) is not None
+
+    def check_cancel(self, job_ids: Sequence[str]) -> None:
+        """SchedulerError unless :meth:`cancel` of ``job_ids`` would run: every id well formed. Callers check
+        first, then change their records, then cancel, so that a refused cancel changes nothing."""
+        for j in job_ids:
+            self.check_job_id(j)
 
     def parse_submit_output(self, text: str) -> str:
         """The job id from the submit program's standard output."""
@@ -121,13 +131,28 @@ class Scheduler(ABC):
         """A job name the scheduler takes: characters other than ``A-Za-z0-9_.-`` become ``_``."""
         return (re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "nnlo")[:cls.job_name_max]
 
-    @abstractmethod
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
-        """State of every job in ``job_ids`` from one scheduler call; ``UNKNOWN`` where it cannot tell."""
+        """State of every job in ``job_ids`` from one scheduler call; ``UNKNOWN`` where it cannot tell.
+
+        Only well-formed ids (:meth:`is_job_id`) reach the scheduler's program; any other (a hand-edited or
+        damaged record's ``0``, ``all``, ``-u``) is ``UNKNOWN`` and no program sees it.
+        """
+        ids = unique_ids(job_ids)
+        bad = [j for j in ids if not self.is_job_id(j)]
+        out = self.unknown(bad, f"not a {self.name} job id; no {self.name} command was run with it")
+        good = [j for j in ids if j not in out]
+        if good:
+            out.update(self._query(good))
+        return out
+
+    @abstractmethod
+    def _query(self, job_ids: list[str]) -> dict[str, JobInfo]:
+        """:meth:`query` for ids that are all well formed, unique and non-empty."""
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         """Cancel the jobs (one call); jobs that already ended are not an error, a malformed id is."""
-        ids = [self.check_job_id(j) for j in dict.fromkeys(job_ids)]
+        ids = list(dict.fromkeys(job_ids))
+        self.check_cancel(ids)
         if ids:
             cancel_tolerant(self.cancel_program, ids, self.cancel_harmless)
 
@@ -145,7 +170,7 @@ class Scheduler(ABC):
 
 def unique_ids(job_ids: Sequence[str]) -> list[str]:
     """The non-empty ids, each once, in order."""
-    return [j for j in dict.fromkeys(job_ids) if j]
+    return [j for j in dict.fromkeys(j for j in job_ids if isinstance(j, str)) if j]
 
 
 def run_program(argv: list[str], *, what: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,

@@ -97,11 +97,11 @@ class LocalScheduler(Scheduler):
             self.check_job_id(depends_on)
         return ["/bin/bash", str(script)]
 
-    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+    def _query(self, job_ids: list[str]) -> dict[str, JobInfo]:
         try:
             jobs = {j["id"]: j for j in _read(self.qdir)["jobs"]}
-        except (OSError, ValueError) as e:
-            return self.unknown(job_ids, f"local queue unreadable: {e}")
+        except SchedulerError as e:
+            return self.unknown(job_ids, str(e))
         out = {}
         for jid in job_ids:
             j = jobs.get(jid)
@@ -112,9 +112,14 @@ class LocalScheduler(Scheduler):
                     for jid, i in out.items()}
         return out
 
+    def check_cancel(self, job_ids: Sequence[str]) -> None:
+        """Every id well formed and the queue readable (a damaged queue is refused before anything changes)."""
+        super().check_cancel(job_ids)
+        if job_ids:
+            _read(self.qdir)
+
     def cancel(self, job_ids: Sequence[str]) -> None:
-        for j in job_ids:
-            self.check_job_id(j)
+        self.check_cancel(job_ids)
         if not (self.qdir / QUEUE_FILE).exists():
             return
         with self._queue() as q:
@@ -163,14 +168,62 @@ class LocalScheduler(Scheduler):
 
 
 def _read(qdir: Path) -> dict[str, Any]:
+    """The queue, checked: SchedulerError (one line) if it is unreadable or not a queue this module wrote."""
+    path = qdir / QUEUE_FILE
     try:
-        queue: dict[str, Any] = json.loads((qdir / QUEUE_FILE).read_text())
+        queue = json.loads(path.read_text())
     except FileNotFoundError:
         return {"next_id": 1, "jobs": []}
-    return queue
+    except (OSError, ValueError, RecursionError) as e:
+        raise SchedulerError(f"local queue {path} cannot be read ({' '.join(str(e).split())[:160]}); the run "
+                             f"directory is damaged") from None
+    problem = _queue_problem(queue)
+    if problem:
+        raise SchedulerError(f"local queue {path} is damaged: {problem}")
+    return dict(queue)
+
+
+def _queue_problem(queue: Any) -> str:
+    """What is wrong with a decoded queue ("" if nothing): every field the scheduler reads, with its type."""
+    if not isinstance(queue, dict):
+        return "not a JSON object"
+    if not _whole(queue.get("next_id"), 1) or not isinstance(queue.get("jobs"), list):
+        return "'next_id' must be a whole number >= 1 and 'jobs' a list"
+    for j in queue["jobs"]:
+        if not isinstance(j, dict) or not isinstance(j.get("id"), str) or j.get("state") not in (PENDING, RUNNING,
+                                                                                                  *FINAL):
+            return "a job is not an object with a string 'id' and a known 'state'"
+        # a pid is signalled: 0 or 1 (own process group, init) or a negative one must never be
+        if j.get("pid") is not None and not _pid(j["pid"]):
+            return f"job {j['id']!r} has pid {j.get('pid')!r}, not a process id"
+        if not all(j.get(k) is None or _number(j[k]) for k in ("cancel_at", "submitted", "started", "ended")):
+            return f"job {j['id']!r} has a time that is not a number"
+        if j.get("depends_on") is not None and not isinstance(j["depends_on"], str):
+            return f"job {j['id']!r} has a 'depends_on' that is not a job id"
+    return ""
+
+
+def _whole(v: Any, minimum: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+
+
+#: Linux's largest possible pid (PID_MAX_LIMIT)
+PID_MAX = 4_194_304
+
+
+def _pid(v: Any) -> bool:
+    """A process id that may be signalled: 0 is our own process group, 1 init's; negative ones are not
+    process groups, and past PID_MAX none exists."""
+    return _whole(v, 2) and v <= PID_MAX
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
 def _signal_group(pid: int, sig: int) -> None:
+    if not _pid(pid):
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
 

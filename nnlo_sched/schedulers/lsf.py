@@ -12,7 +12,6 @@ banner, an error page), in which case jobs missing from it are ``UNKNOWN``.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from pathlib import Path
 
 from nnlo_sched.schedulers.base import (
@@ -27,7 +26,6 @@ from nnlo_sched.schedulers.base import (
     SchedulerError,
     one_line,
     query_capture,
-    unique_ids,
 )
 
 _STATES = {"PEND": PENDING, "PSUSP": PENDING, "WAIT": PENDING, "RUN": RUNNING, "USUSP": RUNNING,
@@ -51,10 +49,7 @@ class LsfScheduler(Scheduler):
         dep = ["-w", f"ended({self.check_job_id(depends_on)})"] if depends_on is not None else []
         return ["sh", "-c", 'exec bsub "$@" < "$0"', str(script), *dep]
 
-    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
-        ids = unique_ids(job_ids)
-        if not ids:
-            return {}
+    def _query(self, ids: list[str]) -> dict[str, JobInfo]:
         try:
             proc = query_capture(["bjobs", "-a", "-w", *ids], what="query jobs", answers=("is not found",))
         except SchedulerError as e:

@@ -8,7 +8,6 @@ an error page) make the jobs missing from the table ``UNKNOWN``, never ``ENDED``
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from pathlib import Path
 
 from nnlo_sched.schedulers.base import (
@@ -21,7 +20,6 @@ from nnlo_sched.schedulers.base import (
     SchedulerError,
     one_line,
     query_capture,
-    unique_ids,
 )
 
 _STATES = {"Q": PENDING, "H": PENDING, "W": PENDING, "T": PENDING, "S": PENDING, "R": RUNNING,
@@ -58,10 +56,7 @@ class PbsScheduler(Scheduler):
         clean = super().job_name(name)
         return (clean if clean[0].isalpha() else "n" + clean)[:cls.job_name_max]
 
-    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
-        ids = unique_ids(job_ids)
-        if not ids:
-            return {}
+    def _query(self, ids: list[str]) -> dict[str, JobInfo]:
         try:
             proc = query_capture(["qstat", *ids], what="query jobs", answers=("Unknown Job Id",))
         except SchedulerError as e:

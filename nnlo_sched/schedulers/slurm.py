@@ -29,7 +29,6 @@ from nnlo_sched.schedulers.base import (
     SchedulerError,
     one_line,
     query_capture,
-    unique_ids,
 )
 
 _STATES = {
@@ -65,10 +64,7 @@ class SlurmScheduler(Scheduler):
         dep = [f"--dependency=afterany:{self.check_job_id(depends_on)}"] if depends_on is not None else []
         return ["sbatch", "--parsable", *dep, str(script)]
 
-    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
-        ids = unique_ids(job_ids)
-        if not ids:
-            return {}
+    def _query(self, ids: list[str]) -> dict[str, JobInfo]:
         try:
             proc = query_capture(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r"],
                                  what="query jobs", answers=("Invalid job id",))

@@ -93,3 +93,48 @@ def test_an_old_lock_from_another_host_is_broken_a_fresh_one_is_not(tmp_path):
     with pytest.raises(StateError, match="pid 4242 on compute-node-17"):
         with locked(tmp_path, timeout=0.3):
             pass
+
+
+def test_every_field_of_the_record_is_checked_for_its_type():
+    """One table of checks covers every field (a new field without a check fails here)."""
+    import dataclasses
+
+    from nnlo_sched import state as mod
+
+    assert set(mod._RUN_FIELDS) | {"jobs"} == {f.name for f in dataclasses.fields(RunState)}
+    assert set(mod._JOB_FIELDS) == {f.name for f in dataclasses.fields(JobRecord)}
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda d: d["jobs"][0].update(job_id=123), "'jobs[0].job_id' must be a non-empty string, got the number 123"),
+    (lambda d: d["jobs"][0].update(started_at="noon"), "'jobs[0].started_at' must be a finite number or null"),
+    (lambda d: d["jobs"][0].update(submitted_at=None), "'jobs[0].submitted_at' must be a finite number, got null"),
+    (lambda d: d.update(created_at=[1]), "'created_at' must be a finite number, got an array"),
+    (lambda d: d.update(jobs={"a": 1}), "'jobs' must be a list of job records, got an object"),
+    (lambda d: d["jobs"].append("7"), "jobs[1] must be an object, got the string '7'"),
+    (lambda d: d.pop("scheduler"), "key 'scheduler' is missing"),
+    (lambda d: d["jobs"][0].pop("job_id"), "key 'jobs[0].job_id' is missing"),
+    (lambda d: d.update(resumes=-1), "'resumes' must be a whole number >= 0"),
+    (lambda d: d.update(resumes=True), "'resumes' must be a whole number >= 0, got the boolean true"),
+    (lambda d: d.update(env={"PATH": 5}), "'env' must be an object of environment variable names to strings"),
+    (lambda d: d.update(state="sleeping"), "'state' must be one of queued"),
+    (lambda d: d.update(chain_start=5), "'chain_start' 5 is past the 1 job(s)"),
+])
+def test_a_field_of_the_wrong_type_is_a_one_line_error_naming_it(tmp_path, change, needle):
+    write_state(tmp_path, RunState(run_id="r", name="n", cluster="c", scheduler="slurm",
+                                   jobs=[JobRecord(job_id="1", submitted_at=1.0)]))
+    data = json.loads((tmp_path / "state.json").read_text())
+    change(data)
+    (tmp_path / "state.json").write_text(json.dumps(data))
+    with pytest.raises(StateError) as e:
+        read_state(tmp_path)
+    assert needle in str(e.value) and "\n" not in str(e.value) and "remove the run directory" in str(e.value)
+
+
+@pytest.mark.parametrize("raw", [b"", b"[]", b"null", b'"x"', b"{\"run_id\": 1", b"\xff\xfe{}", b"[" * 100000,
+                                 b'{"created_at": NaN}'])
+def test_torn_undecodable_and_absurd_records_are_one_line_errors(tmp_path, raw):
+    (tmp_path / "state.json").write_bytes(raw)
+    with pytest.raises(StateError) as e:
+        read_state(tmp_path)
+    assert "\n" not in str(e.value) and "state.json" in str(e.value)

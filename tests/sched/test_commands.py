@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,3 +139,125 @@ def test_console_script_end_to_end(tmp_path: Path, nnlo_env: dict[str, str]) -> 
     assert "#PBS -l nodes=4" in done.stdout and "aprun -n 4 -N 1 -d 16" in done.stdout
     assert "# submit command: qsub " in done.stdout
     assert os.listdir(tmp_path) == []
+
+
+# -- damaged runs, run references, job ids: status and cancel over real run directories ------------------------
+@pytest.fixture
+def runs_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A runs home, a Slurm and an LSF test profile, and recording stand-ins for every batch program
+    (``calls`` lists one line per call: the program and its arguments)."""
+    clusters, bin_dir = tmp_path / "clusters", tmp_path / "bin"
+    clusters.mkdir()
+    bin_dir.mkdir()
+    (clusters / "tslurm.toml").write_text('scheduler = "slurm"\nlauncher = "srun"\ncores_per_node = 8\n')
+    (clusters / "tlsf.toml").write_text('scheduler = "lsf"\nlauncher = "mpirun"\ncores_per_node = 8\n')
+    for prog in ("squeue", "sacct", "scancel", "bjobs", "bkill"):
+        (bin_dir / prog).write_text(f'#!/bin/sh\necho "$(basename "$0") $*" >> {tmp_path / "calls"}\n')
+        (bin_dir / prog).chmod(0o755)
+    monkeypatch.setenv("NNLO_CLUSTERS", str(clusters))
+    monkeypatch.setenv("NNLO_HOME", str(tmp_path / "runs"))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("NNLO_SCHED_RETRIES", "0")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _run(env: Path, cluster: str, name: str, job_ids: tuple[str, ...] = ("41", "42")) -> Path:
+    """A run made by the real code, its last job queued."""
+    from nnlo_sched.profiles import load_profile
+    from nnlo_sched.runs import create_run
+    from nnlo_sched.spec import RunSpec
+    from nnlo_sched.state import JobRecord, update_state
+
+    spec = RunSpec(kind="train", args=["--model", "m.py"], cluster=cluster, name=name, walltime_s=600, workers=1,
+                   workdir=str(env))
+    run = create_run(spec, load_profile(cluster), env / "runs")
+    with update_state(run.dir) as st:
+        st.jobs = [JobRecord(job_id=j, submitted_at=1.0, status="walltime") for j in job_ids[:-1]]
+        st.jobs.append(JobRecord(job_id=job_ids[-1], submitted_at=2.0))
+    return run.dir
+
+
+def _calls(env: Path) -> list[str]:
+    return (env / "calls").read_text().splitlines() if (env / "calls").exists() else []
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda d: d.update(scheduler="torque"), "unknown scheduler 'torque'"),
+    (lambda d: d["jobs"][0].update(job_id=41), "'jobs[0].job_id' must be a non-empty string"),
+    (lambda d: d.update(created_at="yesterday"), "'created_at' must be a finite number"),
+])
+def test_one_damaged_run_is_listed_as_damaged_and_hides_no_other(capsys: pytest.CaptureFixture[str],
+                                                                  runs_env: Path, damage: Any, reason: str) -> None:
+    bad, good = _run(runs_env, "tslurm", "bad"), _run(runs_env, "tlsf", "good")
+    data = json.loads((bad / "state.json").read_text())
+    damage(data)
+    (bad / "state.json").write_text(json.dumps(data))
+    code, out, err = run(capsys, "status", "--json")
+    assert code == 0, err
+    views = {v["run_id"]: v for v in json.loads(out)}
+    assert views[bad.name]["state"] == "damaged" and reason in views[bad.name]["error"]
+    # the other run is shown as usual (the stand-in bjobs knows no job: its queued job ended, so it failed)
+    assert views[good.name]["state"] == "failed" and views[good.name]["jobs"][-1]["job_id"] == "42"
+    code, out, _ = run(capsys, "status")
+    assert code == 0 and f"{bad.name}: " in out and reason in out and good.name in out
+    code, _, err = run(capsys, "status", bad.name)  # asked for by name: the reason, as one line
+    assert code == 2 and reason in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("ref, needle", [("", "the run reference is empty"), ("  ", "is blank"),
+                                         ("c", "too short"), ("cl", "too short"), ("zzzz", "no run 'zzzz'")])
+def test_cancel_refuses_an_empty_blank_or_short_reference_and_changes_nothing(
+        capsys: pytest.CaptureFixture[str], runs_env: Path, ref: str, needle: str) -> None:
+    only = _run(runs_env, "tslurm", "cl")  # the only run: any prefix would match it
+    before = _snapshot(runs_env / "runs")
+    for verb in ("cancel", "resume"):
+        code, out, err = run(capsys, verb, ref)
+        assert code == 2 and needle in err and err.startswith("nnlo: error: ") and len(err.splitlines()) == 1
+    assert _snapshot(runs_env / "runs") == before and not any(c.startswith("scancel") for c in _calls(runs_env))
+    code, out, _ = run(capsys, "cancel", only.name[:4])  # 4 characters that name one run: fine, and said
+    assert code == 0 and f"cancelling run {only.name} ({only})" in out
+    assert _calls(runs_env)[-1] == "scancel 42"
+
+
+@pytest.mark.parametrize("cluster, bad", [("tlsf", "0"), ("tlsf", "-u"), ("tslurm", "--user=x"), ("tslurm", "0"),
+                                          ("tlsf", "1[0]"), ("tslurm", "1,2")])
+def test_a_job_id_that_could_act_on_other_jobs_is_never_passed_to_a_scheduler(
+        capsys: pytest.CaptureFixture[str], runs_env: Path, cluster: str, bad: str) -> None:
+    r = _run(runs_env, cluster, "ids", job_ids=("41", bad))
+    before = _snapshot(runs_env / "runs")
+    code, _, err = run(capsys, "cancel", r.name)
+    assert code == 2 and f"{bad!r} is not a" in err and "nothing was cancelled" in err
+    assert _snapshot(runs_env / "runs") == before  # a refused cancel changes no file
+    code, out, err = run(capsys, "status", "--json")
+    assert code == 0, err
+    assert json.loads(out)[0]["jobs"][-1]["scheduler_state"] == "UNKNOWN"
+    assert not any(bad in c.split()[1:] or bad in c for c in _calls(runs_env) if not c.endswith(" 41")), \
+        _calls(runs_env)
+
+
+def test_click_usage_errors_are_one_nnlo_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (("layout", "-c", "summit", "--workers", "x"), ("status", "--every"), ("nosuch",),
+                 ("layout", "--bogus")):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and err.startswith("nnlo: error: ") and len(err.splitlines()) == 1, err
+        assert "--help`" in err
+
+
+def test_profiles_that_are_not_utf8_or_extend_themselves_through_aliases(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NNLO_CLUSTERS", str(tmp_path))
+    (tmp_path / "latin.toml").write_bytes('extends = "local"\ndescription = "caf\xe9"\n'.encode("latin-1"))
+    (tmp_path / "a.toml").write_text('extends = "yy"\naliases = ["xx"]\n')
+    (tmp_path / "b.toml").write_text('extends = "xx"\naliases = ["yy"]\n')
+    (tmp_path / "me.toml").write_text('extends = "myself"\naliases = ["myself"]\n')
+    for name, needle in (("latin", "is not UTF-8 text (byte 0xe9"), ("a", "'extends' makes a cycle"),
+                         ("me", "makes a cycle (me -> myself (alias of me))")):
+        code, _, err = run(capsys, "layout", "-c", name, "--workers", "1")
+        assert code == 2 and needle in err and len(err.splitlines()) == 1, err
+    code, out, err = run(capsys, "clusters")
+    assert code == 0 and "BROKEN" in out and "Traceback" not in err
