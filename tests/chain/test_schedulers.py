@@ -52,7 +52,7 @@ def test_submit_argv(name, depends_on, argv):
 def test_template_facts_are_the_schedulers():
     assert [scheduler_class(n).directive_prefix for n in ("slurm", "lsf", "pbs", "local")] == [
         "#SBATCH", "#BSUB", "#PBS", "#"]
-    assert [n for n in ("slurm", "lsf", "pbs", "local") if not scheduler_class(n).warns_before_walltime] == ["pbs"]
+    assert [n for n in ("slurm", "lsf", "pbs", "local") if not scheduler_class(n).warns_before_walltime] == ["pbs", "local"]
     assert [n for n in ("slurm", "lsf", "pbs", "local") if scheduler_class(n).takes_constraint] == ["slurm"]
     assert job_name("123 run/x", "slurm") == "123_run_x" and job_name("123456789012345678", "pbs") == "n12345678901234"
     assert job_name("", "lsf") == "nnlo" and len(job_name("x" * 100, "local")) == 64

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from nnlo_sched.cli import main
+from tests.sched.cli_runner import run
 
 TINY = """from torch import nn
 
@@ -23,16 +23,6 @@ SEARCHABLE = TINY + """
 from skopt.space import Integer
 get_model.parameter_range = [Integer(4, 32, name="hidden")]
 """
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def h5(path: Path, names: tuple[str, ...] = ("features", "labels"), rows: int = 6) -> Path:

@@ -10,17 +10,7 @@ from typing import Any
 
 import pytest
 
-from nnlo_sched.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.sched.cli_runner import run
 
 
 def test_layout_summary(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,19 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from nnlo_sched.cli import COMMANDS, main
+from nnlo_sched.cli import COMMANDS
 from nnlo_sched.profiles import ProfileError, load_profile
 from nnlo_sched.profiles.schema import LAUNCHERS, LAUNCHERS_FOR, SCHEDULERS, profile_from_table
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.sched.cli_runner import run
 
 
 def one_line_error(code: int, err: str) -> str:
