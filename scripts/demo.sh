@@ -6,7 +6,7 @@
 # (`nnlo wait`), prints `nnlo status` (jobs, epochs, best figure of merit) and the final accuracy, and fails
 # (non-zero) unless the run is done, was resubmitted at least once and reached the accuracy bar.
 #
-# Environment: EPOCHS (default 100), WALLTIME (per job, default 40s), MIN_ACCURACY (default 0.90),
+# Environment: EPOCHS (default 200: about 45 s of training on 2 idle cores, longer than one job's walltime, so the chain always resubmits), WALLTIME (per job, default 40s), MIN_ACCURACY (default 0.90),
 # NNLO_HOME (where the run directory goes, default examples/data/runs). Extra arguments go to `nnlo train`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ min_accuracy=${MIN_ACCURACY:-0.90}
 submitted=$("$nnlo" submit --cluster local --name digits --workers 2 --walltime "${WALLTIME:-40s}" \
   train --model examples/digits_torch.py \
   --train examples/data/digits/train.list --val examples/data/digits/val.list \
-  --mode gem --epochs "${EPOCHS:-100}" --batch 32 "$@")
+  --mode gem --epochs "${EPOCHS:-200}" --batch 32 "$@")
 echo "$submitted"
 run=$(sed -n 's/^submitted run \([^ ]*\) as job .*/\1/p' <<<"$submitted")
 [ -n "$run" ] || { echo "demo: could not read the run id from nnlo submit" >&2; exit 1; }
