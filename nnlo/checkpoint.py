@@ -141,8 +141,9 @@ def find_latest(path: str | Path) -> Path | None:
 RESTORE_AUTO = "auto"
 
 
-def restore_point(spec: str | None, out_dir: str | Path | None) -> Path | None:
-    """The checkpoint ``--restore SPEC`` resumes from, or None for a fresh start.
+def restore_point(spec: str | None, out_dir: str | Path | None, folder: Path | None = None) -> Path | None:
+    """The checkpoint ``--restore SPEC`` resumes from, or None for a fresh start (``folder``: the path SPEC
+    names as the caller resolved it, else SPEC itself; messages name SPEC as typed).
 
     ``auto`` looks in the run directory ``out_dir`` and starts fresh when it holds no checkpoint yet (the
     first job of a chain). An explicit folder must hold one: restoring from a folder that has none is a
@@ -154,7 +155,7 @@ def restore_point(spec: str | None, out_dir: str | Path | None) -> Path | None:
         if out_dir is None:
             raise ConfigError("--restore auto needs an output directory (--checkpoint DIR)")
         return find_latest(out_dir)
-    where = Path(spec)
+    where = folder if folder is not None else Path(spec)
     if not where.exists():
         raise ConfigError(f"--restore {spec} does not exist; give a run or checkpoint folder, or --restore auto "
                           "(a fresh start when the run has no checkpoint yet)")

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nnlo.checkpoint import RESTORE_AUTO, restore_point
 from nnlo.config import TrainConfig
 from nnlo.errors import ConfigError, NnloError
 from nnlo.optimize.options import SearchConfig
@@ -82,13 +83,8 @@ def _check_paths(config: TrainConfig, search: SearchConfig | None, cwd: Path) ->
         raise ConfigError(f"model file {config.model} does not exist (looked in {cwd}); check --model")
     if model.is_dir():
         raise ConfigError(f"--model {config.model} is a folder; pass the model module (.py) or a saved model file")
-    if config.restore and config.restore != "auto" and not _abs(config.restore, cwd).exists():
-        raise ConfigError(f"--restore {config.restore} does not exist; give a run or checkpoint folder "
-                          "(or --restore auto)")
-    if config.restore and config.restore != "auto":
-        from nnlo.checkpoint import restore_point
-
-        restore_point(str(_abs(config.restore, cwd)), None)  # a folder without a checkpoint: one line, now
+    if config.restore and config.restore != RESTORE_AUTO:  # missing, or a folder without a checkpoint: now
+        restore_point(config.restore, None, folder=_abs(config.restore, cwd))
     if search is None:
         return
     if search.space and not _abs(search.space, cwd).is_file():
