@@ -45,6 +45,8 @@ ENV_RANK_RECORDS = "NNLO_RANK_RECORDS"
 ENV_LIVE = "NNLO_LIVE"
 #: The scheduler's job id, for schedulers that set none themselves (the local scheduler).
 ENV_JOB_ID = "NNLO_JOB_ID"
+#: A shared search's participant name (``nnlo optimize --shared``); the job scripts set it to the chain's name.
+ENV_PARTICIPANT = "NNLO_PARTICIPANT"
 #: Testing hook: the master signals itself with SIGUSR1 after this many updates.
 ENV_TEST_SIGNAL_AT_UPDATE = "NNLO_TEST_SIGNAL_AT_UPDATE"
 
@@ -63,6 +65,10 @@ OPTIMIZER_STATE_FILE = "optimizer-state.json"  # a search's checkpoint
 TRIALS_JSON = "trials.json"
 TRIALS_CSV = "trials.csv"
 BEST_FILE = "best.json"
+SEARCH_JOURNAL = "search-journal.jsonl"  # a shared search's journal (nnlo.optimize.journal), the search's state
+SEARCH_LOCK = "search-journal.lock"  # the lock file beside it (flock), held for every append
+#: Default seconds after which a shared-search trial whose participant stopped renewing its lease is re-run
+LEASE_TIMEOUT_S = 120.0
 
 # -- stop signals -------------------------------------------------------------------------------------
 #: Signals that mean "write a complete checkpoint now and exit 75": LSF's and Slurm's pre-walltime warnings

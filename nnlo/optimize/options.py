@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nnlo.config import TrainConfig, known_fields
-from nnlo.contract import ENV_RUN_DIR
+from nnlo.contract import ENV_RUN_DIR, LEASE_TIMEOUT_S
 from nnlo.errors import ConfigError
 from nnlo.roles import RoleError, Shape
 
@@ -42,6 +42,9 @@ class OptimizeOptions:
     restore: bool = False
     deadline: float | None = None
     grace_s: float = 60.0
+    shared: bool = False  # one search across many jobs: the journal in out_dir is the state
+    participant: str | None = None  # None: $NNLO_PARTICIPANT, else <hostname>-<pid>
+    lease_s: float = LEASE_TIMEOUT_S
     extra: dict[str, Any] = field(default_factory=dict)
 
     def initial_points(self) -> int:
@@ -100,6 +103,9 @@ class SearchConfig:
     space: str | None = None  # a TOML search space; None: the model module's get_model.parameter_range
     opt_restore: bool = False
     output: str | None = None  # None: $NNLO_RUN_DIR inside a submitted run, else ./optimize-<model>
+    shared: bool = False  # join the shared search in the output folder (nnlo.optimize.shared)
+    participant: str | None = None  # None: $NNLO_PARTICIPANT, else <hostname>-<pid>
+    lease_timeout: float = LEASE_TIMEOUT_S  # seconds before a silent participant's trial goes back to the pool
 
     def shape(self, train: TrainConfig) -> Shape:
         """The run's role shape (coordinator, blocks, folds, each fold a training group of ``train``)."""
@@ -128,6 +134,9 @@ class SearchConfig:
             seed=train.seed,
             restore=self.opt_restore,
             deadline=train.deadline,
+            shared=self.shared,
+            participant=self.participant,
+            lease_s=self.lease_timeout,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nnlo.contract import ENV_RUN_DIR, deadline_from_env
+from nnlo.contract import ENV_RUN_DIR, SEARCH_JOURNAL, deadline_from_env
 from nnlo.errors import ConfigError, NnloError
 from nnlo.optimize import space as space_mod
 from nnlo.optimize.coordinator import Coordinator
@@ -34,6 +34,12 @@ def build_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
         raise ConfigError(f"--hyper-opt {opts.hyper_opt!r} is unknown; use one of {', '.join(ENGINES)}")
     engine = make_engine(opts.hyper_opt, space, opts.seed, estimator=opts.estimator,
                          n_initial_points=opts.initial_points(), population=opts.ga_populations)
+    if opts.shared:  # one search across many jobs: the journal in out_dir is the state
+        from nnlo.optimize.shared import SharedSearch, participant_name
+
+        return SharedSearch(engine, Objective.parse(opts.fom), num_iterations=opts.num_iterations,
+                            out_dir=opts.out_dir, target=opts.target_objective, n_fold=opts.n_fold,
+                            participant=participant_name(opts.participant), lease_s=opts.lease_s)
     return Search(engine, Objective.parse(opts.fom), num_iterations=opts.num_iterations, out_dir=opts.out_dir,
                   target=opts.target_objective, n_fold=opts.n_fold)
 
@@ -42,6 +48,16 @@ def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
     """The coordinator's search, restored when asked (or inside a chained job) and refused over old data."""
     search = build_search(opts, space)
     has_state = (opts.out_dir / STATE_FILE).exists()
+    has_journal = (opts.out_dir / SEARCH_JOURNAL).exists()
+    if opts.shared or has_journal:  # joining is resuming: the journal is the state (--opt-restore implied)
+        if not opts.shared:
+            raise ConfigError(f"{opts.out_dir} holds a shared search ({SEARCH_JOURNAL}); add --shared to join "
+                              "it, or choose another --output")
+        if has_state and not has_journal:
+            raise ConfigError(f"{opts.out_dir} holds a search started without --shared ({STATE_FILE}); resume "
+                              "it without --shared, or choose another --output for a shared search")
+        search.restore()
+        return search
     resume = opts.restore or bool(os.environ.get(ENV_RUN_DIR))
     if has_state and not resume:
         raise ConfigError(
@@ -144,6 +160,11 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
             log.info("%s; %s search of %d trial(s) over %s, fom %s; results in %s", hierarchy.summary(),
                      opts.hyper_opt, opts.num_iterations, ", ".join(space.names), search.objective, opts.out_dir)
             progress = _progress(opts.num_iterations, progress_stream)
+            if opts.shared:  # waiting for trials that run in other jobs ends at this job's stop
+                from nnlo.optimize.shared import SharedSearch
+
+                assert isinstance(search, SharedSearch)
+                search.stop = stop
             return Coordinator(world, hierarchy, search, stop, grace_s=opts.grace_s, progress=progress).run()
         runner: HookRunner | TrainRunner = (HookRunner(module, Objective.parse(opts.fom).name) if hook
                                             else TrainRunner(config, opts.seed, opts.name))

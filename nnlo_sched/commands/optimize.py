@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from nnlo.contract import LEASE_TIMEOUT_S
 from nnlo.errors import NnloError
 from nnlo_sched.params import FINITE_FLOAT
 from nnlo_sched.upstream import UpstreamCommand
@@ -64,6 +65,17 @@ def _search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--output", "output", type=click.Path(file_okay=False), default=None,
                      help="Run directory for trials.json/csv, best.json, optimizer-state.json and "
                           "trials/<id>/fold-<f>/. Default: $NNLO_RUN_DIR, else ./optimize-<model>."),
+        click.option("--shared", is_flag=True,
+                     help="Join the search kept in --output's journal (search-journal.jsonl), which any number "
+                          "of jobs may run at once: one search across many jobs (needs flock on that file "
+                          "system; see docs/optimization.md)."),
+        click.option("--participant", default=None, metavar="NAME",
+                     help="This job's name in a --shared search (default: $NNLO_PARTICIPANT, else "
+                          "<hostname>-<pid>); a job with the same name takes its own trials back at once."),
+        click.option("--lease-timeout", type=click.FloatRange(min=1.0), default=LEASE_TIMEOUT_S, show_default=True,
+                     metavar="SECONDS",
+                     help="--shared: a trial whose job stopped renewing its lease this long goes back to the "
+                          "pool and is re-run by another job."),
     ]):
         f = decorator(f)
     return f
@@ -146,6 +158,9 @@ def search_from_params(params: dict[str, Any]) -> Any:
         space=params.get("space_file"),
         opt_restore=bool(params.get("opt_restore")),
         output=params.get("output"),
+        shared=bool(params.get("shared")),
+        participant=params.get("participant"),
+        lease_timeout=float(params.get("lease_timeout") or LEASE_TIMEOUT_S),
     )
 
 

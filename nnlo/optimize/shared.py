@@ -1,0 +1,317 @@
+"""One search across many jobs: a :class:`~nnlo.optimize.search.Search` whose state is the shared journal.
+
+``nnlo optimize --shared --output DIR`` makes this job a *participant* of the search kept in
+``DIR/search-journal.jsonl`` (:mod:`nnlo.optimize.journal`). Any number of participants - separate MPI jobs,
+each with its own coordinator and blocks - may run the same command at the same time or one after another.
+The coordinator uses :class:`SharedSearch` exactly like a :class:`Search`; underneath:
+
+* **Hand-out** (:meth:`SharedSearch.next_trial`), under the journal's lock, after reading the records the
+  others appended: first a trial in the pool (released at a deadline), one leased by this participant's own
+  name but not running here (a resubmitted job of the same chain takes its trials back at once), or one
+  whose lease expired (its participant died); else, while fewer than ``--num-iterations`` trials exist, a
+  new proposal - the engine told every finished result in journal order, with every open trial of every
+  participant pending - with the next trial id. A trial taken over keeps its id and parameters.
+* **Leases.** A trial handed out is leased to this participant for ``--lease-timeout`` seconds; a heartbeat
+  thread renews the leases of its running trials every quarter of that. A job that dies stops renewing, and
+  after the timeout any other participant re-runs the trial (from the trial's own checkpoints, which live in
+  ``DIR/trials/<id>``). The first result of a trial counts; a later one (a participant that lost its lease
+  but finished anyway) is logged and dropped. So ``--num-iterations`` counts finished trials across all
+  participants exactly: no trial lost, none counted twice.
+* **Results** are appended to the journal, and ``trials.json``/``trials.csv``/``best.json``/
+  ``optimizer-state.json`` are rewritten from the journal's state under the lock by whoever records, so
+  ``nnlo status`` and ``nnlo plot`` read them as for any search.
+* **Waiting.** A participant with every block idle and nothing to claim (the remaining trials run elsewhere)
+  waits, re-reading the journal every second, until the search is done (exit 0), a lease expires (it takes
+  that trial over) or its deadline/stop signal comes (exit 75).
+* **Restore.** The journal is the state: every participant rebuilds the search from it when it starts
+  (``--opt-restore`` is implied); ``optimizer-state.json`` is only derived from it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nnlo.contract import ENV_PARTICIPANT, LEASE_TIMEOUT_S, SEARCH_JOURNAL
+from nnlo.errors import ConfigError
+from nnlo.optimize.engines import Engine, engine_options
+from nnlo.optimize.journal import Journal, SharedState
+from nnlo.optimize.results import Objective, Trial, write_results
+from nnlo.optimize.search import Search
+from nnlo.optimize.state import save_state
+
+log = logging.getLogger("nnlo.optimize.shared")
+
+#: the shortest lease accepted (the heartbeat renews every quarter of it)
+MIN_LEASE_S = 1.0
+
+
+def participant_name(explicit: str | None = None, environ: dict[str, str] | None = None) -> str:
+    """``--participant``, else ``$NNLO_PARTICIPANT``, else ``<hostname>-<pid>``; refused if unprintable."""
+    env = os.environ if environ is None else environ
+    name = (explicit or env.get(ENV_PARTICIPANT, "") or f"{socket.gethostname()}-{os.getpid()}").strip()
+    if not name or len(name) > 200 or not name.isprintable():
+        raise ConfigError(f"participant name {name!r} is not a short printable name; pass --participant NAME "
+                          f"(or set {ENV_PARTICIPANT})")
+    return name
+
+
+class SharedSearch(Search):
+    """A search whose trials, leases and results live in the journal in ``out_dir``."""
+
+    def __init__(self, engine: Engine, objective: Objective, *, num_iterations: int, out_dir: Path,
+                 target: float | None = None, n_fold: int = 1, max_failures_at_start: int = 3,
+                 participant: str, lease_s: float = LEASE_TIMEOUT_S,
+                 clock: Callable[[], float] = time.time, heartbeat: bool = True) -> None:
+        super().__init__(engine, objective, num_iterations=num_iterations, out_dir=out_dir, target=target,
+                         n_fold=n_fold, max_failures_at_start=max_failures_at_start)
+        if not lease_s >= MIN_LEASE_S:
+            raise ConfigError(f"--lease-timeout {lease_s} is too short; use at least {MIN_LEASE_S:g} seconds "
+                              f"(default {LEASE_TIMEOUT_S:g})")
+        self.participant = participant
+        self.lease_s = float(lease_s)
+        self.clock = clock
+        self.poll_s = min(1.0, self.lease_s / 4)  # how often an idle participant re-reads the journal
+        self.journal = Journal(out_dir)
+        self.shared = SharedState()
+        self.finished = self.shared.finished
+        self.stop: Any = None  # a nnlo.stop.Stop: ends the wait for trials running elsewhere
+        self._heartbeat = heartbeat
+        self._beat: threading.Thread | None = None
+        self._quit = threading.Event()
+        self._told = 0  # results of shared.order told to the engine
+        self._quiet_until = 0.0  # no claim before this time (the last attempt found nothing)
+        self._lost: set[int] = set()
+        self._joined = False
+
+    # -- the journal -----------------------------------------------------------------------------------
+    def _identity(self) -> dict[str, Any]:
+        return {"space": self.engine.space.to_dict(), "engine_options": engine_options(self.engine),
+                "seed": self.engine.seed,
+                "objective": {"name": self.objective.name, "direction": self.objective.direction},
+                "n_fold": self.n_fold, "num_iterations": self.num_iterations, "target": self.target}
+
+    def _catch_up(self) -> None:
+        """Fold the records appended since the last read (call under the lock)."""
+        records, skipped = self.journal.read_new()
+        for s in skipped:
+            log.warning("%s", s.describe(self.journal.path))
+        for rec in records:
+            self.shared.apply(rec)
+        self._sync()
+
+    def _append(self, rec: dict[str, Any]) -> None:
+        self.journal.append(rec)
+        self.shared.apply(rec)
+        self._sync()
+
+    def _record(self, kind: str, **fields: Any) -> None:
+        self._append({"kind": kind, "p": self.participant, "t": self.clock(), **fields})
+
+    def _sync(self) -> None:
+        """Tell the engine the results it has not seen, in journal order; follow the trial ids."""
+        order = self.shared.order
+        for tid in order[self._told:]:
+            t = self.shared.finished[tid]
+            self.engine.tell(t.params, None if t.fom is None else self.objective.value(t.fom))
+        self._told = len(order)
+        self.next_id = self.shared.next_id
+        self.engine.n_asked = self.next_id  # trial i is proposed with the random stream (seed, i)
+        for tid in list(self.in_flight):
+            lease = self.shared.open.get(tid)
+            holder = "nobody" if lease is None else lease.holder
+            if holder != self.participant and tid not in self._lost:
+                self._lost.add(tid)
+                by = "finished by another participant" if tid in self.shared.finished else f"taken over by {holder}"
+                log.warning("trial %d was %s: its lease expired here (was this job paused, or its file "
+                            "system slow?); it keeps running, the first result counts", tid, by)
+
+    # -- start and stop --------------------------------------------------------------------------------
+    def restore(self) -> bool:
+        """Join the search: rebuild it from the journal (refusing one made for a different search), record
+        this participant and start the lease heartbeat. True if the journal already held trials."""
+        with self.journal.locked():
+            self._catch_up()
+            had = self.shared.n_trials > 0
+            header = self.shared.header
+            if header is None:
+                self._record("search", spec=self._identity())
+            else:
+                mine = self._identity()
+                diff = [k for k in mine if header.get(k) != mine[k]]
+                if diff:
+                    raise ConfigError(
+                        f"{self.journal.path} belongs to a search with a different {', '.join(diff)} "
+                        f"({', '.join(f'{k}={header.get(k)}' for k in diff)}); join it with the same options, "
+                        "or use a new --output directory")
+            self._record("join", host=socket.gethostname(), pid=os.getpid())
+        self._joined = True
+        if self._heartbeat and self._beat is None:
+            self._beat = threading.Thread(target=self._beat_loop, name="nnlo-lease-heartbeat", daemon=True)
+            self._beat.start()
+        if had:
+            log.info("joined the shared search in %s as %s: %d trial(s) done, %d open, next id %d",
+                     self.out_dir, self.participant, len(self.finished), len(self.shared.open), self.next_id)
+        return had
+
+    def close(self) -> None:
+        """Stop the heartbeat and give back any lease still held (the pool gets those trials at once)."""
+        self._quit.set()
+        if self._beat is not None:
+            self._beat.join()
+            self._beat = None
+        if self._joined:
+            with self.journal.locked():
+                self._catch_up()
+                for tid in sorted(self.in_flight):
+                    if self._holds(tid):
+                        self._record("release", id=tid)
+                self._record("leave")
+            self._joined = False
+        super().close()
+        self.journal.close()
+
+    def _holds(self, tid: int) -> bool:
+        lease = self.shared.open.get(tid)
+        return lease is not None and lease.holder == self.participant
+
+    def renew(self) -> list[int]:
+        """Extend the leases of this participant's running trials (the heartbeat calls it); their ids."""
+        with self.journal.locked():
+            self._catch_up()
+            ids = sorted(tid for tid in list(self.in_flight) if self._holds(tid))
+            if ids:
+                self._record("renew", ids=ids, until=self.clock() + self.lease_s)
+        return ids
+
+    def _beat_loop(self) -> None:
+        while not self._quit.wait(self.lease_s / 4):
+            try:
+                self.renew()
+            except Exception as e:  # noqa: BLE001 - a missed beat is retried; the lease outlives several
+                log.error("could not renew the leases in %s: %s", self.journal.path, e)
+
+    # -- hand-out --------------------------------------------------------------------------------------
+    def _over(self) -> bool:
+        """Nothing more will be handed out by anyone: budget finished, target reached or model broken."""
+        return len(self.finished) >= self.num_iterations or self.target_reached() or self.broken() is not None
+
+    def can_hand_out(self) -> bool:
+        if self.target_reached() or self.broken():
+            return False
+        return (self.shared.n_trials < self.num_iterations
+                or bool(self.shared.claimable(self.clock(), self.participant, self.in_flight)))
+
+    def next_trial(self, block: int, now: float | None = None) -> Trial | None:
+        """A trial for an idle block, or None. With every block idle and trials still running elsewhere,
+        waits (re-reading the journal) until one can be claimed, the search is over or :attr:`stop` says
+        stop."""
+        trial = self._claim(block, now)
+        if trial is not None or self.in_flight or self.stop is None:
+            return trial
+        announced = False
+        while not self._over():
+            if self.stop.reason(self.clock()) is not None:
+                return None
+            trial = self._claim(block, None)
+            if trial is not None:
+                return trial
+            if not announced:
+                others = self.shared.held_by_others(self.clock(), self.participant)
+                who = sorted({str(lease.holder) for lease in others})
+                log.info("waiting for %d trial(s) running in %s; an expired lease (%gs) is taken over here",
+                         len(others), ", ".join(who) or "other participants", self.lease_s)
+                announced = True
+            time.sleep(self.poll_s)
+        return None
+
+    def _claim(self, block: int, now: float | None) -> Trial | None:
+        if self.clock() < self._quiet_until:
+            return None
+        with self.journal.locked():
+            self._catch_up()
+            now = self.clock() if now is None else now
+            trial = self._claim_locked(now)
+            if trial is None:
+                self._quiet_until = self.clock() + self.poll_s
+                return None
+            trial.status, trial.block, trial.started = "running", block, now
+            self.in_flight[trial.id] = trial
+            return trial
+
+    def _claim_locked(self, now: float) -> Trial | None:
+        if self._over():
+            return None
+        until = now + self.lease_s
+        free = self.shared.claimable(now, self.participant, self.in_flight)
+        if free:
+            lease = free[0]
+            why = ("from the pool" if lease.holder is None else "back (this participant's lease)"
+                   if lease.holder == self.participant else f"over from {lease.holder} (lease expired)")
+            self._record("lease", id=lease.id, until=until, **({"from": lease.holder} if lease.holder else {}))
+            log.info("trial %d taken %s: re-run with the same parameters", lease.id, why)
+            return Trial(lease.id, self.engine.space.point(lease.params))
+        if self.shared.n_trials >= self.num_iterations:
+            return None
+        tid = self.shared.next_id
+        self.engine.n_asked = tid
+        t0 = time.perf_counter()
+        point = self.engine.ask(self._pending())
+        self.ask_s = time.perf_counter() - t0
+        self._record("propose", id=tid, params=point, until=until)
+        return Trial(tid, point)
+
+    def _pending(self) -> list[dict[str, Any]]:
+        return [lease.params for lease in sorted(self.shared.open.values(), key=lambda lease: lease.id)]
+
+    # -- results ---------------------------------------------------------------------------------------
+    def record(self, trial_id: int, fold_results: list[dict[str, Any]], block: int,
+               now: float | None = None) -> Trial:
+        """Append the trial's result to the journal (unless another participant's result came first)."""
+        trial = self.in_flight[trial_id]
+        trial.finish(fold_results, self.objective, block, now)
+        with self.journal.locked():
+            self._catch_up()
+            del self.in_flight[trial_id]
+            self._quiet_until = 0.0
+            if trial_id in self.shared.finished:
+                log.warning("trial %d: a result from another participant came first; this one is dropped "
+                            "(a trial counts once)", trial_id)
+                return trial
+            self._record("result", id=trial_id, trial=trial.to_dict())
+        return self.shared.finished[trial_id]
+
+    def interrupted(self, trial_id: int) -> None:
+        """Stopped by the deadline: back to the pool at once, for whichever participant is free first."""
+        with self.journal.locked():
+            self._catch_up()
+            self.in_flight.pop(trial_id, None)
+            if self._holds(trial_id):
+                self._record("release", id=trial_id)
+
+    # -- persistence -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["rerun"] = [{"id": lease.id, "params": lease.params}
+                          for lease in sorted(self.shared.open.values(), key=lambda lease: lease.id)]
+        state["shared"] = {
+            "journal": SEARCH_JOURNAL,
+            "participants": sorted(self.shared.participants),
+            "leases": [{"id": lease.id, "holder": lease.holder, "until": lease.until}
+                       for lease in sorted(self.shared.open.values(), key=lambda lease: lease.id)],
+        }
+        return state
+
+    def save(self) -> None:
+        """Rewrite the derived files from the journal's newest state, under the lock (the last writer wins
+        with the newest state)."""
+        with self.journal.locked():
+            self._catch_up()
+            save_state(self.out_dir, self.state_dict())
+            write_results(self.out_dir, list(self.finished.values()), self.objective, self.engine.space.names,
+                          self.n_fold, self.num_iterations)

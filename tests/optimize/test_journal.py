@@ -1,0 +1,149 @@
+"""The shared search's journal: line format, damage, locking errors and the pure fold (leases with a clock)."""
+from __future__ import annotations
+
+import errno
+import fcntl
+
+import pytest
+
+from nnlo.contract import SEARCH_JOURNAL
+from nnlo.errors import ConfigError
+from nnlo.optimize.journal import Journal, decode, encode, read_journal, rebuild
+from nnlo.optimize.results import Objective
+
+
+def rec(kind, p="a", t=0.0, **kw):
+    return {"kind": kind, "p": p, "t": t, **kw}
+
+
+def result(tid, p="a", fom=1.0, params=None):
+    return rec("result", p, id=tid, trial={"id": tid, "params": params or {"x": tid}, "status": "ok", "fom": fom})
+
+
+def write(folder, records):
+    j = Journal(folder)
+    with j.locked():
+        j.read_new()
+        for r in records:
+            j.append(r)
+    j.close()
+
+
+def test_a_line_round_trips_and_any_change_is_detected():
+    r = rec("propose", id=3, params={"lr": 0.1, "name": "é"}, until=5.0)
+    line = encode(r)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert decode(line[:-1]) == r
+    for i in range(len(line) - 1):  # flip every byte: never accepted as a (different) record
+        damaged = line[:i] + bytes([line[i] ^ 0x01]) + line[i + 1:-1]
+        out = decode(damaged)
+        assert isinstance(out, str) or out == r
+    assert isinstance(decode(line[:-10]), str)  # truncated
+
+
+def test_damaged_journal_resumes_from_the_valid_records_and_names_what_it_skipped(tmp_path):
+    write(tmp_path, [rec("propose", id=0, params={"x": 0}, until=9.0), result(0),
+                     rec("propose", id=1, params={"x": 1}, until=9.0)])
+    path = tmp_path / SEARCH_JOURNAL
+    data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
+    # a garbage line in the middle, and the last record truncated (a writer killed mid-write)
+    path.write_bytes(lines[0] + b"garbage \x00\xff here\n" + lines[1] + lines[2][:25])
+    records, skipped = read_journal(tmp_path)
+    assert [r["kind"] for r in records] == ["propose", "result"]
+    assert [(s.line, s.reason.split(" (")[0]) for s in skipped] == [(2, "not a journal record"),
+                                                                    (4, "incomplete last record")]
+    assert "line 4" in skipped[1].describe(path) and "skipped" in skipped[1].describe(path)
+    # a writer resumes: it reads the valid records, closes the torn line, and its record is intact
+    j = Journal(tmp_path)
+    with j.locked():
+        new, skipped2 = j.read_new()
+        assert len(new) == 2 and len(skipped2) == 2
+        j.append(rec("propose", id=1, params={"x": 1}, until=9.0))
+    with j.locked():
+        assert j.read_new() == ([], [])
+    j.close()
+    records, skipped = read_journal(tmp_path)
+    assert [r["kind"] for r in records] == ["propose", "result", "propose"]
+    assert [s.line for s in skipped] == [2, 4]  # the torn line stays skipped, the new record is line 5
+    assert path.read_bytes().splitlines()[4] == encode(records[2]).rstrip(b"\n")
+    state = rebuild(records)
+    assert sorted(state.finished) == [0] and sorted(state.open) == [1] and state.next_id == 2
+
+
+def test_a_reader_without_the_lock_leaves_a_record_under_way_for_later(tmp_path):
+    write(tmp_path, [rec("join")])
+    with open(tmp_path / SEARCH_JOURNAL, "ab") as f:
+        f.write(encode(rec("leave"))[:20])
+    j = Journal(tmp_path)
+    records, skipped = j.read_new()  # not holding the lock: the tail may still be being written
+    assert [r["kind"] for r in records] == ["join"] and skipped == []
+    j.close()
+
+
+@pytest.mark.parametrize("code", [errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS])
+def test_a_file_system_without_locks_is_one_line_naming_the_requirement(tmp_path, monkeypatch, code):
+    def no_flock(fd, op):  # the file system's answer (Lustre without -o flock, some NFS setups)
+        raise OSError(code, "locks unavailable")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    j = Journal(tmp_path)
+    with pytest.raises(ConfigError) as e, j.locked():
+        pass
+    msg = str(e.value)
+    assert "\n" not in msg and "flock" in msg and "Lustre" in msg and "-o flock" in msg and str(tmp_path) in msg
+    j.close()
+
+
+def test_append_refuses_to_write_on_a_stale_view(tmp_path):
+    write(tmp_path, [rec("join")])
+    j = Journal(tmp_path)
+    with j.locked(), pytest.raises(RuntimeError, match="read_new"):
+        j.append(rec("join", p="b"))
+    with pytest.raises(RuntimeError, match="outside"):
+        j.append(rec("join", p="b"))
+    j.close()
+
+
+# -- the fold ------------------------------------------------------------------------------------------------
+def test_leases_expire_by_the_clock_and_are_taken_over_once():
+    s = rebuild([rec("propose", "a", id=0, params={"x": 0}, until=100.0),
+                 rec("propose", "b", id=1, params={"x": 1}, until=100.0)])
+    assert s.claimable(50.0, "c") == []  # both alive
+    assert [x.id for x in s.claimable(50.0, "a")] == [0]  # a's own (a resubmitted job of a) ...
+    assert s.claimable(50.0, "a", running=[0]) == []  # ... unless a runs it now
+    assert [x.id for x in s.claimable(100.5, "c")] == [0, 1]  # both expired
+    s.apply(rec("renew", "b", ids=[1], until=200.0))
+    s.apply(rec("renew", "c", ids=[0], until=300.0))  # not c's lease: no effect
+    assert [x.id for x in s.claimable(150.0, "c")] == [0]
+    assert [x.id for x in s.held_by_others(150.0, "c")] == [1]
+    assert s.apply(rec("lease", "c", id=0, until=250.0, **{"from": "a"}))
+    assert s.open[0].holder == "c" and s.claimable(150.0, "d") == []
+    assert not s.apply(rec("release", "a", id=0))  # a lost it: a's release changes nothing
+    # a's late result still counts (first result); c's later one does not
+    assert s.apply(result(0, "a", fom=3.0)) and not s.apply(result(0, "c", fom=1.0))
+    assert s.finished[0].fom == 3.0 and 0 not in s.open
+    assert not s.apply(rec("lease", "d", id=0, until=999.0))  # finished: not leasable
+    assert s.apply(rec("release", "b", id=1)) and [x.id for x in s.claimable(0.0, "z")] == [1]
+    assert s.n_trials == 2 and s.next_id == 2 and s.ignored == 4
+
+
+def test_ids_are_proposed_once_and_a_lost_proposal_is_recovered_from_its_result():
+    s = rebuild([rec("propose", id=0, params={"x": 0}, until=1.0),
+                 rec("propose", "b", id=0, params={"x": 9}, until=1.0),  # a second proposal of id 0: ignored
+                 result(2, "b", params={"x": 2})])  # the proposal of 2 (and 1) lost to damage
+    assert s.open[0].params == {"x": 0} and s.next_id == 3 and sorted(s.finished) == [2]
+    assert not s.apply(rec("propose", id=1, params={}, until=1.0))  # below next_id: never reused
+
+
+def test_observations_follow_journal_order_and_the_objective_direction():
+    s = rebuild([result(1, fom=0.5), result(0, fom=0.9),
+                 rec("result", id=2, trial={"id": 2, "params": {"x": 2}, "status": "failed", "fom": None})])
+    assert s.observations(Objective("acc", "max")) == [({"x": 1}, -0.5), ({"x": 0}, -0.9), ({"x": 2}, None)]
+    assert [t.id for t in s.results()] == [1, 0, 2]
+
+
+def test_malformed_records_are_ignored_not_fatal():
+    s = rebuild([{"kind": "propose"}, {"kind": "lease", "id": "x"}, {"kind": "renew", "ids": None},
+                 {"kind": "mystery"}, rec("search", spec={"n": 1}), rec("search", spec={"n": 2})])
+    assert s.header == {"n": 1} and s.n_trials == 0 and s.ignored == 5
