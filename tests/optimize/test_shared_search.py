@@ -1,0 +1,152 @@
+"""Participants of one shared search, in one process without MPI: budget across participants, leases expiring
+by an injected clock and taken over, the first result counting, the engine rebuilt from the journal."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nnlo.contract import OPTIMIZER_STATE_FILE, SEARCH_JOURNAL
+from nnlo.errors import ConfigError
+from nnlo.optimize.engines import make_engine
+from nnlo.optimize.journal import read_journal, rebuild
+from nnlo.optimize.results import Objective
+from nnlo.optimize.shared import SharedSearch, participant_name
+from nnlo.optimize.space import Integer, Real, Space
+from nnlo.stop import Stop
+
+SPACE = Space([Real(0.0, 1.0, name="a"), Integer(0, 1000, name="b")])
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def participant(tmp_path, name, clock, engine="random", n=6, seed=0, **kw):
+    s = SharedSearch(make_engine(engine, SPACE, seed, n_initial_points=2), Objective.parse("val_loss"),
+                     num_iterations=n, out_dir=tmp_path, participant=name, lease_s=10.0, clock=clock,
+                     heartbeat=False, **kw)
+    s.restore()
+    return s
+
+
+def fom(trial):
+    return [{"metrics": {"val_loss": trial.params["a"] + trial.params["b"] / 1000}}]
+
+
+def test_two_participants_share_the_budget_exactly_and_a_dead_ones_trials_are_rerun(tmp_path):
+    clock = Clock()
+    a, b = participant(tmp_path, "a", clock), participant(tmp_path, "b", clock)
+    ta = [a.next_trial(0), a.next_trial(1)]
+    tb = [b.next_trial(0), b.next_trial(1)]
+    assert [t.id for t in ta + tb] == [0, 1, 2, 3]
+    assert len({(t.params["a"], t.params["b"]) for t in ta + tb}) == 4  # different points across participants
+    a.record(0, fom(ta[0]), 0)
+    ta.append(a.next_trial(0))
+    b.record(2, fom(tb[0]), 0)
+    tb.append(b.next_trial(0))
+    assert [ta[2].id, tb[2].id] == [4, 5]
+    b.record(3, fom(tb[1]), 1)
+    assert b.next_trial(1) is None  # 6 trials exist: the budget is handed out, a's are alive
+    # a dies (stops renewing); b renews its own; after the lease timeout b takes a's trials over
+    clock.t += 6
+    assert b.renew() == [5]
+    clock.t += 5  # a's leases (until +10) expired, b's (renewed to +16) not
+    b._quiet_until = 0.0
+    again = b.next_trial(1)
+    assert again is not None and again.id == 1 and again.params == ta[1].params  # same id, same parameters
+    b.record(1, fom(again), 1)
+    again = b.next_trial(1)
+    assert again.id == 4 and again.params == ta[2].params
+    # a was only slow: its late result of trial 4 comes first and counts; b's then is dropped
+    a.record(4, fom(ta[2]), 0)
+    b.record(4, [{"metrics": {"val_loss": 99.0}}], 1)
+    assert a.next_trial(0) is None
+    b.record(5, fom(tb[2]), 0)
+    b.save()
+
+    records, skipped = read_journal(tmp_path)
+    assert skipped == []
+    state = rebuild(records)
+    assert sorted(state.finished) == list(range(6)) and state.open == {}
+    assert [r["id"] for r in records if r["kind"] == "result"] == [0, 2, 3, 1, 4, 5]  # no id twice
+    assert state.finished[4].fom != 99.0
+    assert sorted(r["from"] for r in records if r["kind"] == "lease") == ["a", "a"]
+    # every participant's engine equals the engine rebuilt from the journal alone
+    c = participant(tmp_path, "c", clock)
+    for s in (a, b):
+        s.save()  # catches up on the others' records
+        assert s.engine.state_dict() == c.engine.state_dict()
+    obs = [[p, v] for p, v in state.observations(c.objective)]
+    assert c.engine.state_dict()["observations"] == obs and c.engine.n_asked == 6
+    assert c.next_trial(0) is None and len(c.finished) == 6
+    table = json.loads((tmp_path / "trials.json").read_text())
+    assert [t["id"] for t in table] == list(range(6))
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert best["trials_done"] == 6 and best["trials_total"] == 6
+    saved = json.loads((tmp_path / OPTIMIZER_STATE_FILE).read_text())
+    assert saved["rerun"] == [] and saved["next_id"] == 6 and saved["shared"]["journal"] == SEARCH_JOURNAL
+    for s in (a, b, c):
+        s.close()
+    assert [r["p"] for r in read_journal(tmp_path)[0] if r["kind"] == "leave"] == ["a", "b", "c"]
+
+
+def test_a_released_trial_is_rerun_by_the_next_free_participant_and_a_restarted_one_takes_its_own(tmp_path):
+    clock = Clock()
+    a, b = participant(tmp_path, "a", clock, n=3), participant(tmp_path, "b", clock, n=3)
+    t0, t1 = a.next_trial(0), a.next_trial(1)
+    a.interrupted(t0.id)  # the deadline: back to the pool at once
+    got = b.next_trial(0)
+    assert got.id == t0.id and got.params == t0.params
+    a.journal.close()  # a's job is killed with trial 1 running; its chain's next job has the same name
+    a2 = participant(tmp_path, "a", clock, n=3)
+    mine = a2.next_trial(0)
+    assert mine.id == t1.id and mine.params == t1.params  # no wait for the lease to expire
+    assert b.next_trial(1).id == 2 and b.next_trial(1) is None
+
+
+def test_waiting_for_trials_elsewhere_ends_at_the_stop(tmp_path):
+    clock = Clock()
+    a, b = participant(tmp_path, "a", clock, n=1), participant(tmp_path, "b", clock, n=1)
+    assert a.next_trial(0).id == 0
+    b.stop = Stop(deadline=clock.t + 5)  # within the safety margin: stop now
+    assert b.next_trial(0) is None and b.can_hand_out() is False
+    clock.t += 11
+    assert b.can_hand_out() is True  # a's lease expired: b may take it over
+
+
+def test_the_first_participant_fixes_the_search_and_others_must_match(tmp_path):
+    participant(tmp_path, "a", Clock()).close()
+    with pytest.raises(ConfigError, match=r"different num_iterations \(num_iterations=6\)"):
+        participant(tmp_path, "b", Clock(), n=7)
+    with pytest.raises(ConfigError, match="different engine_options"):
+        participant(tmp_path, "b", Clock(), engine="genetic")
+
+
+def test_participant_names(monkeypatch):
+    assert participant_name("x", {}) == "x"
+    assert participant_name(None, {"NNLO_PARTICIPANT": "chain-2"}) == "chain-2"
+    assert participant_name(None, {}).rsplit("-", 1)[1].isdigit()
+    with pytest.raises(ConfigError, match="--participant"):
+        participant_name("bad\nname", {})
+    with pytest.raises(ConfigError, match="--lease-timeout"):
+        SharedSearch(make_engine("random", SPACE, 0), Objective(), num_iterations=1, out_dir=".",
+                     participant="p", lease_s=0.1)
+
+
+def test_genetic_participants_breed_from_the_other_participants_results(tmp_path):
+    clock = Clock()
+    a = participant(tmp_path, "a", clock, engine="genetic", n=5)
+    b = participant(tmp_path, "b", clock, engine="genetic", n=5)
+    for i in range(5):
+        s = (a, b)[i % 2]
+        t = s.next_trial(0)
+        s.record(t.id, fom(t), 0)
+    a.save()
+    b.save()
+    assert len(a.engine.observations) == len(b.engine.observations) == 5
+    assert a.engine.state_dict() == b.engine.state_dict()
