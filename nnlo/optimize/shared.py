@@ -147,8 +147,8 @@ class SharedSearch(Search):
                 if diff:
                     raise ConfigError(
                         f"{self.journal.path} belongs to a search with a different {', '.join(diff)} "
-                        f"({', '.join(f'{k}={header.get(k)}' for k in diff)}); join it with the same options, "
-                        "or use a new --output directory")
+                        f"({'; '.join(f'{k} {header.get(k)}, this job {mine[k]}' for k in diff)}); join it "
+                        "with the same options, or use a new --output directory")
             self._record("join", host=socket.gethostname(), pid=os.getpid())
         self._joined = True
         if self._heartbeat and self._beat is None:

@@ -121,7 +121,7 @@ def test_waiting_for_trials_elsewhere_ends_at_the_stop(tmp_path):
 
 def test_the_first_participant_fixes_the_search_and_others_must_match(tmp_path):
     participant(tmp_path, "a", Clock()).close()
-    with pytest.raises(ConfigError, match=r"different num_iterations \(num_iterations=6\)"):
+    with pytest.raises(ConfigError, match=r"different num_iterations \(num_iterations 6, this job 7\)"):
         participant(tmp_path, "b", Clock(), n=7)
     with pytest.raises(ConfigError, match="different engine_options"):
         participant(tmp_path, "b", Clock(), engine="genetic")

@@ -1,0 +1,79 @@
+"""Two real ``nnlo optimize --shared`` jobs (mpirun, Branin hook) on one output folder; one is SIGKILLed
+mid-trial: the other takes its trial over after the lease timeout and finishes the search with exactly the
+requested number of trials, no id twice, and the engine state equal to one rebuilt from the journal."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nnlo.contract import OPTIMIZER_STATE_FILE
+from nnlo.optimize.journal import read_journal, rebuild
+from nnlo.optimize.results import Objective
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.mpi
+BRANIN = str(REPO / "examples" / "branin.py")
+N = 8
+
+
+def start(mpirun, env, out, name, log):
+    cmd = [mpirun, "-np", "3", sys.executable, "-m", "nnlo_sched", "optimize", "--model", BRANIN,
+           "--block-size", "2", "--hyper-opt", "random", "--num-iterations", str(N), "--output", str(out),
+           "--shared", "--lease-timeout", "3"]
+    e = dict(env, NNLO_PARTICIPANT=name, BRANIN_SLEEP="0.5", BRANIN_LOG=str(log))
+    return subprocess.Popen(cmd, env=e, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def running(out, name):
+    """Trials ``name`` holds a lease on and that have no result yet."""
+    state = rebuild(read_journal(out)[0])
+    return [lease.id for lease in state.open.values() if lease.holder == name], len(state.finished)
+
+
+def test_a_killed_participants_trial_is_rerun_by_the_other(mpirun, nnlo_env, tmp_path):
+    out, log = tmp_path / "run", tmp_path / "evals.jsonl"
+    a = start(mpirun, nnlo_env, out, "A", log)
+    b = start(mpirun, nnlo_env, out, "B", log)
+    try:
+        victim: list[int] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not victim:
+            held, done = running(out, "A")
+            if held and done >= 2:
+                victim = held
+                os.killpg(a.pid, signal.SIGKILL)  # A dies mid-trial: its lease is never released
+            elif a.poll() is not None:
+                pytest.fail(f"A ended before it could be killed: {a.stderr.read()[-3000:]}")
+            time.sleep(0.05)
+        assert victim, "A never held a trial"
+        a.wait(timeout=30)
+        _, err = b.communicate(timeout=180)
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    assert b.returncode == 0, err[-3000:]
+    records, skipped = read_journal(out)
+    assert skipped == []
+    results = [r for r in records if r["kind"] == "result"]
+    assert sorted(r["id"] for r in results) == list(range(N))  # exactly N, no id twice
+    state = rebuild(records)
+    for tid in victim:  # A's trial was taken over by B with the same parameters and finished there
+        took = [r for r in records if r["kind"] == "lease" and r["id"] == tid and r["p"] == "B"]
+        assert took and took[0].get("from") == "A", err[-3000:]
+        assert state.finished[tid].params == next(r for r in records if r["kind"] == "propose"
+                                                  and r["id"] == tid)["params"]
+        assert next(r for r in results if r["id"] == tid)["p"] == "B"
+    assert "taken over from A (lease expired)" in err
+    saved = json.loads((out / OPTIMIZER_STATE_FILE).read_text())
+    rebuilt = [[p, v] for p, v in state.observations(Objective.parse("val_loss"))]
+    assert saved["engine_state"]["observations"] == rebuilt and saved["engine_state"]["n_asked"] == N
+    assert [t["id"] for t in json.loads((out / "trials.json").read_text())] == list(range(N))
