@@ -216,7 +216,8 @@ class SharedSearch(Search):
             return trial
         announced = False
         while not self._over():
-            if self.stop.reason(self.clock()) is not None:
+            now = self.clock()
+            if self.stop.reason(now) is not None or self.stop.no_time_for(self.typical_trial_s(), now):
                 return None
             trial = self._claim(block, None)
             if trial is not None:

@@ -3,6 +3,7 @@ by an injected clock and taken over, the first result counting, the engine rebui
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -150,3 +151,59 @@ def test_genetic_participants_breed_from_the_other_participants_results(tmp_path
     b.save()
     assert len(a.engine.observations) == len(b.engine.observations) == 5
     assert a.engine.state_dict() == b.engine.state_dict()
+
+
+def test_the_heartbeat_renews_running_trials_until_closed(tmp_path):
+    s = SharedSearch(make_engine("random", SPACE, 0), Objective(), num_iterations=2, out_dir=tmp_path,
+                     participant="a", lease_s=1.0)  # the real clock; a beat every 0.25 s
+    s.restore()
+    t = s.next_trial(0)
+    time.sleep(0.9)
+    s.close()  # gives back the lease of the trial still running
+    records, _ = read_journal(tmp_path)
+    renews = [r for r in records if r["kind"] == "renew"]
+    assert len(renews) >= 2 and all(r["ids"] == [t.id] for r in renews)
+    assert [r["kind"] for r in records][-2:] == ["release", "leave"]
+    state = rebuild(records)
+    assert state.open[t.id].holder is None  # in the pool for the next participant
+
+
+def test_a_folder_is_joined_only_as_the_kind_of_search_it_holds(tmp_path):
+    from nnlo.optimize.options import OptimizeOptions
+    from nnlo.optimize.run import prepare_search
+
+    def opts(out, **kw):
+        return OptimizeOptions(out_dir=out, block_size=2, hyper_opt="random", num_iterations=3, **kw)
+
+    shared = prepare_search(opts(tmp_path / "s", shared=True, participant="x"), SPACE)
+    assert isinstance(shared, SharedSearch) and (tmp_path / "s" / SEARCH_JOURNAL).exists()
+    shared.close()
+    with pytest.raises(ConfigError, match="add --shared"):
+        prepare_search(opts(tmp_path / "s", restore=True), SPACE)
+    single = prepare_search(opts(tmp_path / "o"), SPACE)
+    single.save()
+    with pytest.raises(ConfigError, match="without --shared"):
+        prepare_search(opts(tmp_path / "o", shared=True), SPACE)
+
+
+def test_the_options_travel_in_a_search_config():
+    from nnlo.config import TrainConfig
+    from nnlo.optimize.options import SearchConfig
+
+    cfg = SearchConfig(shared=True, participant="chain-1", lease_timeout=30.0, output="out")
+    again = SearchConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    o = again.options(TrainConfig(model="examples/branin.py", mode="allreduce"))
+    assert (o.shared, o.participant, o.lease_s) == (True, "chain-1", 30.0)
+
+
+def test_the_command_line_options(monkeypatch):
+    from nnlo_sched.inner import parse_inner
+
+    monkeypatch.delenv("NNLO_RUN_DIR", raising=False)
+    inner = parse_inner("optimize", ["--model", "examples/branin.py", "--shared", "--participant", "p7",
+                                     "--lease-timeout", "45", "--output", "o"])
+    assert inner.search is not None
+    o = inner.search.options(inner.train)
+    assert (o.shared, o.participant, o.lease_s) == (True, "p7", 45.0)
+    default = parse_inner("optimize", ["--model", "examples/branin.py"]).search
+    assert default is not None and (default.shared, default.participant, default.lease_timeout) == (False, None, 120)
