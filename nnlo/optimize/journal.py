@@ -369,6 +369,16 @@ class SharedState:
         return [lease for lease in self.open.values()
                 if lease.holder not in (None, me) and not lease.expired(now)]
 
+    def counts(self, now: float) -> dict[str, int]:
+        """Trials by state at ``now``, for a status line: done (ok + failed), running (leased, alive),
+        expired (leased, the participant silent past its lease) and pool (released, waiting for a job)."""
+        leases = list(self.open.values())
+        failed = sum(1 for t in self.finished.values() if t.status == "failed")
+        return {"done": len(self.finished), "ok": len(self.finished) - failed, "failed": failed,
+                "running": sum(1 for x in leases if x.holder is not None and not x.expired(now)),
+                "expired": sum(1 for x in leases if x.expired(now)),
+                "pool": sum(1 for x in leases if x.holder is None)}
+
     def observations(self, objective: Objective) -> list[tuple[dict[str, Any], float | None]]:
         """What an engine is told, in journal order: every finished trial's point and value (None: failed)."""
         return [(self.finished[i].params, _value(self.finished[i], objective)) for i in self.order]

@@ -126,6 +126,9 @@ def test_leases_expire_by_the_clock_and_are_taken_over_once():
     assert not s.apply(rec("lease", "d", id=0, until=999.0))  # finished: not leasable
     assert s.apply(rec("release", "b", id=1)) and [x.id for x in s.claimable(0.0, "z")] == [1]
     assert s.n_trials == 2 and s.next_id == 2 and s.ignored == 4
+    assert s.counts(0.0) == {"done": 1, "ok": 1, "failed": 0, "running": 0, "expired": 0, "pool": 1}
+    s.apply(rec("lease", "z", id=1, until=10.0))
+    assert s.counts(5.0)["running"] == 1 and s.counts(11.0)["expired"] == 1
 
 
 def test_ids_are_proposed_once_and_a_lost_proposal_is_recovered_from_its_result():
