@@ -3,6 +3,7 @@ by an injected clock and taken over, the first result counting, the engine rebui
 from __future__ import annotations
 
 import json
+import random
 import time
 
 import pytest
@@ -207,3 +208,69 @@ def test_the_command_line_options(monkeypatch):
     assert (o.shared, o.participant, o.lease_s) == (True, "p7", 45.0)
     default = parse_inner("optimize", ["--model", "examples/branin.py"]).search
     assert default is not None and (default.shared, default.participant, default.lease_timeout) == (False, None, 120)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_schedules_of_participants_finish_with_exactly_the_budget(tmp_path, seed):
+    """Participants start, hand out, record, fail, stop at a deadline, die without a word, restart under
+    their name, at random moments and with a random clock: the search ends with exactly N results, no id
+    twice, every result the first one reported for its trial, every engine equal to the journal's."""
+    rng = random.Random(seed)
+    clock, n = Clock(), 12
+    live: dict[str, SharedSearch] = {}
+    first: dict[int, float | None] = {}  # the first reported fom of each trial
+
+    def report(s, tid):
+        v = None if rng.random() < 0.15 else rng.random()
+        folds = [{"error": "boom"}] if v is None else [{"metrics": {"val_loss": v}}]
+        if tid not in first:
+            first[tid] = v
+        s.record(tid, folds, 0)
+
+    for _ in range(150):
+        if len(live) < 3 and rng.random() < 0.3:
+            name = rng.choice([x for x in "abcde" if x not in live])
+            live[name] = participant(tmp_path, name, clock, n=n)
+        if not live:
+            continue
+        name = rng.choice(sorted(live))
+        s = live[name]
+        s._quiet_until = 0.0
+        action = rng.random()
+        if action < 0.35:
+            for block in (0, 1):
+                if block not in {t.block for t in s.in_flight.values()}:
+                    s.next_trial(block)
+        elif action < 0.7 and s.in_flight:
+            report(s, rng.choice(sorted(s.in_flight)))
+        elif action < 0.75 and s.in_flight:
+            s.interrupted(rng.choice(sorted(s.in_flight)))
+        elif action < 0.85:
+            s.renew()
+        elif action < 0.92:
+            s.journal.close()  # dies: no release, no leave
+            del live[name]
+        else:
+            s.close()
+            del live[name]
+        clock.t += rng.uniform(0, 4)
+    # one last participant finishes whatever is left, taking over expired leases
+    last = participant(tmp_path, "z", clock, n=n)
+    for s in live.values():
+        s.journal.close()
+    for _ in range(10 * n):
+        clock.t += 11
+        last._quiet_until = 0.0
+        t = last.next_trial(0)
+        if t is None:
+            break
+        report(last, t.id)
+    records, skipped = read_journal(tmp_path)
+    results = [r["id"] for r in records if r["kind"] == "result"]
+    assert sorted(results) == list(range(n)) and not skipped
+    state = rebuild(records)
+    assert {i: t.fom for i, t in state.finished.items()} == first
+    fresh = participant(tmp_path, "check", clock, n=n)
+    last.save()
+    assert last.engine.state_dict() == fresh.engine.state_dict()
+    assert fresh.engine.n_asked == n and len(fresh.engine.observations) == n
