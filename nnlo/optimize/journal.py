@@ -129,14 +129,18 @@ def parse(data: bytes, *, start_line: int = 1, start_offset: int = 0,
     return records, skipped, pos
 
 
-def read_journal(folder: Path | str) -> tuple[list[dict[str, Any]], list[Skipped]]:
-    """All valid records of the journal in ``folder`` (none if there is no journal) and the skipped lines."""
+def read_journal(folder: Path | str, *, final: bool = True) -> tuple[list[dict[str, Any]], list[Skipped]]:
+    """All valid records of the journal in ``folder`` (none if there is no journal) and the skipped lines.
+
+    ``final=False`` for a reader while participants may be writing (``nnlo status``): a last line without
+    its newline is left out instead of reported as torn.
+    """
     path = Path(folder) / SEARCH_JOURNAL
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return [], []
-    records, skipped, _ = parse(data, final=True)
+    records, skipped, _ = parse(data, final=final)
     return records, skipped
 
 
@@ -217,10 +221,15 @@ class Journal:
         with self._mutex:
             try:
                 with open(self.path, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
                     f.seek(self._offset)
                     data = f.read()
             except FileNotFoundError:
-                return [], []
+                size, data = 0, b""
+            if size < self._offset:
+                raise ConfigError(f"{self.path} shrank from {self._offset} to {size} bytes while the search ran "
+                                  "(truncated, replaced or removed by another program); restore it, or start a "
+                                  "new search in another --output")
             if not self._clean_end and data[:1] == b"\n":  # the newline that closed a torn last line
                 self._offset, self._clean_end, data = self._offset + 1, True, data[1:]
             records, skipped, used = parse(data, start_line=self._line, start_offset=self._offset,

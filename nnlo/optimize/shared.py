@@ -169,6 +169,7 @@ class SharedSearch(Search):
             with self.journal.locked():
                 self._catch_up()
                 for tid in sorted(self.in_flight):
+                    del self.in_flight[tid]
                     if self._holds(tid):
                         self._record("release", id=tid)
                 self._record("leave")

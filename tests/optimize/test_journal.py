@@ -78,6 +78,10 @@ def test_a_reader_without_the_lock_leaves_a_record_under_way_for_later(tmp_path)
     j = Journal(tmp_path)
     records, skipped = j.read_new()  # not holding the lock: the tail may still be being written
     assert [r["kind"] for r in records] == ["join"] and skipped == []
+    assert read_journal(tmp_path, final=False) == (records, [])
+    (tmp_path / SEARCH_JOURNAL).write_bytes(b"")  # another program truncates it: one line, not a traceback
+    with pytest.raises(ConfigError, match=r"shrank from .* to 0 bytes"):
+        j.read_new()
     j.close()
 
 
