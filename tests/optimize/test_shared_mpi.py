@@ -54,6 +54,8 @@ def test_a_killed_participants_trial_is_rerun_by_the_other(mpirun, nnlo_env, tmp
             time.sleep(0.05)
         assert victim, "A never held a trial"
         a.wait(timeout=30)
+        victim, _ = running(out, "A")  # what A held when it died (it may have moved on since the check)
+        assert victim, "A died between trials"
         _, err = b.communicate(timeout=180)
     finally:
         for p in (a, b):
@@ -66,6 +68,8 @@ def test_a_killed_participants_trial_is_rerun_by_the_other(mpirun, nnlo_env, tmp
     results = [r for r in records if r["kind"] == "result"]
     assert sorted(r["id"] for r in results) == list(range(N))  # exactly N, no id twice
     state = rebuild(records)
+    taken = {r["id"] for r in records if r["kind"] == "lease" and r.get("from") == "A"}
+    assert taken == set(victim), err[-3000:]
     for tid in victim:  # A's trial was taken over by B with the same parameters and finished there
         took = [r for r in records if r["kind"] == "lease" and r["id"] == tid and r["p"] == "B"]
         assert took and took[0].get("from") == "A", err[-3000:]
