@@ -88,6 +88,7 @@ class SharedSearch(Search):
         self._quiet_until = 0.0  # no claim before this time (the last attempt found nothing)
         self._lost: set[int] = set()
         self._joined = False
+        self._slow_announced = False
 
     # -- the journal -----------------------------------------------------------------------------------
     def _identity(self) -> dict[str, Any]:
@@ -185,9 +186,12 @@ class SharedSearch(Search):
         """Extend the leases of this participant's running trials (the heartbeat calls it); their ids."""
         with self.journal.locked():
             self._catch_up()
-            ids = sorted(tid for tid in list(self.in_flight) if self._holds(tid))
-            if ids:
-                self._record("renew", ids=ids, until=self.clock() + self.lease_s)
+            return self._renew_locked()
+
+    def _renew_locked(self) -> list[int]:
+        ids = sorted(tid for tid in list(self.in_flight) if self._holds(tid))
+        if ids:
+            self._record("renew", ids=ids, until=self.clock() + self.lease_s)
         return ids
 
     def _beat_loop(self) -> None:
@@ -265,6 +269,13 @@ class SharedSearch(Search):
         t0 = time.perf_counter()
         point = self.engine.ask(self._pending())
         self.ask_s = time.perf_counter() - t0
+        if self.ask_s > self.lease_s / 8:  # the heartbeat waited for this lock: renew now, before others look
+            self._renew_locked()
+            until = self.clock() + self.lease_s
+            if self.ask_s > self.lease_s / 2 and not self._slow_announced:
+                self._slow_announced = True
+                log.warning("a proposal took %.1f s, more than half of --lease-timeout %g s: other participants "
+                            "wait for it to append; raise --lease-timeout", self.ask_s, self.lease_s)
         self._record("propose", id=tid, params=point, until=until)
         return Trial(tid, point)
 

@@ -274,3 +274,22 @@ def test_random_schedules_of_participants_finish_with_exactly_the_budget(tmp_pat
     last.save()
     assert last.engine.state_dict() == fresh.engine.state_dict()
     assert fresh.engine.n_asked == n and len(fresh.engine.observations) == n
+
+
+def test_a_slow_proposal_renews_the_running_leases_before_appending(tmp_path, caplog):
+    from nnlo.optimize.engines.random import RandomEngine
+
+    class SlowEngine(RandomEngine):  # a proposal as slow as a Gaussian process at hundreds of trials
+        def _propose(self, pending, rng):
+            time.sleep(0.55)
+            return super()._propose(pending, rng)
+
+    s = SharedSearch(SlowEngine(SPACE, 0), Objective(), num_iterations=3, out_dir=tmp_path, participant="a",
+                     lease_s=1.0, heartbeat=False)
+    s.restore()
+    s.next_trial(0)
+    s.next_trial(1)
+    kinds = [(r["kind"], r.get("ids", r.get("id"))) for r in read_journal(tmp_path)[0]]
+    assert kinds[-3:] == [("propose", 0), ("renew", [0]), ("propose", 1)]
+    assert "raise --lease-timeout" in caplog.text
+    s.close()
