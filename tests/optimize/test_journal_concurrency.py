@@ -48,9 +48,10 @@ def tearer(folder: str, wid: int) -> None:
     journal = Journal(folder)
     with journal.locked():
         journal.read_new()
-        data = encode(record(wid, 0, rng))
+        closing = b"" if journal._clean_end else b"\n"  # what append() writes first after a torn line
+        data = closing + encode(record(wid, 0, rng))
         fd = os.open(journal.path, os.O_WRONLY | os.O_APPEND)
-        os.write(fd, data[:rng.randrange(1, len(data) - 1)])
+        os.write(fd, data[:rng.randrange(len(closing) + 1, len(data) - 1)])
         os.kill(os.getpid(), signal.SIGKILL)
 
 
