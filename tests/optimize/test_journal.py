@@ -154,3 +154,35 @@ def test_malformed_records_are_ignored_not_fatal():
     s = rebuild([{"kind": "propose"}, {"kind": "lease", "id": "x"}, {"kind": "renew", "ids": None},
                  {"kind": "mystery"}, rec("search", spec={"n": 1}), rec("search", spec={"n": 2})])
     assert s.header == {"n": 1} and s.n_trials == 0 and s.ignored == 5
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fuzzed_damage_never_yields_a_record_that_was_not_written(tmp_path, seed):
+    import random
+
+    rng = random.Random(seed)
+    written = [rec("propose", id=i, params={"x": rng.random(), "s": "ab" * rng.randrange(50)}, until=1.0)
+               for i in range(30)]
+    lines = [encode(r) for r in written]
+    damaged: list[bytes] = []
+    intact: list[dict] = []
+    for r, line in zip(written, lines, strict=True):
+        what = rng.random()
+        if what < 0.1:  # random bytes (maybe with newlines) before the record
+            damaged.append(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))) + b"\n")
+        if what < 0.2 and len(line) > 3:  # the record cut short, then the next line begins
+            damaged.append(line[:rng.randrange(1, len(line) - 2)] + b"\n")
+            continue
+        if what < 0.3:  # one byte changed
+            i = rng.randrange(len(line) - 1)
+            damaged.append(line[:i] + bytes([rng.randrange(256)]) + line[i + 1:])
+            continue
+        damaged.append(line)
+        intact.append(r)
+    if rng.random() < 0.5:  # a torn last record
+        damaged.append(lines[0][:rng.randrange(1, len(lines[0]) - 1)])
+    (tmp_path / SEARCH_JOURNAL).write_bytes(b"".join(damaged))
+    records, skipped = read_journal(tmp_path)
+    assert all(r in written for r in records)  # nothing accepted that was not written whole
+    assert [r for r in records if r in intact] == intact  # every undamaged record kept, in order
+    assert len(records) + len(skipped) >= len(intact)
