@@ -328,3 +328,26 @@ class SharedSearch(Search):
             save_state(self.out_dir, self.state_dict())
             write_results(self.out_dir, list(self.finished.values()), self.objective, self.engine.space.names,
                           self.n_fold, self.num_iterations)
+
+
+def rebuilt_engine_state(folder: Path | str) -> dict[str, Any]:
+    """The engine state any participant would have after reading the whole journal in ``folder``: the
+    search's engine (from the journal's ``search`` record) told every finished result in journal order.
+    A participant's final ``optimizer-state.json`` ``engine_state`` equals it."""
+    from nnlo.optimize.engines import make_engine
+    from nnlo.optimize.journal import read_journal, rebuild
+    from nnlo.optimize.space import Space
+
+    state = rebuild(read_journal(folder)[0])
+    if state.header is None:
+        raise ConfigError(f"{Path(folder) / SEARCH_JOURNAL} holds no search; is {folder} a shared search's --output?")
+    spec, opts = state.header, dict(state.header["engine_options"])
+    engine = make_engine(opts.pop("engine"), Space.from_dict(spec["space"]), int(spec["seed"]),
+                         estimator=opts.get("estimator", "GP"), n_initial_points=opts.get("n_initial_points", 10),
+                         population=opts.get("population", 10))
+    objective = Objective(**spec["objective"])
+    for params, value in state.observations(objective):
+        engine.tell(params, value)
+    engine.n_asked = state.next_id
+    return engine.state_dict()
+

@@ -15,6 +15,7 @@ import pytest
 from nnlo.contract import OPTIMIZER_STATE_FILE
 from nnlo.optimize.journal import read_journal, rebuild
 from nnlo.optimize.results import Objective
+from nnlo.optimize.shared import rebuilt_engine_state
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.mpi
@@ -80,4 +81,5 @@ def test_a_killed_participants_trial_is_rerun_by_the_other(mpirun, nnlo_env, tmp
     saved = json.loads((out / OPTIMIZER_STATE_FILE).read_text())
     rebuilt = [[p, v] for p, v in state.observations(Objective.parse("val_loss"))]
     assert saved["engine_state"]["observations"] == rebuilt and saved["engine_state"]["n_asked"] == N
+    assert saved["engine_state"] == rebuilt_engine_state(out)
     assert [t["id"] for t in json.loads((out / "trials.json").read_text())] == list(range(N))

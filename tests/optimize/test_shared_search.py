@@ -13,7 +13,7 @@ from nnlo.errors import ConfigError
 from nnlo.optimize.engines import make_engine
 from nnlo.optimize.journal import read_journal, rebuild
 from nnlo.optimize.results import Objective
-from nnlo.optimize.shared import SharedSearch, participant_name
+from nnlo.optimize.shared import SharedSearch, participant_name, rebuilt_engine_state
 from nnlo.optimize.space import Integer, Real, Space
 from nnlo.stop import Stop
 
@@ -86,6 +86,7 @@ def test_two_participants_share_the_budget_exactly_and_a_dead_ones_trials_are_re
     obs = [[p, v] for p, v in state.observations(c.objective)]
     assert c.engine.state_dict()["observations"] == obs and c.engine.n_asked == 6
     assert c.next_trial(0) is None and len(c.finished) == 6
+    assert rebuilt_engine_state(tmp_path) == c.engine.state_dict()
     table = json.loads((tmp_path / "trials.json").read_text())
     assert [t["id"] for t in table] == list(range(6))
     best = json.loads((tmp_path / "best.json").read_text())
@@ -151,7 +152,7 @@ def test_genetic_participants_breed_from_the_other_participants_results(tmp_path
     a.save()
     b.save()
     assert len(a.engine.observations) == len(b.engine.observations) == 5
-    assert a.engine.state_dict() == b.engine.state_dict()
+    assert a.engine.state_dict() == b.engine.state_dict() == rebuilt_engine_state(tmp_path)
 
 
 def test_the_heartbeat_renews_running_trials_until_closed(tmp_path):
