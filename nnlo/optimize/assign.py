@@ -63,11 +63,26 @@ def features(space: Any, params: Mapping[str, Any]) -> list[float]:
 
 
 def default_subspace(space: Any) -> Callable[[Mapping[str, Any]], str]:
-    """The subspace of a point: the space's ``subspace(point)`` where a tree space offers one, else one subspace."""
+    """The subspace of a point: the values of the tree space's top-level choices (root categorical parameters
+    with ``branches``), e.g. ``model=cnn``; the space's own ``subspace(point)`` where it offers one; else one
+    subspace for the whole space."""
     fn = getattr(space, "subspace", None)
     if callable(fn):
         return lambda p: str(fn(p))
-    return lambda p: ""
+    nested: set[str] = set()
+
+    def walk(dim: Any) -> None:
+        for _, dims in getattr(dim, "branches", None) or ():
+            for d in dims:
+                nested.add(d.name)
+                walk(d)
+
+    for dim in space:
+        walk(dim)
+    roots = [d.name for d in space if getattr(d, "branches", None) and d.name not in nested]
+    if not roots:
+        return lambda p: ""
+    return lambda p: ",".join(f"{n}={p.get(n)}" for n in roots)
 
 
 @dataclass(frozen=True)

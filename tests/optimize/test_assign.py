@@ -14,6 +14,7 @@ from nnlo.optimize.assign import (
     Fifo,
     HardwareAware,
     Observation,
+    default_subspace,
     make_policy,
     priorities,
     resolve,
@@ -99,6 +100,18 @@ def test_subspace_priorities_favour_the_better_and_more_uncertain_subspace():
     prio = priorities(obs, lambda p: p["model"])
     assert prio["big"] == pytest.approx(1.0) and prio["small"] < 0.1
     assert priorities(obs, lambda p: "") == {"": 1.0}
+
+
+def test_the_subspaces_of_a_tree_space_are_its_top_level_choices():
+    from types import SimpleNamespace as D
+
+    inner = D(name="act", branches=((("relu",), ()),))
+    tree = [D(name="model", branches=(("cnn", (D(name="filters"), inner)), ("mlp", (D(name="units"),)))),
+            inner, D(name="filters"), D(name="units"), D(name="lr")]
+    sub = default_subspace(tree)
+    assert sub({"model": "cnn", "filters": 8, "act": "relu", "lr": 0.1}) == "model=cnn"
+    assert sub({"model": "mlp", "units": 8, "lr": 0.1}) == "model=mlp"
+    assert default_subspace(SPACE)({"x": 0.5, "model": "big"}) == ""  # a flat space is one subspace
 
 
 def run_search(policy, seed=0, n=40):
