@@ -179,8 +179,54 @@ def slurm_requeue(d: dict) -> str:
                                   "signal -> code running again"]), f"Slurm: {d.get('slurm')}.", machine_line(d)])
 
 
+def hetero(d: dict) -> str:
+    rows = []
+    for r in d["rows"]:
+        f, h = r["fifo"], r["hardware_aware"]
+        rows.append([r["seed"], f["trials"], h["trials"], f"{r['throughput_ratio']:.2f}x", f"{f['best']:.4f}",
+                     f"{h['best']:.4f}", "yes" if r["fom_as_good"] else "no", f"{f['mean_cost']:.1f} / {h['mean_cost']:.1f}",
+                     " / ".join(f"{v:.0%}" for v in h["large_share_by_speed"].values())])
+    speeds = ", ".join(f"{s:g}x" for s in d["speeds"])
+    return "\n\n".join([
+        f"Blocks of speeds {speeds}; {d['horizon']:g} time units of simulated search per policy and seed, "
+        f"engine {d['engine']}; cost {d['cost_model']}.",
+        md(rows, ["seed", "trials FIFO", "trials hardware-aware", "throughput ratio", "best FOM FIFO",
+                  "best FOM hardware-aware", "as good", "mean trial cost FIFO / HA",
+                  "HA: large-model share on 1x / 2x / 4x blocks"]),
+        f"Steady state: median throughput ratio **{d['median_throughput_ratio']:.2f}x**; >= 1.5x on "
+        f"{d['seeds_with_ratio_at_least_1_5']}/{d['seeds']} seeds; best FOM at least as good on "
+        f"**{d['seeds_fom_as_good']}/{d['seeds']}** seeds.",
+        *_hetero_budget(d),
+        machine_line(d)])
+
+
+def _hetero_budget(d: dict) -> list[str]:
+    if not d.get("budgeted"):
+        return []
+    rows = [[r["seed"], f"{r['fifo_wall']:.1f}", f"{r['ha_wall']:.1f}", f"{r['throughput_ratio']:.2f}x",
+             f"{r['fifo_best_at_equal_time']:.4f}", f"{r['ha_best_at_equal_time']:.4f}",
+             "yes" if r["fom_as_good"] else "no"] for r in d["budgeted"]]
+    return [f"A budgeted search of {d['budget']} trials (as `--num-iterations` runs), time to finish it:",
+            md(rows, ["seed", "wall FIFO", "wall hardware-aware", "throughput ratio", "best FOM FIFO",
+                      "best FOM hardware-aware (at the earlier finish)", "as good"]),
+            f"Budgeted: median throughput ratio **{d['budget_median_throughput_ratio']:.2f}x**; >= 1.5x on "
+            f"{d['budget_seeds_with_ratio_at_least_1_5']}/{d['seeds']} seeds; best FOM at equal time at least as "
+            f"good on **{d['budget_seeds_fom_as_good']}/{d['seeds']}** seeds."]
+
+
+def proposers(d: dict) -> str:
+    rows = [[r["proposers"], f"**{r['mean_idle_fraction']:.1%}**", f"{r['trials_per_s']:.1f}", r["duplicates_dropped"]]
+            for r in d["rows"]]
+    return "\n\n".join([
+        f"{d['blocks']} simulated blocks, {d['trial_s']:g}-s trials, {d['ask_s']:g} s per proposal, "
+        f"{d['horizon_s']:g} s of search, {d['seeds']} seed(s), engine {d['engine']}.",
+        md(rows, ["proposers P", "mean block idle", "trials/s", "duplicates dropped"]),
+        machine_line(d)])
+
+
 REPORTS = {"ps_exchange": ps_exchange, "allreduce": allreduce, "scaling": scaling, "search": search,
-           "orchestration": orchestration, "slurm_requeue": slurm_requeue}
+           "orchestration": orchestration, "slurm_requeue": slurm_requeue, "hetero": hetero,
+           "proposers": proposers}
 
 
 def main(argv: list[str]) -> int:

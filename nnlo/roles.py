@@ -7,7 +7,9 @@ The hierarchy, outermost first::
 
     world
     ├── coordinator                 (rank 0, optimization runs only)
-    └── blocks                      (optimization: ``block_size`` consecutive ranks each; training: one block)
+    ├── proposers                   (ranks 1..P with ``--proposers P`` > 1: compute proposals for the coordinator)
+    └── blocks                      (optimization: ``block_size`` consecutive ranks each, or the sizes of
+                                     ``block_sizes`` (heterogeneous blocks); training: one block)
         └── fold groups             (``n_fold`` equal parts of a block; each is one *training group*)
             ├── uber-master         (only with n_masters > 1)
             └── masters             (1, or n_masters - 1 under the uber-master; 0 in pure all-reduce mode)
@@ -34,6 +36,7 @@ class RoleError(ValueError):
 
 class Role(str, enum.Enum):  # noqa: UP042 - str(role) and f"{role}" print the value (__str__), as labels need
     COORDINATOR = "coordinator"
+    PROPOSER = "proposer"
     UBER_MASTER = "uber-master"
     MASTER = "master"
     WORKER = "worker"
@@ -49,16 +52,35 @@ class Shape:
     n_masters: 0 = pure all-reduce (no parameter server), 1 = one master, M > 1 = an uber-master above
         M - 1 masters.
     n_processes: ranks per logical worker (an all-reduce worker group); ignored when n_masters == 0.
-    block_size: ranks per optimization block; None for a plain training run.
+    block_size: ranks per optimization block; None for a plain training run (or heterogeneous blocks).
     n_fold: fold groups per block (optimization only).
+    block_sizes: heterogeneous blocks (``--block-sizes 6,6,3,3``): the ranks of each block, in rank order; the
+        run then has exactly these blocks. Exclusive with ``block_size``.
+    proposers: processes that propose trials (``--proposers P``): 1 = the coordinator itself (no extra rank);
+        P > 1 = P proposer ranks right after the coordinator.
     """
 
     n_masters: int = 1
     n_processes: int = 1
     block_size: int | None = None
     n_fold: int = 1
+    block_sizes: tuple[int, ...] | None = None
+    proposers: int = 1
 
     def __post_init__(self) -> None:
+        if self.block_sizes is not None:
+            object.__setattr__(self, "block_sizes", tuple(int(b) for b in self.block_sizes))
+            assert self.block_sizes is not None
+            if self.block_size is not None:
+                raise RoleError("--block-size and --block-sizes exclude each other; give one of them")
+            if not self.block_sizes:
+                raise RoleError("--block-sizes needs at least one size, e.g. --block-sizes 6,6,3,3")
+            if min(self.block_sizes) < 1:
+                raise RoleError(f"--block-sizes must all be at least 1, got {sizes_text(self.block_sizes)}")
+        if self.proposers < 1:
+            raise RoleError(f"--proposers must be at least 1, got {self.proposers}")
+        if self.proposers > 1 and not self.optimization:
+            raise RoleError("--proposers serve an optimization's coordinator; use nnlo optimize with --block-size")
         if self.n_masters < 0:
             raise RoleError(f"--n-masters must be 0 or more, got {self.n_masters}")
         if self.n_processes < 1:
@@ -67,7 +89,7 @@ class Shape:
             raise RoleError(f"--n-fold must be at least 1, got {self.n_fold}")
         if self.block_size is not None and self.block_size < 1:
             raise RoleError(f"--block-size must be at least 1, got {self.block_size}")
-        if self.block_size is None and self.n_fold != 1:
+        if not self.optimization and self.n_fold != 1:
             raise RoleError("--n-fold needs --block-size: folds split an optimization block")
 
     @classmethod
@@ -80,6 +102,8 @@ class Shape:
         block_size: int | None = None,
         n_fold: int = 1,
         search: bool = False,
+        block_sizes: tuple[int, ...] | None = None,
+        proposers: int = 1,
     ) -> Shape:
         """The one rule from a run's options to its shape; training, search, layout and submit all use it.
 
@@ -87,8 +111,8 @@ class Shape:
           than one master with it, and ``--n-processes`` with it are refused (all-reduce already spans the
           group); ``mode=None`` (a layout that names no mode) follows ``n_masters``;
         * a search (``search=True``) without ``--block-size`` gets the smallest block that holds its folds:
-          ``n_fold`` times the smallest training group;
-        * a plain training has no blocks and no folds.
+          ``n_fold`` times the smallest training group; ``block_sizes`` gives heterogeneous blocks instead;
+        * a plain training has no blocks, no folds and no proposers.
         """
         allreduce = mode == ALLREDUCE_MODE or (mode is None and n_masters == 0)
         if allreduce and n_masters > 1:
@@ -101,15 +125,17 @@ class Shape:
             raise RoleError("--n-processes groups ranks under a master; --mode allreduce already all-reduces "
                             "over every rank of the group: drop --n-processes")
         if not search:
-            if block_size is not None or n_fold != 1:
-                raise RoleError("--block-size and --n-fold shape an optimization; use nnlo optimize")
+            if block_size is not None or n_fold != 1 or block_sizes is not None or proposers != 1:
+                raise RoleError("--block-size, --block-sizes, --n-fold and --proposers shape an optimization; "
+                                "use nnlo optimize")
             return cls(n_masters=masters, n_processes=n_processes)
         group = cls(n_masters=masters, n_processes=n_processes)  # validates n_masters/n_processes first
         if n_fold < 1:
             raise RoleError(f"--n-fold must be at least 1, got {n_fold}")
-        if block_size is None:
+        if block_size is None and block_sizes is None:
             block_size = n_fold * group.smallest_group
-        return cls(n_masters=masters, n_processes=n_processes, block_size=block_size, n_fold=n_fold)
+        return cls(n_masters=masters, n_processes=n_processes, block_size=block_size, n_fold=n_fold,
+                   block_sizes=block_sizes, proposers=proposers)
 
     @property
     def smallest_group(self) -> int:
@@ -118,7 +144,75 @@ class Shape:
 
     @property
     def optimization(self) -> bool:
-        return self.block_size is not None
+        return self.block_size is not None or self.block_sizes is not None
+
+    @property
+    def proposer_ranks(self) -> int:
+        """Ranks that only propose: none with one proposer (the coordinator asks itself), else P."""
+        return self.proposers if self.proposers > 1 else 0
+
+    @property
+    def head_ranks(self) -> int:
+        """Ranks before the first block: the coordinator and the proposers (0 in a training run)."""
+        return 1 + self.proposer_ranks if self.optimization else 0
+
+    @property
+    def distinct_block_sizes(self) -> tuple[int, ...]:
+        """Every block size this shape uses, ascending (one for homogeneous blocks)."""
+        if self.block_sizes is not None:
+            return tuple(sorted(set(self.block_sizes)))
+        return () if self.block_size is None else (self.block_size,)
+
+    def blocks_text(self) -> str:
+        """``6`` or ``6,6,3,3``: the block sizes as the options give them."""
+        return sizes_text(self.block_sizes) if self.block_sizes is not None else str(self.block_size)
+
+    def check_blocks(self) -> None:
+        """Every block divides into ``n_fold`` fold groups and each fold group holds a training group."""
+        for bs in self.distinct_block_sizes:
+            if bs % self.n_fold:
+                if self.block_sizes is None:
+                    raise RoleError(
+                        f"--block-size {bs} does not divide into --n-fold {self.n_fold} equal fold groups; "
+                        f"use a block size that is a multiple of {self.n_fold}"
+                    )
+                raise RoleError(
+                    f"--block-sizes {self.blocks_text()}: block size {bs} does not divide into --n-fold "
+                    f"{self.n_fold} equal fold groups; use block sizes that are multiples of {self.n_fold}"
+                )
+            self.workers_in_group(bs // self.n_fold)  # validates the fold group's shape with a clear message
+
+    def search_world(self, n_blocks: int | None = None) -> int:
+        """World size of an optimization with ``n_blocks`` blocks (heterogeneous: the fixed blocks)."""
+        assert self.optimization
+        if self.block_sizes is not None:
+            if n_blocks is not None and n_blocks != len(self.block_sizes):
+                raise RoleError(f"--block-sizes {self.blocks_text()} makes {len(self.block_sizes)} blocks, not "
+                                f"{n_blocks}; drop --blocks or give {len(self.block_sizes)}")
+            return self.head_ranks + sum(self.block_sizes)
+        assert self.block_size is not None
+        return self.head_ranks + (1 if n_blocks is None else n_blocks) * self.block_size
+
+    def blocks_in(self, world_size: int) -> tuple[int, ...]:
+        """The size of every block of a ``world_size``-rank optimization; RoleError naming the nearest size."""
+        head = self.head_ranks
+        who = "1 coordinator" + (f" + {self.proposer_ranks} proposers" if self.proposer_ranks else "")
+        if self.block_sizes is not None:
+            need = head + sum(self.block_sizes)
+            if world_size != need:
+                raise RoleError(f"{world_size} ranks do not make {who} + blocks of {self.blocks_text()}; "
+                                f"use -n {need}")
+            return self.block_sizes
+        bs = self.block_size
+        assert bs is not None
+        if world_size < head + bs or (world_size - head) % bs:
+            n_blocks = max(1, (world_size - head) // bs)
+            raise RoleError(
+                f"{world_size} ranks do not make {who} + blocks of {bs}; "
+                f"use -n {head + n_blocks * bs} ({n_blocks} block(s))"
+                + (f" or -n {head + (n_blocks + 1) * bs}" if world_size > head + bs else "")
+            )
+        return (bs,) * ((world_size - head) // bs)
 
     @property
     def allreduce(self) -> bool:
@@ -169,7 +263,9 @@ class Shape:
         group = self.group_size(n_workers)
         if not self.optimization:
             return group
-        return 1 + n_blocks * self.n_fold * group
+        if self.block_sizes is not None:
+            return self.search_world()
+        return self.head_ranks + n_blocks * self.n_fold * group
 
     def _describe_servers(self) -> str:
         if self.n_masters == 0:
@@ -177,6 +273,22 @@ class Shape:
         if self.n_masters == 1:
             return "1 master"
         return f"1 uber-master and {self.n_masters - 1} masters"
+
+
+def sizes_text(sizes: tuple[int, ...] | list[int]) -> str:
+    return ",".join(str(s) for s in sizes)
+
+
+def parse_block_sizes(text: str) -> tuple[int, ...]:
+    """``"6,6,3,3"`` -> (6, 6, 3, 3); RoleError (one line, with an example) for anything else."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        sizes = tuple(int(p) for p in parts)
+    except ValueError:
+        raise RoleError(f"--block-sizes {text!r} is not a comma list of rank counts; use e.g. 6,6,3,3") from None
+    if not sizes or min(sizes) < 1:
+        raise RoleError(f"--block-sizes {text!r} needs rank counts of at least 1; use e.g. 6,6,3,3")
+    return sizes
 
 
 def _nearest(n: int, smallest: int, step: int) -> int:
@@ -199,6 +311,7 @@ class RankInfo:
     member: int | None = None  # rank inside its all-reduce worker group, 0 = leader (workers only)
     parent: int | None = None  # world rank this rank reports to inside its training group
     search: bool = False  # part of an optimization run (its labels then name the block and fold)
+    proposer: int | None = None  # proposer index (proposers only)
 
     @property
     def needs_device(self) -> bool:
@@ -212,6 +325,8 @@ class RankInfo:
 
     def label(self) -> str:
         parts = [str(self.role)]
+        if self.role is Role.PROPOSER:
+            parts.append(f"p{self.proposer}")
         if self.role is Role.MASTER and self.master is not None:
             parts.append(f"m{self.master}")
         if self.role is Role.WORKER:
@@ -259,6 +374,7 @@ class Hierarchy:
     blocks: tuple[tuple[int, ...], ...]
     groups: tuple[TrainingGroup, ...]
     ranks: tuple[RankInfo, ...] = field(repr=False)
+    proposers: tuple[int, ...] = ()  # world ranks of the proposers (``--proposers P`` > 1)
 
     def __getitem__(self, rank: int) -> RankInfo:
         return self.ranks[rank]
@@ -280,6 +396,10 @@ class Hierarchy:
     def workers_per_group(self) -> int:
         return len(self.groups[0].workers)
 
+    @property
+    def block_sizes(self) -> tuple[int, ...]:
+        return tuple(len(b) for b in self.blocks)
+
     def colors(self, rank: int) -> dict[str, int | None]:
         """Split colors for this rank's communicators (None = not a member).
 
@@ -290,7 +410,8 @@ class Hierarchy:
         worker_color = None
         if info.role is Role.WORKER:
             assert info.group is not None and info.worker is not None
-            worker_color = info.group * max(1, self.workers_per_group) + info.worker
+            widest = max(len(g.workers) for g in self.groups)  # groups of heterogeneous blocks differ
+            worker_color = info.group * max(1, widest) + info.worker
         return {"block": info.block, "group": info.group, "worker": worker_color}
 
     def summary(self) -> str:
@@ -298,7 +419,7 @@ class Hierarchy:
         head = f"{self.world_size} ranks: " + ", ".join(counts)
         if self.shape.optimization:
             head += (
-                f"; {len(self.blocks)} block(s) of {self.shape.block_size}"
+                f"; {len(self.blocks)} block(s) of {self.shape.blocks_text()}"
                 f" x {self.shape.n_fold} fold(s)"
             )
         if self.shape.n_processes > 1 and not self.shape.allreduce:
@@ -380,6 +501,7 @@ def describe(world_size: int, shape: Shape | None = None) -> Hierarchy:
     groups: list[TrainingGroup] = []
     blocks: list[tuple[int, ...]] = []
     coordinator: int | None = None
+    proposers: tuple[int, ...] = ()
     if not shape.optimization:
         if world_size < 2 and not shape.allreduce:
             raise RoleError(
@@ -391,36 +513,25 @@ def describe(world_size: int, shape: Shape | None = None) -> Hierarchy:
         infos.extend(gi)
         blocks.append(g.ranks)
     else:
-        bs = shape.block_size
-        assert bs is not None
-        if bs % shape.n_fold:
-            raise RoleError(
-                f"--block-size {bs} does not divide into --n-fold {shape.n_fold} equal fold groups; "
-                f"use a block size that is a multiple of {shape.n_fold}"
-            )
-        fold_size = bs // shape.n_fold
-        shape.workers_in_group(fold_size)  # validates the fold group's shape with a clear message
-        if world_size < 1 + bs or (world_size - 1) % bs:
-            n_blocks = max(1, (world_size - 1) // bs)
-            raise RoleError(
-                f"{world_size} ranks do not make 1 coordinator + blocks of {bs}; "
-                f"use -n {1 + n_blocks * bs} ({n_blocks} block(s))"
-                + (f" or -n {1 + (n_blocks + 1) * bs}" if world_size > 1 + bs else "")
-            )
+        shape.check_blocks()
+        sizes = shape.blocks_in(world_size)
         coordinator = 0
         infos.append(RankInfo(0, Role.COORDINATOR))
-        n_blocks = (world_size - 1) // bs
-        for b in range(n_blocks):
-            start = 1 + b * bs
+        proposers = tuple(range(1, 1 + shape.proposer_ranks))
+        infos.extend(RankInfo(r, Role.PROPOSER, proposer=i) for i, r in enumerate(proposers))
+        start = shape.head_ranks
+        for b, bs in enumerate(sizes):
             blocks.append(tuple(range(start, start + bs)))
+            fold_size = bs // shape.n_fold
             for f in range(shape.n_fold):
                 g, gi = _layout_group(
                     shape, len(groups), b, f, start + f * fold_size, fold_size
                 )
                 groups.append(g)
                 infos.extend(gi)
+            start += bs
     if shape.optimization:
         infos = [dataclasses.replace(r, search=True) for r in infos]
     infos.sort(key=lambda r: r.rank)
     assert [r.rank for r in infos] == list(range(world_size))
-    return Hierarchy(world_size, shape, coordinator, tuple(blocks), tuple(groups), tuple(infos))
+    return Hierarchy(world_size, shape, coordinator, tuple(blocks), tuple(groups), tuple(infos), proposers)

@@ -4,7 +4,7 @@ import itertools
 import pytest
 from hypothesis import given, strategies as st
 
-from nnlo.roles import Role, RoleError, Shape, describe
+from nnlo.roles import Role, RoleError, Shape, describe, parse_block_sizes
 
 
 def roles(h):
@@ -132,7 +132,18 @@ def check_invariants(h):
             if not h.shape.allreduce:
                 assert g.worker_leaders(h[m].master), "every master has a worker"
     coord = {h.coordinator} if h.coordinator is not None else set()
-    assert seen | coord == set(range(h.world_size))
+    assert seen.isdisjoint(h.proposers) and set(h.proposers) == {r.rank for r in h if r.role is Role.PROPOSER}
+    assert seen | coord | set(h.proposers) == set(range(h.world_size))
+    if h.shape.optimization:  # blocks follow the coordinator and the proposers, contiguous, in order
+        assert h.proposers == tuple(range(1, 1 + h.shape.proposer_ranks))
+        flat = [r for b in h.blocks for r in b]
+        assert flat == list(range(h.shape.head_ranks, h.world_size))
+    colors = {}
+    for r in h:  # every all-reduce worker group has its own color (heterogeneous groups included)
+        c = h.colors(r.rank)["worker"]
+        if c is not None:
+            colors.setdefault(c, set()).add((r.group, r.worker))
+    assert all(len(v) == 1 for v in colors.values())
     assert len(h.ranks) == h.world_size
     for r in h:
         assert r.role in Role
@@ -177,3 +188,73 @@ def test_exhaustive_small_shapes_round_trip():
                 assert len(h.groups) == (n_blocks * folds if block else 1)
                 expected_workers = n_workers * (n_proc if n_masters else 1)
                 assert sum(len(w) for w in h.groups[0].workers) == expected_workers
+
+
+def test_heterogeneous_blocks_with_proposers():
+    # --block-sizes 6,6,3,3 --proposers 2: 1 coordinator + 2 proposers + 18 block ranks
+    shape = Shape(block_sizes=(6, 6, 3, 3), proposers=2)
+    h = describe(21, shape)
+    assert h.proposers == (1, 2) and [h[r].label() for r in (1, 2)] == ["proposer:p0", "proposer:p1"]
+    assert h.block_sizes == (6, 6, 3, 3) and h.blocks[0] == tuple(range(3, 9)) and h.blocks[3] == (18, 19, 20)
+    assert [len(g.workers) for g in h.groups] == [5, 5, 2, 2]
+    assert h.rank_map().startswith("0 coordinator | 1-2 proposer | 3 master | 4-8 worker | 9 master")
+    assert "4 block(s) of 6,6,3,3 x 1 fold(s)" in h.summary() and "2 proposer" in h.summary()
+    assert not h[1].needs_device and h[1].block is None and h.colors(1) == {"block": None, "group": None,
+                                                                             "worker": None}
+    check_invariants(h)
+    folded = describe(13, Shape(block_sizes=(4, 8), n_fold=2))  # folds split every block
+    assert [(g.block, g.fold, len(g.ranks)) for g in folded.groups] == [(0, 0, 2), (0, 1, 2), (1, 0, 4), (1, 1, 4)]
+    assert describe(7, Shape(block_size=2, proposers=2)).blocks == ((3, 4), (5, 6))
+
+
+@pytest.mark.parametrize("world, shape, message", [
+    (20, Shape(block_sizes=(6, 6, 3, 3), proposers=2), "21 ranks|use -n 21"),
+    (20, Shape(block_sizes=(6, 6, 3, 3)), "do not make 1 coordinator \\+ blocks of 6,6,3,3; use -n 19"),
+    (6, Shape(block_size=2, proposers=2), "1 coordinator \\+ 2 proposers \\+ blocks of 2; use -n 5"),
+    (12, Shape(block_sizes=(6, 5), n_fold=2), "block size 5 does not divide into --n-fold 2"),
+    (5, Shape(block_sizes=(1, 3)), "1 ranks cannot hold 1 master"),
+])
+def test_heterogeneous_shapes_refused_with_the_nearest_size(world, shape, message):
+    with pytest.raises(RoleError, match=message):
+        describe(world, shape)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(block_size=2, block_sizes=(2, 3)), "exclude each other"),
+    (dict(block_sizes=()), "at least one size"),
+    (dict(block_sizes=(2, 0)), "at least 1"),
+    (dict(proposers=0), "--proposers must be at least 1"),
+    (dict(proposers=2), "serve an optimization"),
+])
+def test_invalid_heterogeneous_or_proposer_values(kwargs, message):
+    with pytest.raises(RoleError, match=message):
+        Shape(**kwargs)
+    with pytest.raises(RoleError, match="shape an optimization"):
+        Shape.for_run(block_sizes=(2, 3))
+
+
+@pytest.mark.parametrize("text, sizes", [("6,6,3,3", (6, 6, 3, 3)), (" 2, 4 ", (2, 4)), ("5", (5,))])
+def test_block_sizes_parse(text, sizes):
+    assert parse_block_sizes(text) == sizes
+
+
+@pytest.mark.parametrize("text", ["", "6,,3", "a,b", "6,-1", "0", "2.5"])
+def test_block_sizes_refused_in_one_line(text):
+    with pytest.raises(RoleError, match="use e.g. 6,6,3,3"):
+        parse_block_sizes(text)
+
+
+def test_exhaustive_small_heterogeneous_shapes():
+    """Every valid mix of block sizes (two or three blocks), folds and proposers lays out with its world size."""
+    for n_masters, n_proc, folds, proposers in itertools.product(range(0, 3), (1, 2), (1, 2), (1, 2, 3)):
+        base = Shape(n_masters=n_masters, n_processes=n_proc)
+        groups = [base.group_size(w) for w in (1, 2, 3) if n_masters < 2 or w >= n_masters - 1]
+        sizes = [g * folds for g in groups]
+        for combo in [*itertools.product(sizes, repeat=2), *itertools.combinations_with_replacement(sizes, 3)]:
+            shape = Shape.for_run(mode=None, n_masters=n_masters, n_processes=1 if n_masters == 0 else n_proc,
+                                  n_fold=folds, search=True, block_sizes=combo, proposers=proposers)
+            h = describe(shape.search_world(), shape)
+            assert h.block_sizes == combo and len(h.groups) == folds * len(combo)
+            check_invariants(h)
+            with pytest.raises(RoleError, match=f"use -n {shape.search_world()}"):
+                describe(shape.search_world() + 1, shape)

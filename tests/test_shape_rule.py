@@ -18,14 +18,16 @@ from nnlo_sched.profiles import load_profile
 
 BIG = replace(load_profile("local"), cores_per_node=4096)
 OPTIONS = dict(mode=st.sampled_from(MODES), n_masters=st.integers(0, 4), n_processes=st.integers(1, 3),
-               block_size=st.none() | st.integers(1, 14), n_fold=st.integers(1, 3), search=st.booleans())
+               block_size=st.none() | st.integers(1, 14), n_fold=st.integers(1, 3), search=st.booleans(),
+               block_sizes=st.none() | st.lists(st.integers(0, 9), min_size=1, max_size=3).map(tuple),
+               proposers=st.sampled_from([1, 1, 2, 3]))
 
 
 def _shape(mode: str, n_masters: int, n_processes: int, block_size: int | None, n_fold: int,
-           search: bool) -> Shape | None:
+           search: bool, block_sizes: tuple[int, ...] | None = None, proposers: int = 1) -> Shape | None:
     try:
         return Shape.for_run(mode=mode, n_masters=n_masters, n_processes=n_processes, block_size=block_size,
-                             n_fold=n_fold, search=search)
+                             n_fold=n_fold, search=search, block_sizes=block_sizes, proposers=proposers)
     except RoleError:
         return None
 
@@ -34,14 +36,18 @@ def _shape(mode: str, n_masters: int, n_processes: int, block_size: int | None, 
 @given(**OPTIONS, workers=st.integers(1, 6), blocks=st.integers(1, 3))
 def test_a_world_the_layout_sizes_is_one_the_runtime_accepts(mode: str, n_masters: int, n_processes: int,
                                                              block_size: int | None, n_fold: int, search: bool,
+                                                             block_sizes: tuple[int, ...] | None, proposers: int,
                                                              workers: int, blocks: int) -> None:
-    shape = _shape(mode, n_masters, n_processes, block_size, n_fold, search)
+    shape = _shape(mode, n_masters, n_processes, block_size, n_fold, search, block_sizes, proposers)
     config = TrainConfig(model="m.py", mode=mode, n_masters=n_masters, n_processes=n_processes)
+    if block_sizes is not None:
+        blocks = len(block_sizes)  # heterogeneous blocks fix their number
     if shape is None:  # the rule refuses: so do the training options (the runtime) and the search options
         if search:
             with pytest.raises(ConfigError):
-                SearchConfig(block_size=block_size, n_fold=n_fold).shape(config)
-        elif block_size is None and n_fold == 1:
+                SearchConfig(block_size=block_size, n_fold=n_fold, block_sizes=block_sizes,
+                             proposers=proposers).shape(config)
+        elif block_size is None and n_fold == 1 and block_sizes is None and proposers == 1:
             with pytest.raises(ConfigError):
                 config.validate()
         return
@@ -54,14 +60,16 @@ def test_a_world_the_layout_sizes_is_one_the_runtime_accepts(mode: str, n_master
         with pytest.raises((RoleError, ConfigError)):  # the layout refuses only what the runtime refuses
             if search:
                 check_fold_groups(shape)
-                describe(1 + blocks * int(shape.block_size or 0), shape)
+                describe(shape.search_world(blocks), shape)
             else:
                 describe(shape.world_size(workers), shape)
         return
     hierarchy = describe(layout.world_size, shape)  # the runtime splits this world without complaint
     if search:
         check_fold_groups(shape)
-        assert len(hierarchy.blocks) == blocks
+        assert len(hierarchy.blocks) == blocks and len(hierarchy.proposers) == shape.proposer_ranks
+        if block_sizes is not None:
+            assert hierarchy.block_sizes == block_sizes
     else:  # workers as the layout counts them: logical workers, or replicas in all-reduce mode
         assert shape.workers_in_group(len(hierarchy.groups[0].ranks)) == workers
 
@@ -70,8 +78,9 @@ def test_a_world_the_layout_sizes_is_one_the_runtime_accepts(mode: str, n_master
 @given(**OPTIONS, world=st.integers(1, 40))
 def test_a_world_the_runtime_accepts_is_one_the_layout_sizes(mode: str, n_masters: int, n_processes: int,
                                                              block_size: int | None, n_fold: int, search: bool,
+                                                             block_sizes: tuple[int, ...] | None, proposers: int,
                                                              world: int) -> None:
-    shape = _shape(mode, n_masters, n_processes, block_size, n_fold, search)
+    shape = _shape(mode, n_masters, n_processes, block_size, n_fold, search, block_sizes, proposers)
     if shape is None:
         return
     try:

@@ -9,6 +9,11 @@ trials (also when the typical trial would not finish before the deadline), colle
 ``grace`` seconds (trainings stop themselves at the deadline and report "interrupted": they re-run after
 resubmission), saves, stops the blocks and returns 75. If blocks are still busy after the grace period the
 state is already saved, so it aborts the MPI job with code 75.
+
+Heterogeneous blocks and parallel proposals: an assignment policy (:mod:`nnlo.optimize.assign`, ``--assign``)
+picks which pooled proposal an idle block gets; with proposer ranks (``--proposers P`` > 1,
+:mod:`nnlo.optimize.proposers`) the points come from them, and the coordinator keeps them busy between
+results.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import time
 from typing import Any
 
 from nnlo.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, TRIALS_CSV
+from nnlo.optimize.assign import Policy
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
 from nnlo.optimize.search import Search
 from nnlo.roles import Hierarchy
@@ -27,7 +33,7 @@ log = logging.getLogger("nnlo.optimize.coordinator")
 
 class Coordinator:
     def __init__(self, world: Any, hierarchy: Hierarchy, search: Search, stop: Stop, *,
-                 grace_s: float = 60.0, poll_s: float = 0.02, progress: Any = None):
+                 grace_s: float = 60.0, poll_s: float = 0.02, progress: Any = None, assign: Policy | None = None):
         self.world = world
         self.hierarchy = hierarchy
         self.search = search
@@ -38,6 +44,14 @@ class Coordinator:
         self.busy: dict[int, int] = {}  # block -> trial id
         self.idle: list[int] = list(range(len(hierarchy.blocks)))
         search.blocks = len(hierarchy.blocks)
+        if assign is not None:
+            search.assign = assign
+        self.proposers: Any = None
+        if hierarchy.proposers:
+            from nnlo.optimize.proposers import MpiProposers
+
+            self.proposers = MpiProposers(world, hierarchy.proposers, search.engine)
+            search.propose = self.proposers.propose
 
     def run(self) -> int:
         from mpi4py import MPI
@@ -55,6 +69,8 @@ class Coordinator:
                     log.warning("stopping (%s): waiting for %d running trial(s)", stop_reason, len(self.busy))
             if stop_reason is None and not self.stop.no_time_for(self._typical_s(), now):
                 self._dispatch(now)
+                if self.proposers is not None and search.can_hand_out():
+                    self.proposers.pump(search.pending())  # proposers work while the blocks train
             if not self.busy:
                 break
             if give_up_at is not None and now > give_up_at:
@@ -71,6 +87,8 @@ class Coordinator:
                 time.sleep(self.poll_s)
         search.close()
         code = self._exit_code(stop_reason)
+        if self.proposers is not None:
+            self.proposers.stop(code)
         for b in range(len(self.hierarchy.blocks)):
             self.world.send({"stop": True, "code": code}, dest=self.hierarchy.block_leader(b), tag=TAG_TASK)
         self._close_progress()
@@ -144,6 +162,8 @@ class Coordinator:
         best = search.best()
         what = "finished" if code == EXIT_DONE else "stopped"
         line = f"search {what}: {len(search.finished)} trial(s), {search.n_failed} failed"
+        if search.dropped:
+            line += f", {search.dropped} pooled proposal(s) expired ({search.assign.name})"
         if best is not None:
             line += f"; best {search.objective.name} {best.fom:.6g} (trial {best.id}) {best.params}"
         log.info("%s; results: %s", line, search.out_dir / TRIALS_CSV)

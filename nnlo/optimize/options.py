@@ -45,6 +45,9 @@ class OptimizeOptions:
     shared: bool = False  # one search across many jobs: the journal in out_dir is the state
     participant: str | None = None  # None: $NNLO_PARTICIPANT, else <hostname>-<pid>
     lease_s: float = LEASE_TIMEOUT_S
+    block_sizes: tuple[int, ...] | None = None  # heterogeneous blocks (--block-sizes), else block_size each
+    proposers: int = 1
+    assign: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def initial_points(self) -> int:
@@ -106,22 +109,38 @@ class SearchConfig:
     shared: bool = False  # join the shared search in the output folder (nnlo.optimize.shared)
     participant: str | None = None  # None: $NNLO_PARTICIPANT, else <hostname>-<pid>
     lease_timeout: float = LEASE_TIMEOUT_S  # seconds before a silent participant's trial goes back to the pool
+    block_sizes: tuple[int, ...] | None = None  # --block-sizes 6,6,3,3 (exclusive with --block-size)
+    proposers: int = 1  # --proposers P: P > 1 adds P proposer ranks after the coordinator
+    assign: str = "auto"  # --assign auto|fifo|hardware-aware
+
+    def __post_init__(self) -> None:
+        if self.block_sizes is not None:  # a list when read back from spec.json
+            object.__setattr__(self, "block_sizes", tuple(int(b) for b in self.block_sizes))
+        from nnlo.optimize.assign import ASSIGN_CHOICES
+
+        if self.assign not in ASSIGN_CHOICES:
+            raise ConfigError(f"--assign {self.assign!r} is unknown; use one of {', '.join(ASSIGN_CHOICES)}")
 
     def shape(self, train: TrainConfig) -> Shape:
         """The run's role shape (coordinator, blocks, folds, each fold a training group of ``train``)."""
         try:
             return Shape.for_run(mode=train.mode, n_masters=train.n_masters, n_processes=train.n_processes,
-                                 block_size=self.block_size, n_fold=self.n_fold, search=True)
+                                 block_size=self.block_size, n_fold=self.n_fold, search=True,
+                                 block_sizes=self.block_sizes, proposers=self.proposers)
         except RoleError as e:
             raise ConfigError(str(e)) from None
 
     def options(self, train: TrainConfig) -> OptimizeOptions:
         """The options for a search that runs here and now (output folder and block size resolved)."""
         name = search_name(train)
+        shape = self.shape(train)
         return OptimizeOptions(
             out_dir=Path(self.output) if self.output else default_out_dir(name),
             name=name,
-            block_size=int(self.shape(train).block_size or 0),
+            block_size=int(shape.block_size or 0),
+            block_sizes=shape.block_sizes,
+            proposers=shape.proposers,
+            assign=self.assign,
             n_fold=self.n_fold,
             hyper_opt=self.hyper_opt,
             estimator=self.estimator.upper(),

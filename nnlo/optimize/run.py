@@ -17,8 +17,9 @@ from typing import Any
 from nnlo.contract import ENV_RUN_DIR, SEARCH_JOURNAL, deadline_from_env
 from nnlo.errors import ConfigError, NnloError
 from nnlo.optimize import space as space_mod
+from nnlo.optimize.assign import make_policy
 from nnlo.optimize.coordinator import Coordinator
-from nnlo.optimize.engines import ENGINES, make_engine
+from nnlo.optimize.engines import ENGINES, Engine, make_engine
 from nnlo.optimize.options import OptimizeOptions, trial_overrides
 from nnlo.optimize.results import Objective
 from nnlo.optimize.search import Search
@@ -29,11 +30,16 @@ from nnlo.stop import Stop
 log = logging.getLogger("nnlo.optimize")
 
 
-def build_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
+def build_engine(opts: OptimizeOptions, space: space_mod.Space) -> Engine:
+    """The search's engine as the options ask (a proposer rank needs only this, not the search's files)."""
     if opts.hyper_opt not in ENGINES:
         raise ConfigError(f"--hyper-opt {opts.hyper_opt!r} is unknown; use one of {', '.join(ENGINES)}")
-    engine = make_engine(opts.hyper_opt, space, opts.seed, estimator=opts.estimator,
-                         n_initial_points=opts.initial_points(), population=opts.ga_populations)
+    return make_engine(opts.hyper_opt, space, opts.seed, estimator=opts.estimator,
+                       n_initial_points=opts.initial_points(), population=opts.ga_populations)
+
+
+def build_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
+    engine = build_engine(opts, space)
     if opts.shared:  # one search across many jobs: the journal in out_dir is the state
         from nnlo.optimize.shared import SharedSearch, participant_name
 
@@ -76,20 +82,24 @@ def check_fold_groups(shape: Shape) -> None:
     """Refuse a block too small for its fold groups, in the terms of the optimize options."""
     from nnlo.roles import RoleError
 
-    bs, f = int(shape.block_size or 0), shape.n_fold
-    if bs % f:
-        return  # describe() explains the divisibility itself
-    train = Shape(n_masters=shape.n_masters, n_processes=shape.n_processes)
-    try:
-        train.workers_in_group(bs // f)
-    except RoleError:
-        need = train.smallest_group
-        servers = {0: "an all-reduce group", 1: "1 master"}.get(shape.n_masters, f"{shape.n_masters} masters")
-        groups = f"fold groups of {bs // f} rank(s) ({bs} / --n-fold {f})" if f > 1 else f"blocks of {bs} rank(s)"
-        raise ConfigError(
-            f"--block-size {bs} gives {groups}, but a training group needs at least {need} ranks ({servers} "
-            f"plus a worker); use --block-size {f * need}"
-        ) from None
+    f = shape.n_fold
+    option = "--block-size" if shape.block_sizes is None else f"--block-sizes {shape.blocks_text()}: size"
+    for bs in shape.distinct_block_sizes:
+        if bs % f:
+            return  # describe() explains the divisibility itself
+        train = Shape(n_masters=shape.n_masters, n_processes=shape.n_processes)
+        try:
+            train.workers_in_group(bs // f)
+        except RoleError:
+            need = train.smallest_group
+            servers = {0: "an all-reduce group", 1: "1 master"}.get(shape.n_masters, f"{shape.n_masters} masters")
+            groups = (f"fold groups of {bs // f} rank(s) ({bs} / --n-fold {f})" if f > 1
+                      else f"blocks of {bs} rank(s)")
+            raise ConfigError(
+                f"{option} {bs} gives {groups}, but a training group needs at least {need} ranks ({servers} "
+                f"plus a worker); " + (f"use --block-size {f * need}" if shape.block_sizes is None
+                                       else f"use block sizes of at least {f * need}")
+            ) from None
 
 
 def load_space(opts: OptimizeOptions, module: Any) -> space_mod.Space:
@@ -109,7 +119,8 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
 
     def check() -> tuple[Any, Any, Any, bool, list[str]]:
         shape = Shape.for_run(mode=config.mode, n_masters=config.n_masters, n_processes=config.n_processes,
-                              block_size=opts.block_size, n_fold=opts.n_fold, search=True)
+                              block_size=None if opts.block_sizes else opts.block_size, n_fold=opts.n_fold,
+                              search=True, block_sizes=opts.block_sizes, proposers=opts.proposers)
         check_fold_groups(shape)
         hierarchy = describe(world.Get_size(), shape)
         source = load_model_source(config.model)
@@ -165,7 +176,15 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
 
                 assert isinstance(search, SharedSearch)
                 search.stop = stop
-            return Coordinator(world, hierarchy, search, stop, grace_s=opts.grace_s, progress=progress).run()
+            policy = make_policy(opts.assign, space, hierarchy.block_sizes)
+            log.info("assignment: %s%s", policy.name,
+                     f"; {len(hierarchy.proposers)} proposer ranks" if hierarchy.proposers else "")
+            return Coordinator(world, hierarchy, search, stop, grace_s=opts.grace_s, progress=progress,
+                               assign=policy).run()
+        if info.role is Role.PROPOSER:
+            from nnlo.optimize.proposers import run_proposer
+
+            return run_proposer(world, 0, build_engine(opts, space))
         runner: HookRunner | TrainRunner = (HookRunner(module, Objective.parse(opts.fom).name) if hook
                                             else TrainRunner(config, opts.seed, opts.name))
         return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)

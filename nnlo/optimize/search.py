@@ -11,6 +11,11 @@ error: the model is broken, not the parameters, and the allocation should not be
 
 Asking ahead (:mod:`nnlo.optimize.ask_ahead`): with several blocks, once an ask costs more than 2 % of a
 typical trial, the next point is proposed in the background right after each hand-out.
+
+Assignment (:mod:`nnlo.optimize.assign`): proposals wait in a small pool (one point under FIFO, a few under
+the hardware-aware policy), and the policy picks which pooled point an idle block gets. Pooled points are
+pending (told to the engine as lies) like running trials. With ``--proposers P`` > 1 the points come from
+the proposer ranks (:attr:`Search.propose`, set by the coordinator) instead of the engine's own ask.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from typing import Any
 from nnlo.contract import OPTIMIZER_STATE_FILE
 from nnlo.errors import ConfigError
 from nnlo.optimize.ask_ahead import AskAhead, describe, worth_it
+from nnlo.optimize.assign import Candidate, Fifo, Observation, Policy
 from nnlo.optimize.engines import Engine, engine_options
 from nnlo.optimize.results import FAILED, OK, Objective, Trial, best_trial, write_results
 from nnlo.optimize.state import load_state, save_state
@@ -59,6 +65,11 @@ class Search:
         self.ask_s: float | None = None  # how long the last proposal took
         self._ahead = AskAhead(engine)
         self._ahead_announced = False
+        self.assign: Policy = Fifo()  # which pooled proposal an idle block gets (the coordinator sets it)
+        self.pool: list[Candidate] = []  # proposals not handed out yet (pending for the engine)
+        self.propose: Any = None  # with --proposers P > 1: pending points -> a point from a proposer rank
+        self.dropped = 0  # pooled proposals that expired unused (hardware-aware policy)
+        self._learned = -1
 
     # -- hand-out ------------------------------------------------------------------------------------
     @property
@@ -96,22 +107,59 @@ class Search:
         if self.requeue:
             trial = self.requeue.pop(0)
         else:
-            if self._ahead.running:
-                point = self._ahead.take()
-                self.ask_s = self._ahead.seconds
-            else:
-                t0 = time.perf_counter()
-                point = self.engine.ask(self._pending())
-                self.ask_s = time.perf_counter() - t0
-            trial = Trial(self.next_id, point)
+            self._learn()
+            want = max(1, self.assign.pool_size(self.blocks))
+            while len(self.pool) < want:
+                self.pool.append(Candidate(self._proposal()))
+            chosen = self.pool.pop(self.assign.choose(block, self.pool))
+            for c in self.pool:
+                c.age += 1
+            for i in sorted(self.assign.expired(self.pool), reverse=True):
+                del self.pool[i]
+                self.dropped += 1
+            trial = Trial(self.next_id, chosen.point)
             self.next_id += 1
         trial.status, trial.block, trial.started = "running", block, now if now is not None else time.time()
         self.in_flight[trial.id] = trial
         self._ask_ahead()
         return trial
 
+    def _proposal(self) -> dict[str, Any]:
+        """The next proposed point: from a proposer rank, the ask-ahead thread, or the engine now."""
+        if self.propose is not None:
+            t0 = time.perf_counter()
+            point: dict[str, Any] = self.propose(self._pending())
+            self.ask_s = time.perf_counter() - t0
+        elif self._ahead.running:
+            point = self._ahead.take()
+            self.ask_s = self._ahead.seconds
+        else:
+            t0 = time.perf_counter()
+            point = self.engine.ask(self._pending())
+            self.ask_s = time.perf_counter() - t0
+        return point
+
+    def _learn(self) -> None:
+        """Tell the assignment policy every finished trial (once per new result)."""
+        if self._learned == len(self.finished):
+            return
+        self._learned = len(self.finished)
+        self.assign.learn(self.observations())
+
+    def observations(self) -> list[Observation]:
+        """Finished trials as the assignment policy sees them (duration, block, minimised value)."""
+        return [Observation(t.params, int(t.block), float(t.duration_s),
+                            None if t.fom is None else self.objective.value(t.fom))
+                for t in sorted(self.finished.values(), key=lambda t: t.id)
+                if t.duration_s and t.block is not None and t.block < self.blocks]
+
+    def pending(self) -> list[dict[str, Any]]:
+        """Points proposed and not finished: running, to re-run, pooled (told to the engine as lies)."""
+        return self._pending()
+
     def _pending(self) -> list[dict[str, Any]]:
-        return [t.params for t in self.in_flight.values()] + [t.params for t in self.requeue]
+        return ([t.params for t in self.in_flight.values()] + [t.params for t in self.requeue]
+                + [c.point for c in self.pool])
 
     def typical_trial_s(self) -> float | None:
         durations = [t.duration_s for t in self.finished.values() if t.duration_s]
@@ -119,8 +167,8 @@ class Search:
 
     def _ask_ahead(self) -> None:
         """Start proposing the next point now, if another trial will be handed out and asks are slow."""
-        if self._ahead.running or self.requeue or not self.can_hand_out():  # also: the budget is handed out
-            return
+        if self.propose is not None or self._ahead.running or self.requeue or not self.can_hand_out():
+            return  # proposer ranks propose; or the budget is handed out
         typical = self.typical_trial_s()
         if not worth_it(self.ask_s, typical, self.blocks):
             return

@@ -42,6 +42,18 @@ def parse_gpus(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return gpus
 
 
+def parse_block_sizes_option(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    """Click callback: ``6,6,3,3`` -> (6, 6, 3, 3) (shared with ``nnlo optimize``)."""
+    if value is None:
+        return None
+    from nnlo.roles import RoleError, parse_block_sizes
+
+    try:
+        return parse_block_sizes(value)
+    except RoleError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 def pick_cluster(option: str | None, positional: str | None, command: str) -> str:
     """The cluster named by ``--cluster`` or as the first word (``nnlo layout summit``); both must agree."""
     from nnlo.errors import ConfigError
@@ -73,7 +85,11 @@ def pick_cluster(option: str | None, positional: str | None, command: str) -> st
               help="Training mode; 'allreduce' means --n-masters 0.")
 @click.option("--blocks", type=int, default=None, help="Optimization blocks.")
 @click.option("--block-size", type=int, default=None, help="Ranks per optimization block.")
+@click.option("--block-sizes", default=None, callback=parse_block_sizes_option,
+              help="Heterogeneous blocks: the ranks of each block, e.g. 6,6,3,3 (instead of --block-size).")
 @click.option("--n-fold", type=int, default=None, help="Fold groups per block.")
+@click.option("--proposers", type=int, default=None,
+              help="Proposer ranks of an optimization (P > 1 adds P ranks after the coordinator).")
 @click.option("--walltime", "-t", default=None, callback=parse_walltime_option,
               help="Checked against the queue's limit: MM, HH:MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h.")
 @click.option("--queue", "-q", default=None, help="Queue / partition (default: the profile's).")
@@ -90,7 +106,9 @@ def layout_command(
     mode: str | None,
     blocks: int | None,
     block_size: int | None,
+    block_sizes: tuple[int, ...] | None,
     n_fold: int | None,
+    proposers: int | None,
     walltime: int | None,
     queue: str | None,
     as_json: bool,
@@ -104,6 +122,7 @@ def layout_command(
       nnlo layout --cluster daint -C mc --nodes 2        # the CPU-only XC40 nodes
       nnlo layout --cluster summit --nodes 4608          # fill the machine
       nnlo layout --cluster daint --nodes 8 --blocks 3 --block-size 6 --n-fold 2
+      nnlo layout --cluster local --block-sizes 6,6,3,3 --proposers 2
     """
     from nnlo.errors import ConfigError
     from nnlo.roles import Shape
@@ -116,9 +135,11 @@ def layout_command(
         raise ConfigError(f"--constraint is a Slurm option and {profile.name!r} uses {profile.scheduler}; "
                           "leave it out")
     profile = profile.for_constraint(constraint)
-    kind = "optimize" if block_size is not None or blocks is not None or n_fold is not None else "train"
+    search = any(v is not None for v in (block_size, block_sizes, blocks, n_fold, proposers))
+    kind = "optimize" if search else "train"
     shape = Shape.for_run(mode=mode, n_masters=n_masters, n_processes=n_processes, block_size=block_size,
-                          n_fold=1 if n_fold is None else n_fold, search=kind == "optimize")
+                          n_fold=1 if n_fold is None else n_fold, search=search, block_sizes=block_sizes,
+                          proposers=1 if proposers is None else proposers)
     layout = compute_layout(
         profile, shape, kind, workers=workers, blocks=blocks, nodes=nodes,
         gpus_per_worker=gpus_per_worker, walltime_s=walltime, queue=queue,

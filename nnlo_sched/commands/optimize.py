@@ -30,6 +30,15 @@ def _training_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return training_options(f)
 
 
+def _block_sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Checked, kept as canonical text (``6,6,3,3``): ``-n`` re-launches the command line from these values."""
+    from nnlo.roles import sizes_text
+    from nnlo_sched.commands.layout import parse_block_sizes_option
+
+    sizes = parse_block_sizes_option(ctx, param, value)
+    return None if sizes is None else sizes_text(sizes)
+
+
 def _search_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for decorator in reversed([
         click.option("-n", "--np", "np_", type=click.IntRange(min=1), metavar="N", default=None,
@@ -38,6 +47,17 @@ def _search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--block-size", type=click.IntRange(min=1), default=None,
                      help="Ranks per block (each block trains one parameter set at a time). Default: the "
                           "smallest block, n-fold x (1 master + 1 worker)."),
+        click.option("--block-sizes", default=None, callback=_block_sizes,
+                     help="Heterogeneous blocks: the ranks of each block, e.g. 6,6,3,3 (instead of "
+                          "--block-size); the world is 1 coordinator + proposers + their sum."),
+        click.option("--proposers", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Processes that propose trials: 1 = the coordinator; P > 1 adds P proposer ranks "
+                          "after it, asking concurrently so many blocks never wait for the optimizer."),
+        click.option("--assign", type=click.Choice(["auto", "fifo", "hardware-aware"]), default="auto",
+                     show_default=True,
+                     help="Which proposal an idle block gets: fifo (the next one), hardware-aware (expensive "
+                          "trials to fast blocks, cheap ones to slow blocks); auto = hardware-aware when the "
+                          "block sizes differ, else fifo."),
         click.option("--n-fold", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Fold groups per block (k-fold cross-validation on the --train samples); the "
                           "block reports the mean figure of merit over folds."),
@@ -161,7 +181,16 @@ def search_from_params(params: dict[str, Any]) -> Any:
         shared=bool(params.get("shared")),
         participant=params.get("participant"),
         lease_timeout=float(params.get("lease_timeout") or LEASE_TIMEOUT_S),
+        block_sizes=_sizes(params.get("block_sizes")),
+        proposers=int(params.get("proposers") or 1),
+        assign=params.get("assign") or "auto",
     )
+
+
+def _sizes(text: str | None) -> tuple[int, ...] | None:
+    from nnlo.roles import parse_block_sizes
+
+    return None if text is None else parse_block_sizes(text)
 
 
 def _inside_mpi_launch() -> bool:

@@ -101,9 +101,8 @@ def _worker_ranks(shape: Shape, world: int) -> int:
 def _servers(shape: Shape, world: int) -> int:
     if not shape.optimization:
         return shape.n_masters
-    assert shape.block_size is not None
-    blocks = (world - 1) // shape.block_size
-    return 1 + blocks * shape.n_fold * shape.n_masters
+    blocks = len(shape.blocks_in(world))
+    return shape.head_ranks + blocks * shape.n_fold * shape.n_masters
 
 
 def _fits_one_node(node: _Node, shape: Shape, world: int) -> bool:
@@ -123,17 +122,10 @@ def _world(shape: Shape, workers: int | None, blocks: int | None) -> int:
         if shape.optimization:
             if workers is not None:
                 raise LayoutError("--workers applies to training; an optimization is sized by --blocks")
-            assert shape.block_size is not None
             if blocks is not None and blocks < 1:
                 raise LayoutError(f"--blocks must be at least 1, got {blocks}")
-            fold = shape.block_size // shape.n_fold if shape.block_size % shape.n_fold == 0 else None
-            if fold is None:
-                raise RoleError(
-                    f"--block-size {shape.block_size} does not divide into --n-fold {shape.n_fold} equal fold "
-                    f"groups; use a block size that is a multiple of {shape.n_fold}"
-                )
-            shape.workers_in_group(fold)
-            return 1 + (blocks or 1) * shape.block_size
+            shape.check_blocks()
+            return shape.search_world(blocks)
         if blocks is not None:
             raise LayoutError("--blocks applies to optimization runs (nnlo optimize --block-size ...)")
         if workers is not None and workers < 1:
@@ -152,18 +144,28 @@ def _fill(node: _Node, shape: Shape, nodes: int, cluster: str) -> int:
     else:
         cap_ranks, cap_workers = nodes * node.uniform_cap(), None
     if shape.optimization:
+        head = shape.head_ranks
+        if shape.block_sizes is not None:  # heterogeneous blocks: the one world they make, if it fits
+            world = shape.search_world()
+            if world > cap_ranks or (cap_workers is not None and _worker_ranks(shape, world) > cap_workers):
+                raise LayoutError(
+                    f"{nodes} {cluster} node(s) cannot hold the {world} ranks of --block-sizes "
+                    f"{shape.blocks_text()}; use more --nodes or smaller blocks"
+                )
+            return world
         assert shape.block_size is not None
         bs = shape.block_size
-        n = (cap_ranks - 1) // bs
+        n = (cap_ranks - head) // bs
         if cap_workers is not None:
-            per_block = _worker_ranks(shape, 1 + bs)
+            per_block = _worker_ranks(shape, head + bs)
             n = min(n, cap_workers // per_block)
         if n < 1:
+            who = "1 coordinator" + (f" + {shape.proposer_ranks} proposers" if shape.proposer_ranks else "")
             raise LayoutError(
-                f"{nodes} {cluster} node(s) cannot hold 1 coordinator + 1 block of {bs} ranks; "
+                f"{nodes} {cluster} node(s) cannot hold {who} + 1 block of {bs} ranks; "
                 f"use more --nodes or a smaller --block-size"
             )
-        return 1 + n * bs
+        return head + n * bs
     k = shape.ranks_per_worker
     w = (cap_ranks - shape.server_ranks) // k
     if cap_workers is not None:
@@ -204,7 +206,10 @@ def compute_layout(
     if nodes is not None and workers is None and blocks is None:
         world = _fill(node, shape, nodes, profile.label)
         # Step down until the launcher can express the world (jsrun's GPU-sharing sets hold k ranks each).
-        step = shape.block_size if shape.block_size is not None else shape.ranks_per_worker  # i.e. optimization
+        # heterogeneous blocks make one world only: no smaller one to step down to
+        step: int = shape.ranks_per_worker
+        if shape.optimization:
+            step = world if shape.block_sizes is not None else int(shape.block_size or 1)
         smallest = _world(shape, None, None)
         first: LaunchError | None = None
         for _ in range(8):  # launchers' constraints repeat within a few steps (GPU-sharing sets of <= 8)

@@ -124,7 +124,7 @@ def test_run_sh_rejects_an_unknown_benchmark():
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "bench/run.sh: no benchmark named 'nosuch'; choose from: ps_exchange allreduce scaling search "
-        "orchestration slurm_requeue"]
+        "orchestration hetero proposers slurm_requeue"]
 
 
 def test_committed_results_are_valid_json():
