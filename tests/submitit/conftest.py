@@ -1,0 +1,87 @@
+"""Fixtures of the submitit plugin tests: nnlo's entry points as an installed distribution would declare them,
+test cluster profiles, a folder, and recording stand-ins for bsub/bjobs/bkill and qsub/qstat/qdel that run the
+jobs (standin.py)."""
+from __future__ import annotations
+
+import configparser
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+STANDIN = HERE / "standin.py"
+PROFILES = {
+    "testlsf": 'scheduler = "lsf"\nlauncher = "mpirun"\ncores_per_node = 4\nnodes = 2\nsignal = "USR1"\n'
+               'signal_lead_s = 60\naccount_required = true\nsetup = ["export FROM_PROFILE_SETUP=1"]\n',
+    "testpbs": 'scheduler = "pbs"\nlauncher = "mpirun"\ncores_per_node = 4\nnodes = 2\n',
+}
+
+
+def _clear_plugin_caches() -> None:
+    from submitit.core import plugins
+
+    plugins._get_plugins.cache_clear()
+    plugins.get_executors.cache_clear()
+    plugins.get_job_environments.cache_clear()
+
+
+def write_entry_points(target: Path) -> Path:
+    """A dist-info folder declaring setup.cfg's ``submitit`` entry points (what pip writes at install)."""
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    lines = [ln.strip() for ln in cfg["options.entry_points"]["submitit"].splitlines() if ln.strip()]
+    dist = target / "nnlo_submitit_plugins-0.0.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: nnlo-submitit-plugins\nVersion: 0.0.0\n")
+    (dist / "entry_points.txt").write_text("[submitit]\n" + "\n".join(lines) + "\n")
+    return dist
+
+
+@pytest.fixture
+def plugin_env(monkeypatch: pytest.MonkeyPatch):
+    """A fresh folder (not under pytest's tmp_path: background jobs may outlive a pruned base folder), the
+    test profiles, nnlo's entry points on the path of this process and of its jobs."""
+    tmp = Path(tempfile.mkdtemp(prefix="nnlo-submitit-"))
+    site = tmp / "site"
+    write_entry_points(site)
+    clusters = tmp / "clusters"
+    clusters.mkdir()
+    for name, text in PROFILES.items():
+        (clusters / f"{name}.toml").write_text(text)
+    monkeypatch.setenv("NNLO_CLUSTERS", str(clusters))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(HERE), str(site)]))
+    monkeypatch.setenv("NNLO_SCHED_RETRIES", "0")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.chdir(tmp)
+    _clear_plugin_caches()
+    # the stand-ins count job ids from 1001 in every test: each test gets watchers that never saw them
+    from nnlo_sched.submitit.lsf import LsfInfoWatcher, LsfJob
+    from nnlo_sched.submitit.pbs import PbsInfoWatcher, PbsJob
+
+    monkeypatch.setattr(LsfJob, "watcher", LsfInfoWatcher(delay_s=60))
+    monkeypatch.setattr(PbsJob, "watcher", PbsInfoWatcher(delay_s=60))
+    try:
+        yield tmp
+    finally:
+        _clear_plugin_caches()
+        if not os.environ.get("NNLO_KEEP_TEST_RUNS"):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def standins(plugin_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bin_dir = plugin_env / "standin-bin"
+    bin_dir.mkdir()
+    for prog in ("bsub", "bjobs", "bkill", "qsub", "qstat", "qdel"):
+        (bin_dir / prog).symlink_to(STANDIN)
+    state = plugin_env / "standin"
+    state.mkdir()
+    monkeypatch.setenv("STANDIN_DIR", str(state))
+    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent),
+                                                os.environ["PATH"]]))
+    return state

@@ -1,0 +1,142 @@
+"""nnlo's LSF and PBS submitit plugins through submitit's public API, end to end: recording stand-ins for
+bsub/bjobs/bkill and qsub/qstat/qdel (standin.py) run each rendered script in the background, so
+``job.result()`` is the function's real value, an exception is submitit's FailedJobError with the traceback,
+``job.state`` follows the job, and a checkpointable function goes on in a successor job."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import submitit
+from submitit.core import plugins
+
+import funcs
+from nnlo.errors import ConfigError
+
+TIMEOUT = 60
+
+
+def calls(state: Path, prog: str) -> list[dict]:
+    path = state / "calls.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [c for c in map(json.loads, lines) if c["prog"] == prog]
+
+
+def wait_state(job, wanted: set[str], timeout: float = TIMEOUT) -> str:
+    end = time.time() + timeout
+    while time.time() < end:
+        job.watcher.update()  # what a forced refresh does: one query for every registered job
+        state = job.state
+        if state in wanted:
+            return state
+        time.sleep(0.2)
+    raise AssertionError(f"job {job.job_id} never reached {wanted} (state {job.state})")
+
+
+def lsf_executor(folder: Path, **params) -> submitit.AutoExecutor:
+    ex = submitit.AutoExecutor(folder, cluster="lsf")
+    ex.update_parameters(timeout_min=2, lsf_profile="testlsf", lsf_account="ABC123", **params)
+    return ex
+
+
+def pbs_executor(folder: Path, **params) -> submitit.AutoExecutor:
+    import nnlo_sched.submitit
+
+    nnlo_sched.submitit.register()
+    ex = submitit.AutoExecutor(folder, cluster="pbs", pbs_max_num_timeout=10)  # a loaded machine starts slowly
+    ex.update_parameters(timeout_min=2, pbs_profile="testpbs", **params)
+    return ex
+
+
+def test_entry_points_register_lsf_and_register_adds_pbs(plugin_env):
+    import nnlo_sched.submitit
+    from nnlo_sched.submitit.lsf import LsfExecutor, LsfJobEnvironment
+
+    assert plugins.get_executors()["lsf"] is LsfExecutor  # from setup.cfg's entry points alone
+    assert isinstance(plugins.get_job_environments()["lsf"], LsfJobEnvironment)
+    with pytest.raises(ValueError, match="pbs"):
+        submitit.AutoExecutor(plugin_env, cluster="pbs")
+    nnlo_sched.submitit.register()
+    nnlo_sched.submitit.register()  # idempotent
+    assert {"lsf", "pbs"} <= set(plugins.get_executors()) and {"lsf", "pbs"} <= set(plugins.get_job_environments())
+    for env in plugins.get_job_environments().values():  # submitit's own plugin checks
+        assert not env.activated()
+    assert type(plugins.get_job_environments()["pbs"])._requeue is not submitit.JobEnvironment._requeue
+
+
+def test_dry_run_script_carries_the_profile_and_parameters(plugin_env):
+    import nnlo_sched.submitit
+
+    ex = lsf_executor(plugin_env / "jobs", nodes=2, name="my fn", lsf_setup=["echo ready"],
+                      lsf_directives=["-alloc_flags smt4"])
+    text = nnlo_sched.submitit.script(ex)
+    for line in ("#BSUB -J my_fn", "#BSUB -P ABC123", "#BSUB -W 2", "#BSUB -nnodes 2", "#BSUB -wa USR1",
+                 "#BSUB -wt 1", "#BSUB -alloc_flags smt4", "export FROM_PROFILE_SETUP=1", "echo ready",
+                 "export SUBMITIT_EXECUTOR=lsf", "-m nnlo_sched.submitit.job"):
+        assert line in text, line
+    assert not list((plugin_env / "jobs").glob("*.pkl")) and not (plugin_env / "standin").exists()
+    # refused before anything is submitted, each with one line
+    with pytest.raises(ConfigError, match="at most nodes=2"):
+        ex.update_parameters(nodes=3)
+    with pytest.raises(ValueError, match="one task per job"):
+        ex.update_parameters(tasks_per_node=2)
+    with pytest.raises(ConfigError, match="uses pbs, not lsf"):
+        ex.update_parameters(lsf_profile="testpbs")
+    with pytest.raises(NameError, match="bogus"):
+        ex.update_parameters(lsf_bogus=1)
+    bare = submitit.AutoExecutor(plugin_env / "jobs", cluster="lsf")
+    bare.update_parameters(lsf_profile="testlsf")
+    with pytest.raises(ConfigError, match="lsf_account"):
+        nnlo_sched.submitit.script(bare)
+
+
+def test_lsf_results_states_and_one_query_for_many_jobs(standins, plugin_env):
+    ex = lsf_executor(plugin_env / "jobs")
+    jobs = ex.map_array(funcs.add, [1, 2, 3], [10, 20, 30])
+    jobs[0].watcher.update()  # one bjobs call answers for every job not known to have ended
+    asked = calls(standins, "bjobs")[-1]["args"]
+    assert asked[:2] == ["-a", "-w"] and sorted(asked[2:]) == sorted(j.job_id for j in jobs)
+    assert [j.result() for j in jobs] == [11, 22, 33]
+    assert all(j.state == "COMPLETED" for j in jobs)
+    assert "adding 2 and 20 in job " + jobs[1].job_id in jobs[1].stdout()
+    subs = calls(standins, "bsub")
+    assert [c["job"] for c in subs] == [j.job_id for j in jobs] and all(c["args"] == [] for c in subs)
+    assert "#BSUB -P ABC123" in subs[0]["script"]
+
+
+def test_lsf_exception_surfaces_as_failed_job_error(standins, plugin_env):
+    job = lsf_executor(plugin_env / "jobs").submit(funcs.fail, "the model diverged")
+    with pytest.raises(submitit.core.utils.FailedJobError) as info:
+        job.result()
+    assert "ValueError: the model diverged" in str(info.value) and "Traceback" in str(info.value)
+    assert job.state == "FAILED"
+
+
+def test_lsf_cancel(standins, plugin_env, monkeypatch):
+    from nnlo_sched.submitit.base import NnloJob
+
+    monkeypatch.setattr(NnloJob, "_results_timeout_s", 1)
+    job = lsf_executor(plugin_env / "jobs").submit(funcs.sleep, 120)
+    assert wait_state(job, {"RUNNING"}) == "RUNNING"
+    job.cancel()
+    assert calls(standins, "bkill")[-1]["args"] == [job.job_id]
+    assert wait_state(job, {"CANCELLED"}) == "CANCELLED"
+    job.wait()
+    assert isinstance(job.exception(), submitit.core.utils.UncompletedJobError)
+
+
+def test_pbs_checkpoint_resumes_in_a_successor_job(standins, plugin_env):
+    # no warning signal on PBS: the job's timer checkpoints 56 s before its 1-minute walltime
+    ex = pbs_executor(plugin_env / "jobs", pbs_checkpoint_lead_s=56)
+    ex.update_parameters(timeout_min=1)
+    job = ex.submit(funcs.Counter(), 10, 0.4)
+    count, seen = job.result()
+    assert count == 10
+    assert len(job.chain) >= 2 and seen == job.chain  # each job of the chain ran the function once
+    subs = calls(standins, "qsub")
+    assert [c["job"] for c in subs] == job.chain
+    for prev, nxt in zip(subs, subs[1:]):
+        assert nxt["args"][:2] == ["-W", f"depend=afterany:{prev['job']}"]
+    assert job.state == "COMPLETED" and job.job_id == job.chain[-1]
