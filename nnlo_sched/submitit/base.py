@@ -198,9 +198,16 @@ class NnloJob(core.Job[core.R]):
             if check:
                 raise
 
+    def _signal_argv(self, sig: str, job_id: str) -> list[str]:
+        raise NotImplementedError
+
     def _interrupt(self) -> None:
-        """Send the job its checkpoint signal now (for tests, as submitit's Slurm and local jobs have)."""
-        raise NotImplementedError("send the profile's warning signal to the job, e.g. with bkill -s")
+        """Send the newest job submitit's preemption signal (``SIGUSR2``) now: a checkpointable function is
+        checkpointed and resumed by a successor, as before the walltime (submitit's jobs have this too)."""
+        from nnlo_sched.schedulers.base import run_program
+
+        tip = get_scheduler(self.scheduler).check_job_id(self.job_id)
+        run_program(self._signal_argv(job_environment.JobEnvironment.USR_SIG, tip), what="signal the job")
 
 
 # -- inside the job ---------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ class Counter(helpers.Checkpointable):
 
     def __call__(self, n: int, step_s: float) -> tuple[int, list[str]]:
         self.jobs.append(job_id())
+        open(f"started-{job_id()}", "w").close()  # the job's signal handlers are in place
         while self.count < n:
             time.sleep(step_s)
             self.count += 1

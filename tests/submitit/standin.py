@@ -10,7 +10,8 @@ is started in the background by a detached runner (``standin.py __run ID``) once
 
 * ``bsub`` (script on stdin): ``Job <1001> is submitted to queue <batch>.``
 * ``bjobs -a -w ID...``: the ``JOBID USER STAT QUEUE ...`` table; ``Job <ID> is not found`` on stderr.
-* ``bkill ID...``: SIGTERM to the job's process group; ``Job <ID> is being terminated``.
+* ``bkill ID...``: SIGTERM to the job's process group; ``Job <ID> is being terminated``; ``bkill -s SIG ID``
+  sends SIG to it.
 * ``qsub [-W depend=afterany:ID] SCRIPT``: ``1001.pbs01``; ``qstat ID...``: the ``Job ID  Name ...`` table;
   ``qdel ID...``: silent; ``Unknown Job Id`` for ids it does not know.
 """
@@ -167,6 +168,12 @@ def qstat() -> int:
 
 def bkill() -> int:
     record({"prog": "bkill", "args": ARGS})
+    if ARGS[:1] == ["-s"]:  # bkill -s SIG ID: a signal to the running job, which goes on
+        with Jobs() as db:
+            pid = db["jobs"][ARGS[2]]["pid"]
+        os.killpg(pid, getattr(signal, "SIG" + ARGS[1]))
+        print(f"Job <{ARGS[2]}> is being signaled")
+        return 0
     return kill(ARGS, "Job <{j}>: Job has already finished")
 
 

@@ -140,3 +140,18 @@ def test_pbs_checkpoint_resumes_in_a_successor_job(standins, plugin_env):
     for prev, nxt in zip(subs, subs[1:]):
         assert nxt["args"][:2] == ["-W", f"depend=afterany:{prev['job']}"]
     assert job.state == "COMPLETED" and job.job_id == job.chain[-1]
+
+
+def test_lsf_checkpoint_on_the_signal_resumes_in_a_successor_job(standins, plugin_env):
+    job = lsf_executor(plugin_env / "jobs").submit(funcs.Counter(), 12, 0.25)
+    first = job.job_id
+    end = time.time() + TIMEOUT
+    while not (plugin_env / f"started-{first}").exists() and time.time() < end:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    job._interrupt()  # what LSF's -wa warning (or a preemption) does: SIGUSR2 to the job
+    assert calls(standins, "bkill")[-1]["args"] == ["-s", "USR2", first]
+    count, seen = job.result()
+    assert count == 12 and job.chain[0] == first and len(job.chain) == 2 and seen == job.chain
+    assert calls(standins, "bsub")[1]["args"] == ["-w", f"ended({first})"]
+    assert job.state == "COMPLETED"
