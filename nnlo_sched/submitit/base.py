@@ -58,6 +58,9 @@ export NNLO_DEADLINE=$(( $(date +%s) + {{ walltime_s }} ))
 export NNLO_SUBMITIT_WALLTIME_S={{ walltime_s }}
 export NNLO_SUBMITIT_LEAD_S={{ checkpoint_lead_s }}
 export NNLO_SUBMITIT_SIGNAL={{ signal or "" }}
+{% if stderr_to_stdout %}
+export SUBMITIT_STDERR_TO_STDOUT=1
+{% endif %}
 export OMP_NUM_THREADS={{ cores_per_rank }}
 {% block setup %}
 {% for line in setup %}
@@ -189,11 +192,14 @@ class NnloJob(core.Job[core.R]):
         return word
 
     def cancel(self, check: bool = True) -> None:
-        """Cancel the newest job of the chain (one ``bkill``/``qdel``); it ends without a result."""
-        tip = self.job_id
+        """Cancel the newest job of the chain (one ``bkill``/``qdel``); it ends without a result. A job that
+        was checkpointing meanwhile queues no successor (it sees the mark), or its successor is cancelled too."""
+        done: set[str] = set()
         try:
-            marker(self._chain_folder, CANCELLED_MARK, tip).touch()
-            get_scheduler(self.scheduler).cancel([tip])
+            while (tip := self.job_id) not in done:
+                done.add(tip)
+                marker(self._chain_folder, CANCELLED_MARK, tip).touch()
+                get_scheduler(self.scheduler).cancel([tip])
         except Exception:
             if check:
                 raise
@@ -275,6 +281,8 @@ class NnloJobEnvironment(job_environment.JobEnvironment):
         (``checkpoint()`` dumped it over this job's pickle), and name it in ``<id>_successor``."""
         current = self.job_id
         folder = os.environ["SUBMITIT_FOLDER"]
+        if marker(folder, CANCELLED_MARK, current).exists():
+            raise utils.UncompletedJobError(f"job {current} was cancelled: no successor is queued")
         here = utils.JobPaths(folder, job_id=current)
         sched = get_scheduler(self.scheduler)
         walltime = int(os.environ.get(ENV_WALLTIME, "0") or 0) or 60
@@ -306,7 +314,8 @@ class NnloExecutor(core.PicklingExecutor):
     * ``setup``: shell lines run before Python, after the profile's own (module loads, an environment);
     * ``checkpoint_lead_s``: seconds before the walltime at which a checkpointable function is checkpointed
       and its successor queued (default: the profile's warning lead, at most half the walltime);
-    * generic: ``timeout_min`` (walltime, default 5), ``nodes`` (whole nodes), ``name``; ``tasks_per_node``
+    * generic: ``timeout_min`` (walltime, default 5), ``nodes`` (whole nodes), ``name``, ``stderr_to_stdout``;
+      ``tasks_per_node``
       must be 1; ``cpus_per_task``, ``gpus_per_node``, ``mem_gb`` are checked against the profile's nodes,
       which the job gets whole.
     """
@@ -315,7 +324,8 @@ class NnloExecutor(core.PicklingExecutor):
     scheduler = ""
     default_profile = ""
     _specific = ("profile", "account", "queue", "directives", "setup", "checkpoint_lead_s")
-    _generic = ("name", "timeout_min", "nodes", "tasks_per_node", "cpus_per_task", "gpus_per_node", "mem_gb")
+    _generic = ("name", "timeout_min", "nodes", "tasks_per_node", "cpus_per_task", "gpus_per_node", "mem_gb",
+                "stderr_to_stdout")
 
     def __init__(self, folder: str | Path, max_num_timeout: int = 3, max_pickle_size_gb: float = 1.0,
                  python: str | None = None) -> None:
@@ -430,6 +440,7 @@ class NnloExecutor(core.PicklingExecutor):
             "directives": render._extra_directives(shim, profile), "python": python, "nnlo": "",
             "launch": "", "checkpoint_lead_s": self._lead_s(profile, walltime_s),
             "command": command or self._command(python),
+            "stderr_to_stdout": bool(self.parameters.get("stderr_to_stdout")),
         }
         env = jinja2.Environment(
             loader=jinja2.ChoiceLoader([jinja2.DictLoader({"base.sh": JOB_BODY}),

@@ -26,7 +26,8 @@ def main(argv: list[str]) -> None:
     paths.folder.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    for fd, path in ((1, paths.stdout), (2, paths.stderr)):
+    err = paths.stdout if os.environ.get("SUBMITIT_STDERR_TO_STDOUT") else paths.stderr
+    for fd, path in ((1, paths.stdout), (2, err)):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(target, fd)
         os.close(target)
