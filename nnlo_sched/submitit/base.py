@@ -330,6 +330,10 @@ class NnloExecutor(core.PicklingExecutor):
     def __init__(self, folder: str | Path, max_num_timeout: int = 3, max_pickle_size_gb: float = 1.0,
                  python: str | None = None) -> None:
         super().__init__(folder, max_num_timeout=max_num_timeout, max_pickle_size_gb=max_pickle_size_gb)
+        from nnlo_sched.render import _directive_value  # here: submitit loads this module for every user
+
+        # the folder goes onto the -o/-e directive lines: one that cannot is refused before anything is written
+        _directive_value(str(utils.JobPaths.get_first_id_independent_folder(self.folder)))
         self._python = python  # the job's interpreter: this, else the profile's, else this one
         self.parameters.setdefault("profile", self.default_profile)
         self._throttling = 0.0
@@ -351,6 +355,8 @@ class NnloExecutor(core.PicklingExecutor):
         return set(cls._specific) | set(cls._generic)
 
     def _internal_update_parameters(self, **kwargs: tp.Any) -> None:
+        from nnlo_sched.render import _directive_value
+
         bad = sorted(set(kwargs) - self._valid_parameters())
         if bad:
             raise ValueError(f"Unavailable parameter(s): {bad}; valid parameters are: "
@@ -360,6 +366,23 @@ class NnloExecutor(core.PicklingExecutor):
         for key in ("directives", "setup"):
             if isinstance(kwargs.get(key), str):
                 kwargs[key] = [kwargs[key]]
+            if key in kwargs and not (isinstance(kwargs[key], (list, tuple))
+                                      and all(isinstance(x, str) for x in kwargs[key])):
+                raise ConfigError(f"{key} must be a list of strings, got {kwargs[key]!r:.80}")
+        for key in ("timeout_min", "checkpoint_lead_s", "mem_gb"):
+            v = kwargs.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf")):
+                raise ConfigError(f"{key} must be a positive number, got {v!r:.80}")
+        for key, least in (("nodes", 1), ("cpus_per_task", 1), ("gpus_per_node", 0)):
+            v = kwargs.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < least):
+                raise ConfigError(f"{key} must be a whole number of at least {least}, got {v!r:.80}")
+        for key in ("profile", "account", "queue", "name"):
+            v = kwargs.get(key)
+            if v is not None and not isinstance(v, str):
+                raise ConfigError(f"{key} must be a string, got {v!r:.80}")
+            if v is not None and key in ("account", "queue"):
+                _directive_value(v)  # it goes onto a #BSUB/#PBS line: refused now, not at submission
         merged = {**self.parameters, **kwargs}
         self._profile(merged)  # a wrong profile or a node request it cannot meet is refused here
         super()._internal_update_parameters(**kwargs)

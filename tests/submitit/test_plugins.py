@@ -86,6 +86,15 @@ def test_dry_run_script_carries_the_profile_and_parameters(plugin_env):
         ex.update_parameters(lsf_profile="testpbs")
     with pytest.raises(NameError, match="bogus"):
         ex.update_parameters(lsf_bogus=1)
+    for bad, match in ((dict(timeout_min=0), "positive"), (dict(nodes=0), "at least 1"),
+                       (dict(lsf_checkpoint_lead_s="soon"), "positive"), (dict(lsf_setup=[1]), "list of strings"),
+                       (dict(lsf_account="A 1"), "batch directive"), (dict(lsf_checkpoint_lead_s=500), "walltime")):
+        with pytest.raises(ConfigError, match=match):
+            ex.update_parameters(**bad)
+            nnlo_sched.submitit.script(ex)
+        ex.update_parameters(lsf_checkpoint_lead_s=30)  # a valid state again for the next check
+    with pytest.raises(ConfigError, match="batch directive"):
+        submitit.AutoExecutor(plugin_env / "a folder", cluster="lsf")
     bare = submitit.AutoExecutor(plugin_env / "jobs", cluster="lsf")
     bare.update_parameters(lsf_profile="testlsf")
     with pytest.raises(ConfigError, match="lsf_account"):
