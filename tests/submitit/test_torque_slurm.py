@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import submitit
 
-import funcs
+import submitit_funcs as funcs
+from submitit_fixtures import plugin_env  # noqa: F401 - pytest fixtures
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/slurm_harness.py
 from slurm_harness import SlurmCluster, SlurmUnavailable  # noqa: E402
@@ -70,6 +71,6 @@ def test_pbs_checkpoint_chain_through_slurms_torque_wrappers(torque, plugin_env)
     nnlo_sched.submitit.register()
     ex = submitit.AutoExecutor(plugin_env / "jobs", cluster="pbs", pbs_max_num_timeout=10)
     ex.update_parameters(timeout_min=1, pbs_profile="torque", pbs_checkpoint_lead_s=56)
-    job = ex.submit(funcs.Counter(), 8, 0.4)
+    job = ex.submit(funcs.Counter(), 8, 0.3)
     count, seen = job.result()
     assert count == 8 and len(job.chain) >= 2 and seen == job.chain  # SLURM_JOB_ID of each job

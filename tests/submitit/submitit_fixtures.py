@@ -1,6 +1,7 @@
-"""Fixtures of the submitit plugin tests: nnlo's entry points as an installed distribution would declare them,
+"""Fixtures of the submitit plugin tests (a module, not a conftest.py: tests/chain's tests import theirs by the
+name ``conftest``): nnlo's entry points as an installed distribution would declare them,
 test cluster profiles, a folder, and recording stand-ins for bsub/bjobs/bkill and qsub/qstat/qdel that run the
-jobs (standin.py)."""
+jobs (submitit_standin.py)."""
 from __future__ import annotations
 
 import configparser
@@ -14,7 +15,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-STANDIN = HERE / "standin.py"
+STANDIN = HERE / "submitit_standin.py"
 PROFILES = {
     "testlsf": 'scheduler = "lsf"\nlauncher = "mpirun"\ncores_per_node = 4\nnodes = 2\nsignal = "USR1"\n'
                'signal_lead_s = 60\naccount_required = true\nsetup = ["export FROM_PROFILE_SETUP=1"]\n',

@@ -9,6 +9,7 @@ import pytest
 
 from nnlo.errors import ConfigError
 from nnlo_sched import api
+from submitit_fixtures import plugin_env  # noqa: F401 - pytest fixtures
 
 CHAIN_STANDIN = Path(__file__).resolve().parent.parent / "chain" / "standin_batch.py"
 
