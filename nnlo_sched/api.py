@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nnlo.errors import NnloError
+from nnlo.errors import ConfigError, NnloError
 from nnlo_sched.layout import Layout
 from nnlo_sched.runs import Run
 from nnlo_sched.spec import RunSpec
@@ -120,12 +120,37 @@ def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = Non
     return s
 
 
-def layout(run_spec: RunSpec) -> Layout:
-    """Where ``run_spec``'s ranks go on its cluster (what ``nnlo layout`` prints), per-rank list included."""
-    from nnlo_sched.layout import layout_for_spec
-    from nnlo_sched.profiles import load_profile
+def layout(target: RunSpec | str, *, kind: str | None = None, workers: int | None = None,
+           blocks: int | None = None, nodes: int | None = None, gpus_per_worker: float | None = None,
+           walltime: str | int | None = None, queue: str | None = None, constraint: str | None = None,
+           mode: str | None = "gem", n_masters: int = 1, n_processes: int = 1, block_size: int | None = None,
+           n_fold: int | None = None) -> Layout:
+    """Where a run's ranks go (what ``nnlo layout`` prints), per-rank list included.
 
-    return layout_for_spec(run_spec, load_profile(run_spec.cluster), run_spec.shape)
+    ``target`` is a :class:`RunSpec` (its own resources and shape; the other arguments must be left out) or a
+    cluster name, laid out as ``nnlo layout --cluster NAME`` with these options (an optimization when
+    ``kind="optimize"`` or any of ``blocks``/``block_size``/``n_fold`` is given).
+    """
+    from nnlo.roles import Shape
+    from nnlo_sched.layout import compute_layout, layout_for_spec
+    from nnlo_sched.profiles import load_profile
+    from nnlo_sched.schedulers import scheduler_class
+    from nnlo_sched.spec import parse_walltime
+
+    if isinstance(target, RunSpec):
+        return layout_for_spec(target, load_profile(target.cluster), target.shape)
+    profile = load_profile(target)
+    if constraint and not scheduler_class(profile.scheduler).takes_constraint:
+        raise ConfigError(f"--constraint is a Slurm option and {profile.name!r} uses {profile.scheduler}; "
+                          "leave it out")
+    profile = profile.for_constraint(constraint)
+    if kind is None:
+        kind = "optimize" if block_size is not None or blocks is not None or n_fold is not None else "train"
+    shape = Shape.for_run(mode=mode, n_masters=n_masters, n_processes=n_processes, block_size=block_size,
+                          n_fold=1 if n_fold is None else n_fold, search=kind == "optimize")
+    return compute_layout(profile, shape, kind, workers=workers, blocks=blocks, nodes=nodes,
+                          gpus_per_worker=gpus_per_worker,
+                          walltime_s=None if walltime is None else parse_walltime(walltime), queue=queue)
 
 
 def render(run_spec: RunSpec, run_dir: str | Path | None = None) -> str:

@@ -38,6 +38,9 @@ def test_spec_layout_render_and_refusals(plugin_env):
     assert spec.walltime_s == 5400 and spec.name == "m" and spec.layout is not None
     lay = api.layout(spec)
     assert lay.world_size == 4 and lay.nodes == 1  # a master and three workers on one 4-core node
+    same = api.layout("testlsf", workers=3, walltime="90m")  # `nnlo layout -c testlsf --workers 3 -t 90m`
+    assert same.to_dict(ranks=True) == lay.to_dict(ranks=True)
+    assert api.layout("testlsf", nodes=2).nodes == 2
     text = api.render(spec, "/tmp/some-run")
     assert "#BSUB -P ABC123" in text and "#BSUB -W 1:30" in text and "/tmp/some-run" in text
     assert api.submit_argv(spec, "/tmp/some-run")[:3] == ["sh", "-c", 'exec bsub "$@" < "$0"']
