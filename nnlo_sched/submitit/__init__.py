@@ -2,11 +2,11 @@
 
 Each backend is one module (:mod:`~nnlo_sched.submitit.lsf`, :mod:`~nnlo_sched.submitit.pbs`) with an
 executor, a job, an info watcher and a job environment, on a shared base (:mod:`~nnlo_sched.submitit.base`).
-nnlo's distribution registers the LSF executor and job environment under submitit's entry-point group
-(``submitit``: ``executor``, ``job_environment``). One distribution can register one executor only
-(submitit reads exactly those two names and setuptools refuses a name twice in a group), so
-:func:`register` adds both backends to submitit's registry at run time: call it once before
-``AutoExecutor(..., cluster="pbs")`` (harmless when the entry points already did). Jobs call it themselves.
+They are registered under submitit's entry-point group (``submitit``: ``executor``, ``job_environment``).
+One distribution can register one executor only (submitit reads exactly those two names and setuptools
+refuses a name twice in a group): nnlo's own ``setup.cfg`` registers LSF, the code-less distribution in
+``plugins/submitit-pbs`` registers PBS. :func:`register` adds both to submitit's registry at run time where
+that second distribution is not installed (harmless where it is); jobs call it themselves.
 
 :func:`script` renders the script a submission would queue, without submitting (a dry run). Details and
 examples: docs/submitit.md.

@@ -1,5 +1,5 @@
 """Fixtures of the submitit plugin tests (a module, not a conftest.py: tests/chain's tests import theirs by the
-name ``conftest``): nnlo's entry points as an installed distribution would declare them,
+name ``conftest``): nnlo's entry points as the installed distributions (nnlo, plugins/submitit-pbs) declare them,
 test cluster profiles, a folder, and recording stand-ins for bsub/bjobs/bkill and qsub/qstat/qdel that run the
 jobs (submitit_standin.py)."""
 from __future__ import annotations
@@ -31,14 +31,18 @@ def _clear_plugin_caches() -> None:
     plugins.get_job_environments.cache_clear()
 
 
-def write_entry_points(target: Path) -> Path:
-    """A dist-info folder declaring setup.cfg's ``submitit`` entry points (what pip writes at install)."""
+#: the distributions that declare nnlo's submitit entry points: nnlo itself (LSF) and the PBS one
+DISTRIBUTIONS = {"nnlo-as-installed": REPO / "setup.cfg", "nnlo-submitit-pbs": REPO / "plugins" / "submitit-pbs" / "setup.cfg"}
+
+
+def write_entry_points(target: Path, name: str, setup_cfg: Path) -> Path:
+    """A dist-info folder declaring ``setup_cfg``'s ``submitit`` entry points (what pip writes at install)."""
     cfg = configparser.ConfigParser()
-    cfg.read(REPO / "setup.cfg")
+    cfg.read(setup_cfg)
     lines = [ln.strip() for ln in cfg["options.entry_points"]["submitit"].splitlines() if ln.strip()]
-    dist = target / "nnlo_submitit_plugins-0.0.0.dist-info"
+    dist = target / f"{name.replace('-', '_')}-0.0.0.dist-info"
     dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: nnlo-submitit-plugins\nVersion: 0.0.0\n")
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.0\n")
     (dist / "entry_points.txt").write_text("[submitit]\n" + "\n".join(lines) + "\n")
     return dist
 
@@ -48,16 +52,19 @@ def plugin_env(monkeypatch: pytest.MonkeyPatch):
     """A fresh folder (not under pytest's tmp_path: background jobs may outlive a pruned base folder), the
     test profiles, nnlo's entry points on the path of this process and of its jobs."""
     tmp = Path(tempfile.mkdtemp(prefix="nnlo-submitit-"))
-    site = tmp / "site"
-    write_entry_points(site)
+    sites = []
+    for name, cfg in DISTRIBUTIONS.items():
+        sites.append(tmp / f"site-{name}")
+        write_entry_points(sites[-1], name, cfg)
     clusters = tmp / "clusters"
     clusters.mkdir()
     for name, text in PROFILES.items():
         (clusters / f"{name}.toml").write_text(text)
     monkeypatch.setenv("NNLO_CLUSTERS", str(clusters))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(HERE), str(site)]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(HERE), *map(str, sites)]))
     monkeypatch.setenv("NNLO_SCHED_RETRIES", "0")
-    monkeypatch.syspath_prepend(str(site))
+    for site in sites:
+        monkeypatch.syspath_prepend(str(site))
     monkeypatch.chdir(tmp)
     _clear_plugin_caches()
     # the stand-ins count job ids from 1001 in every test: each test gets watchers that never saw them

@@ -43,28 +43,36 @@ def lsf_executor(folder: Path, **params) -> submitit.AutoExecutor:
 
 
 def pbs_executor(folder: Path, **params) -> submitit.AutoExecutor:
-    import nnlo_sched.submitit
-
-    nnlo_sched.submitit.register()
     ex = submitit.AutoExecutor(folder, cluster="pbs", pbs_max_num_timeout=10)  # a loaded machine starts slowly
     ex.update_parameters(timeout_min=2, pbs_profile="testpbs", **params)
     return ex
 
 
-def test_entry_points_register_lsf_and_register_adds_pbs(plugin_env):
+def test_entry_points_register_both_backends_and_register_stands_in_for_them(plugin_env, monkeypatch):
+    import sys
+
     import nnlo_sched.submitit
     from nnlo_sched.submitit.lsf import LsfExecutor, LsfJobEnvironment
+    from nnlo_sched.submitit.pbs import PbsExecutor, PbsJobEnvironment
+    from submitit_fixtures import _clear_plugin_caches
 
-    assert plugins.get_executors()["lsf"] is LsfExecutor  # from setup.cfg's entry points alone
+    # from the declared entry points alone (nnlo's setup.cfg: LSF; plugins/submitit-pbs: PBS)
+    assert plugins.get_executors()["lsf"] is LsfExecutor and plugins.get_executors()["pbs"] is PbsExecutor
     assert isinstance(plugins.get_job_environments()["lsf"], LsfJobEnvironment)
+    assert isinstance(plugins.get_job_environments()["pbs"], PbsJobEnvironment)
+    assert isinstance(submitit.AutoExecutor(plugin_env, cluster="pbs")._executor, PbsExecutor)
+    for env in plugins.get_job_environments().values():  # submitit's own plugin checks
+        assert not env.activated()
+        assert type(env)._requeue is not submitit.JobEnvironment._requeue
+    # without the PBS distribution, register() adds it at run time (idempotent)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if "site-nnlo-submitit-pbs" not in p])
+    _clear_plugin_caches()
     with pytest.raises(ValueError, match="pbs"):
         submitit.AutoExecutor(plugin_env, cluster="pbs")
     nnlo_sched.submitit.register()
-    nnlo_sched.submitit.register()  # idempotent
-    assert {"lsf", "pbs"} <= set(plugins.get_executors()) and {"lsf", "pbs"} <= set(plugins.get_job_environments())
-    for env in plugins.get_job_environments().values():  # submitit's own plugin checks
-        assert not env.activated()
-    assert type(plugins.get_job_environments()["pbs"])._requeue is not submitit.JobEnvironment._requeue
+    nnlo_sched.submitit.register()
+    assert plugins.get_executors()["pbs"] is PbsExecutor and plugins.get_executors()["lsf"] is LsfExecutor
+    assert isinstance(plugins.get_job_environments()["pbs"], PbsJobEnvironment)
 
 
 def test_dry_run_script_carries_the_profile_and_parameters(plugin_env):

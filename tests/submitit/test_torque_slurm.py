@@ -46,9 +46,6 @@ def torque(slurm_cluster, plugin_env, monkeypatch):
 
 
 def test_pbs_plugin_through_slurms_torque_wrappers(torque, plugin_env):
-    import nnlo_sched.submitit
-
-    nnlo_sched.submitit.register()
     ex = submitit.AutoExecutor(plugin_env / "jobs", cluster="pbs")
     ex.update_parameters(timeout_min=5, pbs_profile="torque", name="torque-add")
     good = ex.submit(funcs.add, 2, 3)
@@ -66,9 +63,6 @@ def test_pbs_plugin_through_slurms_torque_wrappers(torque, plugin_env):
 
 
 def test_pbs_checkpoint_chain_through_slurms_torque_wrappers(torque, plugin_env):
-    import nnlo_sched.submitit
-
-    nnlo_sched.submitit.register()
     ex = submitit.AutoExecutor(plugin_env / "jobs", cluster="pbs", pbs_max_num_timeout=10)
     ex.update_parameters(timeout_min=1, pbs_profile="torque", pbs_checkpoint_lead_s=56)
     job = ex.submit(funcs.Counter(), 8, 0.3)
