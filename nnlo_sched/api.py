@@ -185,14 +185,21 @@ def submit(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str | 
     to skip them). A failed submission leaves the run directory marked failed and raises the reason.
     """
     from nnlo_sched.checks import check_run, check_run_home
+    from nnlo_sched.commands.submit import check_site_run_home
     from nnlo_sched.profiles import load_profile
     from nnlo_sched.runs import new_run_dir, runs_home, submit_run
 
     profile = load_profile(run_spec.cluster)
+    queue = profile.queue(run_spec.queue)
+    if queue is not None and not queue.chaining and run_spec.max_resubmits > 0:
+        raise ConfigError(f"queue {queue.name!r} of {profile.name} forbids job chaining; set max_resubmits=0 or "
+                          "use another queue")
     target = new_run_dir(Path(run_dir)) if run_dir is not None else None
+    home_dir = Path(home) if home is not None else runs_home()
     if check:
         check_run(run_spec.train, run_spec.search)
-    check_run_home(target, Path(home) if home is not None else runs_home())
+    check_run_home(target, home_dir)
+    check_site_run_home(profile, run_spec.account, target or home_dir)  # refuses a folder compute nodes cannot write
     return submit_run(run_spec, profile, home=Path(home) if home is not None else None, run_dir=target)
 
 

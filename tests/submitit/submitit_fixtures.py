@@ -18,7 +18,8 @@ REPO = HERE.parent.parent
 STANDIN = HERE / "submitit_standin.py"
 PROFILES = {
     "testlsf": 'scheduler = "lsf"\nlauncher = "mpirun"\ncores_per_node = 4\nnodes = 2\nsignal = "USR1"\n'
-               'signal_lead_s = 60\naccount_required = true\nsetup = ["export FROM_PROFILE_SETUP=1"]\n',
+               'signal_lead_s = 60\naccount_required = true\nsetup = ["export FROM_PROFILE_SETUP=1"]\n'
+               '[queues.debug]\nwalltime = "2h"\nmax_nodes = 2\nchaining = false\n',
     "testpbs": 'scheduler = "pbs"\nlauncher = "mpirun"\ncores_per_node = 4\nnodes = 2\n',
 }
 

@@ -70,3 +70,6 @@ def test_submit_query_wait_cancel(lsf, plugin_env):
     assert final.state == "cancelled" and final.ended and not final.done
     with pytest.raises(Exception, match="too short"):
         api.cancel(runs[1].id[:2])
+    with pytest.raises(ConfigError, match="forbids job chaining"):
+        api.submit(api.spec("train", ["--model", "m.py"], "testlsf", account="A1", queue="debug"), check=False)
+    assert len(calls(lsf, "bsub")) == 2  # nothing was submitted
