@@ -314,6 +314,9 @@ class NnloExecutor(core.PicklingExecutor):
     * ``setup``: shell lines run before Python, after the profile's own (module loads, an environment);
     * ``checkpoint_lead_s``: seconds before the walltime at which a checkpointable function is checkpointed
       and its successor queued (default: the profile's warning lead, at most half the walltime);
+    * ``launch``: run the function through the profile's launcher as one rank holding the first node's cores
+      and GPUs (``jsrun -n 1 ...``, ``aprun -n 1 ...``); default: where the batch script does not run on a
+      compute node (the ``jsrun`` and ``aprun`` sites: Summit's launch nodes, Titan's service nodes);
     * generic: ``timeout_min`` (walltime, default 5), ``nodes`` (whole nodes), ``name``, ``stderr_to_stdout``;
       ``tasks_per_node``
       must be 1; ``cpus_per_task``, ``gpus_per_node``, ``mem_gb`` are checked against the profile's nodes,
@@ -323,7 +326,7 @@ class NnloExecutor(core.PicklingExecutor):
     job_class: type[core.Job[tp.Any]] = NnloJob
     scheduler = ""
     default_profile = ""
-    _specific = ("profile", "account", "queue", "directives", "setup", "checkpoint_lead_s")
+    _specific = ("profile", "account", "queue", "directives", "setup", "checkpoint_lead_s", "launch")
     _generic = ("name", "timeout_min", "nodes", "tasks_per_node", "cpus_per_task", "gpus_per_node", "mem_gb",
                 "stderr_to_stdout")
 
@@ -377,6 +380,8 @@ class NnloExecutor(core.PicklingExecutor):
             v = kwargs.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < least):
                 raise ConfigError(f"{key} must be a whole number of at least {least}, got {v!r:.80}")
+        if "launch" in kwargs and not isinstance(kwargs["launch"], bool):
+            raise ConfigError(f"launch must be True or False, got {kwargs['launch']!r:.80}")
         for key in ("profile", "account", "queue", "name"):
             v = kwargs.get(key)
             if v is not None and not isinstance(v, str):
@@ -462,7 +467,7 @@ class NnloExecutor(core.PicklingExecutor):
             "setup": [*profile.setup, *(self.parameters.get("setup") or ())],
             "directives": render._extra_directives(shim, profile), "python": python, "nnlo": "",
             "launch": "", "checkpoint_lead_s": self._lead_s(profile, walltime_s),
-            "command": command or self._command(python),
+            "command": self._launch(profile) + (command or self._command(python)),
             "stderr_to_stdout": bool(self.parameters.get("stderr_to_stdout")),
         }
         env = jinja2.Environment(
@@ -477,6 +482,21 @@ class NnloExecutor(core.PicklingExecutor):
             return env.get_template(profile.template_name).render(**ctx)
         except jinja2.TemplateError as e:
             raise ConfigError(f"template {profile.template_name!r} of profile {profile.name!r}: {e}") from None
+
+    def _launch(self, profile: tp.Any) -> str:
+        """The launcher words that put the job's one Python process on a compute node ("" for none)."""
+        launch = self.parameters.get("launch")
+        if launch is None:
+            launch = profile.launcher in ("jsrun", "aprun")
+        if not launch:
+            return ""
+        from nnlo.roles import Shape
+        from nnlo_sched.layout import compute_layout
+
+        gpus = self.parameters.get("gpus_per_node")
+        lay = compute_layout(profile, Shape.for_run(mode="allreduce", n_masters=0), "train", workers=1,
+                             gpus_per_worker=float(profile.gpus_per_node if gpus is None else gpus))
+        return shlex.join(lay.launcher) + " "
 
     @property
     def _submitit_command_str(self) -> str:

@@ -5,6 +5,7 @@ bsub/bjobs/bkill and qsub/qstat/qdel (submitit_standin.py) run each rendered scr
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -104,6 +105,16 @@ def test_dry_run_script_carries_the_profile_and_parameters(plugin_env):
         ex.update_parameters(lsf_checkpoint_lead_s=30)  # a valid state again for the next check
     with pytest.raises(ConfigError, match="batch directive"):
         submitit.AutoExecutor(plugin_env / "a folder", cluster="lsf")
+    # Summit's batch script runs on a launch node: the function goes to a compute node through jsrun
+    summit = submitit.AutoExecutor(plugin_env / "jobs", cluster="lsf")
+    summit.update_parameters(timeout_min=90, nodes=2, lsf_profile="summit", lsf_account="ABC123")
+    last = nnlo_sched.submitit.script(summit).splitlines()[-1]
+    assert last.startswith("exec jsrun -n 1 -r 1 -a 1 -c 42 -g 6 ") and "-m nnlo_sched.submitit.job" in last
+    summit.update_parameters(lsf_launch=False)
+    assert nnlo_sched.submitit.script(summit).splitlines()[-1].startswith("exec " + sys.executable)
+    with pytest.raises(ConfigError, match="longer than queue 'batch'"):
+        summit.update_parameters(timeout_min=180)
+        nnlo_sched.submitit.script(summit)
     bare = submitit.AutoExecutor(plugin_env / "jobs", cluster="lsf")
     bare.update_parameters(lsf_profile="testlsf")
     with pytest.raises(ConfigError, match="lsf_account"):
