@@ -26,16 +26,21 @@ def job_id() -> str:
 
 
 class Counter(helpers.Checkpointable):
-    """Counts to ``n``, one step every ``step_s``; checkpointed (with its count) before the walltime."""
+    """Counts to ``n``, one step every ``step_s``, and returns once it has run in ``min_jobs`` jobs; the count
+    and the steps each job did are its state, which ``checkpoint()`` pickles before the walltime."""
 
     def __init__(self) -> None:
         self.count = 0
         self.jobs: list[str] = []
+        self.steps: list[int] = []  # steps done in each job
 
-    def __call__(self, n: int, step_s: float) -> tuple[int, list[str]]:
+    def __call__(self, n: int, step_s: float, min_jobs: int = 1) -> tuple[int, list[str], list[int]]:
         self.jobs.append(job_id())
+        self.steps.append(0)
         open(f"started-{job_id()}", "w").close()  # the job's signal handlers are in place
-        while self.count < n:
+        while self.count < n or len(self.jobs) < min_jobs:
             time.sleep(step_s)
-            self.count += 1
-        return self.count, self.jobs
+            if self.count < n:
+                self.count += 1
+                self.steps[-1] += 1
+        return self.count, self.jobs, self.steps

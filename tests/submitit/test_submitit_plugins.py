@@ -160,10 +160,10 @@ def test_pbs_checkpoint_resumes_in_a_successor_job(standins, plugin_env):
     # no warning signal on PBS: the job's timer checkpoints 56 s before its 1-minute walltime
     ex = pbs_executor(plugin_env / "jobs", pbs_checkpoint_lead_s=56)
     ex.update_parameters(timeout_min=1)
-    job = ex.submit(funcs.Counter(), 8, 0.3)
-    count, seen = job.result()
-    assert count == 8
-    assert len(job.chain) >= 2 and seen == job.chain  # each job of the chain ran the function once
+    job = ex.submit(funcs.Counter(), 4, 0.25, 2)  # returns only in a second job
+    count, seen, steps = job.result()
+    assert count == 4 and sum(steps) == 4  # the second job went on from the first one's count
+    assert len(job.chain) == 2 and seen == job.chain  # each job of the chain ran the function once
     subs = calls(standins, "qsub")
     assert [c["job"] for c in subs] == job.chain
     for prev, nxt in zip(subs, subs[1:]):
@@ -172,7 +172,7 @@ def test_pbs_checkpoint_resumes_in_a_successor_job(standins, plugin_env):
 
 
 def test_lsf_checkpoint_on_the_signal_resumes_in_a_successor_job(standins, plugin_env):
-    job = lsf_executor(plugin_env / "jobs").submit(funcs.Counter(), 12, 0.25)
+    job = lsf_executor(plugin_env / "jobs").submit(funcs.Counter(), 20, 0.25)  # 5 s: the signal comes first
     first = job.job_id
     end = time.time() + TIMEOUT
     while not (plugin_env / f"started-{first}").exists() and time.time() < end:
@@ -180,7 +180,8 @@ def test_lsf_checkpoint_on_the_signal_resumes_in_a_successor_job(standins, plugi
     time.sleep(0.5)
     job._interrupt()  # what LSF's -wa warning (or a preemption) does: SIGUSR2 to the job
     assert calls(standins, "bkill")[-1]["args"] == ["-s", "USR2", first]
-    count, seen = job.result()
-    assert count == 12 and job.chain[0] == first and len(job.chain) == 2 and seen == job.chain
+    count, seen, steps = job.result()
+    assert count == 20 and sum(steps) == 20 and steps[0] < 20
+    assert job.chain[0] == first and len(job.chain) == 2 and seen == job.chain
     assert calls(standins, "bsub")[1]["args"] == ["-w", f"ended({first})"]
     assert job.state == "COMPLETED"
