@@ -23,29 +23,19 @@ def cancel_command(run: str) -> None:
 
     RUN is a whole run id, a run directory, or at least 4 characters of a run id that name only one run.
     """
-    from nnlo_sched.chain import cancel_run
-    from nnlo_sched.runs import find_run
+    from nnlo_sched import api
 
-    r = find_run(run, changes=True)
-    _check_cancel(r.dir)
+    r = api.check_cancel(run)
     click.echo(f"cancelling run {r.id} ({r.dir})")
-    ids = cancel_run(r.dir)
+    ids = api.cancel(r)
     click.echo(f"cancelled run {r.id}" + (f" (job {', '.join(ids)})" if ids else " (no job was queued or running)"))
 
 
 def _check_cancel(run_dir: Path) -> None:
-    """Refuse, before anything changes, a cancel the scheduler could not do: an unreadable record, an
-    unknown scheduler, a job id that is not the scheduler's (``0``, ``all``, an option), a damaged queue."""
-    from nnlo_sched.runs import load_state
-    from nnlo_sched.schedulers import SchedulerError, get_scheduler
-    from nnlo_sched.state import StateError
+    """Refuse, before anything changes, a cancel the scheduler could not do (:func:`nnlo_sched.api.check_cancel`)."""
+    from nnlo_sched import api
 
-    st = load_state(run_dir)
-    try:
-        get_scheduler(st.scheduler, run_dir).check_cancel([j.job_id for j in st.jobs if j.alive])
-    except SchedulerError as e:
-        raise StateError(f"run {st.run_id}: {e}; nothing was cancelled and nothing changed (cancel its jobs "
-                         f"by hand, then remove or repair {run_dir})") from None
+    api.check_cancel(run_dir)
 
 
 def _log_files(run_dir: Path) -> list[Path]:

@@ -1,19 +1,17 @@
 """``nnlo wait RUN``: block until a run's chain has ended, printing each change of its state; the exit status
 says how it ended (0 done, 1 failed or cancelled or still going at --timeout).
 
-It reads the run the way `nnlo status` does (:func:`nnlo_sched.commands.status.collect`), so a run whose
+It waits with :func:`nnlo_sched.api.wait`, which reads the run the way `nnlo status` does, so a run whose
 jobs have all left the queue without recording an end is marked failed there and the wait ends: it never
 hangs on a lost chain.
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
 
 from nnlo.contract import EXIT_DONE, EXIT_FAILED
-from nnlo_sched.state import ACTIVE_STATES
 
 
 def _line(view: dict[str, Any]) -> str:
@@ -38,28 +36,28 @@ def wait_command(run: str, timeout: float | None, every: float, quiet: bool) -> 
     Exit status: 0 when the run is done; 1 when it failed or was cancelled, or is still going after
     --timeout (the run itself is left alone).
     """
-    from nnlo_sched.commands.status import collect
+    from nnlo_sched import api
 
-    start = time.monotonic()
     last = ""
-    while True:
-        view = collect(run)[0]
-        line = _line(view)
-        ended = view["state"] not in ACTIVE_STATES
-        if line != last and (not quiet or ended):
+
+    def show(st: api.RunStatus) -> None:
+        nonlocal last
+        line = _line(st.view)
+        if line != last and (not quiet or st.ended):
             click.echo(line)
             last = line
-        if ended:
-            if view["state"] != "done":
-                if view.get("error"):
-                    click.echo(f"nnlo: error: run {view['run_id']} {view['state']}: {view['error']}", err=True)
-                raise SystemExit(EXIT_FAILED)
-            raise SystemExit(EXIT_DONE)
-        if timeout is not None and time.monotonic() - start >= timeout:
-            click.echo(f"nnlo: error: run {view['run_id']} is still {view['state']} after {timeout:g} s; "
-                       f"wait again with `nnlo wait {run}` or follow it with `nnlo status {run} --watch`", err=True)
-            raise SystemExit(EXIT_FAILED)
-        time.sleep(every)
+
+    try:
+        st = api.wait(run, timeout, every=every, on_change=show)
+    except api.WaitTimeout as e:
+        click.echo(f"nnlo: error: {e}; wait again with `nnlo wait {run}` or follow it with "
+                   f"`nnlo status {run} --watch`", err=True)
+        raise SystemExit(EXIT_FAILED) from None
+    if st.state != "done":
+        if st.error:
+            click.echo(f"nnlo: error: run {st.run_id} {st.state}: {st.error}", err=True)
+        raise SystemExit(EXIT_FAILED)
+    raise SystemExit(EXIT_DONE)
 
 
 command = wait_command

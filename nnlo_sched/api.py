@@ -1,0 +1,287 @@
+"""Submission from Python: lay a run out, render its script, submit it as a chain, query, wait for, cancel.
+
+What the command line does, as typed functions over the same internals (``nnlo layout``, ``nnlo submit``,
+``nnlo status``, ``nnlo wait``, ``nnlo cancel`` call these or the functions they wrap), so a script gets
+the same checks, the same one-line errors (:class:`nnlo.errors.NnloError` subclasses) and the same records::
+
+    from nnlo_sched import api
+
+    spec = api.spec("train", ["--model", "examples/mnist_torch.py", "--epochs", "20"], cluster="local",
+                    workers=2, walltime="10m")
+    print(api.render(spec))                 # the batch script, nothing written (``--dry-run``)
+    run = api.submit(spec)                  # a Run: run.id, run.dir, run.job_id
+    status = api.wait(run, timeout=3600)    # a RunStatus once the chain has ended
+    assert status.state == "done", status.error
+
+A run is named by a :class:`~nnlo_sched.runs.Run`, its id (or a unique prefix of it) or its directory.
+Nothing heavy is imported here: the runtime (torch, MPI) never is.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nnlo.errors import ConfigError, NnloError
+from nnlo_sched.layout import Layout
+from nnlo_sched.runs import Run
+from nnlo_sched.spec import RunSpec
+
+RunRef = Run | str | Path
+
+
+class WaitTimeout(NnloError):
+    """:func:`wait` gave up before the run ended (the run goes on); ``status`` is its last status."""
+
+    def __init__(self, message: str, status: RunStatus) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job of a run's chain: nnlo's record and (while it is alive) the scheduler's word."""
+
+    job_id: str
+    status: str  # queued, running, finished, walltime, failed, cancelled, ... (nnlo_sched.state)
+    scheduler_state: str | None  # PENDING, RUNNING, ... (nnlo_sched.schedulers.base), None once ended
+    rc: int | None
+    host: str | None
+    submitted_at: float | None
+    started_at: float | None
+    ended_at: float | None
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A run as ``nnlo status RUN --json`` shows it, typed; ``view`` is that JSON object itself."""
+
+    run_id: str
+    dir: Path
+    state: str  # queued, running, resubmitting, done, failed, cancelled
+    error: str | None
+    jobs: tuple[JobStatus, ...]
+    progress: dict[str, Any]
+    view: dict[str, Any]
+
+    @property
+    def ended(self) -> bool:
+        from nnlo_sched.state import ACTIVE_STATES
+
+        return self.state not in ACTIVE_STATES
+
+    @property
+    def done(self) -> bool:
+        return self.state == "done"
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What a change of the run is (its state, error, jobs, progress), not the clock."""
+        return (self.state, self.error, self.jobs, tuple(sorted(self.progress.items())))
+
+    @classmethod
+    def from_view(cls, view: dict[str, Any]) -> RunStatus:
+        jobs = tuple(JobStatus(j["job_id"], j["status"], j.get("scheduler_state"), j.get("rc"), j.get("host"),
+                               j.get("submitted_at"), j.get("started_at"), j.get("ended_at"))
+                     for j in view.get("jobs", ()))
+        return cls(view["run_id"], Path(view["dir"]), view["state"], view.get("error"), jobs,
+                   dict(view.get("progress") or {}), view)
+
+
+# -- before submission -------------------------------------------------------------------------------
+def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = None, walltime: str | int = "1h",
+         queue: str | None = None, account: str | None = None, nodes: int | None = None,
+         workers: int | None = None, blocks: int | None = None, gpus_per_worker: float | None = None,
+         constraint: str | None = None, max_resubmits: int | None = None, max_retries: int | None = None,
+         directives: Sequence[str] = (), workdir: str | Path | None = None) -> RunSpec:
+    """A run spec as ``nnlo submit`` builds it: the inner ``train``/``optimize`` options parsed by that
+    command's own parser, the walltime parsed (``"2h"``, ``"01:30:00"`` or seconds as an int), the layout
+    computed on ``cluster``'s profile (a :class:`~nnlo_sched.layout.LayoutError` if it cannot be placed)."""
+    import os
+
+    from nnlo_sched.inner import parse_inner
+    from nnlo_sched.layout import layout_for_spec
+    from nnlo_sched.profiles import load_profile
+    from nnlo_sched.spec import DEFAULT_MAX_RESUBMITS, DEFAULT_MAX_RETRIES, parse_walltime
+
+    inner = parse_inner(kind, list(args))
+    profile = load_profile(cluster)
+    s = RunSpec(kind=kind, args=list(args), cluster=profile.name,
+                name=name or Path(inner.train.model).stem or f"nnlo-{kind}", walltime_s=parse_walltime(walltime),
+                queue=queue, account=account, nodes=nodes, workers=workers, blocks=blocks,
+                gpus_per_worker=gpus_per_worker, constraint=constraint,
+                max_resubmits=DEFAULT_MAX_RESUBMITS if max_resubmits is None else max_resubmits,
+                max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
+                directives=list(directives), workdir=str(workdir if workdir is not None else os.getcwd()),
+                config=inner.train, search=inner.search)
+    s.layout = layout_for_spec(s, profile, s.shape).to_dict(ranks=False)
+    return s
+
+
+def layout(target: RunSpec | str, *, kind: str | None = None, workers: int | None = None,
+           blocks: int | None = None, nodes: int | None = None, gpus_per_worker: float | None = None,
+           walltime: str | int | None = None, queue: str | None = None, constraint: str | None = None,
+           mode: str | None = "gem", n_masters: int = 1, n_processes: int = 1, block_size: int | None = None,
+           n_fold: int | None = None) -> Layout:
+    """Where a run's ranks go (what ``nnlo layout`` prints), per-rank list included.
+
+    ``target`` is a :class:`RunSpec` (its own resources and shape; the other arguments must be left out) or a
+    cluster name, laid out as ``nnlo layout --cluster NAME`` with these options (an optimization when
+    ``kind="optimize"`` or any of ``blocks``/``block_size``/``n_fold`` is given).
+    """
+    from nnlo.roles import Shape
+    from nnlo_sched.layout import compute_layout, layout_for_spec
+    from nnlo_sched.profiles import load_profile
+    from nnlo_sched.schedulers import scheduler_class
+    from nnlo_sched.spec import parse_walltime
+
+    if isinstance(target, RunSpec):
+        return layout_for_spec(target, load_profile(target.cluster), target.shape)
+    profile = load_profile(target)
+    if constraint and not scheduler_class(profile.scheduler).takes_constraint:
+        raise ConfigError(f"--constraint is a Slurm option and {profile.name!r} uses {profile.scheduler}; "
+                          "leave it out")
+    profile = profile.for_constraint(constraint)
+    if kind is None:
+        kind = "optimize" if block_size is not None or blocks is not None or n_fold is not None else "train"
+    shape = Shape.for_run(mode=mode, n_masters=n_masters, n_processes=n_processes, block_size=block_size,
+                          n_fold=1 if n_fold is None else n_fold, search=kind == "optimize")
+    return compute_layout(profile, shape, kind, workers=workers, blocks=blocks, nodes=nodes,
+                          gpus_per_worker=gpus_per_worker,
+                          walltime_s=None if walltime is None else parse_walltime(walltime), queue=queue)
+
+
+def render(run_spec: RunSpec, run_dir: str | Path | None = None) -> str:
+    """The batch script ``submit`` would queue (``nnlo submit --dry-run``); nothing is written.
+
+    Refuses what the profile cannot take (a missing account, a directive of another scheduler) with one line.
+    """
+    from nnlo_sched.profiles import load_profile
+    from nnlo_sched.render import job_name, render_script
+    from nnlo_sched.runs import runs_home
+
+    shown = Path(run_dir) if run_dir is not None else runs_home() / job_name(run_spec.name, "local")
+    return render_script(run_spec, load_profile(run_spec.cluster), shown)
+
+
+def submit_argv(run_spec: RunSpec, run_dir: str | Path) -> list[str]:
+    """The command line that would queue the first job of ``run_spec`` in ``run_dir``."""
+    from nnlo.contract import SCRIPT_FILE
+    from nnlo_sched.profiles import load_profile
+    from nnlo_sched.schedulers import get_scheduler
+
+    profile = load_profile(run_spec.cluster)
+    return get_scheduler(profile.scheduler, run_dir).submit_argv(Path(run_dir) / SCRIPT_FILE)
+
+
+# -- submission and after ------------------------------------------------------------------------------
+def submit(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str | Path | None = None,
+           check: bool = True) -> Run:
+    """Create the run directory and queue the first job of the chain; the :class:`Run` names it.
+
+    ``check`` runs the checks ``nnlo submit`` runs first (model import, data files, paths; ``--no-check``
+    to skip them). A failed submission leaves the run directory marked failed and raises the reason.
+    """
+    from nnlo_sched.checks import check_run, check_run_home
+    from nnlo_sched.commands.submit import check_site_run_home
+    from nnlo_sched.profiles import load_profile
+    from nnlo_sched.runs import new_run_dir, runs_home, submit_run
+
+    profile = load_profile(run_spec.cluster)
+    queue = profile.queue(run_spec.queue)
+    if queue is not None and not queue.chaining and run_spec.max_resubmits > 0:
+        raise ConfigError(f"queue {queue.name!r} of {profile.name} forbids job chaining; set max_resubmits=0 or "
+                          "use another queue")
+    target = new_run_dir(Path(run_dir)) if run_dir is not None else None
+    home_dir = Path(home) if home is not None else runs_home()
+    if check:
+        check_run(run_spec.train, run_spec.search)
+    check_run_home(target, home_dir)
+    check_site_run_home(profile, run_spec.account, target or home_dir)  # refuses a folder compute nodes cannot write
+    return submit_run(run_spec, profile, home=Path(home) if home is not None else None, run_dir=target)
+
+
+def find(ref: RunRef, *, changes: bool = False) -> Run:
+    """The run ``ref`` names (a Run is taken as is); ``changes``: the stricter rule of cancel and resume."""
+    from nnlo_sched.runs import find_run
+
+    return ref if isinstance(ref, Run) else find_run(str(ref), changes=changes)
+
+
+def query(runs: Sequence[RunRef] | None = None) -> list[RunStatus]:
+    """The status of every run in ``runs`` (default: every run under ``$NNLO_HOME``), asking each batch
+    system ONCE for all their jobs, as ``nnlo status`` does (a chain whose jobs all left the queue without a
+    recorded end is marked failed). A damaged run raises its one-line reason when named, and is listed as
+    ``damaged`` when not."""
+    from nnlo_sched.commands.status import collect
+
+    if runs is None:
+        return [RunStatus.from_view(v) for v in collect(None)]
+    from nnlo_sched.commands.status import _query_all, run_view
+    from nnlo_sched.runs import load_spec, load_state
+
+    found = [find(r) for r in runs]
+    checked = []
+    for r in found:
+        checked.append((r, load_state(r.dir)))
+        load_spec(r.dir)
+    answers = _query_all(checked)
+    return [RunStatus.from_view(run_view(r, answers)) for r in found]
+
+
+def status(run: RunRef) -> RunStatus:
+    """One run's status (:func:`query` of one)."""
+    return query([run])[0]
+
+
+def wait(run: RunRef, timeout: float | None = None, *, every: float = 2.0,
+         on_change: Callable[[RunStatus], None] | None = None) -> RunStatus:
+    """Block until ``run``'s chain has ended (done, failed or cancelled) and return its final status.
+
+    Looks every ``every`` seconds; ``on_change`` is called with each status that differs from the last
+    (``nnlo wait`` prints them). After ``timeout`` seconds :class:`WaitTimeout` (the run is left alone).
+    """
+    r = find(run)
+    start = time.monotonic()
+    last: tuple[Any, ...] | None = None
+    while True:
+        st = status(r)
+        if on_change is not None and st.key != last:
+            on_change(st)
+        last = st.key
+        if st.ended:
+            return st
+        if timeout is not None and time.monotonic() - start >= timeout:
+            raise WaitTimeout(f"run {st.run_id} is still {st.state} after {timeout:g} s", st)
+        time.sleep(every)
+
+
+def check_cancel(run: RunRef) -> Run:
+    """Refuse, before anything changes, a cancel the scheduler could not do: an unreadable record, an unknown
+    scheduler, a job id that is not the scheduler's (``0``, ``all``, an option), a damaged queue."""
+    from nnlo_sched.runs import load_state
+    from nnlo_sched.schedulers import SchedulerError, get_scheduler
+    from nnlo_sched.state import StateError
+
+    r = find(run, changes=True)
+    st = load_state(r.dir)
+    try:
+        get_scheduler(st.scheduler, r.dir).check_cancel([j.job_id for j in st.jobs if j.alive])
+    except SchedulerError as e:
+        raise StateError(f"run {st.run_id}: {e}; nothing was cancelled and nothing changed (cancel its jobs "
+                         f"by hand, then remove or repair {r.dir})") from None
+    return r
+
+
+def cancel(run: RunRef) -> list[str]:
+    """Cancel ``run``'s chain (running job and queued successor, one scheduler call); the job ids cancelled.
+    A prefix must have :data:`~nnlo_sched.runs.MIN_PREFIX` characters, as for ``nnlo cancel``."""
+    from nnlo_sched.chain import cancel_run
+
+    return cancel_run(check_cancel(run).dir)
+
+
+__all__ = ["JobStatus", "RunRef", "RunStatus", "WaitTimeout", "cancel", "check_cancel", "find", "layout",
+           "query", "render", "spec", "status", "submit", "submit_argv", "wait"]
