@@ -10,12 +10,15 @@ if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   exit 2
 fi
 [ -x .venv/bin/python ] || "$py" -m venv .venv
-stamp=".venv/.nnlo-setup-$(cat setup.cfg setup.py | sha1sum | cut -c1-12)-${extras//,/_}"
+stamp=".venv/.nnlo-setup-$(cat setup.cfg setup.py plugins/submitit-pbs/setup.cfg | sha1sum | cut -c1-12)-${extras//,/_}"
 if [ ! -e "$stamp" ]; then
   echo "setup: installing nnlo[$extras] into .venv (first run takes a few minutes)"
   export PIP_DISABLE_PIP_VERSION_CHECK=1
   # The CPU build of torch, pinned: an unpinned torch would pull gigabytes of CUDA packages.
   case ",$extras," in *,torch,*) .venv/bin/pip install -q "torch==2.13.0" ;; esac
   .venv/bin/pip install -q -e ".[$extras]"
+  # nnlo's PBS executor for submitit (cluster="pbs"): a second, code-less distribution, because submitit
+  # reads one "executor" entry point per distribution and nnlo's own holds the LSF one.
+  .venv/bin/pip install -q ./plugins/submitit-pbs
   touch "$stamp"
 fi
