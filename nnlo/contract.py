@@ -45,6 +45,9 @@ ENV_RANK_RECORDS = "NNLO_RANK_RECORDS"
 ENV_LIVE = "NNLO_LIVE"
 #: The scheduler's job id, for schedulers that set none themselves (the local scheduler).
 ENV_JOB_ID = "NNLO_JOB_ID"
+#: The participant a job of a shared search runs as (its chain's name, set by the chain's job script): every
+#: job of one search reads and writes the same journal in the search's folder (``nnlo optimize --shared``).
+NNLO_PARTICIPANT = "NNLO_PARTICIPANT"
 #: Testing hook: the master signals itself with SIGUSR1 after this many updates.
 ENV_TEST_SIGNAL_AT_UPDATE = "NNLO_TEST_SIGNAL_AT_UPDATE"
 
@@ -63,6 +66,8 @@ OPTIMIZER_STATE_FILE = "optimizer-state.json"  # a search's checkpoint
 TRIALS_JSON = "trials.json"
 TRIALS_CSV = "trials.csv"
 BEST_FILE = "best.json"
+SEARCH_JOURNAL = "search-journal.jsonl"  # a shared search's journal of proposals, leases and results
+CHAINS_DIR = "chains"  # a search run's chains, each an ordinary run directory (chains/c0, chains/c1, ...)
 
 # -- stop signals -------------------------------------------------------------------------------------
 #: Signals that mean "write a complete checkpoint now and exit 75": LSF's and Slurm's pre-walltime warnings
