@@ -106,7 +106,7 @@ def journal_results(search_dir: Path) -> list[int]:
 @pytest.mark.timeout(180)
 def test_three_local_chains_resubmit_and_finish_the_budget_exactly(search_env, cli):
     nnlo = cli
-    run_id = submit(nnlo, "--cluster", "srchlocal", "--jobs", "3", "--walltime", "5s", *inner(trials=18, trial_s=0.5))
+    run_id = submit(nnlo, "--cluster", "srchlocal", "--jobs", "3", "--walltime", "8s", *inner(trials=30, trial_s=0.5))
     search_dir = Path(os.environ["NNLO_HOME"]) / run_id
     first = view(nnlo, run_id)
     assert first["search"] and [c["run_id"] for c in first["chains"]] == [f"{run_id}/c{i}" for i in range(3)]
@@ -121,18 +121,18 @@ def test_three_local_chains_resubmit_and_finish_the_budget_exactly(search_env, c
     assert wait.returncode == 0, wait.stdout + wait.stderr + json.dumps(final, indent=1)[-3000:]
     assert final["state"] == "done"
     results = journal_results(search_dir)
-    assert sorted(results) == list(range(18)), "every trial once, none twice, none lost"
+    assert sorted(results) == list(range(30)), "every trial once, none twice, none lost"
     rows = (search_dir / "trials.csv").read_text().splitlines()[1:]
-    assert sorted(int(r.split(",")[0]) for r in rows) == list(range(18))  # trials.csv = the journal's results
-    assert final["progress"]["trials_done"] == 18 and final["progress"]["trials_total"] == 18
+    assert sorted(int(r.split(",")[0]) for r in rows) == list(range(30))  # trials.csv = the journal's results
+    assert final["progress"]["trials_done"] == 30 and final["progress"]["trials_total"] == 30
     assert final["progress"]["best"] == 0.0
     started = [j for c in final["chains"] for j in c["jobs"] if j["started_at"]]
-    assert len(started) > 3, "a 5 s walltime must make some chain resubmit itself"
+    assert len(started) > 3, "an 8 s walltime must make some chain resubmit itself"
     assert all(c["state"] == "done" for c in final["chains"])
     assert all(not j["status"] in ("queued", "running") for j in final["jobs"])
     table = nnlo("status").stdout
     line = next(ln for ln in table.splitlines() if ln.startswith(run_id))
-    assert "done" in line and "18/18 trials" in line and "c0:" in line and "c2:" in line
+    assert "done" in line and "30/30 trials" in line and "c0:" in line and "c2:" in line
     logs = nnlo("logs", run_id).stdout
     assert all(f"==> chains/c{i}/logs/job-" in logs for i in range(3)) and "the search is complete" in logs
 
