@@ -266,3 +266,31 @@ def test_status_counts_trials_from_the_journal(standins, search_env, cli):
     assert p["trials_total"] == 10 and p["best"] == 0.5
     detail = nnlo("status", run_id).stdout
     assert "1/10 trials (1 running, 2 leased, 1 failed)" in detail and "chain c1: running" in detail
+
+
+def test_state_records_of_searches_and_chains_are_typed(tmp_path):
+    from nnlo_sched.state import RunState, StateError, read_state, write_state
+
+    write_state(tmp_path, RunState(run_id="s", name="n", cluster="c", scheduler="slurm", chains=["c0", "c1"]))
+    assert read_state(tmp_path).is_search and read_state(tmp_path).chains == ["c0", "c1"]
+    for bad in (["../etc"], ["c0/x"], [".."], [""], "c0", [3]):
+        data = json.loads((tmp_path / "state.json").read_text())
+        data["chains"] = bad
+        (tmp_path / "state.json").write_text(json.dumps(data))
+        with pytest.raises(StateError, match="'chains' must be a list of chain names"):
+            read_state(tmp_path)
+    write_state(tmp_path, RunState(run_id="c0", name="n", cluster="c", scheduler="slurm", search_dir="/s",
+                                   participant="c0"))
+    st = read_state(tmp_path)
+    assert not st.is_search and (st.search_dir, st.participant) == ("/s", "c0")
+
+
+def test_local_profile_has_no_arrays_and_array_needs_jobs(search_env, cli):
+    nnlo = cli
+    bad = nnlo("submit", "--no-check", "--cluster", "srchlocal", "--jobs", "2", "--array", "--dry-run", *inner(),
+               check=False)
+    assert one_error(bad) and "has no job arrays" in bad.stderr
+    bad = nnlo("submit", "--no-check", "--cluster", "srchslurm", "--array", "--dry-run", *inner(), check=False)
+    assert one_error(bad) and "goes with --jobs K" in bad.stderr
+    out = nnlo("submit", "--no-check", "--cluster", "srchlocal", "--jobs", "2", "--dry-run", *inner()).stdout
+    assert "2 chain(s) c0, c1, each submitted" in out and "export NNLO_PARTICIPANT=c0" in out
