@@ -311,8 +311,8 @@ def search_done(search_dir: Path) -> bool:
 
 @dataclass
 class TrialCounts:
-    """The search's trials: finished, failed, leased to a participant (of which ``running``: held by a
-    participant whose chain has a running job), and the budget."""
+    """The search's trials: finished (``done``, failed ones included, as ``best.json`` counts them), of which
+    ``failed``; ``leased`` to a participant, of which ``running`` (alive); and the budget."""
 
     done: int | None = None
     failed: int | None = None
@@ -322,17 +322,35 @@ class TrialCounts:
     source: str = ""
 
 
-_KIND_KEYS = ("type", "kind", "event", "op", "record")
-_TRIAL_KEYS = ("trial", "trial_id", "tid", "id")
+_KIND_KEYS = ("kind", "type", "event", "op")
+_TRIAL_KEYS = ("id", "trial_id", "tid", "trial")
+_HOLDER_KEYS = ("p", "participant")
 
 
-def journal_counts(path: Path, running_participants: set[str]) -> TrialCounts | None:
-    """Count trials from the journal (None when there is none). Tolerant: a torn or unknown line is skipped.
+def journal_counts(folder: Path, running_participants: set[str]) -> TrialCounts | None:
+    """Count the trials of the journal in ``folder`` (None when there is none): with the runtime's own reader
+    (:mod:`nnlo.optimize.journal`: done = finished, failed included; running = leased and alive; leased =
+    running + leases past their expiry), else with :func:`_generic_counts`."""
+    if not (Path(folder) / SEARCH_JOURNAL).is_file():
+        return None
+    try:
+        import importlib
 
-    A record's kind is its ``type``/``kind``/``event``/``op`` word; a trial's last record decides: a result
-    (``result``/``done``/``complete``/``finish``; failed when it says so) or a lease (``lease``/``claim``/
-    ``start``/``propos``...), which ``release``/``expire``/``requeue`` undo.
-    """
+        runtime = importlib.import_module("nnlo.optimize.journal")  # the runtime's reader (issue 18)
+        records, _ = runtime.read_journal(folder, final=False)
+        c = runtime.rebuild(records).counts(time.time())
+        return TrialCounts(done=int(c["done"]), failed=int(c["failed"]), leased=int(c["running"] + c["expired"]),
+                           running=int(c["running"]), source=SEARCH_JOURNAL)
+    except (ImportError, AttributeError, KeyError, TypeError, ValueError, OSError):
+        return _generic_counts(Path(folder) / SEARCH_JOURNAL, running_participants)
+
+
+def _generic_counts(path: Path, running_participants: set[str]) -> TrialCounts | None:
+    """Count trials from a journal of JSON lines without the runtime's reader (a torn or unknown line is
+    skipped). A line may wrap its record (``{"crc": ..., "rec": {...}}``); a record's kind is its ``kind``/
+    ``type`` word and a trial's last record decides: a result (failed when it says so), a lease
+    (``propose``/``lease``/``renew``...), which ``release``/``expire`` undo. Running: leased by a participant
+    whose chain has a running job now."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
@@ -343,31 +361,38 @@ def journal_counts(path: Path, running_participants: set[str]) -> TrialCounts | 
             rec = json.loads(line)
         except ValueError:
             continue
+        if isinstance(rec, dict) and isinstance(rec.get("rec"), dict):
+            rec = rec["rec"]
         if not isinstance(rec, dict):
             continue
         kind = next((str(rec[k]).lower() for k in _KIND_KEYS if isinstance(rec.get(k), str)), "")
-        trial = next((str(rec[k]) for k in _TRIAL_KEYS if rec.get(k) is not None), None)
+        trial = next((str(rec[k]) for k in _TRIAL_KEYS if isinstance(rec.get(k), (int, str))), None)
         if trial is None or not kind:
             continue
+        state = last.get(trial, ("",))[0]
         if any(w in kind for w in ("result", "done", "complete", "finish", "fail")):
-            last[trial] = ("failed" if _failed(rec, kind) else "done", rec)
-        elif any(w in kind for w in ("release", "expire", "requeue", "return", "abandon")):
-            if last.get(trial, ("",))[0] == "leased":
+            if state not in ("done", "failed"):  # the first result of a trial counts
+                last[trial] = ("failed" if _failed(rec, kind) else "done", rec)
+        elif any(w in kind for w in ("release", "expire", "requeue", "abandon")):
+            if state == "leased":
                 last[trial] = ("pool", rec)
-        elif (any(w in kind for w in ("lease", "claim", "start", "assign", "take", "renew", "heartbeat"))
-              and last.get(trial, ("",))[0] not in ("done", "failed")):
+        elif (any(w in kind for w in ("propos", "lease", "claim", "start", "assign", "take", "renew"))
+              and state not in ("done", "failed")):
             last[trial] = ("leased", rec)
     leased = [r for s, r in last.values() if s == "leased"]
-    return TrialCounts(done=sum(1 for s, _ in last.values() if s == "done"),
-                       failed=sum(1 for s, _ in last.values() if s == "failed"),
+    failed = sum(1 for s, _ in last.values() if s == "failed")
+    return TrialCounts(done=failed + sum(1 for s, _ in last.values() if s == "done"), failed=failed,
                        leased=len(leased),
-                       running=sum(1 for r in leased if str(r.get("participant", "")) in running_participants),
+                       running=sum(1 for r in leased
+                                   if str(next((r[k] for k in _HOLDER_KEYS if k in r), "")) in running_participants),
                        source=SEARCH_JOURNAL)
 
 
 def _failed(rec: dict[str, Any], kind: str) -> bool:
-    status = str(rec.get("status", "")).lower()
-    return "fail" in kind or status in ("failed", "error") or rec.get("ok") is False or bool(rec.get("error"))
+    nested = rec.get("trial")
+    inner: dict[str, Any] = nested if isinstance(nested, dict) else rec
+    status = str(inner.get("status", "")).lower()
+    return "fail" in kind or status in ("failed", "error") or inner.get("ok") is False
 
 
 def csv_counts(path: Path) -> TrialCounts | None:
@@ -380,12 +405,12 @@ def csv_counts(path: Path) -> TrialCounts | None:
     except (OSError, csv.Error, UnicodeDecodeError):
         return None
     failed = sum(1 for r in rows if str(r.get("status", "")).lower() in ("failed", "error"))
-    return TrialCounts(done=len(rows) - failed, failed=failed, source=TRIALS_CSV)
+    return TrialCounts(done=len(rows), failed=failed, source=TRIALS_CSV)
 
 
 def trial_counts(search_dir: Path, spec: RunSpec, running_participants: set[str]) -> TrialCounts:
     """The search's trial counts: from its journal, else from trials.csv, else best.json's count."""
-    counts = (journal_counts(Path(search_dir) / SEARCH_JOURNAL, running_participants)
+    counts = (journal_counts(Path(search_dir), running_participants)
               or csv_counts(Path(search_dir) / TRIALS_CSV) or TrialCounts())
     if counts.done is None:
         best = _read_json(Path(search_dir) / BEST_FILE)

@@ -76,7 +76,7 @@ def view(recs: list[dict]) -> tuple[dict[int, dict], dict[int, dict]]:
     return results, {t: r for t, r in leases.items() if r["expires"] > now}
 
 
-def take() -> int | None | str:
+def take() -> int | str | None:
     recs = read()
     results, leases = view(recs)
     if len(results) >= budget:
