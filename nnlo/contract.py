@@ -45,9 +45,8 @@ ENV_RANK_RECORDS = "NNLO_RANK_RECORDS"
 ENV_LIVE = "NNLO_LIVE"
 #: The scheduler's job id, for schedulers that set none themselves (the local scheduler).
 ENV_JOB_ID = "NNLO_JOB_ID"
-#: The participant a job of a shared search runs as (its chain's name, set by the chain's job script): every
-#: job of one search reads and writes the same journal in the search's folder (``nnlo optimize --shared``).
-NNLO_PARTICIPANT = "NNLO_PARTICIPANT"
+#: A shared search's participant name (``nnlo optimize --shared``); the job scripts set it to the chain's name.
+ENV_PARTICIPANT = "NNLO_PARTICIPANT"
 #: Testing hook: the master signals itself with SIGUSR1 after this many updates.
 ENV_TEST_SIGNAL_AT_UPDATE = "NNLO_TEST_SIGNAL_AT_UPDATE"
 
@@ -57,6 +56,7 @@ STATE_FILE = "state.json"  # the chain's state (nnlo_sched.state)
 SCRIPT_FILE = "job.sh"  # the batch script every job of the chain runs
 LOG_DIR = "logs"  # logs/job-<id>.out, logs/rank-<r>.log
 CHECKPOINT_DIR = "checkpoints"  # complete checkpoints of a training
+CHAINS_DIR = "chains"  # a search run's chains, each an ordinary run directory (nnlo submit --jobs K)
 MANIFEST_FILE = "manifest.json"  # written last into a checkpoint folder: the checkpoint is complete
 HISTORY_FILE = "history.json"  # a training's per-epoch history
 CONFIG_FILE = "config.json"  # a training's TrainConfig
@@ -66,8 +66,10 @@ OPTIMIZER_STATE_FILE = "optimizer-state.json"  # a search's checkpoint
 TRIALS_JSON = "trials.json"
 TRIALS_CSV = "trials.csv"
 BEST_FILE = "best.json"
-SEARCH_JOURNAL = "search-journal.jsonl"  # a shared search's journal of proposals, leases and results
-CHAINS_DIR = "chains"  # a search run's chains, each an ordinary run directory (chains/c0, chains/c1, ...)
+SEARCH_JOURNAL = "search-journal.jsonl"  # a shared search's journal (nnlo.optimize.journal), the search's state
+SEARCH_LOCK = "search-journal.lock"  # the lock file beside it (flock), held for every append
+#: Default seconds after which a shared-search trial whose participant stopped renewing its lease is re-run
+LEASE_TIMEOUT_S = 120.0
 
 # -- stop signals -------------------------------------------------------------------------------------
 #: Signals that mean "write a complete checkpoint now and exit 75": LSF's and Slurm's pre-walltime warnings

@@ -28,8 +28,8 @@ from typing import Any
 import jinja2
 
 from nnlo.contract import (  # LOG_DIR is created before the job starts (Slurm/LSF do not)
+    ENV_PARTICIPANT,
     LOG_DIR,
-    NNLO_PARTICIPANT,
     SCRIPT_FILE,
     STOP_SIGNALS,
 )
@@ -254,7 +254,7 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path, *, part
         "nnlo": nnlo,
         "launch": shlex.join(layout["launcher"]),
         "participant": participant,
-        "participant_var": NNLO_PARTICIPANT,
+        "participant_var": ENV_PARTICIPANT,
         "array": _array_context(array, profile),
         "script_file": SCRIPT_FILE,
     }
