@@ -1,7 +1,9 @@
 """A stand-in for one participant of a shared ``nnlo optimize --shared`` in the orchestration tests.
 
 Run as ``python search_payload.py RUN_DIR`` (by ``fake_python_search.sh``) in place of ``python -m nnlo_sched
-run RUN_DIR``, it follows the runtime contract a chain relies on, with a toy journal of its own: the search's
+run RUN_DIR``, it follows the runtime contract a chain relies on, with a toy journal in the runtime's line
+format (``{"crc": ..., "rec": {"kind", "p", "id", ...}}``, nnlo/optimize/journal.py) so that ``nnlo status``
+reads it like a real one: the search's
 folder is the spec's ``--output``, the participant ``$NNLO_PARTICIPANT``. Under an ``flock`` on the journal it
 leases the lowest trial id that is neither finished nor leased (a lease expires after ``LEASE_S``; leases of
 its own participant from a killed earlier job are taken back at start), "trains" it (a sleep of
@@ -19,6 +21,7 @@ import os
 import signal
 import sys
 import time
+import zlib
 from pathlib import Path
 
 LEASE_S = 5.0
@@ -50,63 +53,69 @@ def locked(fn):
 def read() -> list[dict]:
     if not journal.exists():
         return []
-    return [json.loads(ln) for ln in journal.read_text().splitlines() if ln.strip()]
+    return [json.loads(ln)["rec"] for ln in journal.read_text().splitlines() if ln.strip()]
 
 
 def append(rec: dict) -> None:
+    body = json.dumps(dict(rec, p=me, t=time.time()), separators=(",", ":"), sort_keys=True)
     with open(journal, "a") as f:
-        f.write(json.dumps(rec) + "\n")
+        f.write(f'{{"crc":"{zlib.crc32(body.encode()):08x}","rec":{body}}}\n')
         f.flush()
         os.fsync(f.fileno())
 
 
-def view(recs: list[dict]) -> tuple[dict[int, dict], dict[int, dict]]:
-    """(results by trial, live leases by trial)."""
+def view(recs: list[dict]) -> tuple[dict[int, dict], dict[int, dict], set[int]]:
+    """(results by trial, live leases by trial, every trial id ever proposed)."""
     results: dict[int, dict] = {}
     leases: dict[int, dict] = {}
+    proposed: set[int] = set()
     for r in recs:
-        if r["type"] == "result":
-            results.setdefault(r["trial"], r)
-            leases.pop(r["trial"], None)
-        elif r["type"] == "lease":
-            leases[r["trial"]] = r
-        elif r["type"] == "release":
-            leases.pop(r["trial"], None)
+        if r["kind"] == "result":
+            results.setdefault(r["id"], r)
+            leases.pop(r["id"], None)
+        elif r["kind"] in ("propose", "lease"):
+            proposed.add(r["id"])
+            leases[r["id"]] = r
+        elif r["kind"] == "release":
+            leases.pop(r["id"], None)
     now = time.time()
-    return results, {t: r for t, r in leases.items() if r["expires"] > now}
+    return results, {t: r for t, r in leases.items() if r["until"] > now}, proposed
 
 
 def take() -> int | str | None:
     recs = read()
-    results, leases = view(recs)
+    results, leases, proposed = view(recs)
     if len(results) >= budget:
         return "done"
     for t, r in list(leases.items()):
-        if r["participant"] == me:  # mine, from a job of my chain that was killed: back to the pool
-            append({"type": "release", "trial": t, "participant": me})
+        if r["p"] == me:  # mine, from a job of my chain that was killed: back to the pool
+            append({"kind": "release", "id": t})
             del leases[t]
     for t in range(budget):
         if t not in results and t not in leases:
-            append({"type": "lease", "trial": t, "participant": me, "expires": time.time() + LEASE_S})
+            kind = "lease" if t in proposed else "propose"
+            append({"kind": kind, "id": t, "until": time.time() + LEASE_S, **({"params": {"t": t}} if kind ==
+                                                                              "propose" else {})})
             return t
     return None
 
 
 def report(t: int, fom: float) -> None:
-    results, _ = view(read())
+    results, _, _ = view(read())
     if t not in results:
-        append({"type": "result", "trial": t, "participant": me, "fom": fom})
-        results[t] = {"trial": t, "fom": fom, "participant": me}
-    rows = sorted(results.values(), key=lambda r: r["trial"])
+        rec = {"kind": "result", "id": t, "p": me, "trial": {"id": t, "params": {"t": t}, "status": "ok", "fom": fom}}
+        append(rec)
+        results[t] = rec
+    rows = sorted(results.values(), key=lambda r: r["id"])
     tmp = out / f".trials.{os.getpid()}"
     with open(tmp, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["trial", "fom", "participant", "status"])
+        w.writerow(["trial", "status", "fom", "participant"])
         for r in rows:
-            w.writerow([r["trial"], r["fom"], r["participant"], "ok"])
+            w.writerow([r["id"], "ok", r["trial"]["fom"], r["p"]])
     os.replace(tmp, out / "trials.csv")
-    best = min(rows, key=lambda r: r["fom"])
-    (out / f".best.{os.getpid()}").write_text(json.dumps({"best_fom": best["fom"], "fom_name": "val_loss",
+    best = min(rows, key=lambda r: r["trial"]["fom"])
+    (out / f".best.{os.getpid()}").write_text(json.dumps({"best_fom": best["trial"]["fom"], "fom_name": "val_loss",
                                                            "trials_done": len(rows), "trials_total": budget}))
     os.replace(out / f".best.{os.getpid()}", out / "best.json")
 
@@ -127,6 +136,6 @@ while True:
     while time.time() < end and not stop["flag"]:
         time.sleep(0.02)
     if stop["flag"]:
-        locked(lambda: append({"type": "release", "trial": got, "participant": me}))
+        locked(lambda got=got: append({"kind": "release", "id": got}))
         continue
-    locked(lambda: report(got, (got * 7919 % 97) / 97.0))
+    locked(lambda got=got: report(got, (got * 7919 % 97) / 97.0))

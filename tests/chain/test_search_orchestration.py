@@ -97,8 +97,8 @@ def view(nnlo, run_id: str) -> dict:
 
 
 def journal_results(search_dir: Path) -> list[int]:
-    recs = [json.loads(ln) for ln in (search_dir / "search-journal.jsonl").read_text().splitlines()]
-    return [r["trial"] for r in recs if r["type"] == "result"]
+    recs = [json.loads(ln)["rec"] for ln in (search_dir / "search-journal.jsonl").read_text().splitlines()]
+    return [r["id"] for r in recs if r["kind"] == "result"]
 
 
 # -- a whole search on the local scheduler -------------------------------------------------------------------
