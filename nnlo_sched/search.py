@@ -228,10 +228,11 @@ def check_joinable(search: Run) -> None:
         raise SearchError(f"search {search.id} is {state}; nothing to join (submit a new search)")
 
 
-def join_search(search: Run, spec: RunSpec, profile: Profile, *, inner_given: bool) -> tuple[str, str]:
-    """Add a chain to the search run ``search`` on ``profile`` (its resources in ``spec``) and submit its first
-    job; returns (chain name, job id). Refused for a run that is not a search, for a finished or cancelled
-    one, and when the inner options given (``inner_given``) differ from the search's in what the trials run."""
+def joining_spec(search: Run, spec: RunSpec, profile: Profile, *, inner_given: bool) -> RunSpec:
+    """The spec of a chain joining ``search`` on ``profile`` (resources from ``spec``), laid out; SearchError
+    (one line) for a search that cannot be joined or inner options (``inner_given``) whose trials differ."""
+    from nnlo_sched.layout import layout_for_spec
+
     check_joinable(search)
     base = load_spec(search.dir)
     if inner_given:
@@ -243,9 +244,15 @@ def join_search(search: Run, spec: RunSpec, profile: Profile, *, inner_given: bo
     else:
         spec = replace(spec, args=list(base.args), config=base.config, search=base.search)
     one = chain_spec(spec, search.dir)
-    from nnlo_sched.layout import layout_for_spec
-
     one.layout = layout_for_spec(one, profile, one.shape).to_dict(ranks=False)
+    return one
+
+
+def join_search(search: Run, spec: RunSpec, profile: Profile, *, inner_given: bool) -> tuple[str, str]:
+    """Add a chain to the search run ``search`` on ``profile`` (its resources in ``spec``) and submit its first
+    job; returns (chain name, job id). Refused for a run that is not a search, for a finished or cancelled
+    one, and when the inner options given (``inner_given``) differ from the search's in what the trials run."""
+    one = joining_spec(search, spec, profile, inner_given=inner_given)
     with update_state(search.dir) as st:
         used = [int(m.group(1)) for c in st.chains if (m := _CHAIN_INDEX.fullmatch(c))]
         name = f"{CHAIN_PREFIX}{max(used, default=-1) + 1}"

@@ -314,6 +314,17 @@ def submit_command(
     for note in filter(None, notes):
         click.echo(f"nnlo: note: {note}", err=True)
 
+    if dry_run and join is not None:
+        from nnlo_sched.search import joining_spec
+
+        one = joining_spec(search_run, spec, profile, inner_given=inner_given)
+        chain_dir = search_run.dir / "chains" / "cN"
+        click.echo(render_script(one, profile, chain_dir, participant="cN"), nl=False)
+        argv = get_scheduler(profile.scheduler, chain_dir).submit_argv(chain_dir / SCRIPT_FILE)
+        click.echo(f"# --- dry run: nothing was written or submitted; the chain would join search {search_run.id} "
+                   "as its next free cN ---")
+        click.echo(f"# submit command: {shlex.join(argv)}")
+        return
     if dry_run and jobs is not None:
         from nnlo_sched.search import ARRAY_SCRIPT, chain_names, chain_spec, render_array, use_array
 
@@ -342,9 +353,6 @@ def submit_command(
     if join is not None:
         from nnlo_sched.search import join_search
 
-        if dry_run:
-            click.echo("# --- dry run: --join checked the search and the options; nothing was submitted ---")
-            return
         chain, job = join_search(search_run, spec, profile, inner_given=inner_given)
         click.echo(f"joined search {search_run.id}: chain {chain} on {profile.name} as job {job} "
                    f"({search_run.dir / 'chains' / chain})")

@@ -305,3 +305,21 @@ def test_local_profile_has_no_arrays_and_array_needs_jobs(search_env, cli):
     assert one_error(bad) and "goes with --jobs K" in bad.stderr
     out = nnlo("submit", "--no-check", "--cluster", "srchlocal", "--jobs", "2", "--dry-run", *inner()).stdout
     assert "2 chain(s) c0, c1, each submitted" in out and "export NNLO_PARTICIPANT=c0" in out
+
+
+def test_join_dry_run_and_resume_of_a_cancelled_search(standins, search_env, cli):
+    nnlo = cli
+    run_id = submit(nnlo, "--cluster", "srchlsf", "--jobs", "2", "--no-array", *inner(trials=8))
+    assert [c["args"] for c in calls(standins, "bsub")] == [[], []]  # --no-array: two ordinary jobs
+    out = nnlo("submit", "--no-check", "--join", run_id, "--cluster", "srchpbs", "--dry-run").stdout
+    assert "#PBS -l walltime" in out and "export NNLO_PARTICIPANT=cN" in out and "# submit command: qsub" in out
+    bad = nnlo("submit", "--no-check", "--join", run_id, "--cluster", "srchpbs", "--dry-run", "optimize", "--model",
+               "model.py", "--num-iterations", "9", check=False)
+    assert one_error(bad) and "num-iterations 9 (the search has 8)" in bad.stderr
+    assert not calls(standins, "qsub")  # nothing submitted by either
+    nnlo("cancel", run_id)
+    out = nnlo("resume", run_id).stdout
+    assert f"resuming search {run_id}" in out and out.count("resumed chain") == 2
+    v = view(nnlo, run_id)
+    assert v["state"] == "queued" and [len(c["jobs"]) for c in v["chains"]] == [2, 2]
+    assert [c["args"] for c in calls(standins, "bsub")] == [[], [], [], []]  # a new chain each, no dependency
