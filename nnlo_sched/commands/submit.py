@@ -187,7 +187,7 @@ def check_site_run_home(profile: Profile, account: str | None, target: Path) -> 
 @click.option("--run-dir", type=str, default=None, metavar="DIR",
               callback=lambda c, p, v: None if v is None else Path(v),
               help="Run directory (default: chosen under $NNLO_HOME or ./nnlo-runs).")
-@click.option("--jobs", "-j", "jobs", type=click.IntRange(min=1), default=None, metavar="K",
+@click.option("--jobs", "-j", "jobs", type=click.IntRange(min=1, max=1000), default=None, metavar="K",
               help="One search across K concurrent chains of jobs sharing its state (optimize only); each chain "
                    "resubmits itself after its walltime.")
 @click.option("--array/--no-array", "array", default=None,
