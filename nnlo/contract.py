@@ -56,6 +56,7 @@ STATE_FILE = "state.json"  # the chain's state (nnlo_sched.state)
 SCRIPT_FILE = "job.sh"  # the batch script every job of the chain runs
 LOG_DIR = "logs"  # logs/job-<id>.out, logs/rank-<r>.log
 CHECKPOINT_DIR = "checkpoints"  # complete checkpoints of a training
+CHAINS_DIR = "chains"  # a search run's chains, each an ordinary run directory (nnlo submit --jobs K)
 MANIFEST_FILE = "manifest.json"  # written last into a checkpoint folder: the checkpoint is complete
 HISTORY_FILE = "history.json"  # a training's per-epoch history
 CONFIG_FILE = "config.json"  # a training's TrainConfig

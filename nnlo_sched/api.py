@@ -267,6 +267,11 @@ def check_cancel(run: RunRef) -> Run:
 
     r = find(run, changes=True)
     st = load_state(r.dir)
+    if st.is_search:
+        from nnlo_sched.search import check_cancel_search
+
+        check_cancel_search(r.dir)
+        return r
     try:
         get_scheduler(st.scheduler, r.dir).check_cancel([j.job_id for j in st.jobs if j.alive])
     except SchedulerError as e:
@@ -280,8 +285,20 @@ def cancel(run: RunRef) -> list[str]:
     A prefix must have :data:`~nnlo_sched.runs.MIN_PREFIX` characters, as for ``nnlo cancel``."""
     from nnlo_sched.chain import cancel_run
 
-    return cancel_run(check_cancel(run).dir)
+    r = check_cancel(run)
+    if is_search(r):
+        from nnlo_sched.search import cancel_search
+
+        return cancel_search(r.dir)
+    return cancel_run(r.dir)
 
 
-__all__ = ["JobStatus", "RunRef", "RunStatus", "WaitTimeout", "cancel", "check_cancel", "find", "layout",
+def is_search(run: RunRef) -> bool:
+    """Whether ``run`` is a search over many chains (``nnlo submit --jobs K``), not one chain."""
+    from nnlo_sched.runs import load_state
+
+    return load_state(find(run).dir).is_search
+
+
+__all__ = ["JobStatus", "RunRef", "RunStatus", "WaitTimeout", "cancel", "check_cancel", "find", "is_search", "layout",
            "query", "render", "spec", "status", "submit", "submit_argv", "wait"]

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nnlo.contract import EXIT_DONE, EXIT_RESUMABLE, LOG_DIR, MANIFEST_FILE, OPTIMIZER_STATE_FILE
+from nnlo.contract import EXIT_DONE, EXIT_RESUMABLE, LOG_DIR, MANIFEST_FILE, OPTIMIZER_STATE_FILE, SEARCH_JOURNAL
 from nnlo.errors import NnloError
 from nnlo_sched.runs import change_inner_options, load_profile_for, load_spec, submit_job
 from nnlo_sched.schedulers import JobInfo, get_scheduler
@@ -96,15 +96,21 @@ def checkpoint_marker(run_dir: Path, spec: RunSpec) -> str | None:
     """A string that changes whenever the run writes a new complete checkpoint (None: none yet).
 
     Training: the newest complete checkpoint folder and its manifest time. Optimization: the search's
-    ``optimizer-state.json`` (its checkpoint, rewritten after every finished trial).
+    ``optimizer-state.json`` (its checkpoint, rewritten after every finished trial) and, for a search shared
+    by many jobs, its journal, in the search's output folder (the run directory unless ``--output`` names one).
     """
     if spec.kind == "optimize":
-        path = Path(run_dir) / OPTIMIZER_STATE_FILE
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            return None
-        return f"{path.name}@{st.st_mtime_ns}:{st.st_size}"
+        out = Path(run_dir)
+        if spec.search is not None and spec.search.output:
+            out = Path(spec.workdir or run_dir, spec.search.output)
+        marks = []
+        for path in (out / OPTIMIZER_STATE_FILE, out / SEARCH_JOURNAL):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            marks.append(f"{path.name}@{st.st_mtime_ns}:{st.st_size}")
+        return " ".join(marks) or None
     from nnlo.checkpoint import find_latest
 
     latest = find_latest(checkpoint_dir(run_dir, spec))
@@ -142,6 +148,11 @@ def job_start(run_dir: Path, job_id: str | None, *, submit_successor: bool = Tru
         if st.state in FINAL_STATES:
             rec.status, rec.ended_at = SKIPPED, now
             return Decision(False, f"run {st.run_id} is {st.state}; job {job_id} exits without running")
+        if st.search_dir and _search_finished(Path(st.search_dir)):  # another chain finished the shared search
+            rec.status, rec.ended_at = SKIPPED, now
+            st.state, st.error = DONE, None
+            return Decision(False, f"the search {Path(st.search_dir).name} is done; job {job_id} of its chain "
+                                   f"{st.run_id} exits without running")
         chain = _chain(st)
         started = [j for j in chain if j is not rec and j.started_at is not None]
         prev = started[-1] if started else None
@@ -185,6 +196,12 @@ def job_start(run_dir: Path, job_id: str | None, *, submit_successor: bool = Tru
             if cancelled:  # `nnlo cancel` came in between: take the successor back
                 get_scheduler(st.scheduler, run_dir).cancel([succ])
     return Decision(True, f"run {run_id}: job {job_id} started")
+
+
+def _search_finished(search_dir: Path) -> bool:
+    from nnlo_sched.search import search_done
+
+    return search_done(search_dir)
 
 
 def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:

@@ -20,13 +20,19 @@ import functools
 import re
 import shlex
 import sys
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from nnlo.contract import LOG_DIR, STOP_SIGNALS  # LOG_DIR is created before the job starts (Slurm/LSF do not)
+from nnlo.contract import (  # LOG_DIR is created before the job starts (Slurm/LSF do not)
+    ENV_PARTICIPANT,
+    LOG_DIR,
+    SCRIPT_FILE,
+    STOP_SIGNALS,
+)
 from nnlo.errors import ConfigError
 from nnlo_sched.launchers import launcher_for
 from nnlo_sched.layout import Layout, layout_for_spec
@@ -158,12 +164,45 @@ def warning_signal(spec: RunSpec, profile: Profile) -> tuple[str | None, int, st
     return profile.signal, shrunk, f"{head}: SIG{profile.signal} comes {shrunk} s before the limit instead"
 
 
+@dataclass(frozen=True)
+class ArrayPlan:
+    """A job array whose task I starts chain ``<prefix>I`` of a search (``chains_dir/<prefix>I``), I from
+    ``first`` to ``last`` (the scheduler's own numbering: Slurm from 0, LSF and PBS from 1)."""
+
+    first: int
+    last: int
+    chains_dir: Path
+    prefix: str = "c"
+
+    @property
+    def tasks(self) -> int:
+        return self.last - self.first + 1
+
+
+def _array_context(array: ArrayPlan | None, profile: Profile) -> dict[str, Any] | None:
+    if array is None:
+        return None
+    sched = scheduler_class(profile.scheduler)
+    if not sched.has_arrays:
+        raise ConfigError(f"{profile.name} ({profile.scheduler}) has no job arrays; submit without --array")
+    if array.tasks < sched.array_min_tasks:
+        raise ConfigError(f"a {profile.scheduler} job array needs at least {sched.array_min_tasks} tasks, got "
+                          f"{array.tasks}; use --no-array or more --jobs")
+    return {"range": f"{array.first}-{array.last}", "tasks": array.tasks, "chains_dir": str(array.chains_dir),
+            "prefix": array.prefix, "index_var": sched.array_index_var, "job_id_expr": sched.array_job_id_expr}
+
+
 def _python(profile: Profile) -> str:
     return profile.python or sys.executable
 
 
-def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path) -> dict[str, Any]:
-    """Everything the templates see (exposed for tests and for ``nnlo submit --dry-run``)."""
+def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path, *, participant: str | None = None,
+                   array: ArrayPlan | None = None) -> dict[str, Any]:
+    """Everything the templates see (exposed for tests and for ``nnlo submit --dry-run``).
+
+    ``participant``: the script is one chain's of a shared search; its jobs export it as ``NNLO_PARTICIPANT``.
+    ``array``: the script is a job array whose tasks start the search's chains (each runs its chain's script).
+    """
     profile = profile.for_constraint(spec.constraint)
     layout = spec_layout(spec, profile)
     sched = scheduler_class(profile.scheduler)
@@ -214,12 +253,18 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path) -> dict
         "python": python,
         "nnlo": nnlo,
         "launch": shlex.join(layout["launcher"]),
+        "participant": participant,
+        "participant_var": ENV_PARTICIPANT,
+        "array": _array_context(array, profile),
+        "script_file": SCRIPT_FILE,
     }
 
 
-def render_script(spec: RunSpec, profile: Profile, run_dir: str | Path) -> str:
-    """The batch script of ``spec`` on ``profile``, whose jobs work in ``run_dir``."""
-    ctx = render_context(spec, profile, run_dir)
+def render_script(spec: RunSpec, profile: Profile, run_dir: str | Path, *, participant: str | None = None,
+                  array: ArrayPlan | None = None) -> str:
+    """The batch script of ``spec`` on ``profile``, whose jobs work in ``run_dir`` (see :func:`render_context`
+    for ``participant`` and ``array``)."""
+    ctx = render_context(spec, profile, run_dir, participant=participant, array=array)
     try:
         return _environment().get_template(profile.template_name).render(**ctx)
     except jinja2.TemplateNotFound as e:

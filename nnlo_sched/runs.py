@@ -212,11 +212,8 @@ def new_run_dir(run_dir: Path) -> Path:
     return path
 
 
-def create_run(spec: RunSpec, profile: Profile, home: Path | None = None, run_dir: Path | None = None) -> Run:
-    """Make the run directory (``run_dir``, or a new one under ``home``): spec, rendered script, logs folder
-    and a fresh state record."""
-    from nnlo_sched.render import render_script
-
+def make_run_dir(name: str, home: Path | None = None, run_dir: Path | None = None) -> tuple[Path, str]:
+    """A new, empty run directory (``run_dir``, or a fresh ``<name>-<time>-<hex>`` under ``home``) and its id."""
     if run_dir is not None:
         run_dir = new_run_dir(run_dir)
         try:
@@ -231,7 +228,7 @@ def create_run(spec: RunSpec, profile: Profile, home: Path | None = None, run_di
         except OSError as e:
             raise ConfigError(f"cannot create the runs directory {home} ({e.strerror}); set NNLO_HOME") from None
         for _ in range(10):
-            run_id = new_run_id(spec.name)
+            run_id = new_run_id(name)
             run_dir = home / run_id
             try:
                 run_dir.mkdir()
@@ -240,14 +237,26 @@ def create_run(spec: RunSpec, profile: Profile, home: Path | None = None, run_di
                 continue
         else:  # pragma: no cover - 10 collisions of 16 random bits in one second
             raise ConfigError(f"cannot find a free run id under {home}")
+    return run_dir, run_id
+
+
+def create_run(spec: RunSpec, profile: Profile, home: Path | None = None, run_dir: Path | None = None, *,
+               participant: str | None = None, search_dir: Path | None = None) -> Run:
+    """Make the run directory (``run_dir``, or a new one under ``home``): spec, rendered script, logs folder
+    and a fresh state record. ``participant`` and ``search_dir``: the run is a chain of that search run
+    (:mod:`nnlo_sched.search`), its jobs taking part as ``participant``."""
+    from nnlo_sched.render import render_script
+
+    run_dir, run_id = make_run_dir(spec.name, home, run_dir)
     (run_dir / LOG_DIR).mkdir()
-    script = render_script(spec, profile, run_dir)
+    script = render_script(spec, profile, run_dir, participant=participant)
     write_json_atomic(run_dir / SPEC_FILE, spec.to_dict())
     (run_dir / SCRIPT_FILE).write_text(script)
     (run_dir / SCRIPT_FILE).chmod(0o755)
     env = {k: os.environ[k] for k in CARRIED_ENV if os.environ.get(k)}
     write_state(run_dir, RunState(run_id=run_id, name=spec.name, cluster=profile.name,
-                                  scheduler=profile.scheduler, state=QUEUED, env=env))
+                                  scheduler=profile.scheduler, state=QUEUED, env=env, participant=participant,
+                                  search_dir=str(search_dir) if search_dir is not None else None))
     return Run(run_id, run_dir)
 
 

@@ -84,6 +84,19 @@ class RunState:
     resumes: int = 0  # times ``nnlo resume`` restarted the chain (each gives a fresh max_resubmits budget)
     chain_start: int = 0  # index in ``jobs`` where the current chain (after the last resume) begins
     env: dict[str, str] = field(default_factory=dict)  # profile search path etc. needed inside jobs
+    # -- one search across many jobs (docs/chains.md, "Many jobs, one search") -----------------------------
+    #: a search run: the names of its chains, each an ordinary run directory under ``chains/``; its own
+    #: ``jobs`` stay empty (the chains hold them)
+    chains: list[str] = field(default_factory=list)
+    #: a chain of a search run: that run's directory (the search's shared ``--output``) ...
+    search_dir: str | None = None
+    #: ... and the participant name its jobs run as (``NNLO_PARTICIPANT``)
+    participant: str | None = None
+
+    @property
+    def is_search(self) -> bool:
+        """A run of many chains sharing one search (``nnlo submit --jobs K``)."""
+        return bool(self.chains)
 
     def job(self, job_id: str) -> JobRecord | None:
         for j in self.jobs:
@@ -146,6 +159,8 @@ def _is_env(v: Any) -> bool:
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: a chain's folder name under a search run's ``chains/`` (never a path: no ``/``, never ``.`` or ``..``)
+CHAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 # field -> (check, what it must be, required); one table per record, so every reader gets the same rules
 _Check = tuple[Callable[[Any], bool], str, bool]
 _STR: _Check = (lambda v: isinstance(v, str), "a string", True)
@@ -161,6 +176,9 @@ _RUN_FIELDS: dict[str, _Check] = {
     "state": (_STR[0], _STR[1], False), "created_at": (_NUM[0], _NUM[1], False),
     "updated_at": (_NUM[0], _NUM[1], False), "error": _OPT_STR, "resumes": _COUNT, "chain_start": _COUNT,
     "env": (_is_env, "an object of environment variable names to strings", False),
+    "chains": (lambda v: isinstance(v, list) and all(isinstance(c, str) and CHAIN_NAME.fullmatch(c) for c in v),
+               "a list of chain names (letters, digits, _ . -)", False),
+    "search_dir": _OPT_STR, "participant": _OPT_STR,
 }
 _JOB_FIELDS: dict[str, _Check] = {
     "job_id": _TEXT, "submitted_at": _NUM, "depends_on": _OPT_STR, "status": (_TEXT[0], _TEXT[1], False),

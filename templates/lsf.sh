@@ -1,6 +1,7 @@
 {% extends "base.sh" %}
 {% block directives %}
-#BSUB -J {{ job_name | d }}
+#BSUB -J {{ job_name | d }}{% if array %}[{{ array.range | d }}]{% endif %}
+
 {% if account %}
 #BSUB -P {{ account | d }}
 {% endif %}
@@ -9,8 +10,13 @@
 {% if queue %}
 #BSUB -q {{ queue | d }}
 {% endif %}
+{% if array %}
+#BSUB -o {{ log_dir | d }}/array-%J_%I.out
+#BSUB -e {{ log_dir | d }}/array-%J_%I.out
+{% else %}
 #BSUB -o {{ log_dir | d }}/job-%J.out
 #BSUB -e {{ log_dir | d }}/job-%J.out
+{% endif %}
 {% if signal %}
 #BSUB -wa {{ signal }}
 #BSUB -wt {{ lsf_warning }}

@@ -5,6 +5,9 @@
 #PBS -A {{ account | d }}
 {% endif %}
 #PBS -l walltime={{ pbs_walltime }}
+{% if array %}
+#PBS -J {{ array.range | d }}
+{% endif %}
 #PBS -l nodes={{ nodes }}
 {% if queue %}
 #PBS -q {{ queue | d }}

@@ -24,8 +24,14 @@
 {% if signal %}
 #SBATCH --signal=B:{{ signal }}@{{ signal_lead_s }}
 {% endif %}
+{% if array %}
+#SBATCH --array={{ array.range | d }}
+#SBATCH --output={{ log_dir | d }}/array-%A_%a.out
+#SBATCH --error={{ log_dir | d }}/array-%A_%a.out
+{% else %}
 #SBATCH --output={{ log_dir | d }}/job-%j.out
 #SBATCH --error={{ log_dir | d }}/job-%j.out
+{% endif %}
 {% block site_directives %}{% endblock %}
 {% for line in directives %}
 {{ line }}

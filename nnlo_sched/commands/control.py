@@ -26,24 +26,30 @@ def cancel_command(run: str) -> None:
     from nnlo_sched import api
 
     r = api.check_cancel(run)
+    if api.is_search(r):
+        click.echo(f"cancelling search {r.id} and all its chains ({r.dir})")
+        ids = api.cancel(r)
+        click.echo(f"cancelled search {r.id}" + (f" (job {', '.join(ids)})" if ids else
+                                                 " (no job was queued or running)"))
+        return
     click.echo(f"cancelling run {r.id} ({r.dir})")
     ids = api.cancel(r)
     click.echo(f"cancelled run {r.id}" + (f" (job {', '.join(ids)})" if ids else " (no job was queued or running)"))
 
 
-def _check_cancel(run_dir: Path) -> None:
-    """Refuse, before anything changes, a cancel the scheduler could not do (:func:`nnlo_sched.api.check_cancel`)."""
-    from nnlo_sched import api
-
-    api.check_cancel(run_dir)
-
-
 def _log_files(run_dir: Path) -> list[Path]:
-    """The run's job logs in chain order (the state's job order; stray files after, by time)."""
+    """The run's job logs in chain order (the state's job order; stray files after, by time); for a search,
+    every chain's in turn, then the job array's own logs."""
     from nnlo_sched.chain import job_logs
     from nnlo_sched.state import read_state
 
-    ordered = [p for j in read_state(run_dir).jobs for p in job_logs(run_dir, j.job_id)]
+    st = read_state(run_dir)
+    if st.is_search:
+        from nnlo_sched.search import chain_runs
+
+        found = [p for c in chain_runs(run_dir, st) if (c.dir / "state.json").exists() for p in _log_files(c.dir)]
+        return found + sorted((run_dir / "logs").glob("array-*.out"), key=lambda p: p.stat().st_mtime)
+    ordered = [p for j in st.jobs for p in job_logs(run_dir, j.job_id)]
     seen = set(ordered)
     extra = sorted((p for p in (run_dir / "logs").glob("job-*.out") if p not in seen),
                    key=lambda p: p.stat().st_mtime)
@@ -72,16 +78,24 @@ def logs_command(run: str, follow: bool, job_id: str | None, interval: float) ->
     from nnlo_sched.state import ACTIVE_STATES, read_state
 
     r = find_run(run)
+    job_dir = r.dir  # the run directory holding --job's log (a search: that job's chain)
     if job_id is not None:
-        known = read_state(r.dir).job_ids
+        known = _job_ids(r.dir)
+        job_dir = known.get(job_id, r.dir)
         if job_id not in known:
             raise click.UsageError(f"run {r.id} has no job {job_id!r}; its jobs: {', '.join(known) or 'none yet'}")
+    from nnlo_sched.search import search_state
+
+    def is_active() -> bool:
+        if read_state(r.dir).is_search:
+            return search_state(r.dir)[0] in ACTIVE_STATES
+        return read_state(r.dir).state in ACTIVE_STATES
     offsets: dict[Path, int] = {}
     current: Path | None = None
 
     def show_new() -> None:
         nonlocal current
-        files = job_logs(r.dir, job_id) if job_id else _log_files(r.dir)
+        files = job_logs(job_dir, job_id) if job_id else _log_files(r.dir)
         for p in files:
             if not p.exists():
                 continue
@@ -93,16 +107,29 @@ def logs_command(run: str, follow: bool, job_id: str | None, interval: float) ->
                 offsets[p] = _copy(p, offsets.get(p, 0))
 
     show_new()
-    if job_id and not job_logs(r.dir, job_id) and not follow:
+    if job_id and not job_logs(job_dir, job_id) and not follow:
         raise click.UsageError(f"run {r.id} has no log for job {job_id} (yet)")
     if not offsets and not follow:
         click.echo(f"run {r.id} has no job log yet (state {read_state(r.dir).state})", err=True)
     while follow:
-        active = read_state(r.dir).state in ACTIVE_STATES
+        active = is_active()
         time.sleep(interval)
         show_new()
         if not active:
             return
+
+
+def _job_ids(run_dir: Path) -> dict[str, Path]:
+    """Every job id of the run (a search: of all its chains) -> the run directory that holds its log."""
+    from nnlo_sched.state import read_state
+
+    st = read_state(run_dir)
+    if not st.is_search:
+        return {j: run_dir for j in st.job_ids}
+    from nnlo_sched.search import chain_runs
+
+    return {j: c.dir for c in chain_runs(run_dir, st) if (c.dir / "state.json").exists()
+            for j in read_state(c.dir).job_ids}
 
 
 @click.command("resume", context_settings=dict(ignore_unknown_options=True))
@@ -117,10 +144,18 @@ def resume_command(run: str, force: bool, options: tuple[str, ...]) -> None:
     `nnlo resume RUN --epochs 50` (more epochs) or `--target-metric val_accuracy,>,0.99`; options that
     change the run's shape (ranks, masters, blocks) need a new submission.
     """
+    from nnlo_sched import api
     from nnlo_sched.chain import resume_run
     from nnlo_sched.runs import find_run
 
     r = find_run(run, changes=True)
+    if api.is_search(r):
+        from nnlo_sched.search import resume_search
+
+        click.echo(f"resuming search {r.id} ({r.dir})")
+        for chain, job in resume_search(r.dir, options=list(options)):
+            click.echo(f"resumed chain {chain} as job {job}")
+        return
     click.echo(f"resuming run {r.id} ({r.dir})")
     job = resume_run(r.dir, force=force, options=list(options))
     if options:

@@ -7,6 +7,7 @@ rather than failing the command. A run the record calls active but whose jobs ha
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shlex
@@ -96,6 +97,8 @@ def run_view(run: Any, answers: dict[str, dict[str, Any]], reconcile: bool = Tru
     from nnlo_sched.runs import load_spec, load_state
 
     st = load_state(run.dir)
+    if st.is_search:
+        return search_view(run, st, answers, reconcile)
     infos = _answers_for(answers, st.scheduler, run.dir)
     if reconcile and st.state in ACTIVE_STATES:
         st = reconcile_run(run.dir, infos)
@@ -126,6 +129,47 @@ def run_view(run: Any, answers: dict[str, dict[str, Any]], reconcile: bool = Tru
     }
 
 
+def search_view(run: Any, st: Any, answers: dict[str, dict[str, Any]], reconcile: bool = True) -> dict[str, Any]:
+    """A search run of many chains as one run: its chains (each an ordinary run's view), all their jobs, the
+    trials done / running / leased / failed (journal, else trials.csv) and the best figure of merit."""
+    from nnlo.errors import NnloError
+    from nnlo_sched.runs import load_spec
+    from nnlo_sched.search import chain_runs, participants_running, search_state, trial_counts
+
+    chains = []
+    for c in chain_runs(run.dir, st):
+        try:
+            chains.append(run_view(c, answers, reconcile))
+        except NnloError as e:
+            chains.append(damaged_view(c, str(e)))
+    state, error = search_state(run.dir)
+    spec = load_spec(run.dir)
+    counts = trial_counts(run.dir, spec, participants_running(run.dir))
+    best = _read_json(Path(run.dir) / BEST_FILE)
+    best = best if isinstance(best, dict) else {}
+    jobs = [dict(j, chain=c["run_id"].rsplit("/", 1)[-1]) for c in chains for j in c["jobs"]]
+    started = [j["started_at"] for j in jobs if j["started_at"]]
+    ended = [j["ended_at"] for j in jobs if j["ended_at"]]
+    elapsed = None
+    if started:
+        end = time.time() if state in ACTIVE_STATES or not ended else max(ended)
+        elapsed = max(0.0, end - min(started))
+    return {
+        "run_id": run.id, "name": st.name, "search": True,
+        "cluster": ",".join(dict.fromkeys(c["cluster"] for c in chains)) or st.cluster,
+        "scheduler": ",".join(dict.fromkeys(c["scheduler"] for c in chains)) or st.scheduler,
+        "state": state, "error": error, "dir": str(run.dir), "jobs": jobs, "chains": chains,
+        "progress": {"epoch": None, "epochs": None, "trials_done": counts.done, "trials_total": counts.total,
+                     "trials_failed": counts.failed, "trials_leased": counts.leased,
+                     "trials_running": counts.running, "trials_source": counts.source,
+                     "best": best.get("best_fom"), "best_name": best.get("fom_name")},
+        "elapsed_s": elapsed, "created_at": st.created_at, "walltime_s": spec.walltime_s,
+        "max_resubmits": spec.max_resubmits, "kind": spec.kind,
+        "retries": sum(c.get("retries", 0) for c in chains), "max_retries": spec.max_retries,
+        "command": ["nnlo", spec.kind, *spec.args],
+    }
+
+
 # -- text ------------------------------------------------------------------------------------------
 def _fmt_elapsed(seconds: float | None) -> str:
     if seconds is None:
@@ -146,11 +190,16 @@ def _fmt_progress(p: dict[str, Any]) -> str:
     if p["epoch"] is not None:
         return f"epoch {p['epoch']}" + (f"/{p['epochs']}" if p["epochs"] else "")
     if p["trials_done"] is not None:
-        return f"{p['trials_done']}" + (f"/{p['trials_total']}" if p["trials_total"] else "") + " trials"
+        text = f"{p['trials_done']}" + (f"/{p['trials_total']}" if p["trials_total"] else "") + " trials"
+        extra = [f"{p[k]} {k.split('_')[1]}" for k in ("trials_running", "trials_leased", "trials_failed")
+                 if p.get(k)]
+        return text + (f" ({', '.join(extra)})" if extra else "")
     return "-"
 
 
 def _fmt_jobs(view: dict[str, Any], limit: int = 4) -> str:
+    if view.get("chains"):  # a search: each chain's jobs, c0:812>813* c1:814*>815…
+        return " ".join(f"{c['run_id'].rsplit('/', 1)[-1]}:{_fmt_jobs(c, 3)}" for c in view["chains"])
     parts = []
     for j in view["jobs"]:
         mark = _JOB_MARK.get(j["status"], "")
@@ -175,9 +224,30 @@ def table(views: list[dict[str, Any]]) -> str:
     return "\n".join(lines + errors)
 
 
+def search_detail(v: dict[str, Any]) -> str:
+    p = v["progress"]
+    lines = [
+        f"search    {v['run_id']}  ({len(v['chains'])} chain(s) sharing one search, {v['name']})",
+        f"dir       {v['dir']}",
+        f"command   {shlex.join(v['command'])}",
+        f"state     {v['state']}" + (f": {v['error']}" if v["error"] else ""),
+        f"trials    {_fmt_progress(p)}" + (f" (from {p['trials_source']})" if p.get("trials_source") else "")
+        + (f"; best {p['best_name']} {_fmt_num(p['best'])}" if p["best"] is not None else ""),
+        f"elapsed   {_fmt_elapsed(v['elapsed_s'])}",
+    ]
+    for c in v["chains"]:
+        lines.append("")
+        lines.append(f"chain {c['run_id'].rsplit('/', 1)[-1]}: {c['state']} on {c['cluster']}"
+                     + (f": {c['error']}" if c.get("error") and c["state"] != "done" else ""))
+        lines.extend("  " + ln for ln in detail(c).splitlines()[7:])  # its jobs (and a failed job's log)
+    return "\n".join(lines)
+
+
 def detail(v: dict[str, Any]) -> str:
     from nnlo_sched.chain import log_tail
 
+    if v.get("search"):
+        return search_detail(v)
     p = v["progress"]
     lines = [
         f"run       {v['run_id']}  ({v['kind']}, {v['name']})",
@@ -228,12 +298,19 @@ def collect(ref: str | None) -> list[dict[str, Any]]:
     damaged: dict[str, str] = {}
     for run in runs:
         try:
-            checked.append((run, load_state(run.dir)))
+            st = load_state(run.dir)
+            checked.append((run, st))
             load_spec(run.dir)
+            if st.is_search:  # its chains' jobs are asked for in the same one call per batch system
+                from nnlo_sched.search import chain_runs
+
+                for chain in chain_runs(run.dir, st):
+                    with contextlib.suppress(NnloError):
+                        checked.append((chain, load_state(chain.dir)))
         except NnloError as e:
             if ref:
                 raise
-            checked = [c for c in checked if c[0] is not run]
+            checked = [c for c in checked if c[0] is not run and not str(c[0].dir).startswith(f"{run.dir}/")]
             damaged[run.id] = str(e)
     answers = _query_all(checked)
     views = []

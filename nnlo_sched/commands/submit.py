@@ -187,11 +187,20 @@ def check_site_run_home(profile: Profile, account: str | None, target: Path) -> 
 @click.option("--run-dir", type=str, default=None, metavar="DIR",
               callback=lambda c, p, v: None if v is None else Path(v),
               help="Run directory (default: chosen under $NNLO_HOME or ./nnlo-runs).")
+@click.option("--jobs", "-j", "jobs", type=click.IntRange(min=1, max=1000), default=None, metavar="K",
+              help="One search across K concurrent chains of jobs sharing its state (optimize only); each chain "
+                   "resubmits itself after its walltime.")
+@click.option("--array/--no-array", "array", default=None,
+              help="Start the --jobs chains as one job array (default: where the scheduler has arrays; PBS "
+                   "needs K >= 2) or as K separate jobs.")
+@click.option("--join", "join", default=None, metavar="RUN",
+              help="Add one chain on --cluster (another partition or cluster seeing the same file system) to "
+                   "the search run RUN; the optimize options, if given, must match the search's.")
 @click.option("--dry-run", is_flag=True, help="Print the batch script and the submit command; change nothing.")
 @click.option("--no-check", is_flag=True,
               help="Skip the checks of the model, data, --space and --restore paths before queueing (for "
                    "paths that only the compute nodes see).")
-@click.argument("kind", metavar="{train|optimize}")
+@click.argument("kind", metavar="{train|optimize}", required=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def submit_command(
     cluster: str | None,
@@ -208,9 +217,12 @@ def submit_command(
     max_retries: int,
     directives: tuple[str, ...],
     run_dir: Path | None,
+    jobs: int | None,
+    array: bool | None,
+    join: str | None,
     dry_run: bool,
     no_check: bool,
-    kind: str,
+    kind: str | None,
     args: tuple[str, ...],
 ) -> None:
     """Submit `nnlo train ...` or `nnlo optimize ...` as a batch job on a cluster.
@@ -220,6 +232,8 @@ def submit_command(
       nnlo submit --cluster summit -A ABC123 --nodes 10 -t 2h train --model m.py --train t.list --val v.list
       nnlo submit --cluster daint -A s123 --blocks 4 --dry-run optimize --block-size 3 --model m.py
       nnlo submit --cluster local --workers 2 --dry-run train --model m.py --train t.list --val v.list
+      nnlo submit --cluster daint -A s123 --jobs 4 -t 2h optimize --model m.py --num-iterations 200
+      nnlo submit --join SEARCH --cluster daint-mc -A s123 -t 4h
     """
     from nnlo_sched.checks import check_run, check_run_home, skipped_checks
     from nnlo_sched.layout import layout_for_spec
@@ -229,6 +243,22 @@ def submit_command(
     from nnlo_sched.schedulers import get_scheduler
     from nnlo_sched.spec import RunSpec
 
+    if join is not None:
+        _check_join_options(jobs, array, run_dir, kind)
+        search_run = _find_search(join)
+        if kind is None:
+            kind, args = "optimize", tuple(search_run.spec.args)
+            inner_given = False
+        else:
+            inner_given = True
+    elif kind is None:
+        raise ConfigError(f"nnlo submit needs the word train or optimize and the run's options; type: "
+                          f"{_command_line([*_typed_before(0), 'optimize', '--model', 'MODEL.py'])}")
+    if jobs is not None and kind == "train":
+        raise ConfigError("--jobs runs one search across many jobs and needs optimize, not train (a training "
+                          "is one chain; give it more --nodes)")
+    if array is not None and jobs is None:
+        raise ConfigError(f"--{'' if array else 'no-'}array goes with --jobs K (the chains of one search)")
     _check_kind(kind, args)
     inner = _parse_inner(kind, args)
     if not cluster:
@@ -261,6 +291,12 @@ def submit_command(
             f"queue {queue_obj.name!r} of {profile.name} forbids job chaining; "
             "pass --max-resubmits 0 or use another --queue"
         )
+    if jobs is not None or join is not None:
+        from nnlo_sched.search import check_search_args, use_array
+
+        check_search_args(spec.args)
+        if jobs is not None:
+            use_array(profile, jobs, array)
     layout = layout_for_spec(spec, profile, spec.shape)
     spec.layout = layout.to_dict(ranks=False)
     # the same checks of the run directory for a dry run as for a real one
@@ -278,6 +314,34 @@ def submit_command(
     for note in filter(None, notes):
         click.echo(f"nnlo: note: {note}", err=True)
 
+    if dry_run and join is not None:
+        from nnlo_sched.search import joining_spec
+
+        one = joining_spec(search_run, spec, profile, inner_given=inner_given)
+        chain_dir = search_run.dir / "chains" / "cN"
+        click.echo(render_script(one, profile, chain_dir, participant="cN"), nl=False)
+        argv = get_scheduler(profile.scheduler, chain_dir).submit_argv(chain_dir / SCRIPT_FILE)
+        click.echo(f"# --- dry run: nothing was written or submitted; the chain would join search {search_run.id} "
+                   "as its next free cN ---")
+        click.echo(f"# submit command: {shlex.join(argv)}")
+        return
+    if dry_run and jobs is not None:
+        from nnlo_sched.search import ARRAY_SCRIPT, chain_names, chain_spec, render_array, use_array
+
+        arrayed = use_array(profile, jobs, array)
+        names = chain_names(profile.scheduler, jobs, None if arrayed else 0)
+        script = (render_array(spec, profile, shown_dir, names) if arrayed else
+                  render_script(chain_spec(spec, shown_dir), profile, shown_dir / "chains" / names[0],
+                                participant=names[0]))
+        target = shown_dir / (ARRAY_SCRIPT if arrayed else f"chains/{names[0]}/{SCRIPT_FILE}")
+        argv = get_scheduler(profile.scheduler, shown_dir).submit_argv(target)
+        click.echo(script, nl=False)
+        click.echo("# --- dry run: nothing was written or submitted ---")
+        click.echo(f"# search run directory: {shlex.quote(str(shown_dir))}; {jobs} chain(s) "
+                   f"{', '.join(names)}" + (", started as one job array" if arrayed else
+                                             f", each submitted like {names[0]}'s script above"))
+        click.echo(f"# submit command: {shlex.join(argv)}")
+        return
     if dry_run:
         argv = get_scheduler(profile.scheduler, shown_dir).submit_argv(shown_dir / SCRIPT_FILE)
         click.echo(script, nl=False)
@@ -286,11 +350,45 @@ def submit_command(
                    + ("" if run_dir else " (the real one gets a unique name at submission)"))
         click.echo(f"# submit command: {shlex.join(argv)}")
         return
+    if join is not None:
+        from nnlo_sched.search import join_search
+
+        chain, job = join_search(search_run, spec, profile, inner_given=inner_given)
+        click.echo(f"joined search {search_run.id}: chain {chain} on {profile.name} as job {job} "
+                   f"({search_run.dir / 'chains' / chain})")
+        sys.stdout.flush()
+        return
+    if jobs is not None:
+        from nnlo_sched.search import chain_runs, submit_search
+
+        run = submit_search(spec, profile, jobs, array=array, run_dir=run_dir)
+        shown = ", ".join(f"{c.dir.name}={c.job_id}" for c in chain_runs(run.dir))
+        click.echo(f"submitted search {run.id} as {jobs} chain(s): {shown} ({run.dir})")
+        sys.stdout.flush()
+        return
     from nnlo_sched.runs import submit_run
 
     run = submit_run(spec, profile, run_dir=run_dir)
     click.echo(f"submitted run {run.id} as job {run.job_id} ({run.dir})")
     sys.stdout.flush()
+
+
+def _check_join_options(jobs: int | None, array: bool | None, run_dir: Path | None, kind: str | None) -> None:
+    if jobs is not None or array is not None:
+        raise ConfigError("--join adds one chain to a search; leave out --jobs/--array (join again for more)")
+    if run_dir is not None:
+        raise ConfigError("--join adds a chain inside the search's run directory; leave out --run-dir")
+    if kind == "train":
+        raise ConfigError("--join adds a chain to a search (optimize); a training cannot be joined")
+
+
+def _find_search(ref: str) -> Any:
+    from nnlo_sched.runs import find_run
+    from nnlo_sched.search import check_joinable
+
+    run = find_run(ref, changes=True)
+    check_joinable(run)
+    return run
 
 
 command = submit_command

@@ -84,6 +84,16 @@ class Scheduler(ABC):
     takes_constraint: bool = False
     warns_before_walltime: bool = True
     job_name_max: int = 64
+    #: job arrays (``nnlo submit --jobs K``): whether the batch system has them, the first index, the fewest
+    #: tasks an array may have, the variable holding a task's index inside it, the shell expression of a
+    #: task's own job id (what :meth:`current_job_id` returns there), and the variables a task's environment
+    #: carries that a job submitted from inside it must not inherit (it would take itself for a task)
+    has_arrays: bool = False
+    array_first_index: int = 0
+    array_min_tasks: int = 1
+    array_index_var: str = ""
+    array_job_id_expr: str = ""
+    array_env_vars: tuple[str, ...] = ()
 
     def submit(self, script: Path, *, depends_on: str | None, walltime_s: int, cwd: Path | None = None,
                env: Mapping[str, str] | None = None) -> str:
@@ -91,6 +101,8 @@ class Scheduler(ABC):
         job's id (SchedulerError, one line, if it fails). A batch script's directives carry the walltime, so
         only the local scheduler reads ``walltime_s``."""
         argv = self.submit_argv(script, depends_on)
+        if env is None and any(v in os.environ for v in self.array_env_vars):  # submitted from an array task
+            env = {k: v for k, v in os.environ.items() if k not in self.array_env_vars}
         require_program(self.submit_program, what="submit", env=env)
         try:
             out = run_program(argv, cwd=cwd, env=env, what="submit", name=self.submit_program)
@@ -156,9 +168,25 @@ class Scheduler(ABC):
         if ids:
             cancel_tolerant(self.cancel_program, ids, self.cancel_harmless)
 
+    def array_task_id(self, array_id: str, index: int) -> str:
+        """The job id of task ``index`` of the array the submit program called ``array_id``."""
+        raise SchedulerError(f"{self.name} has no job arrays in nnlo")
+
+    def array_directive_range(self, first: int, last: int) -> str:
+        """The index range of an array of tasks ``first``..``last`` as the directive takes it."""
+        return f"{first}-{last}"
+
+    def _array_job_id(self, environ: Mapping[str, str]) -> str | None:
+        """Inside an array task: its own job id (None elsewhere)."""
+        return None
+
     def current_job_id(self, environ: Mapping[str, str] | None = None) -> str | None:
-        """The id of the job this process runs in, from the scheduler's environment."""
+        """The id of the job this process runs in, from the scheduler's environment (an array task's own id,
+        ``123_4`` / ``123[4]``, inside an array)."""
         environ = os.environ if environ is None else environ
+        task = self._array_job_id(environ)
+        if task is not None:
+            return task
         for var in self.job_id_vars:
             if environ.get(var):
                 return environ[var]

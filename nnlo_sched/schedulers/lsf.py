@@ -12,6 +12,7 @@ banner, an error page), in which case jobs missing from it are ``UNKNOWN``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from nnlo_sched.schedulers.base import (
@@ -32,6 +33,7 @@ _STATES = {"PEND": PENDING, "PSUSP": PENDING, "WAIT": PENDING, "RUN": RUNNING, "
            "SSUSP": RUNNING, "PROV": RUNNING, "DONE": COMPLETED, "EXIT": FAILED, "UNKWN": UNKNOWN,
            "ZOMBI": UNKNOWN}
 _SUBMITTED = re.compile(r"Job <(\d+)> is submitted")
+_ELEMENT = re.compile(r"\[([1-9][0-9]*)\]$")
 #: ``123`` or an array element ``123[4]``; 0 is not a job but "all of the user's jobs" to bkill
 _JOB_ID = re.compile(r"[1-9][0-9]*(?:\[[1-9][0-9]*\])?")
 
@@ -43,6 +45,18 @@ class LsfScheduler(Scheduler):
     submit_program, submit_pattern = "bsub", _SUBMITTED
     cancel_program, cancel_harmless = "bkill", ('already finished', 'No matching job', 'is not found')
     directive_prefix, account_flag = "#BSUB", "bsub -P"
+    # -J "name[1-K]"; an element is JOBID[IDX] (bkill, bjobs and -w 'ended(JOBID[IDX])' take it); LSB_JOBINDEX
+    # is 0 outside an array
+    has_arrays, array_first_index, array_index_var = True, 1, "LSB_JOBINDEX"
+    array_job_id_expr = "${LSB_JOBID}[${LSB_JOBINDEX}]"
+    array_env_vars = ("LSB_JOBINDEX", "LSB_JOBINDEX_END", "LSB_JOBINDEX_STEP")
+
+    def array_task_id(self, array_id: str, index: int) -> str:
+        return self.check_job_id(f"{array_id}[{index}]")
+
+    def _array_job_id(self, environ: Mapping[str, str]) -> str | None:
+        job, index = environ.get("LSB_JOBID", ""), environ.get("LSB_JOBINDEX", "")
+        return f"{job}[{index}]" if job and index not in ("", "0") else None
 
     def submit_argv(self, script: Path, depends_on: str | None = None) -> list[str]:
         """``sh -c 'exec bsub "$@" < "$0"' SCRIPT [-w 'ended(ID)']`` (prints ``Job <ID> is submitted ...``)."""
@@ -71,8 +85,14 @@ class LsfScheduler(Scheduler):
                 continue
             if len(cols) <= max(i_id, i_stat) or not self.job_id_syntax.fullmatch(cols[i_id]):
                 garbage = garbage or line.strip()  # a banner or an error page: absence proves nothing
-            elif cols[i_id] in ids:
-                found[cols[i_id]] = JobInfo(cols[i_id], _STATES.get(cols[i_stat], UNKNOWN), cols[i_stat])
+            else:
+                key = cols[i_id]
+                # the name column moves left when EXEC_HOST is blank (a pending job): look past STAT
+                element = next((m for c in cols[i_stat + 1:] if (m := _ELEMENT.search(c))), None)
+                if element is not None and f"{key}[{element.group(1)}]" in ids:
+                    key = f"{key}[{element.group(1)}]"  # an array element: JOBID 123, JOB_NAME name[4]
+                if key in ids:
+                    found[key] = JobInfo(key, _STATES.get(cols[i_stat], UNKNOWN), cols[i_stat])
         for j in ids:
             found.setdefault(j, JobInfo(j, UNKNOWN, "", f"bjobs printed unreadable output: {one_line(garbage, 120)!r}")
                              if garbage else JobInfo(j, ENDED, "", "not found by bjobs"))

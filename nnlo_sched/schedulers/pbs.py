@@ -44,6 +44,15 @@ class PbsScheduler(Scheduler):
     cancel_program, cancel_harmless = "qdel", ('Unknown Job Id', 'already', 'finished')
     # no signal before the walltime: the runtime's clock is what stops the job in time
     directive_prefix, account_flag, warns_before_walltime, job_name_max = "#PBS", "#PBS -A", False, 15
+    # PBS Pro: -J 1-K (at least two tasks); qsub prints 123[].server, a subjob is 123[4].server and its
+    # PBS_JOBID says so; PBS_ARRAY_INDEX is its index
+    has_arrays, array_first_index, array_min_tasks, array_index_var = True, 1, 2, "PBS_ARRAY_INDEX"
+    array_job_id_expr = "${PBS_JOBID}"
+    array_env_vars = ("PBS_ARRAY_INDEX", "PBS_ARRAY_ID")
+
+    def array_task_id(self, array_id: str, index: int) -> str:
+        head, _, server = array_id.partition(".")
+        return self.check_job_id(f"{head.removesuffix('[]')}[{index}]" + (f".{server}" if server else ""))
 
     def submit_argv(self, script: Path, depends_on: str | None = None) -> list[str]:
         """``qsub [-W depend=afterany:ID] SCRIPT`` with the full id (prints ``ID.server``)."""

@@ -12,7 +12,7 @@ format asked for (a maintenance banner, an HTML error page from a REST proxy), t
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from nnlo_sched.schedulers.base import (
@@ -58,6 +58,18 @@ class SlurmScheduler(Scheduler):
     submit_program, submit_pattern = "sbatch", _SUBMITTED
     cancel_program, cancel_harmless = "scancel", ('already completed', 'Invalid job id', 'Job/step already')
     directive_prefix, account_flag, takes_constraint = "#SBATCH", "--account", True
+    # sbatch --array=0-K-1; a task is JOBID_IDX, and --dependency=afterany:JOBID_IDX waits for that task alone
+    has_arrays, array_first_index, array_index_var = True, 0, "SLURM_ARRAY_TASK_ID"
+    array_job_id_expr = "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+    array_env_vars = ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN",
+                      "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_STEP")
+
+    def array_task_id(self, array_id: str, index: int) -> str:
+        return self.check_job_id(f"{array_id}_{index}")
+
+    def _array_job_id(self, environ: Mapping[str, str]) -> str | None:
+        job, task = environ.get("SLURM_ARRAY_JOB_ID", ""), environ.get("SLURM_ARRAY_TASK_ID", "")
+        return f"{job}_{task}" if job and task else None
 
     def submit_argv(self, script: Path, depends_on: str | None = None) -> list[str]:
         """``sbatch --parsable [--dependency=afterany:ID] SCRIPT`` (prints ``ID`` or ``ID;cluster``)."""
@@ -66,7 +78,7 @@ class SlurmScheduler(Scheduler):
 
     def _query(self, ids: list[str]) -> dict[str, JobInfo]:
         try:
-            proc = query_capture(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r"],
+            proc = query_capture(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r"],
                                  what="query jobs", answers=("Invalid job id",))
         except SchedulerError as e:
             return self.unknown(ids, str(e))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -47,12 +48,20 @@ class Jobs:
         self.lock.close()
 
 
+def _array(script: str, directive: str) -> range | None:
+    """The index range of a job array asked for in the script (``#BSUB -J name[1-3]``, ``#PBS -J 1-3``)."""
+    m = re.search(rf"^{directive}\s+\S*?\[?(\d+)-(\d+)\]?\s*$", script, re.MULTILINE)
+    return range(int(m.group(1)), int(m.group(2)) + 1) if m else None
+
+
 def bsub() -> int:
     script = sys.stdin.read()
     with Jobs() as db:
         jid = str(db["next"])
         db["next"] += 1
         db["jobs"][jid] = {"state": "PEND", "name": "nnlo", "args": ARGS}
+        for i in _array(script, "#BSUB -J") or ():  # an array: its elements are jobs JID[i] named name[i]
+            db["jobs"][f"{jid}[{i}]"] = {"state": "PEND", "name": f"nnlo[{i}]", "args": ARGS}
     record({"prog": "bsub", "args": ARGS, "script": script, "job": jid})
     print(f"Job <{jid}> is submitted to queue <batch>.")
     return 0
@@ -68,6 +77,7 @@ def bjobs() -> int:
         print("JOBID   USER    STAT  QUEUE      FROM_HOST   EXEC_HOST   JOB_NAME   SUBMIT_TIME")
         for j, info in known:
             exec_host = "batch1" if info["state"] in ("RUN", "DONE", "EXIT") else "-"
+            j = j.split("[")[0]  # bjobs prints an array element as JOBID 123, JOB_NAME name[4]
             print(f"{j:<7} root    {info['state']:<5} batch      login1      {exec_host:<11} {info['name']:<10} Nov 21 09:00")
     for j in missing:
         print(f"Job <{j}> is not found", file=sys.stderr)
@@ -95,7 +105,10 @@ def bkill() -> int:
 def qsub() -> int:
     script = Path(ARGS[-1]).read_text()
     with Jobs() as db:
-        jid = f"{db['next']}.pbs01"
+        array = _array(script, "#PBS -J")
+        jid = f"{db['next']}{'[]' if array else ''}.pbs01"
+        for i in array or ():  # PBS Pro: qsub prints 123[].server, the subjobs are 123[i].server
+            db["jobs"][f"{db['next']}[{i}].pbs01"] = {"state": "Q", "name": "nnlo", "args": ARGS}
         db["next"] += 1
         db["jobs"][jid] = {"state": "Q", "name": "nnlo", "args": ARGS}
     record({"prog": "qsub", "args": ARGS, "script": script, "job": jid})

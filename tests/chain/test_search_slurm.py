@@ -1,0 +1,102 @@
+"""Reliability of one search across many jobs on the private test Slurm: three concurrent chains started as a
+job array, each job's walltime short enough that every chain resubmits itself, and participants killed at
+random (``scancel``, once with SIGKILL so that no bookkeeping runs and a lease must expire). The search must
+finish with exactly the requested number of completed trials, no trial id twice, every result in the
+journal, and the final state equal to the one rebuilt from the journal.
+
+It runs the real ``nnlo optimize --shared`` (Branin through the objective hook, ranks started by mpirun).
+"""
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import nnlo, wait_for
+
+pytestmark = [pytest.mark.slurm]
+REPO = Path(__file__).resolve().parents[2]
+TRIALS = 42
+
+
+def _journal_results(path: Path) -> list[int]:
+    """The trial ids of the journal's result records, in order (the runtime's reader: checksums checked)."""
+    from nnlo.optimize.journal import read_journal
+
+    return [rec["id"] for rec in read_journal(path.parent)[0] if rec.get("kind") == "result"]
+
+
+def _rebuilt_matches(search_dir: Path) -> None:
+    """The final optimizer state equals the one rebuilt from the journal (the runtime's
+    ``rebuilt_engine_state``), and trials.csv holds exactly the journal's results."""
+    from nnlo.optimize.shared import rebuilt_engine_state
+
+    final = search_dir / "optimizer-state.json"
+    assert json.loads(final.read_text())["engine_state"] == rebuilt_engine_state(search_dir)
+    import csv
+
+    with open(search_dir / "trials.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    key = next(k for k in ("trial", "trial_id", "id") if rows and k in rows[0])
+    assert sorted(int(r[key]) for r in rows) == sorted(_journal_results(search_dir / "search-journal.jsonl"))
+
+
+@pytest.mark.timeout(400)
+def test_three_chains_with_random_kills_finish_the_search_exactly(slurm, chain_env, monkeypatch):
+    clusters = chain_env / "clusters"
+    (clusters / "srch.toml").write_text('scheduler = "slurm"\nlauncher = "mpirun"\nlauncher_command = "auto"\n'
+                                        f'cores_per_node = 3\nnodes = 1\npython = "{sys.executable}"\n')
+    monkeypatch.setenv("BRANIN_SLEEP", "1.5")  # sbatch passes the environment on to the jobs
+    inner = ["--model", str(REPO / "examples" / "branin.py"), "--hyper-opt", "random",
+             "--num-iterations", str(TRIALS), "--lease-timeout", "8", "--seed", "5"]
+    out = nnlo("submit", "--no-check", "--cluster", "srch", "--jobs", "3", "--walltime", "25s", "--name", "srch",
+               "--directive", "--oversubscribe",  # 3 jobs x 3 ranks on the 8 CPUs of the test node
+               "optimize", *inner).stdout
+    assert out.startswith("submitted search srch-"), out
+    run_id = out.split()[2]
+    search_dir = Path(json.loads(nnlo("status", run_id, "--json").stdout)["dir"])
+    assert "#SBATCH --array=0-2" in (search_dir / "array.sh").read_text()
+
+    def view() -> dict:
+        return json.loads(nnlo("status", run_id, "--json").stdout)
+
+    rng = random.Random(18)
+    kills: list[str] = []
+    last_kill = time.monotonic()
+    end = time.monotonic() + 330
+    while True:
+        v = view()
+        if v["state"] not in ("queued", "running", "resubmitting"):
+            break
+        assert time.monotonic() < end, f"the search did not end: {json.dumps(v)[-3000:]}"
+        running = [j["job_id"] for c in v["chains"] for j in c["jobs"]
+                   if j["status"] == "running" and j["started_at"] and time.time() - j["started_at"] > 6]
+        if len(kills) < 3 and running and time.monotonic() - last_kill > 8:
+            victim = rng.choice(running)
+            signal = ["-b", "-s", "KILL"] if len(kills) == 1 else []  # the batch shell: no `job end` runs
+            slurm.run("scancel", *signal, victim)
+            kills.append(victim)
+            last_kill = time.monotonic()
+        time.sleep(1.0)
+
+    assert v["state"] == "done", v["error"] + "\n" + nnlo("logs", run_id).stdout[-4000:]
+    assert len(kills) == 3
+    results = _journal_results(search_dir / "search-journal.jsonl")
+    assert len(results) == TRIALS and len(set(results)) == TRIALS, "exactly the budget, no trial id twice"
+    _rebuilt_matches(search_dir)
+    assert v["progress"]["trials_done"] == TRIALS
+    jobs = [j for c in v["chains"] for j in c["jobs"]]
+    started = [j for j in jobs if j["started_at"]]
+    assert {j["job_id"] for j in jobs[:1]} and any(j["status"] == "walltime" for j in started)
+    for c in v["chains"]:  # every chain went on after its walltime or its kill
+        assert c["state"] == "done" and sum(1 for j in c["jobs"] if j["started_at"]) >= 2, c
+        first = c["jobs"][0]["job_id"]
+        assert "_" in first  # an array task, and its successor waited for that task alone
+        assert c["jobs"][1]["depends_on"] == first
+    wait_for("every job to leave the queue", lambda: not slurm.run(
+        "squeue", "-h", "-j", ",".join(j["job_id"] for j in jobs), check=False).stdout.strip(), timeout=60)
+    line = next(ln for ln in nnlo("status").stdout.splitlines() if ln.startswith(run_id))
+    assert "done" in line and f"{TRIALS}/{TRIALS} trials" in line
