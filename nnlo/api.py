@@ -191,18 +191,12 @@ def train_config(config: TrainConfig | Mapping[str, Any] | None = None, **option
     return cfg.validate()
 
 
-def default_run_dir(config: TrainConfig, model_source: Any = None) -> str:
+def default_run_dir(config: TrainConfig) -> str:
     """Where a training writes without ``--checkpoint``: ``nnlo-runs/<trial name, else the model module's
-    get_name(), else the model file's stem (a model object: its name)>``."""
-    from nnlo.models import ObjectModelSource, model_name
+    get_name(), else the model file's stem; a model object: its name, :func:`nnlo.models.object_name`)>``."""
+    from nnlo.models import model_name
 
-    if config.trial_name:
-        name = config.trial_name
-    elif isinstance(model_source, ObjectModelSource):
-        name = model_source.name
-    else:
-        name = model_name(config.model)
-    return str(Path(DEFAULT_RUNS) / name)
+    return str(Path(DEFAULT_RUNS) / (config.trial_name or model_name(config.model)))
 
 
 def _data(value: Any, role: str) -> tuple[str | None, Any]:
@@ -304,7 +298,7 @@ def run_train(config: TrainConfig, inputs: RunInputs | None = None, *, comm: Any
 
         comm = MPI.COMM_WORLD
     inputs = inputs or RunInputs()
-    out_dir = config.checkpoint or default_run_dir(config, inputs.model)
+    out_dir = config.checkpoint or default_run_dir(config)
     result = train_in_group(comm, config, out_dir=out_dir, inputs=inputs)
     rank = comm.Get_rank()
     top = describe(comm.Get_size(), config.training_group_shape).groups[0].top  # master, uber-master, rank 0
@@ -361,8 +355,6 @@ def optimize(model: Any = None, data: Any = None, val_data: Any = None, space: A
         valid = sorted(search_names - {"space"} | {f.name for f in dataclasses.fields(TrainConfig)})
         raise ConfigError(f"unknown option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
     values, inputs = _inputs(model, data, val_data, _config_values(config, train_values))
-    if inputs.model is not None and not values.get("trial_name"):
-        values["trial_name"] = inputs.model.name  # names the search and its trials, as get_name() does
     cfg = train_config(values)
     if isinstance(search_values.get("output"), os.PathLike):
         search_values["output"] = os.fspath(search_values["output"])

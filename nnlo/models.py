@@ -117,15 +117,8 @@ class ObjectModelSource:
 
     @property
     def name(self) -> str:
-        """The function's name, or the class name of an instance (``get_model`` and lambdas: the name of the
-        file that defines them)."""
-        if self.is_instance:
-            return type(self.obj).__name__.lower()
-        name = getattr(self.obj, "__name__", "") or type(self.obj).__name__
-        if name in ("get_model", "<lambda>", "build", "make_model", "model"):
-            file = getattr(sys.modules.get(getattr(self.obj, "__module__", "") or ""), "__file__", None)
-            name = Path(file).stem if file else "model"
-        return safe_name(name) or "model"
+        """The function's name, or the class name of an instance (see :func:`object_name`)."""
+        return object_name(self.path)
 
     def build(self, **hyperparameters: Any) -> Any:
         """A model: the function's result, or a copy of the instance."""
@@ -150,6 +143,23 @@ class ObjectModelSource:
     def optional(self, name: str) -> Any:
         """No module functions: the caller gives data and dataset names."""
         return None
+
+
+#: function names that say nothing about the model: the name of their module stands for them
+_GENERIC_NAMES = ("get_model", "<lambda>", "build", "build_model", "make_model", "model", "create_model")
+
+
+def object_name(label: str) -> str:
+    """The name of a model given as a Python object, from its ``python:<module>.<qualified name>`` label:
+    the function's (or class's) name, or its module's last part for ``get_model``, lambdas and the like."""
+    parts = [p for p in label[len(OBJECT_PREFIX):].split(".") if p]
+    name = parts[-1] if parts else "model"
+    if name in _GENERIC_NAMES and len(parts) > 1 and parts[-2] != "__main__":
+        name = parts[-2]
+    elif name in _GENERIC_NAMES and parts and parts[0] == "__main__":
+        script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else ""
+        name = script or name
+    return safe_name(name) or "model"
 
 
 def _qualname(obj: Any) -> str:
@@ -280,6 +290,8 @@ def model_name(path: str) -> str:
     Importing here is no extra cost for the ranks (the module is cached for the training); an import error is
     left to the loader's check, which reports it in one line, and the name falls back to the stem.
     """
+    if path.startswith(OBJECT_PREFIX):
+        return object_name(path)
     try:
         name = load_model_source(path).name
     except (ModelError, ConfigError, DataError):
