@@ -215,7 +215,7 @@ def test_callbacks_stop_on_true_or_stoptraining_and_fail_on_anything_else() -> N
         logs["val_loss"] = 0  # a copy: the history is not changed
         raise ValueError("oops")
 
-    with pytest.raises(TrainingError, match="callback .*broken raised ValueError after epoch 3: oops"):
+    with pytest.raises(TrainingError, match=r"callback .*broken raised ValueError after epoch 3: oops"):
         run_callbacks([broken], entry)
     assert entry["val_loss"] == 0.5
 
