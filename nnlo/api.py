@@ -171,18 +171,12 @@ def train_config(config: TrainConfig | Mapping[str, Any] | None = None, **option
     """A validated :class:`TrainConfig` from a config (or a dict of options) and keyword options that
     override it, with ``nnlo train``'s names, defaults and rules; ``deadline`` defaults to
     ``$NNLO_DEADLINE`` as on the command line. :class:`ConfigError` (one line) when anything is wrong."""
-    if config is None:
-        base: dict[str, Any] = {}
-    elif isinstance(config, TrainConfig):
-        base = config.to_dict()
-    elif isinstance(config, Mapping):
-        base = dict(config)
-    else:
-        raise ConfigError(f"config must be an nnlo.TrainConfig or a dict of options, got {type(config).__name__}")
-    values = {**base, **options}
+    values = _config_values(config, options)
     for name in _PATH_FIELDS:
         if isinstance(values.get(name), os.PathLike):
             values[name] = os.fspath(values[name])
+    if not isinstance(values.get("model_args") or {}, Mapping):
+        raise _type_error("model_args", "a dict of keyword arguments (names -> values)", values["model_args"])
     values.setdefault("model_args", {})
     cfg = TrainConfig.from_dict(known_fields(TrainConfig, values, "training option(s)"))
     _check_types(cfg)
@@ -219,7 +213,7 @@ def _data(value: Any, role: str) -> tuple[str | None, Any]:
 def _inputs(model: Any, data: Any, val_data: Any, cfg_values: dict[str, Any],
             callbacks: Any = ()) -> tuple[dict[str, Any], RunInputs]:
     """Options for the model and data given as arguments, and what the options cannot hold."""
-    from nnlo.models import ModelSource, ObjectModelSource, model_source_of
+    from nnlo.models import OBJECT_PREFIX, ModelSource, ObjectModelSource, model_source_of
     from nnlo.training.callbacks import check_callbacks
     from nnlo.training.context import RunInputs
 
@@ -237,7 +231,7 @@ def _inputs(model: Any, data: Any, val_data: Any, cfg_values: dict[str, Any],
             values["model"] = source.path
             if isinstance(source, ModelSource):
                 source = None  # a module object: its path is the option
-    elif isinstance(values.get("model"), str) and values["model"].startswith("python:"):
+    elif isinstance(values.get("model"), str) and values["model"].startswith(OBJECT_PREFIX):
         raise ConfigError(f"model {values['model']} was a Python object; pass it again as model=")
     train_list, train_obj = _data(data, "training")
     val_list, val_obj = _data(val_data, "validation")

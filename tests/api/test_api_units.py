@@ -126,6 +126,7 @@ def test_deadline_comes_from_the_environment_as_on_the_command_line(monkeypatch)
     ({"epochs": 0}, "epochs"), ({"epochs": "3"}, "epochs"), ({"batch": 2.5}, "batch"), ({"seed": -1}, "seed"),
     ({"synchronous": 1}, "synchronous"), ({"mode": "sideways"}, "--mode"), ({"gem_lr": float("nan")}, "gem_lr"),
     ({"epoch": 3}, "unknown training option(s) epoch"), ({"model_args": {"not a name": 1}}, "model_args"),
+    ({"model_args": "hidden=3"}, "model_args"), ({"config": {"batch": 0}}, "batch"),
     ({"synchronous": True, "mode": "gem"}, "--synchronous"), ({"loss": None}, "loss"),
     ({"early_stopping": "val_loss"}, "--early-stopping"),
 ])
