@@ -2,7 +2,9 @@
 
 It works on *any* communicator: ``MPI.COMM_WORLD`` for ``nnlo train``, or one training group's
 communicator inside an optimization block (the optimization engine calls it once per trial and fold). Roles
-come only from :func:`nnlo.roles.describe` applied to that communicator.
+come only from :func:`nnlo.roles.describe` applied to that communicator. What the options cannot name (a model
+object, data sources, epoch-end callbacks: the Python API's, :mod:`nnlo.api`) arrives as
+:class:`~nnlo.training.context.RunInputs`; without it the options name everything (``nnlo train``).
 
 Set-up is collective and failure-safe: each phase (check the configuration, load the model, open the data,
 restore) runs on every rank, then the ranks compare outcomes with one ``allgather``; if any rank failed,
