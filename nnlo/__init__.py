@@ -1,2 +1,60 @@
-"""nnlo runtime: the MPI program whose ranks train models and search hyperparameters inside an allocation."""
+"""nnlo runtime: the MPI program whose ranks train models and search hyperparameters inside an allocation.
+
+The Python API (``nnlo.train``, ``nnlo.optimize``, data sources, callbacks; see :mod:`nnlo.api` and
+docs/python-api.md) is loaded on first use: ``import nnlo`` stays light (no torch, TensorFlow, mpi4py,
+scikit-optimize or matplotlib).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+#: public name -> the module that defines it (imported when the name is first used)
+_LAZY = {
+    "train": "nnlo.api",
+    "run_train": "nnlo.api",
+    "TrainResult": "nnlo.api",
+    "SearchResult": "nnlo.api",
+    "StopTraining": "nnlo.training.callbacks",
+    "TrainConfig": "nnlo.config",
+    "DataSource": "nnlo.data.source",
+    "ArraySource": "nnlo.data.source",
+    "GeneratorSource": "nnlo.data.source",
+    "NnloError": "nnlo.errors",
+    "ConfigError": "nnlo.errors",
+    "DataError": "nnlo.errors",
+    "ModelError": "nnlo.errors",
+    "TrainingError": "nnlo.errors",
+    "RankFailure": "nnlo.training.failure",
+}
+
+__all__ = [
+    "ArraySource", "ConfigError", "DataError", "DataSource", "GeneratorSource", "ModelError", "NnloError",
+    "RankFailure", "SearchResult", "StopTraining", "TrainConfig", "TrainResult", "TrainingError", "optimize",
+    "run_train", "train",
+]
+
+if TYPE_CHECKING:
+    from nnlo.api import SearchResult, TrainResult, run_train, train
+    from nnlo.config import TrainConfig
+    from nnlo.data.source import ArraySource, DataSource, GeneratorSource
+    from nnlo.errors import ConfigError, DataError, ModelError, NnloError, TrainingError
+    from nnlo.training.callbacks import StopTraining
+    from nnlo.training.failure import RankFailure
+
+
+def __getattr__(name: str) -> Any:
+    if name == "optimize":  # the package nnlo.optimize is callable: nnlo.optimize(...) is nnlo.api.optimize
+        return importlib.import_module("nnlo.optimize")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nnlo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, "optimize"})

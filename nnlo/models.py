@@ -89,6 +89,142 @@ class ModelSource:
             raise ModelError(f"{self.path}: {name}() raised {type(e).__name__}: {e}") from None
 
 
+#: ``config.model`` of a model given as a Python object (:class:`ObjectModelSource`): ``python:<name>``
+OBJECT_PREFIX = "python:"
+
+
+@dataclass
+class ObjectModelSource:
+    """A model given as a Python object (the Python API): a function that builds one from keyword
+    hyperparameters, or a model instance (torch ``nn.Module`` or Keras model), copied for every build so a
+    search's trials each start from it. It has no module: data, dataset names and a search space come from
+    the caller. ``path`` labels it in messages and in ``config.json`` (``python:<qualified name>``)."""
+
+    obj: Any
+    path: str = ""
+    kind: str = "object"
+    module: ModuleType | None = None
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            self.path = OBJECT_PREFIX + _qualname(self.obj if not self.is_instance else type(self.obj))
+
+    @property
+    def is_instance(self) -> bool:
+        from nnlo.backends import model_kind
+
+        return model_kind(self.obj) in ("torch", "keras")
+
+    @property
+    def name(self) -> str:
+        """The function's name, or the class name of an instance (see :func:`object_name`)."""
+        return object_name(self.path)
+
+    def build(self, **hyperparameters: Any) -> Any:
+        """A model: the function's result, or a copy of the instance."""
+        if self.is_instance:
+            if hyperparameters:
+                raise ModelError(f"{self.path} is a model instance and takes no hyperparameters "
+                                 f"({', '.join(sorted(hyperparameters))}); pass a function that builds the model")
+            return _copy_model(self.obj)
+        try:
+            model = self.obj(**hyperparameters)
+        except TypeError as e:
+            if hyperparameters:
+                raise ModelError(f"{self.path}() does not accept {sorted(hyperparameters)}: {e}; add those "
+                                 f"keyword arguments to it") from None
+            raise ModelError(f"{self.path}() raised TypeError: {e}") from None
+        except Exception as e:  # noqa: BLE001 - a user's code may raise anything; report it in one line
+            raise ModelError(f"{self.path}() raised {type(e).__name__}: {e}") from None
+        if model is None:
+            raise ModelError(f"{self.path}() returned None; it must return the model")
+        return model
+
+    def optional(self, name: str) -> Any:
+        """No module functions: the caller gives data and dataset names."""
+        return None
+
+
+#: function names that say nothing about the model: the name of their module stands for them
+_GENERIC_NAMES = ("get_model", "<lambda>", "build", "build_model", "make_model", "model", "create_model")
+
+
+def object_name(label: str) -> str:
+    """The name of a model given as a Python object, from its ``python:<module>.<qualified name>`` label:
+    the function's (or class's) name, or its module's last part for ``get_model``, lambdas and the like."""
+    parts = [p for p in label[len(OBJECT_PREFIX):].split(".") if p]
+    name = parts[-1] if parts else "model"
+    if name in _GENERIC_NAMES and len(parts) > 1 and parts[-2] != "__main__":
+        name = parts[-2]
+    elif name in _GENERIC_NAMES and parts and parts[0] == "__main__":
+        script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else ""
+        name = script or name
+    return safe_name(name) or "model"
+
+
+def _qualname(obj: Any) -> str:
+    module = getattr(obj, "__module__", None) or ""
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__qualname__
+    return f"{module}.{name}" if module and module != "builtins" else str(name)
+
+
+def _copy_model(model: Any) -> Any:
+    """An independent copy of a model instance (its weights included)."""
+    import copy
+
+    try:
+        return copy.deepcopy(model)
+    except Exception as deep_error:  # noqa: BLE001 - Keras models may refuse deepcopy: clone them
+        from nnlo.backends import model_kind
+
+        if model_kind(model) != "keras":
+            raise ModelError(f"cannot copy the model instance ({type(deep_error).__name__}: {deep_error}); "
+                             f"pass a function that builds the model instead") from None
+        import keras
+
+        clone = keras.models.clone_model(model)
+        clone.set_weights(model.get_weights())
+        return clone
+
+
+def model_source_of(model: Any) -> ModelSource | ObjectModelSource:
+    """The model a Python caller gave: a path (or a module object, or an importable module name) follows
+    the model-module contract like ``--model``; a function or a model instance becomes an
+    :class:`ObjectModelSource`. ModelError (one line) for anything else."""
+    if isinstance(model, (ModelSource, ObjectModelSource)):
+        return model
+    if isinstance(model, ModuleType):
+        file = getattr(model, "__file__", None)
+        if not file:
+            raise ModelError(f"module {model.__name__} has no file; pass the path of the model module")
+        return load_model_source(file)
+    if isinstance(model, (str, os.PathLike)):
+        return load_model_source(model_path(model))
+    if model is None:
+        raise ModelError("no model given; pass model= a model module's path, a function that builds the model, "
+                         "or a model instance")
+    source = ObjectModelSource(model)
+    if not source.is_instance and not callable(model):
+        raise ModelError(f"model= got a {type(model).__name__}; pass a model module's path, a function that "
+                         f"builds the model, or a torch/Keras model instance")
+    return source
+
+
+def model_path(model: str | os.PathLike[str]) -> str:
+    """The file of a model given by path, or by an importable module name (``examples.digits_torch``)."""
+    text = os.fspath(model)
+    if Path(text).exists() or Path(text).suffix.lower() in (".py", *TORCH_SUFFIXES, *KERAS_SUFFIXES):
+        return text
+    if text.replace(".", "").replace("_", "").isalnum():
+        try:
+            spec = importlib.util.find_spec(text)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            return spec.origin
+    return text  # the loader's one-line error names it
+
+
 def load_model_source(path: str) -> ModelSource:
     """Check that ``path`` exists and is a usable model module or saved model; import the module."""
     if not path:
@@ -154,6 +290,8 @@ def model_name(path: str) -> str:
     Importing here is no extra cost for the ranks (the module is cached for the training); an import error is
     left to the loader's check, which reports it in one line, and the name falls back to the stem.
     """
+    if path.startswith(OBJECT_PREFIX):
+        return object_name(path)
     try:
         name = load_model_source(path).name
     except (ModelError, ConfigError, DataError):

@@ -364,6 +364,10 @@ class H5Dataset:
         y = (ys[0] if ys else None) if self._single_y else ys
         return x, y
 
+    def batch(self, indices: Sequence[int] | np.ndarray) -> tuple[Any, Any]:
+        """The :class:`~nnlo.data.source.DataSource` protocol: the same as :meth:`read`."""
+        return self.read(indices)
+
     # -- lifetime ------------------------------------------------------------------------------------
     def close(self) -> None:
         """Close the open files (they reopen on the next read)."""

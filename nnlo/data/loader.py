@@ -24,12 +24,14 @@ import numpy as np
 from nnlo.data.h5dataset import H5Dataset
 from nnlo.data.prefetch import prefetched
 from nnlo.data.sampling import _bounds, batches, epoch_order, n_batches, shard, split_batch
+from nnlo.data.source import SourceDataset
 from nnlo.errors import ConfigError, DataError
 
 
 class ShardedLoader:
     """Batches of shard ``shard_index`` of ``n_shards`` over ``indices`` (a subset such as a k-fold's
-    training samples; None = the whole dataset).
+    training samples; None = the whole dataset). ``dataset``: an HDF5 dataset, or any data source adapted by
+    :func:`nnlo.data.source.as_dataset`.
 
     ``group=(size, member)``: this rank's slice of every batch in an all-reduce worker group.
     ``shuffle=False`` keeps the subset's order every epoch (validation). ``epoch(e, start_batch=b)``
@@ -40,7 +42,7 @@ class ShardedLoader:
     :func:`~nnlo.data.sampling.epoch_order`).
     """
 
-    def __init__(self, dataset: H5Dataset, indices: Sequence[int] | np.ndarray | None, n_shards: int,
+    def __init__(self, dataset: H5Dataset | SourceDataset, indices: Sequence[int] | np.ndarray | None, n_shards: int,
                  shard_index: int, batch_size: int, seed: int = 0, shuffle: bool = True,
                  equal_batches: bool = True, prefetch: int | None = None, shuffle_block: int = 1,
                  group: tuple[int, int] = (1, 0)) -> None:

@@ -22,6 +22,7 @@ from nnlo.optimize.coordinator import Coordinator
 from nnlo.optimize.engines import ENGINES, Engine, make_engine
 from nnlo.optimize.options import OptimizeOptions, trial_overrides
 from nnlo.optimize.results import Objective
+from nnlo.optimize.runners import TrainRunner
 from nnlo.optimize.search import Search
 from nnlo.optimize.state import STATE_FILE
 from nnlo.roles import Role, Shape, describe
@@ -108,8 +109,12 @@ def load_space(opts: OptimizeOptions, module: Any) -> space_mod.Space:
     return space_mod.from_model(module)
 
 
-def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: Any = None) -> int:
-    """Run the search in ``world``; every rank calls it and gets the same exit code."""
+def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: Any = None,
+             inputs: Any = None, space: space_mod.Space | None = None) -> int:
+    """Run the search in ``world``; every rank calls it and gets the same exit code.
+
+    ``inputs`` (:class:`nnlo.training.context.RunInputs`) and ``space``: a Python caller's model object, data
+    sources and search space (:func:`nnlo.optimize` in :mod:`nnlo.api`); None: as the options say."""
     from nnlo.data.check import check_plan
     from nnlo.models import data_plan, load_model_source
     from nnlo.optimize.block import run_block
@@ -123,17 +128,17 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
                               search=True, block_sizes=opts.block_sizes, proposers=opts.proposers)
         check_fold_groups(shape)
         hierarchy = describe(world.Get_size(), shape)
-        source = load_model_source(config.model)
+        source = inputs.model if inputs is not None and inputs.model is not None else load_model_source(config.model)
         module = source.module
-        space = load_space(opts, module)
+        given_space = space if space is not None else load_space(opts, module)
         Objective.parse(opts.fom)
         hook = module is not None and callable(getattr(module, "evaluate", None))
         notes = trial_overrides(config, opts.out_dir, opts.name)
         if not hook:
             config.validate()
-            if rank == 0:  # the data, once, before the world splits (a missing file: every rank exits 2)
-                check_plan(data_plan(config, source))
-        return hierarchy, module, space, hook, notes
+            if rank == 0 and (inputs is None or inputs.train is None):  # the data, once, before the world
+                check_plan(data_plan(config, source))  # splits (a missing file: every rank exits 2)
+        return hierarchy, module, given_space, hook, notes
 
     hierarchy, module, space, hook, notes = _on_every_rank(world, check)
     if rank == 0:
@@ -187,7 +192,38 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
             return run_proposer(world, 0, build_engine(opts, space))
         runner: HookRunner | TrainRunner = (HookRunner(module, Objective.parse(opts.fom).name) if hook
                                             else TrainRunner(config, opts.seed, opts.name))
+        if inputs is not None and not hook:
+            runner = _GivenInputsRunner(config, opts.seed, opts.name, inputs)
         return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
+
+
+class _GivenInputsRunner(TrainRunner):
+    """Trains each trial with a Python caller's model object and data sources (``nnlo.optimize``)."""
+
+    def __init__(self, config: Any, seed: int, name: str, inputs: Any) -> None:
+        super().__init__(config, seed, name)
+        self.inputs = inputs
+
+    def n_samples(self) -> int:
+        train = self.inputs.train
+        if train is None:
+            return super().n_samples()
+        if isinstance(train, list):  # HDF5 files: their length, read with the run's dataset names
+            from nnlo.data import H5Dataset
+            from nnlo.models import data_plan, load_model_source
+
+            model = self.inputs.model or load_model_source(self.config.model)
+            with H5Dataset(train, features=data_plan(self.config, model, need=()).features, labels=None) as ds:
+                return len(ds)
+        from nnlo.data.source import as_dataset
+
+        return len(as_dataset(train))
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        from nnlo.training.driver import given_inputs
+
+        with given_inputs(self.inputs):
+            return super().run(*args, **kwargs)
 
 
 class InputError(NnloError):

@@ -1,9 +1,12 @@
 """What every role of one training needs to know: the communicator, the configuration, its place in the
 hierarchy, where to write, and the stop signals (:class:`nnlo.stop.Stop`). Built once by the driver and
-handed to the role objects."""
+handed to the role objects.
+
+:class:`RunInputs` is what a Python caller (:mod:`nnlo.api`) hands the driver besides the options: a model
+object, data sources and epoch-end callbacks. Empty, the options name everything (``nnlo train``)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,24 @@ from nnlo.config import TrainConfig
 from nnlo.contract import CHECKPOINT_DIR as CHECKPOINT_SUBDIR
 from nnlo.roles import Hierarchy, RankInfo, Role, TrainingGroup
 from nnlo.stop import Stop
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What the options cannot name: each field None (or empty) means "as the options say".
+
+    model: a loaded model source (:class:`nnlo.models.ModelSource` or :class:`nnlo.models.ObjectModelSource`)
+        instead of loading ``config.model``;
+    train / val: a :class:`~nnlo.data.source.DataSource` (or a list of HDF5 file paths) instead of
+        ``--train``/``--val``;
+    callbacks: ``callback(epoch, logs)`` functions run at every epoch end on the deciding rank
+        (:mod:`nnlo.training.callbacks`).
+    """
+
+    model: Any = None
+    train: Any = None
+    val: Any = None
+    callbacks: tuple[Any, ...] = ()
 
 
 @dataclass
@@ -23,6 +44,7 @@ class RunContext:
     session: Any = None  # nnlo.observe.session.Session
     watchdog: Any = None  # nnlo.training.watchdog.Watchdog, armed around every blocking wait
     worker_comm: Any = None  # this rank's all-reduce worker group (--n-processes > 1); None elsewhere
+    inputs: RunInputs = field(default_factory=RunInputs)  # a Python caller's model, data and callbacks
 
     @property
     def rank(self) -> int:

@@ -2,7 +2,9 @@
 
 It works on *any* communicator: ``MPI.COMM_WORLD`` for ``nnlo train``, or one training group's
 communicator inside an optimization block (the optimization engine calls it once per trial and fold). Roles
-come only from :func:`nnlo.roles.describe` applied to that communicator.
+come only from :func:`nnlo.roles.describe` applied to that communicator. What the options cannot name (a model
+object, data sources, epoch-end callbacks: the Python API's, :mod:`nnlo.api`) arrives as
+:class:`~nnlo.training.context.RunInputs`; without it the options name everything (``nnlo train``).
 
 Set-up is collective and failure-safe: each phase (check the configuration, load the model, open the data,
 restore) runs on every rank, then the ranks compare outcomes with one ``allgather``; if any rank failed,
@@ -15,10 +17,12 @@ whole MPI job: a rank that dies must never leave the others hanging.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import random
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,13 +35,27 @@ from nnlo.contract import CONFIG_FILE
 from nnlo.errors import ConfigError
 from nnlo.roles import Hierarchy, Role, describe
 from nnlo.stop import Stop
-from nnlo.training.context import RunContext
+from nnlo.training.context import RunContext, RunInputs
 from nnlo.training.failure import RankFailure, describe_exception
 from nnlo.training.history import TrainResult
 from nnlo.training.watchdog import Watchdog, abort_job, timeout_from_env
 
 log = logging.getLogger("nnlo.train")
 T = TypeVar("T")
+
+#: the inputs of trainings started without ``inputs=`` (a search's trials, see :func:`given_inputs`)
+_AMBIENT: contextvars.ContextVar[RunInputs | None] = contextvars.ContextVar("nnlo_run_inputs", default=None)
+
+
+@contextlib.contextmanager
+def given_inputs(inputs: RunInputs) -> Iterator[None]:
+    """Within the block, trainings that get no ``inputs=`` use ``inputs``: how ``nnlo.optimize`` hands a
+    model object and data sources to the trials its blocks train (their runner calls :func:`train`)."""
+    token = _AMBIENT.set(inputs)
+    try:
+        yield
+    finally:
+        _AMBIENT.reset(token)
 
 
 def train(
@@ -47,6 +65,7 @@ def train(
     train_indices: Sequence[int] | np.ndarray | None = None,
     val_indices: Sequence[int] | np.ndarray | None = None,
     out_dir: str | Path | None = None,
+    inputs: RunInputs | None = None,
 ) -> TrainResult:
     """Train ``config`` on the ranks of ``comm``; every rank calls it and every rank gets the result.
 
@@ -57,6 +76,8 @@ def train(
         the ``--val`` files; None = the ``--val`` files (or ``get_val()``), if any.
     out_dir: where this training writes ``history.json``, ``config.json``, ``model.pt``, ``checkpoints/``
         and ``logs/``; give every trial/fold its own. None = write nothing (no checkpoints).
+    inputs: what the options cannot name (:class:`RunInputs`: a model object, data sources, epoch-end
+        callbacks), from the Python API; None = the ambient ones (:func:`given_inputs`), else none.
 
     Returns the :class:`TrainResult` on every rank (the master computes it and broadcasts it). Raises
     :class:`RankFailure` on every rank when a rank failed (``report`` is True only on the failing rank).
@@ -72,7 +93,8 @@ def train(
     aborting = False
     watchdog = Watchdog(timeout_from_env(), abort_job(group, lambda: ctx.role_label if ctx else "starting"))
     try:
-        ctx, role = _set_up(group, config, train_indices, val_indices, out_dir, stop, watchdog)
+        given = inputs if inputs is not None else _AMBIENT.get() or RunInputs()
+        ctx, role = _set_up(group, config, train_indices, val_indices, out_dir, stop, watchdog, given)
         local = role.run()
         top = ctx.group.top
         with watchdog.waiting("waiting for the result from the master"):
@@ -119,7 +141,8 @@ def _phase(comm: Any, hierarchy: Hierarchy | None, fn: Callable[[], T], watchdog
 
 
 def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any,
-            out_dir: str | Path | None, stop: Stop, watchdog: Watchdog) -> tuple[RunContext, Any]:
+            out_dir: str | Path | None, stop: Stop, watchdog: Watchdog,
+            inputs: RunInputs) -> tuple[RunContext, Any]:
     rank = comm.Get_rank()
     out = Path(out_dir) if out_dir is not None else None
 
@@ -138,7 +161,7 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         return hierarchy
 
     hierarchy = _phase(comm, None, check, watchdog)
-    ctx = RunContext(comm, config, hierarchy, out, stop, watchdog=watchdog)
+    ctx = RunContext(comm, config, hierarchy, out, stop, watchdog=watchdog, inputs=inputs)
     if hierarchy.shape.n_processes > 1 and not hierarchy.shape.allreduce:
         from nnlo.training.groups import split_worker_groups
 
@@ -160,7 +183,7 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
     def load_sources() -> Any:
         from nnlo.models import load_model_source
 
-        return load_model_source(config.model)
+        return inputs.model if inputs.model is not None else load_model_source(config.model)
 
     source = _phase(comm, hierarchy, start_session, watchdog)
     from nnlo.device import select_device
@@ -179,6 +202,10 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
     checkpoint = _phase(comm, hierarchy, lambda: _find_restore(ctx) if rank == ctx.group.top else None, watchdog)
     checkpoint = comm.bcast(checkpoint, root=ctx.group.top)
     role = _phase(comm, hierarchy, lambda: builder.make(checkpoint), watchdog)
+    if inputs.callbacks and rank == ctx.group.top:
+        from nnlo.training.callbacks import attach
+
+        attach(role, inputs.callbacks)  # the rank that decides every epoch end runs them
     if hierarchy.shape.allreduce:  # no master: the replicas agree on an engine and take rank 0's weights
         role.engine_name = comm.bcast(role.engine_name, root=0)
         _phase(comm, hierarchy, role.start, watchdog)
@@ -321,14 +348,34 @@ def _plan(ctx: RunContext, source: Any, which: str) -> Any:
                    val=cached(plan.val, cache) if plan.val is not None else None)
 
 
+def _given(ctx: RunContext, source: Any, given: Any, role: str) -> Any:
+    """A caller's data (:class:`RunInputs`) as the loaders read it: a data source adapted, a list of HDF5
+    files opened with the run's dataset names (``--features-name``, ``get_features()``, ...)."""
+    from nnlo.data.source import as_dataset
+
+    if isinstance(given, (list, tuple)) and given and all(isinstance(f, (str, Path)) for f in given):
+        from nnlo.data import H5Dataset
+        from nnlo.data.cache import cached
+        from nnlo.models import data_plan
+
+        plan = data_plan(ctx.config, source, need=())
+        files = cached([Path(f) for f in given], ctx.config.cache_dir)
+        return H5Dataset(files, features=plan.features, labels=plan.labels, preload=ctx.config.in_memory)
+    return as_dataset(given, role)
+
+
 def _training(ctx: RunContext, source: Any, indices: Any) -> Any:
     from nnlo.data import H5Dataset, ShardedLoader
 
     cfg = ctx.config
-    plan = _plan(ctx, source, "train")
-    if plan.train is None:
-        raise ConfigError("no training data: pass --train LIST (a text file naming HDF5 files) or define get_train()")
-    dataset = H5Dataset(plan.train, features=plan.features, labels=plan.labels, preload=cfg.in_memory)
+    if ctx.inputs.train is not None:
+        dataset = _given(ctx, source, ctx.inputs.train, "training")
+    else:
+        plan = _plan(ctx, source, "train")
+        if plan.train is None:
+            raise ConfigError("no training data: pass --train LIST (a text file naming HDF5 files) or define "
+                              "get_train()")
+        dataset = H5Dataset(plan.train, features=plan.features, labels=plan.labels, preload=cfg.in_memory)
     assert ctx.worker_index is not None
     # Shard by logical worker over every worker of the training group; the K ranks of an all-reduce group
     # (or all replicas in all-reduce mode) split each batch of K x --batch samples (--batch is per rank).
@@ -342,23 +389,30 @@ def _validation(ctx: RunContext, source: Any, indices: Any) -> Any:
     from nnlo.training.validation import Validator
 
     cfg = ctx.config
-    plan = _plan(ctx, source, "train" if indices is not None else "val")
-    features, labels = plan.features, plan.labels
     preload = cfg.in_memory
+    dataset: Any = None
     if indices is not None:
-        if plan.train is None:
-            raise ConfigError("val_indices select training samples, but there is no training data list")
-        dataset = H5Dataset(plan.train, features=features, labels=labels, preload=preload)
+        if ctx.inputs.train is not None:
+            dataset = _given(ctx, source, ctx.inputs.train, "training")
+        else:
+            plan = _plan(ctx, source, "train")
+            if plan.train is None:
+                raise ConfigError("val_indices select training samples, but there is no training data list")
+            dataset = H5Dataset(plan.train, features=plan.features, labels=plan.labels, preload=preload)
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
     else:
-        files = plan.val
-        if files is None:
+        if ctx.inputs.val is not None:
+            dataset = _given(ctx, source, ctx.inputs.val, "validation")
+        else:
+            plan = _plan(ctx, source, "val")
+            if plan.val is not None:
+                dataset = H5Dataset(plan.val, features=plan.features, labels=plan.labels, preload=preload)
+        if dataset is None:
             for flag, rule in (("--early-stopping", cfg.early_stopping), ("--target-metric", cfg.target_metric)):
                 if rule and rule.strip().startswith("val_"):
                     raise ConfigError(f"{flag} {rule} needs validation data; pass --val LIST")
             log.warning("no validation data (--val): the history holds training metrics only")
             return None
-        dataset = H5Dataset(files, features=features, labels=labels, preload=preload)
         idx = np.arange(len(dataset), dtype=np.int64)
     if idx.size == 0:
         raise ConfigError("the validation set is empty; pass a --val list with samples")

@@ -17,13 +17,12 @@ from typing import Any
 
 import click
 
+from nnlo.api import DEFAULT_RUNS
 from nnlo.config import CACHE_IN_MEMORY
 from nnlo.contract import EXIT_RESUMABLE, deadline_from_env
 from nnlo.errors import ConfigError
 from nnlo_sched.params import FINITE_FLOAT
 from nnlo_sched.upstream import UpstreamCommand
-
-DEFAULT_RUNS = "nnlo-runs"
 
 _OPTIMIZERS = "sgd (lr, momentum, nesterov), adam, rmsprop, adadelta, e.g. sgd:lr=0.1,momentum=0.9"
 
@@ -174,13 +173,10 @@ def config_from_params(params: dict[str, Any]) -> Any:
 
 def default_out_dir(config: Any) -> str:
     """Where a run writes when --checkpoint is not given: nnlo-runs/<trial name, else the model module's
-    get_name(), else the model file's stem>."""
-    from pathlib import Path
+    get_name(), else the model file's stem> (:func:`nnlo.api.default_run_dir`)."""
+    from nnlo.api import default_run_dir
 
-    from nnlo.models import model_name
-
-    name = config.trial_name or model_name(config.model)
-    return str(Path(DEFAULT_RUNS) / name)
+    return default_run_dir(config)
 
 
 def argv_from_params(command: click.Command, params: dict[str, Any], drop: tuple[str, ...] = ()) -> list[str]:
@@ -228,19 +224,19 @@ def train_command(ctx: click.Context, np_: int | None, **params: Any) -> None:
 
 
 def run_training(config: Any, expected_ranks: int | None = None) -> int:
-    """Train in the current MPI world; returns the process exit status (prints errors once)."""
+    """Train in the current MPI world through the Python API's in-rank entry (:func:`nnlo.api.run_train`,
+    which ``nnlo.train()`` calls too); returns the process exit status (prints errors once)."""
     from mpi4py import MPI
 
-    from nnlo.training.driver import train
+    from nnlo.api import run_train
     from nnlo.training.failure import RankFailure
 
     comm = MPI.COMM_WORLD
     if expected_ranks is not None and expected_ranks != comm.Get_size() and comm.Get_rank() == 0:
         click.echo(f"nnlo: note: running on the launcher's {comm.Get_size()} ranks, not -n {expected_ranks}",
                    err=True)
-    out_dir = config.checkpoint or default_out_dir(config)
     try:
-        result = train(comm, config, out_dir=out_dir)
+        result = run_train(config, comm=comm)
     except RankFailure as e:
         if e.report:
             click.echo(f"nnlo: error: {e}", err=True)
