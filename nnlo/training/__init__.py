@@ -12,6 +12,7 @@ module                what it holds
 ``worker``            trains its shard ``sync_every`` batches at a time, exchanges, writes its part
 ``modes``             what one exchange means per algorithm (Downpour, EASGD, GEM; synchronous)
 ``stopping``          early stopping and target metrics (``val_loss,<,4``)
+``callbacks``         the Python API's epoch-end callbacks on the master (one may stop the training)
 ``deadline``          the walltime deadline's stop margin (stop signals: :mod:`nnlo.stop`)
 ``history``           per-epoch history, best epoch, :class:`~nnlo.training.history.TrainResult`
 ``failure``           :class:`~nnlo.training.failure.RankFailure`: one rank's failure known to all

@@ -9,7 +9,7 @@ refuses a name twice in a group): nnlo's own ``setup.cfg`` registers LSF, the co
 that second distribution is not installed (harmless where it is); jobs call it themselves.
 
 :func:`script` renders the script a submission would queue, without submitting (a dry run). Details and
-examples: docs/submitit.md.
+examples: docs/python-api.md (second part).
 """
 from __future__ import annotations
 
