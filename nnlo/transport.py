@@ -10,6 +10,16 @@ A header may carry a second, small tensor under ``"buffers"`` (a model's BatchNo
 ends): :meth:`Link.send` takes it out of the pickled header and sends it as its own contiguous message after the
 array (tag ``BUFFERS``); :meth:`Link.recv` puts the received array back under the same key.
 
+**Compact headers, one message for small tensors.** A header whose keys and values all fit
+:data:`COMPACT_FIELDS` (the exchange's numbers, flags and well-known words: ``kind``, ``action``, ``samples``,
+``loss_sum``, ...) is not pickled: it is packed into a fixed block of float64 words (:func:`pack_header`,
+starting with a magic number a pickle can never start with). When the tensor is at most
+:data:`ONE_MESSAGE_BYTES`, block and tensor travel as *one* message (an MPI struct datatype over the two
+buffers, so neither is copied); larger tensors keep their own message after the header, where a second
+message costs nothing measurable. Any other header (an error report, a checkpoint path, BatchNorm buffers,
+a value of another type) takes the pickled path. The receiver tells them apart by the magic number and by
+the message's size (``docs/performance.md``, section 1, has the measurements behind the threshold).
+
 Tags: ``HEADER``/``ARRAY``/``BUFFERS`` for exchanges, ``ACK`` for "my checkpoint part is written" (a separate tag so a
 worker that acknowledges and immediately sends its next update is never confused with it).
 
@@ -20,7 +30,9 @@ towards the uber-master.
 from __future__ import annotations
 
 import contextlib
+import pickle
 import time
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -39,6 +51,91 @@ def _any_source() -> int:
 
 ANY = _any_source()  # MPI.ANY_SOURCE; its value differs between MPI libraries (MPICH: -2), never hard-code it
 
+# -- compact headers ---------------------------------------------------------------------------------------
+#: tensors up to this many bytes travel in the header's message (measured: bench/run.sh ps_exchange)
+ONE_MESSAGE_BYTES = 256 * 1024
+#: the words a compact header can carry (kind, action, a signal name); any other string: pickled
+WORDS = ("update", "pull", "reply", "continue", "stop", "abort", "error", "ack",
+         "SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGXCPU", "SIGALRM", "SIGQUIT")
+#: the keys a compact header can carry, each with its type; a header with any other key is pickled
+COMPACT_FIELDS: tuple[tuple[str, type], ...] = (
+    ("kind", str), ("action", str), ("array", bool), ("samples", int), ("loss_sum", float),
+    ("correct", float), ("seconds", float), ("epoch", int), ("epoch_end", bool), ("stop_requested", str),
+    ("updates", int), ("batch", int),
+)
+_MAGIC = int.from_bytes(b"NNLOhdr1", "little")  # first byte "N": a pickle starts with 0x80
+_FIXED = 4  # words before the fields: magic, present mask, None mask, flags
+HEADER_WORDS = _FIXED + len(COMPACT_FIELDS)
+HEADER_BYTES = 8 * HEADER_WORDS
+_FUSED = 1  # flag: the tensor follows the header in the same message
+_INT_LIMIT = 2 ** 53  # integers a float64 holds exactly
+_WORD_INDEX = {w: i for i, w in enumerate(WORDS)}
+
+
+def pack_header(header: dict[str, Any], out: np.ndarray, fused: bool = False) -> bool:
+    """Pack ``header`` into ``out`` (``HEADER_WORDS`` float64); False (``out`` undefined) if it does not fit
+    the compact schema, so it must be pickled. Pure."""
+    if len(header) > len(COMPACT_FIELDS):
+        return False
+    words = out.view(np.uint64)
+    present = nones = 0
+    for i, (key, kind) in enumerate(COMPACT_FIELDS):
+        if key not in header:
+            continue
+        present |= 1 << i
+        v = header[key]
+        slot = _FIXED + i
+        if v is None:
+            nones |= 1 << i
+            out[slot] = 0.0
+        elif kind is str:
+            if type(v) is not str or v not in _WORD_INDEX:
+                return False
+            out[slot] = _WORD_INDEX[v]
+        elif kind is bool:
+            if type(v) is not bool:
+                return False
+            out[slot] = 1.0 if v else 0.0
+        elif kind is int:
+            if type(v) is not int or not -_INT_LIMIT < v < _INT_LIMIT:
+                return False
+            out[slot] = v
+        else:  # float (python floats and numpy float64 are float64: exact)
+            if not isinstance(v, float):
+                return False
+            out[slot] = v
+    if bin(present).count("1") != len(header):  # a key outside the schema
+        return False
+    words[0], words[1], words[2], words[3] = _MAGIC, present, nones, _FUSED if fused else 0
+    return True
+
+
+def is_compact(block: np.ndarray) -> bool:
+    return block.size >= HEADER_WORDS and int(block.view(np.uint64)[0]) == _MAGIC
+
+
+def unpack_header(block: np.ndarray) -> tuple[dict[str, Any], bool]:
+    """The header :func:`pack_header` packed, and whether its tensor was fused into the same message. Pure."""
+    words = block.view(np.uint64)
+    present, nones, flags = int(words[1]), int(words[2]), int(words[3])
+    header: dict[str, Any] = {}
+    for i, (key, kind) in enumerate(COMPACT_FIELDS):
+        if not present >> i & 1:
+            continue
+        if nones >> i & 1:
+            header[key] = None
+            continue
+        v = float(block[_FIXED + i])
+        if kind is str:
+            header[key] = WORDS[int(v)]
+        elif kind is bool:
+            header[key] = v != 0.0
+        elif kind is int:
+            header[key] = int(v)
+        else:
+            header[key] = v
+    return header, bool(flags & _FUSED)
+
 
 class Link:
     """Point-to-point header+tensor messages on ``comm``.
@@ -55,6 +152,27 @@ class Link:
         self.timeout = timeout
         self.watchdog = watchdog
         self._MPI = MPI
+        self._hdr_out = np.zeros(HEADER_WORDS, dtype=np.float64)
+        self._hdr_in = np.zeros(HEADER_WORDS, dtype=np.float64)
+        self._types: OrderedDict[tuple[int, int, int], Any] = OrderedDict()  # (header, tensor, size) -> type
+        self.last_messages = 0  # messages the last recv took (1: header and tensor in one), for tests/traces
+
+    def _fused_type(self, block: np.ndarray, array: np.ndarray) -> Any:
+        """An MPI struct datatype over ``block`` and ``array`` (absolute addresses): one message, no copy.
+        Cached: the runtime sends and receives from the same few buffers every exchange."""
+        key = (block.ctypes.data, array.ctypes.data, array.size)
+        t = self._types.get(key)
+        if t is None:
+            MPI = self._MPI
+            t = MPI.Datatype.Create_struct([HEADER_BYTES, array.size],
+                                           [MPI.Get_address(block), MPI.Get_address(array)],
+                                           [MPI.BYTE, MPI.FLOAT]).Commit()
+            self._types[key] = t
+            if len(self._types) > 16:
+                self._types.popitem(last=False)[1].Free()
+        else:
+            self._types.move_to_end(key)
+        return t
 
     # -- sending -----------------------------------------------------------------------------------
     def send(self, dest: int, header: dict[str, Any], array: np.ndarray | None = None) -> None:
@@ -67,10 +185,19 @@ class Link:
         if extra is not None:
             header["buffers_size"] = int(extra.size)
         tracer = get_tracer()
+        MPI = self._MPI
         with tracer.span(f"send {header.get('kind', 'msg')}", "comm", dest=dest):
-            self.comm.send(header, dest=dest, tag=HEADER)
+            fused = array is not None and array.nbytes <= ONE_MESSAGE_BYTES
+            if extra is None and pack_header(header, self._hdr_out, fused):
+                if fused:
+                    assert array is not None
+                    self.comm.Send([MPI.BOTTOM, 1, self._fused_type(self._hdr_out, array)], dest=dest, tag=HEADER)
+                    return
+                self.comm.Send([self._hdr_out, MPI.BYTE], dest=dest, tag=HEADER)
+            else:
+                self.comm.send(header, dest=dest, tag=HEADER)
             if array is not None:
-                self.comm.Send([array, self._MPI.FLOAT], dest=dest, tag=ARRAY)
+                self.comm.Send([array, MPI.FLOAT], dest=dest, tag=ARRAY)
             if extra is not None:
                 self.comm.Send([extra, self._MPI.FLOAT], dest=dest, tag=BUFFERS)
 
@@ -85,11 +212,33 @@ class Link:
         Returns ``(source rank, header, out or None)``. ``out`` must be given when an array may follow.
         """
         tracer = get_tracer()
-        status = self._MPI.Status()
+        MPI = self._MPI
+        status = MPI.Status()
         with tracer.span("wait", "wait"), self._armed(source, "waiting for a message from"):
             self._wait(source, HEADER)
-            header = self.comm.recv(source=source, tag=HEADER, status=status)
+            message = self.comm.Mprobe(source=source, tag=HEADER, status=status)
+            nbytes = status.Get_count(MPI.BYTE)
+            if out is not None and out.dtype == np.float32 and nbytes == HEADER_BYTES + out.nbytes:
+                message.Recv([MPI.BOTTOM, 1, self._fused_type(self._hdr_in, out)])  # header and tensor at once
+                if is_compact(self._hdr_in):
+                    header, fused = unpack_header(self._hdr_in)
+                    if fused:
+                        self.last_messages = 1
+                        return status.Get_source(), header, out
+                data = self._hdr_in.tobytes() + out.tobytes()  # a pickle of that very length (it happens)
+            else:
+                data = bytearray(nbytes)
+                message.Recv([data, MPI.BYTE])
         src = status.Get_source()
+        if nbytes >= HEADER_BYTES and data[:8] == _MAGIC.to_bytes(8, "little"):
+            header, fused = unpack_header(np.frombuffer(bytes(data[:HEADER_BYTES]), dtype=np.float64))
+            if fused:
+                size = (nbytes - HEADER_BYTES) // 4
+                raise TrainingError(f"rank {src} sent a tensor of {size} values, this rank expects "
+                                    f"{'none' if out is None else out.size}; all ranks must load the same model")
+        else:
+            header = pickle.loads(data)
+        self.last_messages = 1 + bool(header.get("array")) + (header.get("buffers_size") is not None)
         if header.get("array"):
             if out is None:
                 raise TrainingError(f"rank {src} sent a tensor where none was expected ({header.get('kind')})")
