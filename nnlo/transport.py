@@ -214,6 +214,7 @@ class Link:
         tracer = get_tracer()
         MPI = self._MPI
         status = MPI.Status()
+        data: bytes | bytearray
         with tracer.span("wait", "wait"), self._armed(source, "waiting for a message from"):
             self._wait(source, HEADER)
             message = self.comm.Mprobe(source=source, tag=HEADER, status=status)
