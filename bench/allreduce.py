@@ -300,6 +300,10 @@ def step_part(a: argparse.Namespace, n: int, comm: Any, measure: Callable, engin
                                         for m in sec if m.startswith("nnlo_") and m != "nnlo_local"}}
 
 
+def signed(x: float) -> str:
+    return "-" + C.fmt_time(-x) if x < 0 else C.fmt_time(x)
+
+
 def step_table(rows: list[dict]) -> str:
     """Whole step: each method's median, its exposed communication (step - local step) and its ratio to DDP."""
     methods = [m for m in rows[0]["seconds"] if m != "local"]
@@ -308,7 +312,7 @@ def step_table(rows: list[dict]) -> str:
         s = row["seconds"]
         ddp = s["ddp_gloo"]["median"]
         tab.append([f"{row['params']:,}", C.fmt_time(s["local"]["median"])]
-                   + [f"{C.fmt_time(s[m]['median'])} ({C.fmt_time(row['exposed_comm_s'][m])})" if m in s else "n/a"
+                   + [f"{C.fmt_time(s[m]['median'])} ({signed(row['exposed_comm_s'][m])})" if m in s else "n/a"
                       for m in methods]
                    + [f"**{s[row['nnlo_method']]['median'] / ddp:.2f}**"])
     return C.table(tab, ["params", "local step", *[f"{m} (exposed)" for m in methods], "nnlo/DDP"])
