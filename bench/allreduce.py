@@ -43,6 +43,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         "only); 0 = one all-reduce after backward (the previous step)")
     p.add_argument("--ranks", type=int, default=2, help="MPI ranks (default 2)")
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--thread", action="store_true",
+                   help="also measure nnlo's buckets summed on a communication thread (blocking calls)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--no-step", action="store_true", help="skip the whole-step part")
     p.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (smoke test)")
@@ -236,11 +238,11 @@ def step_part(a: argparse.Namespace, n: int, comm: Any, measure: Callable, engin
         torch.nn.functional.mse_loss(ddp_model(xt), yt).backward()
         ddp_opt.step()
 
-    def nnlo_step_fn(eng: Any, bucket_mb: float) -> Callable[[], None]:
+    def nnlo_step_fn(eng: Any, bucket_mb: float, thread: bool = False) -> Callable[[], None]:
         backend = TorchBackend(copy.deepcopy(model), "mse", "sgd")
         nf = backend.n_params
         buf = np.zeros(nf + 4, np.float32)
-        reducer = BucketedReducer(eng, buf, backend.param_sizes(), bucket_mb) if bucket_mb > 0 else None
+        reducer = BucketedReducer(eng, buf, backend.param_sizes(), bucket_mb, thread) if bucket_mb > 0 else None
 
         def step() -> None:
             if reducer is not None:
@@ -276,6 +278,8 @@ def step_part(a: argparse.Namespace, n: int, comm: Any, measure: Callable, engin
     methods: dict[str, Callable[[], None]] = {"local": lambda: local.train_on_batch(x, y), "ddp_gloo": ddp_step}
     for mb in a.bucket_mb:
         methods[f"nnlo_{mb:g}mb"] = nnlo_step_fn(engine, mb)
+    if a.thread:
+        methods[f"nnlo_{default_mb:g}mb_thread"] = nnlo_step_fn(engine, default_mb, thread=True)
     methods["nnlo_local"] = nnlo_step_fn(_Local(), default_mb)  # nnlo's step, no communication
     if hvd_engine is not None:
         methods[f"nnlo_horovod_{default_mb:g}mb"] = nnlo_step_fn(hvd_engine, default_mb)

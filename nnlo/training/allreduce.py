@@ -160,6 +160,8 @@ class AllreduceReplica:
                     self._end_epoch()
             return self._result()
         finally:
+            if self.reducer is not None:
+                self.reducer.close()
             if self.engine is not None:
                 self.engine.close()
 

@@ -67,6 +67,8 @@ class GroupWorker(Worker):
         try:
             super().run()  # the worker's loop; chunks and exchanges are the group's (below)
         finally:
+            if self.reducer is not None:
+                self.reducer.close()
             self.engine.close()
             self.group_comm.Free()
 

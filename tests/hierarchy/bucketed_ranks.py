@@ -53,12 +53,13 @@ class Ctx:
             return contextlib.nullcontext()
 
 
-def train(bucket_mb: float, comm: MPI.Comm, engine: object) -> tuple[np.ndarray, int]:
+def train(bucket_mb: float, comm: MPI.Comm, engine: object, thread: bool = False) -> tuple[np.ndarray, int]:
     torch.manual_seed(0)
     backend = TorchBackend(Net(), "categorical_crossentropy", "adam:lr=0.01")
     n = backend.n_params
     buf = np.zeros(n + EXTRA, np.float32)
-    reducer = BucketedReducer(engine, buf, backend.param_sizes(), bucket_mb) if bucket_mb > 0 else None  # type: ignore[arg-type]
+    reducer = (BucketedReducer(engine, buf, backend.param_sizes(), bucket_mb, thread)  # type: ignore[arg-type]
+               if bucket_mb > 0 else None)
 
     class Loader:
         dataset = Data(comm.Get_rank())
@@ -71,6 +72,8 @@ def train(bucket_mb: float, comm: MPI.Comm, engine: object) -> tuple[np.ndarray,
                               reducer=reducer)
         assert not sums.failed and sums.total == sum(5 + 3 * r + step for r in range(comm.Get_size()))
         backend.apply_gradients(buf[:n])
+    if reducer is not None:
+        reducer.close()
     return backend.get_weights(), 0 if reducer is None else reducer.n_buckets
 
 
@@ -79,11 +82,12 @@ def main() -> int:
     engine = make_engine("mpi", comm)
     reference, _ = train(0, comm, engine)
     out = {}
-    for mb in [float(v) for v in sys.argv[1:]]:
-        w, buckets = train(mb, comm, engine)
+    for arg in sys.argv[1:]:  # MB, or MB:thread (buckets summed on a communication thread)
+        mb, thread = float(arg.split(":")[0]), arg.endswith(":thread")
+        w, buckets = train(mb, comm, engine, thread)
         others = comm.allgather(w)
-        out[str(mb)] = {"buckets": buckets, "max_diff": float(np.abs(w - reference).max()),
-                        "replicas_equal": all(np.array_equal(o, others[0]) for o in others)}
+        out[arg] = {"buckets": buckets, "max_diff": float(np.abs(w - reference).max()),
+                    "replicas_equal": all(np.array_equal(o, others[0]) for o in others)}
     moved = float(np.abs(reference - train(0, comm, engine)[0]).max())
     if comm.Get_rank() == 0:
         print(json.dumps({"results": out, "n_params": int(reference.size), "rerun_diff": moved}))

@@ -89,15 +89,17 @@ def test_bucket_mb_is_checked() -> None:
 
 @pytest.mark.mpi
 def test_bucketed_step_gives_the_unbucketed_weights(mpirun: str, nnlo_env: dict[str, str]) -> None:
-    sizes = ["1e-9", "0.0002", "0.0006", "1000"]  # one bucket per parameter, a few, one for all
+    sizes = ["1e-9", "0.0002", "0.0006", "1000",  # one bucket per parameter, a few, one for all
+             "1e-9:thread", "0.0006:thread"]  # the same on a communication thread
     run = subprocess.run([mpirun, "-np", "2", sys.executable, str(HERE / "bucketed_ranks.py"), *sizes],
                          capture_output=True, text=True, env=nnlo_env, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     results = out["results"]
-    counts = [results[str(float(s))]["buckets"] for s in sizes]
-    assert counts[0] == 8 and counts[-1] == 1 and 1 < counts[1] < 8, counts  # 8 parameter tensors
+    counts = [results[s]["buckets"] for s in sizes]
+    assert counts[0] == 8 and counts[3] == 1 and 1 < counts[1] < 8, counts  # 8 parameter tensors
+    assert counts[4] == 8
     for s in sizes:
-        r = results[str(float(s))]
+        r = results[s]
         assert r["replicas_equal"], r  # every rank applied the same summed gradient
         assert r["max_diff"] <= 1e-6, (s, r)
