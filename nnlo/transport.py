@@ -17,8 +17,10 @@ starting with a magic number a pickle can never start with). When the tensor is 
 :data:`ONE_MESSAGE_BYTES`, block and tensor travel as *one* message (an MPI struct datatype over the two
 buffers, so neither is copied); larger tensors keep their own message after the header, where a second
 message costs nothing measurable. Any other header (an error report, a checkpoint path, BatchNorm buffers,
-a value of another type) takes the pickled path. The receiver tells them apart by the magic number and by
-the message's size (``docs/performance.md``, section 1, has the measurements behind the threshold).
+a value of another type) is announced by a block flagged "pickled" and follows as a pickle (a second message
+on the same tag). So the receiver always takes the first message with one ``Recv`` into its header block
+(and ``out`` when the tensor may be fused) and never probes (``docs/performance.md``, section 1, has the
+measurements behind the threshold).
 
 Tags: ``HEADER``/``ARRAY``/``BUFFERS`` for exchanges, ``ACK`` for "my checkpoint part is written" (a separate tag so a
 worker that acknowledges and immediately sends its next update is never confused with it).
@@ -30,7 +32,7 @@ towards the uber-master.
 from __future__ import annotations
 
 import contextlib
-import pickle
+import struct
 import time
 from collections import OrderedDict
 from typing import Any
@@ -68,46 +70,58 @@ _FIXED = 4  # words before the fields: magic, present mask, None mask, flags
 HEADER_WORDS = _FIXED + len(COMPACT_FIELDS)
 HEADER_BYTES = 8 * HEADER_WORDS
 _FUSED = 1  # flag: the tensor follows the header in the same message
+_PICKLED = 2  # flag: no fields here; the header follows as a pickle (a second message, same tag)
 _INT_LIMIT = 2 ** 53  # integers a float64 holds exactly
 _WORD_INDEX = {w: i for i, w in enumerate(WORDS)}
 
 
+_BLOCK = struct.Struct(f"<4Q{len(COMPACT_FIELDS)}d")  # magic, present mask, None mask, flags, one double a field
+_SLOT = {key: (i, kind, 1 << i) for i, (key, kind) in enumerate(COMPACT_FIELDS)}
+_ZEROS = (0.0,) * len(COMPACT_FIELDS)
+
+
 def pack_header(header: dict[str, Any], out: np.ndarray, fused: bool = False) -> bool:
-    """Pack ``header`` into ``out`` (``HEADER_WORDS`` float64); False (``out`` undefined) if it does not fit
-    the compact schema, so it must be pickled. Pure."""
-    if len(header) > len(COMPACT_FIELDS):
-        return False
-    words = out.view(np.uint64)
+    """Pack ``header`` into ``out`` (``HEADER_WORDS`` float64, its bytes written by one ``struct`` call); False
+    (``out`` untouched) if it does not fit the compact schema, so it must be pickled. Pure."""
+    values = list(_ZEROS)
     present = nones = 0
-    for i, (key, kind) in enumerate(COMPACT_FIELDS):
-        if key not in header:
-            continue
-        present |= 1 << i
-        v = header[key]
-        slot = _FIXED + i
+    for key, v in header.items():
+        slot = _SLOT.get(key)
+        if slot is None:
+            return False
+        i, kind, bit = slot
+        present |= bit
         if v is None:
-            nones |= 1 << i
-            out[slot] = 0.0
-        elif kind is str:
-            if type(v) is not str or v not in _WORD_INDEX:
+            nones |= bit
+        elif kind is float:  # python floats and numpy float64 are float64: exact
+            if not isinstance(v, float):
                 return False
-            out[slot] = _WORD_INDEX[v]
+            values[i] = v
+        elif kind is str:
+            index = _WORD_INDEX.get(v) if type(v) is str else None
+            if index is None:
+                return False
+            values[i] = index
         elif kind is bool:
             if type(v) is not bool:
                 return False
-            out[slot] = 1.0 if v else 0.0
-        elif kind is int:
+            values[i] = 1.0 if v else 0.0
+        else:  # int
             if type(v) is not int or not -_INT_LIMIT < v < _INT_LIMIT:
                 return False
-            out[slot] = v
-        else:  # float (python floats and numpy float64 are float64: exact)
-            if not isinstance(v, float):
-                return False
-            out[slot] = v
-    if bin(present).count("1") != len(header):  # a key outside the schema
-        return False
-    words[0], words[1], words[2], words[3] = _MAGIC, present, nones, _FUSED if fused else 0
+            values[i] = v
+    _BLOCK.pack_into(out.data, 0, _MAGIC, present, nones, _FUSED if fused else 0, *values)
     return True
+
+
+def mark_pickled(out: np.ndarray) -> None:
+    """Make ``out`` the block that announces a pickled header."""
+    words = out.view(np.uint64)
+    words[0], words[1], words[2], words[3] = _MAGIC, 0, 0, _PICKLED
+
+
+def flags_of(block: np.ndarray) -> int:
+    return int(block.view(np.uint64)[3])
 
 
 def is_compact(block: np.ndarray) -> bool:
@@ -116,24 +130,21 @@ def is_compact(block: np.ndarray) -> bool:
 
 def unpack_header(block: np.ndarray) -> tuple[dict[str, Any], bool]:
     """The header :func:`pack_header` packed, and whether its tensor was fused into the same message. Pure."""
-    words = block.view(np.uint64)
-    present, nones, flags = int(words[1]), int(words[2]), int(words[3])
+    _, present, nones, flags, *values = _BLOCK.unpack_from(block.data)
     header: dict[str, Any] = {}
     for i, (key, kind) in enumerate(COMPACT_FIELDS):
         if not present >> i & 1:
             continue
         if nones >> i & 1:
             header[key] = None
-            continue
-        v = float(block[_FIXED + i])
-        if kind is str:
-            header[key] = WORDS[int(v)]
+        elif kind is float:
+            header[key] = values[i]
+        elif kind is str:
+            header[key] = WORDS[int(values[i])]
         elif kind is bool:
-            header[key] = v != 0.0
-        elif kind is int:
-            header[key] = int(v)
+            header[key] = values[i] != 0.0
         else:
-            header[key] = v
+            header[key] = int(values[i])
     return header, bool(flags & _FUSED)
 
 
@@ -188,18 +199,21 @@ class Link:
         MPI = self._MPI
         with tracer.span(f"send {header.get('kind', 'msg')}", "comm", dest=dest):
             fused = array is not None and array.nbytes <= ONE_MESSAGE_BYTES
-            if extra is None and pack_header(header, self._hdr_out, fused):
-                if fused:
-                    assert array is not None
-                    self.comm.Send([MPI.BOTTOM, 1, self._fused_type(self._hdr_out, array)], dest=dest, tag=HEADER)
-                    return
-                self.comm.Send([self._hdr_out, MPI.BYTE], dest=dest, tag=HEADER)
-            else:
+            compact = extra is None and pack_header(header, self._hdr_out, fused)
+            if not compact:  # the block only says "a pickled header follows"
+                fused = False
+                mark_pickled(self._hdr_out)
+            if fused:
+                assert array is not None
+                self.comm.Send([MPI.BOTTOM, 1, self._fused_type(self._hdr_out, array)], dest=dest, tag=HEADER)
+                return
+            self.comm.Send([self._hdr_out, MPI.BYTE], dest=dest, tag=HEADER)
+            if not compact:
                 self.comm.send(header, dest=dest, tag=HEADER)
             if array is not None:
                 self.comm.Send([array, MPI.FLOAT], dest=dest, tag=ARRAY)
             if extra is not None:
-                self.comm.Send([extra, self._MPI.FLOAT], dest=dest, tag=BUFFERS)
+                self.comm.Send([extra, MPI.FLOAT], dest=dest, tag=BUFFERS)
 
     def ack(self, dest: int, error: str | None = None) -> None:
         """Tell ``dest`` that this rank's checkpoint part is written (or why it is not)."""
@@ -214,40 +228,45 @@ class Link:
         tracer = get_tracer()
         MPI = self._MPI
         status = MPI.Status()
-        data: bytes | bytearray
+        may_fuse = out is not None and out.dtype == np.float32 and 0 < out.nbytes <= ONE_MESSAGE_BYTES
         with tracer.span("wait", "wait"), self._armed(source, "waiting for a message from"):
             self._wait(source, HEADER)
-            message = self.comm.Mprobe(source=source, tag=HEADER, status=status)
-            nbytes = status.Get_count(MPI.BYTE)
-            if out is not None and out.dtype == np.float32 and nbytes == HEADER_BYTES + out.nbytes:
-                message.Recv([MPI.BOTTOM, 1, self._fused_type(self._hdr_in, out)])  # header and tensor at once
-                if is_compact(self._hdr_in):
-                    header, fused = unpack_header(self._hdr_in)
-                    if fused:
-                        self.last_messages = 1
-                        return status.Get_source(), header, out
-                data = self._hdr_in.tobytes() + out.tobytes()  # a pickle of that very length (it happens)
-            else:
-                data = bytearray(nbytes)
-                message.Recv([data, MPI.BYTE])
+            target = ([MPI.BOTTOM, 1, self._fused_type(self._hdr_in, out)] if may_fuse  # type: ignore[arg-type]
+                      else [self._hdr_in, MPI.BYTE])
+            try:
+                self.comm.Recv(target, source=source, tag=HEADER, status=status)
+            except MPI.Exception as e:  # a message longer than the header and the expected tensor
+                who = "a rank" if source == ANY else f"rank {source}"
+                raise TrainingError(f"{who} sent a tensor this rank cannot take ({e.Get_error_string()}); all "
+                                    f"ranks must load the same model") from None
         src = status.Get_source()
-        if nbytes >= HEADER_BYTES and data[:8] == _MAGIC.to_bytes(8, "little"):
-            header, fused = unpack_header(np.frombuffer(bytes(data[:HEADER_BYTES]), dtype=np.float64))
-            if fused:
-                size = (nbytes - HEADER_BYTES) // 4
-                raise TrainingError(f"rank {src} sent a tensor of {size} values, this rank expects "
-                                    f"{'none' if out is None else out.size}; all ranks must load the same model")
+        nbytes = status.Get_count(MPI.BYTE)
+        if nbytes < HEADER_BYTES or not is_compact(self._hdr_in):
+            raise TrainingError(f"rank {src} sent a message that is not an nnlo header ({nbytes} bytes); every "
+                                f"rank must run the same nnlo")
+        flags = flags_of(self._hdr_in)
+        if flags & _FUSED:
+            header, _ = unpack_header(self._hdr_in)
+            if out is None or nbytes != HEADER_BYTES + out.nbytes:
+                expected = "none" if out is None else out.size
+                raise TrainingError(f"rank {src} sent a tensor of {(nbytes - HEADER_BYTES) // 4} values, this rank "
+                                    f"expects {expected}; all ranks must load the same model")
+            self.last_messages = 1
+            return src, header, out
+        if flags & _PICKLED:
+            header = self.comm.recv(source=src, tag=HEADER)
         else:
-            header = pickle.loads(data)
-        self.last_messages = 1 + bool(header.get("array")) + (header.get("buffers_size") is not None)
+            header, _ = unpack_header(self._hdr_in)
+        self.last_messages = (1 + bool(flags & _PICKLED) + bool(header.get("array"))
+                              + (header.get("buffers_size") is not None))
         if header.get("array"):
             if out is None:
                 raise TrainingError(f"rank {src} sent a tensor where none was expected ({header.get('kind')})")
             with tracer.span(f"recv {header.get('kind', 'msg')}", "comm", source=src):
-                self.comm.Recv([out, self._MPI.FLOAT], source=src, tag=ARRAY)
+                self.comm.Recv([out, MPI.FLOAT], source=src, tag=ARRAY)
         if header.get("buffers_size") is not None:
             extra = np.empty(int(header.pop("buffers_size")), dtype=np.float32)  # once an epoch: small, rare
-            self.comm.Recv([extra, self._MPI.FLOAT], source=src, tag=BUFFERS)
+            self.comm.Recv([extra, MPI.FLOAT], source=src, tag=BUFFERS)
             header["buffers"] = extra
         return src, header, (out if header.get("array") else None)
 
