@@ -54,8 +54,10 @@ def _any_source() -> int:
 ANY = _any_source()  # MPI.ANY_SOURCE; its value differs between MPI libraries (MPICH: -2), never hard-code it
 
 # -- compact headers ---------------------------------------------------------------------------------------
-#: tensors up to this many bytes travel in the header's message (measured: bench/run.sh ps_exchange)
-ONE_MESSAGE_BYTES = 256 * 1024
+#: tensors up to this many bytes travel in the header's message. Measured (bench/run.sh ps_exchange, "forced
+#: 1 message" against "forced 2 messages"): MPICH's struct-datatype path lost to two contiguous messages at
+#: every size from 10 KB up, so only tiny tensors are fused (docs/performance.md, section 1)
+ONE_MESSAGE_BYTES = 4 * 1024
 #: the words a compact header can carry (kind, action, a signal name); any other string: pickled
 WORDS = ("update", "pull", "reply", "continue", "stop", "abort", "error", "ack",
          "SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGXCPU", "SIGALRM", "SIGQUIT")
