@@ -31,6 +31,10 @@ def t(s: dict | None) -> str:
     return "n/a" if not s else C.fmt_time(s["median"])
 
 
+def signed(x: float) -> str:
+    return "-" + C.fmt_time(-x) if x < 0 else C.fmt_time(x)
+
+
 def spread(s: dict) -> str:
     return f"{C.fmt_time(s['p25'])}-{C.fmt_time(s['p75'])}"
 
@@ -50,11 +54,13 @@ def machine_line(d: dict) -> str:
 def ps_exchange(d: dict) -> str:
     rows = [[f"{s['params']:,}", f"{s['bytes'] / 1e6:.2f} MB", t(s["raw_round_trip_s"]),
              t(s.get("raw_two_messages_round_trip_s")), t(s["nnlo_round_trip_s"]),
-             spread(s["nnlo_round_trip_s"]), f"{s['raw_bandwidth_GBps']:.2f}", f"{s['nnlo_bandwidth_GBps']:.2f}",
+             spread(s["nnlo_round_trip_s"]), t(s.get("nnlo_one_message_round_trip_s")),
+             t(s.get("nnlo_two_messages_round_trip_s")), f"{s['raw_bandwidth_GBps']:.2f}",
+             f"{s['nnlo_bandwidth_GBps']:.2f}",
              f"**{s['ratio_of_raw_bandwidth']:.2f}**", f"{s['ratio_paired_median']:.2f}"] for s in d["sizes"]]
     lat = d["latency"]
     return "\n\n".join([md(rows, ["params", "bytes each way", "raw round trip", "raw, 2 messages each way",
-                                  "nnlo round trip", "nnlo p25-p75",
+                                  "nnlo round trip", "nnlo p25-p75", "nnlo forced 1 message", "nnlo forced 2 messages",
                                   "raw GB/s", "nnlo GB/s", "nnlo/raw", "paired median"]),
                         f"Measured by the same script: raw 8-byte one-way latency "
                         f"{t(lat['raw_one_way_8B_s'])}; nnlo header-only round trip "
@@ -72,17 +78,25 @@ def allreduce(d: dict) -> str:
                        if "nnlo_over_best_alternative" in r else "n/a"])
     parts = [md(rows, ["params", "size", "mpi4py Allreduce", "gloo all_reduce", "Horovod", "nnlo", "gloo/mpi4py",
                        "nnlo/best"])]
-    if d.get("step"):
+    if d.get("step") and "nnlo_flatten_overhead_s" in d["step"][0]:  # results from before the bucketed step
         rows = []
         for r in d["step"]:
             s, lab = r["seconds"], r["nnlo_method"]
             rows.append([f"{r['params']:,}", t(s["local"]), t(s["ddp_gloo"]), t(s[lab]),
                          C.fmt_time(r["exposed_comm_s"]["ddp_gloo"]), C.fmt_time(r["exposed_comm_s"][lab]),
-                         C.fmt_time(r["nnlo_flatten_overhead_s"]), C.fmt_time(r["nnlo_comm_only_s"]),
                          f"**{r['nnlo_over_ddp']:.2f}**"])
         parts.append(md(rows, ["params", "local step", "DDP (gloo) step", f"nnlo step ({d['step'][0]['nnlo_method']})",
-                               "DDP exposed", "nnlo exposed", "of which flatten copies", "of which all-reduce",
-                               "nnlo/DDP"]))
+                               "DDP exposed", "nnlo exposed", "nnlo/DDP"]))
+    elif d.get("step"):
+        methods = [m for m in d["step"][0]["seconds"] if m != "local"]
+        rows = []
+        for r in d["step"]:
+            s, e = r["seconds"], r["exposed_comm_s"]
+            rows.append([f"{r['params']:,}", t(s["local"])]
+                        + [f"{t(s[m])} ({signed(e[m])})" if m in s else "n/a" for m in methods]
+                        + [f"**{r['nnlo_over_ddp']:.2f}**"])
+        parts.append(md(rows, ["params", "local step", *[f"{m} (exposed)" for m in methods],
+                               f"nnlo/DDP ({d['step'][0]['nnlo_method']})"]))
     lat = d["latency"]
     parts.append("8-byte all-reduce latency, same script: " + ", ".join(
         f"{k.split('_')[0]} {t(v)}" for k, v in lat.items()) + f". nnlo all-reduce: {d['nnlo_allreduce']}. "
@@ -224,8 +238,22 @@ def proposers(d: dict) -> str:
         machine_line(d)])
 
 
-REPORTS = {"ps_exchange": ps_exchange, "allreduce": allreduce, "scaling": scaling, "search": search,
-           "orchestration": orchestration, "slurm_requeue": slurm_requeue, "hetero": hetero,
+def startup(d: dict) -> str:
+    e = d["end_to_end"]
+    rows = [[k, t(v), f"{C.fmt_time(v['min'])}-{C.fmt_time(v['max'])}"] for k, v in d["phases_s"].items()]
+    rows.append(["**`nnlo train -n 3`: command to the first batch**", f"**{t(e['to_first_batch_s'])}**",
+                 f"{C.fmt_time(e['to_first_batch_s']['min'])}-{C.fmt_time(e['to_first_batch_s']['max'])}"])
+    rows.append(["`nnlo train -n 3`: whole run (1 epoch)", t(e["total_s"]),
+                 f"{C.fmt_time(e['total_s']['min'])}-{C.fmt_time(e['total_s']['max'])}"])
+    tops = ", ".join(f"{k} {C.fmt_time(v)}" for k, v in list(e["top_imports_all_ranks_s"].items())[:6])
+    return "\n\n".join([md(rows, ["phase (each alone, fresh processes)", "median", "range"]),
+                        "Imported by the ranks of the real run from tensorflow, keras, skopt, matplotlib: "
+                        f"**{', '.join(e['forbidden_imported']) or 'none'}**. Slowest top-level imports (all ranks' "
+                        f"`-X importtime` added up): {tops}.", machine_line(d)])
+
+
+REPORTS = {"startup": startup, "ps_exchange": ps_exchange, "allreduce": allreduce, "scaling": scaling,
+           "search": search, "orchestration": orchestration, "slurm_requeue": slurm_requeue, "hetero": hetero,
            "proposers": proposers}
 
 

@@ -27,6 +27,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 BACKENDS = ("auto", "torch", "keras")
 #: ``--cache-data`` given without a folder: keep the data in memory (as ``--preload-data`` does)
 CACHE_IN_MEMORY = ":memory:"
+#: ``--bucket-mb``'s default: measured by ``bench/run.sh allreduce`` (docs/performance.md, section 2)
+BUCKET_MB = 4.0
 #: ``--gem-lr``'s default (the GEM paper's and upstream's)
 GEM_LR = 0.01
 
@@ -77,6 +79,7 @@ class TrainConfig:
     n_masters: int = 1
     n_processes: int = 1
     allreduce_engine: str = "auto"  # auto|mpi|horovod: who sums gradients (all-reduce mode and worker groups)
+    bucket_mb: float = BUCKET_MB  # gradient all-reduce buckets started during backward; 0: one all-reduce after it
     scale_lr: bool = False  # all-reduce mode: worker optimizer lr times the number of ranks
     monitor: bool = False
     timeline: bool = False
@@ -148,6 +151,9 @@ class TrainConfig:
         if self.allreduce_engine not in ALLREDUCE_ENGINES:
             raise ConfigError(f"--allreduce-engine {self.allreduce_engine!r} is unknown; use one of "
                               f"{', '.join(ALLREDUCE_ENGINES)}")
+        if not (isinstance(self.bucket_mb, (int, float)) and math.isfinite(self.bucket_mb) and self.bucket_mb >= 0):
+            raise ConfigError(f"--bucket-mb {self.bucket_mb!r} is not a size; give megabytes >= 0 (0: one "
+                              f"all-reduce after backward)")
         from nnlo.roles import RoleError
 
         try:

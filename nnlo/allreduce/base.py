@@ -8,8 +8,23 @@ a stop vote) ride at the end of the same buffer, so they cost nothing more.
 from __future__ import annotations
 
 import abc
+from typing import Any, Protocol
 
 import numpy as np
+
+
+class Pending(Protocol):
+    """A started all-reduce: :meth:`wait` returns once the buffer holds the sum."""
+
+    def wait(self) -> None: ...
+
+
+class _Done:
+    def wait(self) -> None:
+        return None
+
+
+DONE = _Done()
 
 
 class Engine(abc.ABC):
@@ -23,6 +38,21 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def allreduce_sum(self, buf: np.ndarray) -> None:
         """Replace ``buf`` (flat, contiguous float32) by its element-wise sum over all ranks."""
+
+    def iallreduce_sum(self, buf: np.ndarray, key: int = 0) -> Pending:
+        """Start summing ``buf`` (a contiguous slice of a flat float32 buffer) and return at once; the sum is
+        there after ``.wait()``. Every rank must start the same buffers in the same order; ``key`` tells apart
+        the buffers in flight at once (bucket numbers). Default: blocking."""
+        self.allreduce_sum(buf)
+        return DONE
+
+    def wait_all(self, pending: list[Any]) -> None:
+        """Wait for every all-reduce :meth:`iallreduce_sum` started."""
+        for p in pending:
+            p.wait()
+
+    def progress(self, pending: list[Any]) -> None:
+        """Let started all-reduces advance (libraries without a progress thread move only inside calls)."""
 
     @abc.abstractmethod
     def broadcast(self, buf: np.ndarray, root: int = 0) -> None:

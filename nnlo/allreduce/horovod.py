@@ -60,6 +60,12 @@ class HorovodEngine(Engine):
         t = self._torch.from_numpy(buf)
         self._hvd.allreduce_(t, op=self._hvd.Sum, name=f"nnlo.sum.{buf.size}")
 
+    def iallreduce_sum(self, buf: np.ndarray, key: int = 0) -> Any:
+        check_buffer(buf)
+        t = self._torch.from_numpy(buf)
+        handle = self._hvd.allreduce_async_(t, op=self._hvd.Sum, name=f"nnlo.bucket.{key}")
+        return _HorovodPending(self._hvd, handle)
+
     def broadcast(self, buf: np.ndarray, root: int = 0) -> None:
         check_buffer(buf)
         t = self._torch.from_numpy(buf)
@@ -68,3 +74,11 @@ class HorovodEngine(Engine):
     def close(self) -> None:
         self._hvd.shutdown()
         self._comm.Free()
+
+
+class _HorovodPending:
+    def __init__(self, hvd: Any, handle: Any) -> None:
+        self._hvd, self._handle = hvd, handle
+
+    def wait(self) -> None:
+        self._hvd.synchronize(self._handle)

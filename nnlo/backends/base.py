@@ -11,6 +11,7 @@ Implementations: :mod:`nnlo.backends.torch_backend` (PyTorch), :mod:`nnlo.backen
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,27 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def apply_gradients(self, flat_grad: np.ndarray) -> None:
         """One step of the worker optimizer with the given flat gradient."""
+
+    # -- gradients reported during backward (bucketed all-reduce, :mod:`nnlo.allreduce.bucketed`) --------
+    #: True when :meth:`gradient_sum_into` reports parameters from hooks *during* backward (overlap possible);
+    #: False: it reports them all after backward, and the runtime keeps one all-reduce after backward
+    grad_hooks: bool = False
+
+    def param_sizes(self) -> list[int]:
+        """Elements of each parameter, in the order of the flat vector (one entry: the backend reports the
+        gradient as a whole)."""
+        return [self.n_params]
+
+    def gradient_sum_into(self, x: Any, y: Any, out: np.ndarray,
+                          ready: Callable[[int], None]) -> dict[str, float]:
+        """Write the batch's *summed* gradient (the mean loss's gradient times the batch's ``count``) into
+        ``out`` (flat float32, ``n_params`` long) and call ``ready(i)`` once parameter ``i``'s slice of it is
+        final (numbered as :meth:`param_sizes`), each exactly once, in any order; returns the batch metrics."""
+        grad, metrics = self.compute_gradients(x, y)
+        np.multiply(grad, np.float32(metrics.get("count", len(y))), out=out)
+        for i in range(len(self.param_sizes())):
+            ready(i)
+        return metrics
 
     def train_on_batch(self, x: Any, y: Any) -> dict[str, float]:
         """compute_gradients then apply_gradients; backends may fuse the two."""

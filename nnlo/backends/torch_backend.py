@@ -123,6 +123,10 @@ class TorchBackend(Backend):
         self._n = int(sum(self._sizes))
         self._flat_grad: torch.Tensor | None = None  # see _grad_views
         self._views: list[torch.Tensor] = []
+        # gradient_sum_into: views of the caller's buffer (cached by its address) and the step in flight
+        self._bound: tuple[int, int, list[torch.Tensor]] | None = None
+        self._in_flight: tuple[list[torch.Tensor], float, Callable[[int], None], list[bool]] | None = None
+        self._hooked = False
         self._n_buffers = int(sum(b.numel() for b in self._buffer_tensors()))
         self.loss = loss_spec(loss)
         cls, kwargs = torch_equivalent(worker_optimizer)
@@ -254,7 +258,72 @@ class TorchBackend(Backend):
             result = torch.cat(grads).to("cpu", torch.float32).numpy().copy()
         return result, self._metrics(out, yt, loss)
 
+    # -- gradients reported from hooks during backward (the bucketed all-reduce) --------------------
+    @property
+    def grad_hooks(self) -> bool:  # type: ignore[override]
+        return self.device.type == "cpu" and all(p.dtype == torch.float32 for p in self.params)
+
+    def param_sizes(self) -> list[int]:
+        return list(self._sizes)
+
+    def _bind(self, out: np.ndarray) -> list[torch.Tensor]:
+        """Per-parameter views of ``out`` (a flat float32 numpy array, memory shared, no copy)."""
+        key = (out.ctypes.data, out.size)
+        if self._bound is None or self._bound[:2] != key:
+            flat = torch.from_numpy(out)
+            views, offset = [], 0
+            for p, n in zip(self.params, self._sizes, strict=True):
+                views.append(flat[offset:offset + n].view_as(p))
+                offset += n
+            self._bound = (*key, views)
+        return self._bound[2]
+
+    def _on_grad(self, i: int, p: torch.Tensor) -> None:
+        """Post-accumulate hook of parameter ``i``: its gradient is final; scale it into the caller's buffer."""
+        state = self._in_flight
+        if state is None or p.grad is None:
+            return
+        views, count, ready, seen = state
+        torch.mul(p.grad, count, out=views[i])  # the copy into the flat buffer and the x count in one pass
+        p.grad = None
+        seen[i] = True
+        ready(i)
+
+    def gradient_sum_into(self, x: Any, y: Any, out: np.ndarray,
+                          ready: Callable[[int], None]) -> dict[str, float]:
+        if not self.grad_hooks or out.dtype != np.float32 or out.size != self._n or not out.flags.c_contiguous:
+            return super().gradient_sum_into(x, y, out, ready)
+        if not self._hooked:
+            for i, p in enumerate(self.params):
+                p.register_post_accumulate_grad_hook(lambda q, i=i: self._on_grad(i, q))
+            self._hooked = True
+        self.model.train()
+        views = self._bind(out)
+        for p in self.params:
+            p.grad = None  # backward then hands its own gradient tensors over (no zeroing, no accumulation)
+        xt, yt = self._tensors(x, y)
+        o = self._forward(xt)
+        loss = self.loss.fn(o, yt)
+        seen = [False] * len(self.params)
+        self._in_flight = (views, float(o.shape[0]), ready, seen)
+        try:
+            loss.backward()
+        finally:
+            self._in_flight = None
+        for i, done in enumerate(seen):
+            if not done:  # not used by this batch's graph: its gradient is zero
+                views[i].zero_()
+                ready(i)
+        return self._metrics(o, yt, loss)
+
     def apply_gradients(self, flat_grad: np.ndarray) -> None:
+        bound = self._bound
+        if (bound is not None and isinstance(flat_grad, np.ndarray) and flat_grad.dtype == np.float32
+                and (flat_grad.ctypes.data, flat_grad.size) == bound[:2]):
+            for p, v in zip(self.params, bound[2], strict=True):  # the buffer gradient_sum_into filled:
+                p.grad = v  # the optimizer reads it in place, no copy
+            self.optimizer.step()
+            return
         src = torch.from_numpy(np.ascontiguousarray(flat_grad, dtype=np.float32))
         views = self._grad_views()
         if views is not None:

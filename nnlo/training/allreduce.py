@@ -28,6 +28,7 @@ import numpy as np
 
 from nnlo import checkpoint as ckpt
 from nnlo.allreduce import Engine, make_engine, resolve_engine
+from nnlo.allreduce.bucketed import BucketedReducer, describe_buckets, make_reducer
 from nnlo.backends.base import Backend
 from nnlo.backends.native_model import save_final_model, write_checkpoint_model
 from nnlo.config import TrainConfig
@@ -71,6 +72,7 @@ class AllreduceReplica:
         self.rank, self.size = ctx.comm.Get_rank(), ctx.comm.Get_size()
         self.engine_name = engine_name
         self.engine: Engine | None = None
+        self.reducer: BucketedReducer | None = None
         n = self.n = backend.n_params
         self.buf = np.zeros(n + EXTRA, dtype=np.float32)
         self.epoch, self.batch, self.updates = 0, 0, 0
@@ -131,12 +133,14 @@ class AllreduceReplica:
     def start(self) -> None:
         """Collective: build the engine, then give every replica rank 0's weights."""
         self.engine = make_engine(self.engine_name, self.comm)
+        self.reducer = make_reducer(self.engine, self.backend, self.buf, self.cfg.bucket_mb)
         w = self.backend.get_weights()
         self.engine.broadcast(w, root=0)
         self.backend.set_weights(w)
         if self.rank == 0:
-            log.info("all-reduce training: %s, engine %s, batch %d per rank (%d per step)%s",
-                     self.ctx.hierarchy.rank_map(), self.engine.describe(), self.cfg.batch,
+            log.info("all-reduce training: %s, engine %s, %s, batch %d per rank (%d per step)%s",
+                     self.ctx.hierarchy.rank_map(), self.engine.describe(), describe_buckets(self.reducer),
+                     self.cfg.batch,
                      self.cfg.batch * self.size, ", restored" if self._restored else "")
 
     # -- main loop ---------------------------------------------------------------------------------
@@ -156,12 +160,14 @@ class AllreduceReplica:
                     self._end_epoch()
             return self._result()
         finally:
+            if self.reducer is not None:
+                self.reducer.close()
             if self.engine is not None:
                 self.engine.close()
 
     def _step(self, idx: np.ndarray) -> None:
         sums = allreduce_step(self.ctx, self.engine, self.backend, self.loader, self.buf, idx,
-                              stop_wanted=self._stop_wanted(), label="gradient")
+                              stop_wanted=self._stop_wanted(), label="gradient", reducer=self.reducer)
         if sums.has_correct:
             self.stats["has_correct"] = True
         if sums.failed:

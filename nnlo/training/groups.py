@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from nnlo.allreduce import Engine, make_engine
+from nnlo.allreduce.bucketed import BucketedReducer, make_reducer
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
 from nnlo.training.failure import RankFailure, describe_exception
@@ -54,6 +55,7 @@ class GroupWorker(Worker):
         self.leader = self.member == 0
         self.engine_name = engine_name
         self.engine: Engine | None = None
+        self.reducer: BucketedReducer | None = None
         n = self.n = self.backend.n_params
         self.buf = np.zeros(n + EXTRA, dtype=np.float32)
         self.weights = np.empty(n, dtype=np.float32)
@@ -61,9 +63,12 @@ class GroupWorker(Worker):
     # -- main loop ---------------------------------------------------------------------------------
     def run(self) -> None:
         self.engine = make_engine(self.engine_name, self.group_comm)
+        self.reducer = make_reducer(self.engine, self.backend, self.buf, self.cfg.bucket_mb)
         try:
             super().run()  # the worker's loop; chunks and exchanges are the group's (below)
         finally:
+            if self.reducer is not None:
+                self.reducer.close()
             self.engine.close()
             self.group_comm.Free()
 
@@ -84,7 +89,7 @@ class GroupWorker(Worker):
 
     def _group_step(self, idx: np.ndarray, b: int) -> tuple[float, float, float, bool, float]:
         sums = allreduce_step(self.ctx, self.engine, self.backend, self.loader, self.buf, idx,
-                              stop_wanted=self.ctx.stop.raised, label="group")
+                              stop_wanted=self.ctx.stop.raised, label="group", reducer=self.reducer)
         if sums.failed:
             self._fail_group(sums.error)
         if sums.total > 0:

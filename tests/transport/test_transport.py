@@ -1,0 +1,108 @@
+"""nnlo.transport: compact headers (pure round trips of every field, what falls back to pickling) and, under
+a real 2-rank mpirun, one message up to the threshold, two above it, pickled headers, buffers."""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnlo.transport import COMPACT_FIELDS, HEADER_WORDS, ONE_MESSAGE_BYTES, WORDS, pack_header, unpack_header
+
+HERE = Path(__file__).parent
+
+
+def _value(rng: random.Random, kind: type) -> object:
+    if rng.random() < 0.15:
+        return None
+    if kind is str:
+        return rng.choice(WORDS)
+    if kind is bool:
+        return rng.random() < 0.5
+    if kind is int:
+        return rng.choice([0, 1, -1, 2 ** 53 - 1, -(2 ** 53) + 1, rng.randint(-10 ** 9, 10 ** 9)])
+    return rng.choice([0.0, -0.0, 1e-310, -1.5e300, float("inf"), float("-inf"), rng.uniform(-1e6, 1e6)])
+
+
+def _same(a: dict, b: dict) -> bool:
+    if set(a) != set(b):
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, float) and np.isnan(x):
+            if not np.isnan(y):
+                return False
+        elif x != y or (isinstance(x, float) and np.signbit(x) != np.signbit(y)):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_every_field_round_trips(seed: int) -> None:
+    rng = random.Random(seed)
+    keys = rng.sample(COMPACT_FIELDS, rng.randint(0, len(COMPACT_FIELDS)))
+    header = {k: _value(rng, t) for k, t in keys}
+    block = np.full(HEADER_WORDS, np.nan)  # garbage from an earlier message must not leak through
+    fused = rng.random() < 0.5
+    assert pack_header(header, block, fused)
+    back, was_fused = unpack_header(block.copy())
+    assert _same(back, header), (header, back)
+    assert was_fused == fused
+
+
+def test_nan_and_every_word_round_trip() -> None:
+    for word in WORDS:
+        for key, kind in COMPACT_FIELDS:
+            if kind is str:
+                block = np.zeros(HEADER_WORDS)
+                assert pack_header({key: word, "loss_sum": float("nan")}, block)
+                back, _ = unpack_header(block)
+                assert back[key] == word and np.isnan(back["loss_sum"])
+
+
+@pytest.mark.parametrize("header", [
+    {"kind": "update", "checkpoint": "/tmp/ckpt"},  # a key outside the schema
+    {"kind": "not-a-word"},
+    {"samples": 3.0},  # a float where an int goes
+    {"samples": True},  # a bool is no int here
+    {"epoch_end": 1},  # an int is no bool
+    {"loss_sum": "1.0"},
+    {"samples": 2 ** 53},  # not exact in a float64
+    {"failure": {"message": "x"}},
+    {"kind": "update", "buffers": np.zeros(3, np.float32)},
+])
+def test_headers_outside_the_schema_are_refused(header: dict) -> None:
+    assert not pack_header(header, np.zeros(HEADER_WORDS))
+
+
+def test_numpy_floats_travel_as_floats() -> None:
+    block = np.zeros(HEADER_WORDS)
+    assert pack_header({"loss_sum": np.float64(2.5), "seconds": 1.0}, block)
+    assert unpack_header(block)[0] == {"loss_sum": 2.5, "seconds": 1.0}
+
+
+@pytest.mark.mpi
+def test_link_one_message_up_to_the_threshold(mpirun: str, nnlo_env: dict[str, str]) -> None:
+    run = subprocess.run([mpirun, "-np", "2", sys.executable, str(HERE / "link_ranks.py")],
+                         capture_output=True, text=True, env=nnlo_env, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    results = {d["case"]: d for d in lines if "header" in d}
+    messages = {d["case"]: d["messages"] for d in lines if "messages" in d}
+    assert len(results) == 9, run.stdout
+    for case, r in results.items():
+        assert r["header"] and r["array"], (case, r)
+    assert messages["full header, tensor at the threshold"] == 1
+    assert messages["tiny tensor"] == 1
+    assert messages["no tensor"] == 1
+    assert messages["just above the threshold: two messages"] == 2
+    assert messages["pickled: unknown key"] == 3  # the block, the pickle, the tensor
+    assert messages["buffers"] == 4
+    assert messages["a long pickled header and a small tensor"] == 3
+    assert next(d["bytes"] for d in lines if d["case"] == "threshold") == ONE_MESSAGE_BYTES
