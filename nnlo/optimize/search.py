@@ -30,6 +30,15 @@ from nnlo.optimize.state import load_state, save_state
 log = logging.getLogger("nnlo.optimize.search")
 
 
+def fold_variance(trial: Trial) -> float | None:
+    """How noisy a k-fold trial's figure of merit (the fold mean) is: ``fom_std**2 / folds``; None with one
+    fold or for a failed trial. The Bayesian engine uses it as the observation's noise."""
+    folds = [v for v in trial.fold_foms if v is not None]
+    if trial.fom is None or trial.fom_std is None or len(folds) < 2:
+        return None
+    return float(trial.fom_std) ** 2 / len(folds)
+
+
 class Search:
     def __init__(
         self,
@@ -139,7 +148,8 @@ class Search:
         trial = self.in_flight.pop(trial_id)
         trial.finish(fold_results, self.objective, block, now)
         self.finished[trial.id] = trial
-        self.engine.tell(trial.params, None if trial.fom is None else self.objective.value(trial.fom))
+        self.engine.tell(trial.params, None if trial.fom is None else self.objective.value(trial.fom),
+                         fold_variance(trial))
         return trial
 
     def interrupted(self, trial_id: int) -> None:
