@@ -46,6 +46,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--n-initial", type=int, default=8)
     p.add_argument("--noise-low", type=float, default=0.3, help="fold noise sd on most of the square")
     p.add_argument("--noise-high", type=float, default=12.0, help="fold noise sd in its upper part")
+    p.add_argument("--jobs", type=int, default=2, help="seeds run in this many processes (default 2)")
     p.add_argument("--quick", action="store_true", help="tiny settings (smoke test)")
     p.add_argument("--out", help="result JSON path (default bench/results/fold_noise.json)")
     a = p.parse_args(argv)
@@ -82,25 +83,36 @@ def run(aware: bool, seed: int, a: argparse.Namespace) -> tuple[list[float], lis
     return true, means
 
 
+def one_seed(args: tuple[int, argparse.Namespace]) -> dict[str, Any]:
+    seed, a = args
+    target = OBJECTIVES["branin"]["minimum"] + a.gap
+    row: dict[str, Any] = {"seed": seed}
+    for label, aware in (("noise_aware", True), ("mean_only", False)):
+        t0 = time.perf_counter()
+        true, _ = run(aware, seed, a)
+        row[f"{label}_wall_s"] = time.perf_counter() - t0
+        hit = first_reaching(true, target)
+        row[label] = hit
+        row[f"{label}_censored"] = hit is None
+        row[f"{label}_best_true"] = min(true)
+    print(f"  seed {seed}: noise-aware {row['noise_aware']}, mean-only {row['mean_only']} trials to target",
+          flush=True)
+    return row
+
+
 def main(argv: list[str]) -> int:
     a = parse(argv)
     load0 = os.getloadavg()
     target = OBJECTIVES["branin"]["minimum"] + a.gap
-    per_seed: list[dict[str, Any]] = []
-    secs: dict[str, list[float]] = {"noise_aware": [], "mean_only": []}
-    for seed in range(a.seeds):
-        row: dict[str, Any] = {"seed": seed}
-        for label, aware in (("noise_aware", True), ("mean_only", False)):
-            t0 = time.perf_counter()
-            true, _ = run(aware, seed, a)
-            secs[label].append(time.perf_counter() - t0)
-            hit = first_reaching(true, target)
-            row[label] = hit
-            row[f"{label}_censored"] = hit is None
-            row[f"{label}_best_true"] = min(true)
-        print(f"  seed {seed}: noise-aware {row['noise_aware']}, mean-only {row['mean_only']} trials to target",
-              flush=True)
-        per_seed.append(row)
+    jobs = [(seed, a) for seed in range(a.seeds)]
+    if a.jobs > 1:
+        from multiprocessing import get_context
+
+        with get_context("spawn").Pool(a.jobs) as pool:
+            per_seed = pool.map(one_seed, jobs, chunksize=1)
+    else:
+        per_seed = [one_seed(j) for j in jobs]
+    secs = {k: [r[f"{k}_wall_s"] for r in per_seed] for k in ("noise_aware", "mean_only")}
 
     def cens(h: int | None) -> int:
         return a.budget + 1 if h is None else h

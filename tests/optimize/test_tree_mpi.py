@@ -36,8 +36,8 @@ def test_tree_space_kfold_search_and_restore(mpirun, nnlo_env, tmp_path):
     def optimize(n: int, *extra: str) -> subprocess.CompletedProcess:
         cmd = [mpirun, "-np", "3", sys.executable, "-m", "nnlo_sched", "optimize", "--model",
                str(tmp_path / "tree_model.py"), "--space", str(tmp_path / "space.toml"), "--block-size", "2",
-               "--n-fold", "2", "--mode", "allreduce", "--hyper-opt", "bayesian", "--n-initial-points", "3", "--num-iterations", str(n),
-               "--seed", "5", "--output", str(out), *extra]
+               "--n-fold", "2", "--mode", "allreduce", "--hyper-opt", "bayesian", "--n-initial-points", "3",
+               "--num-iterations", str(n), "--seed", "5", "--output", str(out), *extra]
         return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
 
     r = optimize(4)
