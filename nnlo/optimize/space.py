@@ -195,6 +195,10 @@ class Categorical:
     def _branches(self, branches: Mapping[Any, Iterable[Any]] | None) -> tuple[tuple[Any, tuple[Dimension, ...]], ...]:
         if branches is None:
             return ()
+        labels = [label(c) for c in self.categories]
+        if len(set(labels)) != len(labels):
+            raise ConfigError(f"parameter {self.name!r}: values {list(self.categories)} name the same branch "
+                              "twice (a branch is named by its value's text); make the values distinct as text")
         if not isinstance(branches, Mapping):
             raise ConfigError(f"parameter {self.name!r}: branches must map a value to a list of parameters, "
                               f"got {type(branches).__name__}")
@@ -217,7 +221,10 @@ class Categorical:
 
     def _index_of(self, key: Any) -> int | None:
         for i, c in enumerate(self.categories):
-            if (type(key) is type(c) and key == c) or (isinstance(key, str) and key == label(c)):
+            if _same(key, c):
+                return i
+        for i, c in enumerate(self.categories):
+            if isinstance(key, str) and key == label(c):
                 return i
         return None
 

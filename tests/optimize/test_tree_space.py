@@ -252,3 +252,18 @@ def test_bounded_fit_subset_and_convergence():
         best = min(best, v)
         e.tell(p, v)
     assert best < 0.01
+
+
+def test_python_form_errors_are_one_line():
+    for bad, message in (
+        (lambda: Categorical(["a"], name="m", branches={"a": Real(0, 1, name="x")}), "list of parameters"),
+        (lambda: Categorical(["a"], name="m", branches={"a": []}), "has no parameters"),
+        (lambda: Categorical(["a"], name="m", branches=["a"]), "must map a value"),
+        (lambda: Categorical([1, "1"], name="m", branches={1: [Real(0, 1, name="x")]}), "same branch"),
+        (lambda: Space([Categorical(["a"], name="m", branches={"a": [Real(0, 1, name="m")]})]), "named twice"),
+        (lambda: from_model(types.SimpleNamespace(get_model=types.SimpleNamespace(parameter_range=3))),
+         "parameter_range must be"),
+    ):
+        with pytest.raises(ConfigError, match=message) as e:
+            bad()
+        assert "\n" not in str(e.value)
