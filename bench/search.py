@@ -9,8 +9,10 @@ Three parts:
    engine, and skopt's sequential ``gp_minimize`` (the strongest off-the-shelf alternative; it always
    knows every previous result, which an asynchronous search cannot). Runs that miss the target within
    the budget count as budget + 1 (a censored value, marked in the JSON).
-2. **Coordinator time per ask/tell** after 10, 100 and 500 observations: nnlo's engines (Bayesian GP and RF,
-   random) with one pending point, against a persistent ``skopt.Optimizer`` (tell one, ask one).
+2. **Coordinator time per ask/tell** after 10, 100, 500 and 1000 observations: nnlo's engines (Bayesian GP
+   with its bounded fit, the same GP fitted on every observation as before, RF, random) with one pending
+   point, against a persistent ``skopt.Optimizer`` (tell one, ask one). Part 1 also runs the Bayesian engine
+   with ``--fit-limit`` (default 15) so the bounded fit bites inside the short searches.
 3. **Block idle fraction** from a real ``nnlo optimize`` run (1 coordinator + 2 blocks of 2 ranks; a block
    is a master and a worker, the objective hook runs on its top rank) on a cheap objective
    (``bench/models/timed_branin.py``, a fixed sleep per evaluation): each block's busy time comes from the
@@ -70,7 +72,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--budget", type=int, default=None, help="trials per search (default per objective: 25, 30)")
     p.add_argument("--gap", type=float, default=0.1, help="target = global minimum + gap (default 0.1)")
     p.add_argument("--n-initial", type=int, default=10, help="random points before the model (both libraries)")
-    p.add_argument("--ask-sizes", type=int, nargs="+", default=[10, 100, 500])
+    p.add_argument("--ask-sizes", type=int, nargs="+", default=[10, 100, 500, 1000])
+    p.add_argument("--old-gp-max", type=int, default=1000,
+                   help="time the unbounded GP and skopt's Optimizer only up to this many observations "
+                        "(they cost ~12 s at 500 on an idle node, cubic beyond)")
+    p.add_argument("--fit-limit", type=int, default=15,
+                   help="GP fit subset in the trials-to-target comparison, small so that it bites (default 15)")
     p.add_argument("--ask-repeats", type=int, default=3, help="timed asks per size (1 above 200 observations)")
     p.add_argument("--optimize-trials", type=int, default=20, help="trials of the real nnlo optimize run")
     p.add_argument("--trial-seconds", type=float, default=1.0, help="sleep per evaluation in that run")
@@ -81,6 +88,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if a.quick:
         a.objectives, a.seeds, a.budget, a.n_initial = ["branin"], 1, 8, 4
         a.ask_sizes, a.ask_repeats, a.optimize_trials, a.trial_seconds = [10], 1, 4, 0.05
+        a.fit_limit = 6
     if a.seeds < 1 or (a.budget is not None and a.budget < a.n_initial):
         p.error("--seeds must be positive and --budget at least --n-initial")
     return a
@@ -103,7 +111,7 @@ def first_reaching(values: list[float], target: float) -> int | None:
 
 # -- part 1 ---------------------------------------------------------------------------------------------
 def run_nnlo(engine_name: str, fn: Callable, bounds: list, budget: int, seed: int, n_initial: int,
-             blocks: int = 2) -> list[float]:
+             blocks: int = 2, fit_limit: int | None | str = "default") -> list[float]:
     """Drive an nnlo engine like the coordinator with ``blocks`` blocks: ask with the in-flight points as
     pending, and tell results in hand-out order (the oldest trial finishes first)."""
     from nnlo.optimize.engines import make_engine
@@ -111,6 +119,8 @@ def run_nnlo(engine_name: str, fn: Callable, bounds: list, budget: int, seed: in
     space = nnlo_space(bounds)
     kw = {"n_initial_points": n_initial} if engine_name == "bayesian" else {}
     engine = make_engine(engine_name, space, seed, **kw)
+    if fit_limit != "default":
+        engine.fit_limit = fit_limit  # type: ignore[attr-defined]
     pending: list[dict] = []
     values: list[float] = []
     asked = 0
@@ -144,6 +154,9 @@ def part_target(a: argparse.Namespace) -> dict[str, Any]:
         target = obj["minimum"] + a.gap
         methods: dict[str, Callable[[int], list[float]]] = {
             "nnlo_bayesian_2_blocks": lambda s: run_nnlo("bayesian", obj["fn"], obj["bounds"], budget, s, a.n_initial),
+            # the bounded fit made to bite inside these short searches: quality with a subset of the data
+            f"nnlo_bayesian_fit_limit_{a.fit_limit}": lambda s: run_nnlo(
+                "bayesian", obj["fn"], obj["bounds"], budget, s, a.n_initial, fit_limit=a.fit_limit),
             "nnlo_random": lambda s: run_nnlo("random", obj["fn"], obj["bounds"], budget, s, a.n_initial),
             "skopt_gp_minimize": lambda s: run_gp_minimize(obj["fn"], obj["bounds"], budget, s, a.n_initial),
         }
@@ -180,9 +193,14 @@ def part_ask(a: argparse.Namespace) -> dict[str, Any]:
         reps = a.ask_repeats if n <= 200 else 1
         row: dict[str, Any] = {"observations": n, "repeats": reps, "seconds": {}}
         for label, eng, kw in (("nnlo_bayesian_GP", "bayesian", {"estimator": "GP"}),
+                               ("nnlo_bayesian_GP_unbounded", "bayesian", {"estimator": "GP"}),
                                ("nnlo_bayesian_RF", "bayesian", {"estimator": "RF"}),
                                ("nnlo_random", "random", {})):
+            if label.endswith("_unbounded") and n > a.old_gp_max:
+                continue
             e = make_engine(eng, space, 0, **kw)
+            if label.endswith("_unbounded"):  # the GP as it was before the bounded fit: every observation
+                e.fit_limit = None  # type: ignore[attr-defined]
             for p, y in zip(xs[:n], ys[:n]):
                 e.tell(p, y)
 
@@ -192,7 +210,11 @@ def part_ask(a: argparse.Namespace) -> dict[str, Any]:
                 e.observations.pop()  # keep n observations for the next repeat
 
             row["seconds"][label] = C.summary(C.timed(step, reps, warmup=0))
-        row["seconds"]["skopt_optimizer_GP"] = C.summary(C.timed(_skopt_stepper(obj, xs, ys, n), reps, 0))
+        if n <= a.old_gp_max:
+            row["seconds"]["skopt_optimizer_GP"] = C.summary(C.timed(_skopt_stepper(obj, xs, ys, n), reps, 0))
+        sec = row["seconds"]
+        if "nnlo_bayesian_GP_unbounded" in sec:
+            row["gp_bounded_over_unbounded"] = sec["nnlo_bayesian_GP"]["median"] / sec["nnlo_bayesian_GP_unbounded"]["median"]
         print(f"  ask/tell at {n} observations: " + ", ".join(
             f"{k} {C.fmt_time(v['median'])}" for k, v in row["seconds"].items()), flush=True)
         rows.append(row)

@@ -49,6 +49,7 @@ class AskAhead:
             raise RuntimeError("a proposal is already under way")
         snapshot = copy.copy(self.engine)  # shares the space and options, not the observations
         snapshot.observations = list(self.engine.observations)
+        snapshot.variances = list(self.engine.variances)
         pending = list(pending)
 
         def work() -> None:

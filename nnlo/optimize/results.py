@@ -187,3 +187,12 @@ def _csv(trials: list[Trial], param_names: list[str], n_fold: int) -> str:
 
 def _num(v: float | None) -> str:
     return "" if v is None else repr(v)
+
+
+def fold_variance(trial: Trial) -> float | None:
+    """How noisy a k-fold trial's figure of merit (the fold mean) is: ``fom_std**2 / folds``; None with one
+    fold or for a failed trial. The Bayesian engine uses it as the observation's noise."""
+    folds = [v for v in trial.fold_foms if v is not None]
+    if trial.fom is None or trial.fom_std is None or len(folds) < 2:
+        return None
+    return float(trial.fom_std) ** 2 / len(folds)

@@ -30,7 +30,7 @@ from nnlo.errors import ConfigError
 from nnlo.optimize.ask_ahead import AskAhead, describe, worth_it
 from nnlo.optimize.assign import Candidate, Fifo, Observation, Policy
 from nnlo.optimize.engines import Engine, engine_options
-from nnlo.optimize.results import FAILED, OK, Objective, Trial, best_trial, write_results
+from nnlo.optimize.results import FAILED, OK, Objective, Trial, best_trial, fold_variance, write_results
 from nnlo.optimize.state import load_state, save_state
 
 log = logging.getLogger("nnlo.optimize.search")
@@ -187,7 +187,8 @@ class Search:
         trial = self.in_flight.pop(trial_id)
         trial.finish(fold_results, self.objective, block, now)
         self.finished[trial.id] = trial
-        self.engine.tell(trial.params, None if trial.fom is None else self.objective.value(trial.fom))
+        self.engine.tell(trial.params, None if trial.fom is None else self.objective.value(trial.fom),
+                         fold_variance(trial))
         return trial
 
     def interrupted(self, trial_id: int) -> None:

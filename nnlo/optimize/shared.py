@@ -41,7 +41,7 @@ from nnlo.contract import ENV_PARTICIPANT, LEASE_TIMEOUT_S, SEARCH_JOURNAL
 from nnlo.errors import ConfigError
 from nnlo.optimize.engines import Engine, engine_options
 from nnlo.optimize.journal import Journal, SharedState
-from nnlo.optimize.results import Objective, Trial, write_results
+from nnlo.optimize.results import Objective, Trial, fold_variance, write_results
 from nnlo.optimize.search import Search
 from nnlo.optimize.state import save_state
 
@@ -119,7 +119,7 @@ class SharedSearch(Search):
         order = self.shared.order
         for tid in order[self._told:]:
             t = self.shared.finished[tid]
-            self.engine.tell(t.params, None if t.fom is None else self.objective.value(t.fom))
+            self.engine.tell(t.params, None if t.fom is None else self.objective.value(t.fom), fold_variance(t))
         self._told = len(order)
         self.next_id = self.shared.next_id
         self.engine.n_asked = self.next_id  # trial i is proposed with the random stream (seed, i)
@@ -346,8 +346,8 @@ def rebuilt_engine_state(folder: Path | str) -> dict[str, Any]:
                          estimator=opts.get("estimator", "GP"), n_initial_points=opts.get("n_initial_points", 10),
                          population=opts.get("population", 10))
     objective = Objective(**spec["objective"])
-    for params, value in state.observations(objective):
-        engine.tell(params, value)
+    for trial in state.results():
+        engine.tell(trial.params, None if trial.fom is None else objective.value(trial.fom), fold_variance(trial))
     engine.n_asked = state.next_id
     return engine.state_dict()
 

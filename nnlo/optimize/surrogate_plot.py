@@ -4,7 +4,9 @@ Which parameters matter, and where their good values lie, is what a person asks 
 :func:`skopt.plots.plot_objective` answers it from a Gaussian-process surrogate fitted to the finished
 trials. The search space comes from ``optimizer-state.json`` (``"space"``: per parameter ``type`` real,
 integer or categorical with ``low``/``high``/``prior`` or ``values``), the points from ``trials.json``.
-skopt minimizes, so a ``max`` figure of merit is plotted negated (the title says so).
+skopt minimizes, so a ``max`` figure of merit is plotted negated (the title says so). In a tree space the
+surrogate is fitted on the embedding the Bayesian engine uses (an inactive parameter at its default), so a
+branch parameter's panel shows its effect where it is active.
 
 It lives with the search, not with the other plots (:mod:`nnlo.observe.plots`), because it reads the
 search's own files into the search's own types (:class:`~nnlo.optimize.space.Space`) and fits the Bayesian
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nnlo.contract import OPTIMIZER_STATE_FILE, TRIALS_JSON
+from nnlo.errors import ConfigError
 from nnlo.observe.plots.common import load_json, num, plt, save
 from nnlo.optimize.space import Space
 
@@ -29,7 +32,10 @@ def plot_surrogate(run_dir: Path, out_dir: Path) -> list[Path]:
     trials = load_json(run_dir / TRIALS_JSON)
     if not isinstance(state, dict) or not isinstance(state.get("space"), dict) or not isinstance(trials, list):
         return []
-    names = list(state["space"])
+    try:
+        space = Space.from_dict(state["space"], source=str(run_dir / OPTIMIZER_STATE_FILE))
+    except ConfigError:
+        return []
     direction = str((state.get("objective") or {}).get("direction") or "min")
     fom_name = str((state.get("objective") or {}).get("name") or "fom")
     points, values = [], []
@@ -37,15 +43,16 @@ def plot_surrogate(run_dir: Path, out_dir: Path) -> list[Path]:
         if not isinstance(t, dict) or t.get("status", "ok") != "ok" or num(t.get("fom")) is None:
             continue
         params = t.get("params") or {}
-        if all(n in params for n in names):
-            points.append([params[n] for n in names])
-            values.append(float(t["fom"]) if direction != "max" else -float(t["fom"]))
+        if not isinstance(params, dict) or not space.contains(params):
+            continue
+        # a tree space's inactive parameters sit at their default, as in the Bayesian engine's embedding
+        points.append(space.as_list(params))
+        values.append(float(t["fom"]) if direction != "max" else -float(t["fom"]))
     if len(points) < MIN_TRIALS:
         return []
     # scikit-optimize is used only through the Bayesian engine's module, and only when there is a search to draw.
     from nnlo.optimize.engines.bayesian import plot_partial_dependence
 
-    space = Space.from_dict(state["space"], source=str(run_dir / OPTIMIZER_STATE_FILE))
     axes = plot_partial_dependence(space, points, values, n_points=20, size=2.4)
     fig = _figure_of(axes)
     width, height = fig.get_size_inches()

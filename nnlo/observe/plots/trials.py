@@ -66,11 +66,21 @@ def plot_trials(trials: list[dict[str, Any]], out_dir: Path, direction: str = "m
 
 
 def _param_panel(ax: Any, name: str, values: Sequence[Any], foms: Sequence[float], best_i: int) -> None:
+    # a tree space's inactive parameters are absent from a trial: no dot for that trial in this panel
+    total = len(values)
+    best_value = values[best_i]
+    keep = [i for i, v in enumerate(values) if v is not None]
+    values, foms = [values[i] for i in keep], [foms[i] for i in keep]
+    if not values:
+        ax.set_title(f"{name} (never active)", fontsize=10)
+        return
+    best_i = keep.index(best_i) if best_value is not None else -1
     numeric = [num(v) for v in values]
     if all(v is not None for v in numeric):
         xs: list[float] = [float(v) for v in numeric]  # type: ignore[arg-type]
         ax.scatter(xs, foms, s=18, alpha=0.7)
-        ax.scatter([xs[best_i]], [foms[best_i]], s=60, color="#d62728", zorder=3)
+        if best_i >= 0:
+            ax.scatter([xs[best_i]], [foms[best_i]], s=60, color="#d62728", zorder=3)
         if min(xs) > 0 and max(xs) / min(xs) > 100:
             ax.set_xscale("log")
     else:  # categorical: one column per category, in first-seen order
@@ -80,8 +90,9 @@ def _param_panel(ax: Any, name: str, values: Sequence[Any], foms: Sequence[float
                 cats.append(str(v))
         xs = [float(cats.index(str(v))) for v in values]
         ax.scatter(xs, foms, s=18, alpha=0.7)
-        ax.scatter([xs[best_i]], [foms[best_i]], s=60, color="#d62728", zorder=3)
+        if best_i >= 0:
+            ax.scatter([xs[best_i]], [foms[best_i]], s=60, color="#d62728", zorder=3)
         ax.set_xticks(range(len(cats)))
         ax.set_xticklabels(cats, rotation=30, ha="right", fontsize=8)
-    ax.set_title(name, fontsize=10)
+    ax.set_title(name if len(values) == total else f"{name} (active in {len(values)} of {total})", fontsize=10)
     ax.grid(alpha=0.3)

@@ -13,6 +13,10 @@ is elitism: the best are never lost), and every ``ask`` breeds one child from it
 
 Fitness is a float (``-value``; upstream stored it in an integer array). Until ``population`` individuals
 are evaluated the engine samples at random. Failed trials never enter the population.
+
+Tree spaces: parents are completed with random values for their inactive genes, crossed on every gene,
+mutated on the child's active genes, and the child is pruned to its active parameters; a child whose
+choice switches branch thus gets that branch's genes from the other parent or fresh random ones.
 """
 from __future__ import annotations
 
@@ -61,8 +65,10 @@ class GeneticEngine(Engine):
         seen = self.seen(pending)
         for _ in range(20):
             a, b = self._select(pop, rng), self._select(pop, rng)
+            if self.space.is_tree:  # breed on every gene: inactive ones drawn at random, pruned again below
+                a, b = self.space.complete(a, rng), self.space.complete(b, rng)
             child = self._cross(a, b, rng) if rng.uniform() < self.crossover else dict(a)
-            child = self._mutate(child, rng)
+            child = self.space.point(self._mutate(child, rng))
             if self.space.key(child) not in seen:
                 return child
         return self.fresh_sample(pending, rng)
@@ -87,7 +93,7 @@ class GeneticEngine(Engine):
 
     def _mutate(self, point: Point, rng: np.random.Generator) -> Point:
         child = dict(point)
-        dims = list(self.space)
+        dims = self.space.active(child) if self.space.is_tree else list(self.space)  # mutate what counts
         hits = [rng.uniform() < self.mutation for _ in dims]
         if not any(hits):
             hits[int(rng.integers(len(dims)))] = True
