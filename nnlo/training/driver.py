@@ -251,20 +251,21 @@ class _Builder:
             has_part = checkpoint is not None and (Path(checkpoint) / name).is_file()
             state = ckpt.read_part(checkpoint, name) if checkpoint is not None and has_part else None
             return submaster.SubMaster(ctx, self.backend, restored=state,
-                                       epoch=int(manifest["epoch"]) if manifest else 0)
+                                       epoch=int(manifest["epoch"]) if manifest else 0, validator=self.data)
         if ctx.info.role is Role.MASTER:
             state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
             return Master(ctx, self.backend, self.data, restored=state)
         link = Link(ctx.comm, watchdog=ctx.watchdog)
         rule = make_worker_rule(self.backend, ctx.config, ctx.n_workers, link, ctx.master_rank)
         position = (int(manifest["epoch"]), 0) if manifest else (0, 0)
+        loader, validator = self.data
         if ctx.worker_comm is not None:
             from nnlo.training.allreduce import choose_engine
             from nnlo.training.groups import GroupWorker
 
-            return GroupWorker(ctx, self.backend, self.data, rule, position,
+            return GroupWorker(ctx, self.backend, loader, rule, position, validator,
                                engine_name=choose_engine(ctx, self.device))
-        return Worker(ctx, self.backend, self.data, rule, position)
+        return Worker(ctx, self.backend, loader, rule, position, validator)
 
     def restore_worker(self, worker: Any, checkpoint: str | None) -> None:
         if not checkpoint:
@@ -303,10 +304,10 @@ def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, v
     if ctx.hierarchy.shape.allreduce:  # every replica trains, and validates its share of the samples
         data: Any = (_training(ctx, source, train_indices), _validation(ctx, source, val_indices))
         return _Builder(ctx, backend, data, device)
+    # every rank evaluates its share of the master's validations (nnlo.training.validation); only workers train
+    validator = _validation(ctx, source, val_indices)
     is_master = ctx.info.role is not Role.WORKER
-    if ctx.info.role is Role.MASTER and ctx.group.uber_master is not None:
-        return _Builder(ctx, backend, None, device)  # sub-masters neither validate nor read data
-    data = _validation(ctx, source, val_indices) if is_master else _training(ctx, source, train_indices)
+    data = validator if is_master else (_training(ctx, source, train_indices), validator)
     return _Builder(ctx, backend, data, device)
 
 
