@@ -24,6 +24,7 @@ import numpy as np
 
 from nnlo.backends.base import Backend
 from nnlo.observe.trace import get_tracer
+from nnlo.training.failure import in_model
 
 #: the sums one share of a validation yields (float64): loss sum, sample count, correct predictions, and
 #: 1.0 when the model reports correct predictions at all (classification); shares add element-wise
@@ -94,7 +95,7 @@ class Validator:
         out = no_sums()
         for start in range(lo, hi, self.batch):
             x, y = self.dataset.read(self.indices[start:min(start + self.batch, hi)])
-            got = backend.evaluate_batch(x, y)
+            got = in_model("validating", backend.evaluate_batch, x, y)
             out[LOSS_SUM] += got.get("loss_sum", 0.0)
             out[COUNT] += got.get("count", 0.0)
             if "correct" in got:
