@@ -34,6 +34,7 @@ from nnlo.stop import Stop
 from nnlo.training.context import RunContext
 from nnlo.training.failure import RankFailure, describe_exception
 from nnlo.training.history import TrainResult
+from nnlo.training.startup import mark
 from nnlo.training.watchdog import Watchdog, abort_job, timeout_from_env
 
 log = logging.getLogger("nnlo.train")
@@ -62,7 +63,7 @@ def train(
     :class:`RankFailure` on every rank when a rank failed (``report`` is True only on the failing rank).
     """
     from nnlo.backends.keras_env import prepare_environment
-
+    mark("train_called")
     # Before any model module runs (it may import Keras): TensorFlow reads its thread-pool sizes and
     # backend choice from the environment once, when it starts; prepare_environment imports nothing.
     prepare_environment()
@@ -138,6 +139,7 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         return hierarchy
 
     hierarchy = _phase(comm, None, check, watchdog)
+    mark("checked")
     ctx = RunContext(comm, config, hierarchy, out, stop, watchdog=watchdog)
     if hierarchy.shape.n_processes > 1 and not hierarchy.shape.allreduce:
         from nnlo.training.groups import split_worker_groups
@@ -163,6 +165,7 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         return load_model_source(config.model)
 
     source = _phase(comm, hierarchy, start_session, watchdog)
+    mark("model_source")
     from nnlo.device import select_device
 
     device = select_device(comm, ctx.info.needs_device)  # collective; cannot fail on bad input
@@ -173,12 +176,15 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         return _build_role(ctx, source, device, train_indices, val_indices)
 
     builder = _phase(comm, hierarchy, build, watchdog)
+    mark("built")
     sizes = comm.allgather(builder.backend.n_params)
     _phase(comm, hierarchy, lambda: _same_sizes(sizes, hierarchy), watchdog)
 
     checkpoint = _phase(comm, hierarchy, lambda: _find_restore(ctx) if rank == ctx.group.top else None, watchdog)
     checkpoint = comm.bcast(checkpoint, root=ctx.group.top)
+    mark("restore_found")
     role = _phase(comm, hierarchy, lambda: builder.make(checkpoint), watchdog)
+    mark("role_ready")
     if hierarchy.shape.allreduce:  # no master: the replicas agree on an engine and take rank 0's weights
         role.engine_name = comm.bcast(role.engine_name, root=0)
         _phase(comm, hierarchy, role.start, watchdog)
@@ -187,6 +193,7 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
     center = role.center if ctx.info.role is not Role.WORKER else np.empty(builder.backend.n_params, np.float32)
     with watchdog.waiting("waiting for the initial weights"):
         comm.Bcast(center, root=ctx.group.top)
+    mark("weights_shared")
     if ctx.info.role is Role.WORKER:
         role.rule.start(center)
         _phase(comm, hierarchy, lambda: builder.restore_worker(role, checkpoint), watchdog)

@@ -44,6 +44,7 @@ from nnlo.backends.base import Backend
 from nnlo.config import TrainConfig
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
+from nnlo.training import startup
 from nnlo.training.buffers import CentralBuffers
 from nnlo.training.context import RunContext
 from nnlo.training.deadline import Deadline, injected_signal_update
@@ -85,6 +86,7 @@ class WorkerServer(ABC):
         self._stop_tmp: Path | None = None  # the folder of a mid-epoch stop's checkpoint, once opened
         self._to_ack: list[int] = []  # the workers told to write into it
         self._dead: set[int] = set()  # workers that failed after acknowledging: they send no more
+        self._updated_once = False  # for the start-up record (nnlo.training.startup)
         self._waiting: list[int] = []  # workers blocked on this rank's reply right now (they can validate)
         self._t_epoch = time.monotonic()  # when the current epoch began (its workers were released)
 
@@ -263,6 +265,11 @@ class WorkerServer(ABC):
 
     def _count_update(self) -> None:
         self.updates += 1
+        if not self._updated_once:  # training (re)started: the start-up breakdown is complete
+            self._updated_once = True
+            if self.ctx.rank == self.ctx.group.top:
+                startup.mark("first_update")
+                startup.write(self.ctx.out_dir)
         self._updated()
         if self.signal_at is not None and self.updates == self.signal_at:
             os.kill(os.getpid(), signal.SIGUSR1)  # test hook: the real signal path at an exact update
