@@ -2,8 +2,9 @@
 
 Why: a resubmitted job of a chain must train again within seconds of its predecessor's end; to know where
 those seconds go, each phase of a rank's start is stamped here (wall-clock, comparable with the chain's
-``state.json`` times) and the top rank writes them once, when its first update of this process arrives
-(training has resumed). The record is advisory: failing to write it never affects the training.
+``state.json`` times) and the master (the top of a parameter-server tree) writes them once, when the
+first update of this process arrives (training has resumed).
+The record is advisory: failing to write it never affects the training.
 
 Stamps: ``process_start`` (the interpreter started, from ``/proc``; absent elsewhere), then what
 :func:`mark` recorded: ``train_called`` (CLI and library imports and MPI initialisation done), ``checked``
