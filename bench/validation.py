@@ -86,6 +86,41 @@ def single_rank(a: argparse.Namespace, val_list: Path) -> dict[str, Any]:
     return {"seconds": C.summary(times), "params": backend.n_params}
 
 
+_PART = '''
+import os, sys, time, json
+import numpy as np, torch
+sys.path.insert(0, os.environ["BENCH_MODELS"])
+import scaling_mlp
+from nnlo.backends.torch_backend import TorchBackend
+from nnlo.data import H5Dataset, read_list_file
+from nnlo.training.validation import Validator, split_range
+torch.set_num_threads(1)
+part, parts, start, repeats = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+torch.manual_seed(0)
+backend = TorchBackend(scaling_mlp.get_model(), "categorical_crossentropy", "adam:lr=0.001")
+ds = H5Dataset(read_list_file(os.environ["BENCH_VAL_LIST"]), preload=True)
+v = Validator(ds, np.arange(len(ds)), 256)
+lo, hi = split_range(0, len(ds), [1] * parts)[part]
+v.sums(backend, lo, hi)
+time.sleep(max(0.0, start - time.time()))
+out = []
+for _ in range(repeats):
+    t = time.perf_counter(); v.sums(backend, lo, hi); out.append(time.perf_counter() - t)
+print(json.dumps(out))
+'''
+
+
+def parallel_ceiling(a: argparse.Namespace, val_list: Path, parts: int) -> dict[str, Any]:
+    """The best the machine allows right now: ``parts`` plain processes (no MPI, no nnlo protocol) each
+    evaluating 1/parts of the samples at the same moment; per repeat, the slowest one."""
+    env = dict(env_for(a), BENCH_MODELS=str(C.BENCH_DIR / "models"), BENCH_VAL_LIST=str(val_list))
+    start = time.time() + 15
+    procs = [subprocess.Popen([sys.executable, "-c", _PART, str(i), str(parts), str(start), str(a.repeats + 2)],
+                              env=env, stdout=subprocess.PIPE, text=True) for i in range(parts)]
+    runs = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
+    return {"seconds": C.summary([max(r[k] for r in runs) for k in range(len(runs[0]))])}
+
+
 def nnlo_run(a: argparse.Namespace, lists: tuple[Path, Path], mode: str, ranks: int, run_dir: Path) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "nnlo_sched", "train", "-n", str(ranks), "--mode", mode,
            "--model", str(C.BENCH_DIR / "models" / "scaling_mlp.py"), "--train", str(lists[0]),
@@ -124,11 +159,13 @@ def main(argv: list[str]) -> int:
                 got = nnlo_run(a, lists, mode, r, Path(tmp) / f"run-{mode}-{r}")
                 near = single_rank(a, lists[1])["seconds"]["median"]  # the load drifts: measured beside each run
                 singles.append(near)
-                got.update(single_rank_just_after_s=near,
+                ceiling = parallel_ceiling(a, lists[1], r)["seconds"]["median"]
+                got.update(single_rank_just_after_s=near, parallel_ceiling_s=ceiling,
+                           measured_over_ceiling=got["validate_s"]["median"] / ceiling,
                            measured_over_ideal_paired=got["validate_s"]["median"] / (near / min(r, cores)))
                 runs[mode][str(r)] = got
                 print(f"  {mode:9s} {r} ranks: validation {got['validate_s']['median']:.3f} s, single rank "
-                      f"just after {near:.3f} s", flush=True)
+                      f"just after {near:.3f} s, {r} plain processes in parallel {ceiling:.3f} s", flush=True)
         # the reference: the median of every single-rank pass of the run (on a shared machine one pass can be
         # 2x off; on a quiet one they agree); the paired ratio is kept beside it
         base["seconds"] = C.summary(singles)
@@ -151,16 +188,18 @@ def main(argv: list[str]) -> int:
 
 def report(r: dict[str, Any]) -> str:
     rows = [["single rank (one process; median of all passes)", 1, C.fmt_time(r["single_rank"]["seconds"]["median"]),
-             "", "", "", ""]]
+             "", "", "", "", "", ""]]
     for mode, by_r in r["runs"].items():
         for ranks, g in by_r.items():
             rows.append([f"nnlo {mode}", ranks, C.fmt_time(g["validate_s"]["median"]),
                          C.fmt_time(g["ideal_s"]), f"{g['measured_over_ideal']:.2f}",
-                         f"{g['measured_over_ideal_paired']:.2f}", g["ranks_with_a_share"]])
+                         f"{g['measured_over_ideal_paired']:.2f}", C.fmt_time(g["parallel_ceiling_s"]),
+                         f"{g['measured_over_ceiling']:.2f}", g["ranks_with_a_share"]])
     head = (f"validation of {r['val_samples']} samples, MLP {r['model']['params']:,} params, {r['cores']} cores; "
             f"median of {r['epochs']} epochs")
     return head + "\n" + C.table(rows, ["run", "ranks", "validation", "ideal", "measured/ideal",
-                                        "vs the pass just after", "ranks evaluating"])
+                                        "vs the pass just after", "R plain processes at once",
+                                        "measured/that", "ranks evaluating"])
 
 
 if __name__ == "__main__":
