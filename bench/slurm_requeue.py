@@ -107,10 +107,16 @@ def nnlo_side(slurm: Any, tmp: Path, a: argparse.Namespace) -> dict[str, Any]:
     def view() -> dict[str, Any]:
         return json.loads(nnlo_cli(env, "status", run_id, "--json"))
 
+    def resumed(v: dict[str, Any]) -> bool:
+        started = [j for j in v["jobs"] if j["started_at"]]
+        if len(started) < 2 or not restore_times(Path(v["dir"])):
+            return False
+        stamps = startup_stamps(Path(v["dir"]))
+        return stamps.get("first_update", 0) >= started[1]["started_at"]
+
     try:
         v = wait_for("the successor job to restore", lambda: (
-            (v := view())["state"] == "failed" and {"failed": v} or
-            (len([j for j in v["jobs"] if j["started_at"]]) >= 2 and restore_times(Path(v["dir"])) and v)),
+            ((v := view())["state"] == "failed" and {"failed": v}) or (resumed(v) and v)),
             a.timeout, every=1.0)
     finally:
         subprocess.run([sys.executable, "-m", "nnlo_sched", "cancel", run_id], env=env, capture_output=True,
@@ -119,12 +125,49 @@ def nnlo_side(slurm: Any, tmp: Path, a: argparse.Namespace) -> dict[str, Any]:
         raise RuntimeError(f"the nnlo run failed: {v['failed'].get('error')}")
     first, second = [j for j in v["jobs"] if j["started_at"]][:2]
     restored = [t for t in restore_times(Path(v["dir"])) if t >= second["started_at"] - 1]
+    stamps = startup_stamps(Path(v["dir"]))
     return {
         "first_job": {"id": first["job_id"], "status": first["status"], "rc": first["rc"]},
         "job_end_to_successor_start_s": second["started_at"] - first["ended_at"],
         "job_end_to_training_resumed_s": restored[0] - first["ended_at"],
         "successor_start_to_training_resumed_s": restored[0] - second["started_at"],
+        "job_end_to_first_update_s": stamps["first_update"] - first["ended_at"],
+        "breakdown_s": breakdown(first["ended_at"], second["started_at"], stamps),
     }
+
+
+def startup_stamps(run_dir: Path) -> dict[str, float]:
+    """The top rank's start-up stamps of the latest start (``startup.json``, :mod:`nnlo.training.startup`)."""
+    try:
+        return dict(json.loads((run_dir / "startup.json").read_text())["stamps"])
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+#: the resume path's phases: (label, stamp where the phase ends); each begins where the previous ended
+PHASES = (
+    ("Slurm starts the successor, batch shell, `nnlo job start` interpreter and imports", "job_start"),
+    ("`nnlo job start` bookkeeping and successor submission, mpirun launches the ranks", "process_start"),
+    ("rank: interpreter, CLI and library imports, MPI init", "train_called"),
+    ("configuration checked, roles", "checked"),
+    ("session, model module (imports torch)", "model_source"),
+    ("model, backend (optimizer), data opened", "built"),
+    ("newest checkpoint found", "restore_found"),
+    ("checkpoint parts loaded", "role_ready"),
+    ("initial weights broadcast", "weights_shared"),
+    ("first batch trained and applied (first update at the master)", "first_update"),
+)
+
+
+def breakdown(prev_end: float, job_start: float, stamps: dict[str, float]) -> list[dict[str, Any]]:
+    """Seconds per phase from the predecessor's end to the first update."""
+    times = dict(stamps, job_start=job_start)
+    out, last = [], prev_end
+    for label, key in PHASES:
+        if key in times:
+            out.append({"phase": label, "ends_at": key, "seconds": round(times[key] - last, 3)})
+            last = times[key]
+    return out
 
 
 def submitit_side(slurm: Any, tmp: Path, a: argparse.Namespace) -> dict[str, Any]:

@@ -62,6 +62,7 @@ HISTORY_FILE = "history.json"  # a training's per-epoch history
 CONFIG_FILE = "config.json"  # a training's TrainConfig
 RANKS_DIR = "ranks"  # rank records (nnlo.rankfate)
 TIMELINE_FILE = "timeline.json"  # the merged Chrome trace
+STARTUP_FILE = "startup.json"  # the top rank's start-up stamps, up to its first update (nnlo.training.startup)
 OPTIMIZER_STATE_FILE = "optimizer-state.json"  # a search's checkpoint
 TRIALS_JSON = "trials.json"
 TRIALS_CSV = "trials.csv"

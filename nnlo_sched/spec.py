@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from nnlo.config import TrainConfig
 from nnlo.errors import ConfigError
-from nnlo.optimize.options import SearchConfig
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # SearchConfig is imported where a search is read: a job's start and end need no numpy
+    from nnlo.optimize.options import SearchConfig
     from nnlo.roles import Shape
     from nnlo_sched.inner import InnerCommand
 
@@ -78,6 +78,8 @@ class RunSpec:
         if isinstance(self.config, dict):
             self.config = TrainConfig.from_dict(self.config)
         if isinstance(self.search, dict):
+            from nnlo.optimize.options import SearchConfig
+
             self.search = SearchConfig.from_dict(self.search)
         if self.config is None or (self.kind == "optimize" and self.search is None):
             from nnlo_sched.inner import parse_inner

@@ -38,6 +38,7 @@ from nnlo.stop import Stop
 from nnlo.training.context import RunContext, RunInputs
 from nnlo.training.failure import RankFailure, describe_exception
 from nnlo.training.history import TrainResult
+from nnlo.training.startup import mark
 from nnlo.training.watchdog import Watchdog, abort_job, timeout_from_env
 
 log = logging.getLogger("nnlo.train")
@@ -83,7 +84,7 @@ def train(
     :class:`RankFailure` on every rank when a rank failed (``report`` is True only on the failing rank).
     """
     from nnlo.backends.keras_env import prepare_environment
-
+    mark("train_called")
     # Before any model module runs (it may import Keras): TensorFlow reads its thread-pool sizes and
     # backend choice from the environment once, when it starts; prepare_environment imports nothing.
     prepare_environment()
@@ -161,6 +162,7 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         return hierarchy
 
     hierarchy = _phase(comm, None, check, watchdog)
+    mark("checked")
     ctx = RunContext(comm, config, hierarchy, out, stop, watchdog=watchdog, inputs=inputs)
     if hierarchy.shape.n_processes > 1 and not hierarchy.shape.allreduce:
         from nnlo.training.groups import split_worker_groups
@@ -186,6 +188,7 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         return inputs.model if inputs.model is not None else load_model_source(config.model)
 
     source = _phase(comm, hierarchy, start_session, watchdog)
+    mark("model_source")
     from nnlo.device import select_device
 
     device = select_device(comm, ctx.info.needs_device)  # collective; cannot fail on bad input
@@ -196,16 +199,19 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         return _build_role(ctx, source, device, train_indices, val_indices)
 
     builder = _phase(comm, hierarchy, build, watchdog)
+    mark("built")
     sizes = comm.allgather(builder.backend.n_params)
     _phase(comm, hierarchy, lambda: _same_sizes(sizes, hierarchy), watchdog)
 
     checkpoint = _phase(comm, hierarchy, lambda: _find_restore(ctx) if rank == ctx.group.top else None, watchdog)
     checkpoint = comm.bcast(checkpoint, root=ctx.group.top)
+    mark("restore_found")
     role = _phase(comm, hierarchy, lambda: builder.make(checkpoint), watchdog)
     if inputs.callbacks and rank == ctx.group.top:
         from nnlo.training.callbacks import attach
 
         attach(role, inputs.callbacks)  # the rank that decides every epoch end runs them
+    mark("role_ready")
     if hierarchy.shape.allreduce:  # no master: the replicas agree on an engine and take rank 0's weights
         role.engine_name = comm.bcast(role.engine_name, root=0)
         _phase(comm, hierarchy, role.start, watchdog)
@@ -214,6 +220,7 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
     center = role.center if ctx.info.role is not Role.WORKER else np.empty(builder.backend.n_params, np.float32)
     with watchdog.waiting("waiting for the initial weights"):
         comm.Bcast(center, root=ctx.group.top)
+    mark("weights_shared")
     if ctx.info.role is Role.WORKER:
         role.rule.start(center)
         _phase(comm, hierarchy, lambda: builder.restore_worker(role, checkpoint), watchdog)
@@ -278,20 +285,21 @@ class _Builder:
             has_part = checkpoint is not None and (Path(checkpoint) / name).is_file()
             state = ckpt.read_part(checkpoint, name) if checkpoint is not None and has_part else None
             return submaster.SubMaster(ctx, self.backend, restored=state,
-                                       epoch=int(manifest["epoch"]) if manifest else 0)
+                                       epoch=int(manifest["epoch"]) if manifest else 0, validator=self.data)
         if ctx.info.role is Role.MASTER:
             state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
             return Master(ctx, self.backend, self.data, restored=state)
         link = Link(ctx.comm, watchdog=ctx.watchdog)
         rule = make_worker_rule(self.backend, ctx.config, ctx.n_workers, link, ctx.master_rank)
         position = (int(manifest["epoch"]), 0) if manifest else (0, 0)
+        loader, validator = self.data
         if ctx.worker_comm is not None:
             from nnlo.training.allreduce import choose_engine
             from nnlo.training.groups import GroupWorker
 
-            return GroupWorker(ctx, self.backend, self.data, rule, position,
+            return GroupWorker(ctx, self.backend, loader, rule, position, validator,
                                engine_name=choose_engine(ctx, self.device))
-        return Worker(ctx, self.backend, self.data, rule, position)
+        return Worker(ctx, self.backend, loader, rule, position, validator)
 
     def restore_worker(self, worker: Any, checkpoint: str | None) -> None:
         if not checkpoint:
@@ -330,10 +338,10 @@ def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, v
     if ctx.hierarchy.shape.allreduce:  # every replica trains, and validates its share of the samples
         data: Any = (_training(ctx, source, train_indices), _validation(ctx, source, val_indices))
         return _Builder(ctx, backend, data, device)
+    # every rank evaluates its share of the master's validations (nnlo.training.validation); only workers train
+    validator = _validation(ctx, source, val_indices)
     is_master = ctx.info.role is not Role.WORKER
-    if ctx.info.role is Role.MASTER and ctx.group.uber_master is not None:
-        return _Builder(ctx, backend, None, device)  # sub-masters neither validate nor read data
-    data = _validation(ctx, source, val_indices) if is_master else _training(ctx, source, train_indices)
+    data = validator if is_master else (_training(ctx, source, train_indices), validator)
     return _Builder(ctx, backend, data, device)
 
 

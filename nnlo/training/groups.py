@@ -28,6 +28,7 @@ from nnlo.allreduce.bucketed import BucketedReducer, make_reducer
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
 from nnlo.training.failure import RankFailure, describe_exception
+from nnlo.training.validation import SUMS, split_range
 from nnlo.training.voted_step import EXTRA, allreduce_step
 from nnlo.training.worker import Worker
 
@@ -107,6 +108,10 @@ class GroupWorker(Worker):
         reply = self.rule.exchange(header) if self.leader else None
         with self.ctx.watchdog.waiting("waiting for the group leader's reply from the master"):
             reply = self.group_comm.bcast(reply, root=0)
+        while not self.leader and reply.get("action") == "validate":  # the leader shares a validation first
+            self._group_validate(reply, self.weights)
+            with self.ctx.watchdog.waiting("waiting for the group leader's reply from the master"):
+                reply = self.group_comm.bcast(None, root=0)
         if reply.get("action") != "abort":
             if self.leader:
                 np.copyto(self.weights, self.backend.get_weights())
@@ -114,6 +119,40 @@ class GroupWorker(Worker):
             if not self.leader:
                 self.backend.set_weights(self.weights)
         return reply
+
+    # -- validation: the leader's share, split over the members -----------------------------------
+    def _validate_share(self, request: dict[str, Any], weights: np.ndarray) -> np.ndarray:
+        """The leader got a ``validate`` request for the group: hand it to the members (waiting in
+        :meth:`_exchange`) and evaluate it together."""
+        with self.ctx.watchdog.waiting("handing the validation request to the group"):
+            self.group_comm.bcast(request, root=0)
+        return self._group_validate(request, weights)
+
+    def _group_validate(self, request: dict[str, Any], weights: np.ndarray) -> np.ndarray:
+        """Every member: take the leader's ``weights``, evaluate an equal part of the group's range, and sum
+        the parts (a failure anywhere fails the whole group, as in a training step)."""
+        from mpi4py import MPI
+
+        with self.ctx.watchdog.waiting("waiting for the weights to validate"):
+            self.engine.broadcast(weights, root=0)  # type: ignore[union-attr]
+        lo, hi = (int(v) for v in request["range"])
+        a, b = split_range(lo, hi, [1] * self.group_comm.Get_size())[self.member]
+        sums = np.zeros(len(SUMS) + 1, dtype=np.float64)  # the last: failed members
+        error: tuple[str, int] | None = None
+        try:
+            if self.validator is None:
+                raise TrainingError("asked for a validation share but this rank has no validation data")
+            sums[:len(SUMS)] = self.validator.sums_with(self.backend, weights, request.get("buffers"), a, b)
+        except Exception as e:  # the whole group fails together
+            log.debug("validation share failed", exc_info=e)
+            error = describe_exception(e)
+            sums[:] = 0.0
+            sums[-1] = 1.0
+        with self.ctx.watchdog.waiting("adding up the group's validation sums"):
+            self.group_comm.Allreduce(MPI.IN_PLACE, [sums, MPI.DOUBLE], op=MPI.SUM)
+        if sums[-1] > 0:
+            self._fail_group(error)
+        return sums[:len(SUMS)]
 
     def _fail_group(self, error: tuple[str, int] | None) -> None:
         errors = self.group_comm.allgather(None if error is None else

@@ -34,7 +34,7 @@ from nnlo.training.history import EpochStats, TrainResult, epoch_line, periodic_
 from nnlo.training.modes import make_server_rule
 from nnlo.training.serve import RuleFactory, WorkerServer
 from nnlo.training.stopping import Stopper
-from nnlo.training.validation import Validator
+from nnlo.training.validation import Validator, metrics_of
 
 log = logging.getLogger("nnlo.train")
 
@@ -140,9 +140,23 @@ class Master(WorkerServer):
     def _updated(self) -> None:
         every = self.cfg.validate_every
         if every and self.validator is not None and self.updates % every == 0:
-            entry = periodic_entry(self.epoch, self.updates, self.validator.validate(self.backend, self.center))
+            try:
+                entry = periodic_entry(self.epoch, self.updates, self._validate())
+            except Exception as e:
+                if not self._waiting:
+                    raise
+                self._fail_here(e)  # the workers validating with us learn it from their reply (abort)
+                return
             self.validations.append(entry)
             log.debug("validation at update %d: %s", self.updates, entry)
+
+    def _validate(self) -> dict[str, float]:
+        """The central weights' validation figures, the samples shared with the workers waiting for a reply
+        (every worker at the epoch barrier; in synchronous rounds also at ``--validate-every``)."""
+        assert self.validator is not None
+        with get_tracer().span("validate", "validate"):
+            sums = self._spread_validation(self.validator, self.center, self.buffers.values, 0, len(self.validator))
+        return metrics_of(sums)
 
     def _stop_wanted(self) -> str | None:
         if self.ctx.stop.raised:
@@ -187,7 +201,7 @@ class Master(WorkerServer):
                 entry["accuracy"] = s.correct / s.samples
         if self.validator is not None:
             t = time.monotonic()
-            entry.update(self.validator.validate(self.backend, self.center))
+            entry.update(self._validate())
             self.deadline.note_validation(time.monotonic() - t)
         entry.update(samples=s.samples, seconds=round(seconds, 4),
                      samples_per_s=round(s.samples / seconds, 1) if seconds > 0 else None,

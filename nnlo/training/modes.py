@@ -18,9 +18,13 @@ The synchronous round itself (waiting for everyone) is the master's loop, see :m
 
 In every mode, a worker's last update of an epoch also carries its model's buffers (BatchNorm running
 statistics, :meth:`nnlo.backends.base.Backend.get_buffers`); the master averages them into its own model.
+The master may answer that update first with ``validate`` (a range of the validation samples and the
+central weights and buffers); the worker evaluates that share (:attr:`WorkerRule.validate`), answers ``val``
+with its sums, and then receives the real reply (:mod:`nnlo.training.validation`).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -29,6 +33,7 @@ from nnlo.algorithms import downpour, easgd, gem
 from nnlo.algorithms.optimizers import FlatOptimizer
 from nnlo.backends.base import Backend
 from nnlo.config import TrainConfig
+from nnlo.errors import TrainingError
 from nnlo.transport import Link
 
 
@@ -45,6 +50,9 @@ class WorkerRule:
         self.w0 = np.zeros(n, dtype=np.float32)
         self.send_buf = np.empty(n, dtype=np.float32)
         self.recv_buf = np.empty(n, dtype=np.float32)
+        #: evaluates a share of a validation the master asked for: (request header with ``range`` and
+        #: ``buffers``, the weights to judge) -> the share's sums; set by the worker that owns this rule
+        self.validate: Callable[[dict[str, Any], np.ndarray], np.ndarray] | None = None
 
     def start(self, center: np.ndarray) -> None:
         """Begin from the master's weights."""
@@ -60,6 +68,12 @@ class WorkerRule:
             header = dict(header, buffers=self.backend.get_buffers())
         self.link.send(self.master, header, array)
         _, reply, arr = self.link.recv(self.master, out=self.recv_buf)
+        while reply.get("action") == "validate":  # the master shares a validation first (epoch end)
+            if self.validate is None or arr is None:
+                raise TrainingError(f"rank {self.master} asked for a validation this worker cannot do")
+            sums = self.validate(reply, arr)
+            self.link.send(self.master, {"kind": "val", "sums": [float(v) for v in sums]})
+            _, reply, arr = self.link.recv(self.master, out=self.recv_buf)
         return reply, arr
 
     def state_dict(self) -> dict[str, Any]:

@@ -44,11 +44,13 @@ from nnlo.backends.base import Backend
 from nnlo.config import TrainConfig
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
+from nnlo.training import startup
 from nnlo.training.buffers import CentralBuffers
 from nnlo.training.context import RunContext
 from nnlo.training.deadline import Deadline, injected_signal_update
 from nnlo.training.failure import RankFailure, describe_exception
 from nnlo.training.modes import ServerRule, make_server_rule
+from nnlo.training.validation import Validator, no_sums, split_range, validation_weight
 from nnlo.transport import ANY, Link
 
 log = logging.getLogger("nnlo.train")
@@ -84,6 +86,8 @@ class WorkerServer(ABC):
         self._stop_tmp: Path | None = None  # the folder of a mid-epoch stop's checkpoint, once opened
         self._to_ack: list[int] = []  # the workers told to write into it
         self._dead: set[int] = set()  # workers that failed after acknowledging: they send no more
+        self._updated_once = False  # for the start-up record (nnlo.training.startup)
+        self._waiting: list[int] = []  # workers blocked on this rank's reply right now (they can validate)
         self._t_epoch = time.monotonic()  # when the current epoch began (its workers were released)
 
     # -- the part above the group ------------------------------------------------------------------
@@ -214,6 +218,7 @@ class WorkerServer(ABC):
                 for w in workers:  # failed workers too: they learn which failure came first
                     self._reply(w, "abort")
                 return
+            self._waiting = workers  # every worker waits for this round's reply: they validate with us
             if total:
                 with tracer.span("apply update", "compute"):
                     synchronous.scale_in_place(acc, total)
@@ -221,9 +226,14 @@ class WorkerServer(ABC):
             for hdr in headers:
                 self._account(hdr, count_update=False)
             self._count_update()
+            if self.failure is not None:  # a validation shared with the workers (--validate-every) failed
+                for w in workers:
+                    self._reply(w, "abort")
+                return
             self._check_stop()
             if any(ends) and not all(ends):
                 raise TrainingError("workers disagree on the end of the epoch; their data shards differ")
+            self._waiting = []
             if all(ends):
                 self._end_epoch(workers, {w: self.center for w in workers})
                 if self.stop_reason is not None or self.failure is not None:
@@ -255,6 +265,11 @@ class WorkerServer(ABC):
 
     def _count_update(self) -> None:
         self.updates += 1
+        if not self._updated_once:  # training (re)started: the start-up breakdown is complete
+            self._updated_once = True
+            if self.ctx.rank == self.ctx.group.top:
+                startup.mark("first_update")
+                startup.write(self.ctx.out_dir)
         self._updated()
         if self.signal_at is not None and self.updates == self.signal_at:
             os.kill(os.getpid(), signal.SIGUSR1)  # test hook: the real signal path at an exact update
@@ -266,11 +281,14 @@ class WorkerServer(ABC):
     # -- the epoch barrier -------------------------------------------------------------------------
     def _end_epoch(self, parked: list[int], replies: dict[int, np.ndarray | None]) -> None:
         """All workers are at the barrier: decide, release them, then complete a checkpoint if one is due."""
+        self._waiting = list(parked)
         try:
             action, tmp = self._decide_epoch()
         except Exception as e:  # noqa: BLE001 - report it to every worker instead of hanging them
             self._fail_here(e)
             action, tmp = "abort", None
+        finally:
+            self._waiting = []
         if action == "abort":
             for p in parked:
                 self._reply(p, "abort")
@@ -282,6 +300,45 @@ class WorkerServer(ABC):
             self._complete_checkpoint(tmp, parked)
             if self.failure is not None and action == "continue":
                 self._drain([p for p in parked if p not in self._dead])
+
+    # -- distributed validation --------------------------------------------------------------------
+    def _spread_validation(self, validator: Validator, weights: np.ndarray, buffers: np.ndarray | None,
+                           lo: int, hi: int) -> np.ndarray:
+        """The validation :data:`~nnlo.training.validation.SUMS` of ``weights`` over positions ``[lo, hi)``,
+        evaluated by this rank together with the workers waiting for its reply (:attr:`_waiting`).
+
+        Each waiting worker is sent ``validate`` with its range, ``weights`` (one contiguous tensor) and
+        ``buffers`` (the model buffers to judge with); it answers ``val`` with its sums, or ``error`` when its
+        evaluation failed. Every answer is collected before this returns or raises, so nobody is left
+        waiting: a worker's failure is recorded and raised as :attr:`failure` (the caller answers everyone
+        ``abort``), this rank's own error is raised as it is.
+        """
+        helpers = list(self._waiting)
+        shares = split_range(lo, hi, [1] + [validation_weight(self.ctx.hierarchy, r) for r in helpers])
+        request: dict[str, Any] = {"kind": "reply", "action": "validate"}
+        if buffers is not None:
+            request["buffers"] = buffers
+        for r, (a, b) in zip(helpers, shares[1:], strict=True):
+            self.link.send(r, dict(request, range=[a, b]), weights)
+        total, own_error = no_sums(), None
+        try:
+            total += validator.sums_with(self.backend, weights, buffers, *shares[0])
+        except Exception as e:  # noqa: BLE001 - collect the others' answers first, then fail
+            own_error = e
+        for r in helpers:
+            _, hdr, _ = self.link.recv(r, out=self.buf)
+            kind = hdr.get("kind")
+            if kind == "error":
+                self._record_failure(hdr, r)
+            elif kind == "val":
+                total += np.asarray(hdr["sums"], dtype=np.float64)
+            else:
+                raise TrainingError(f"unexpected message {kind!r} from rank {r} while validating")
+        if own_error is not None:
+            raise own_error
+        if self.failure is not None:
+            raise self.failure
+        return total
 
     def _collect_acks(self, ranks: list[int]) -> list[tuple[int, str]]:
         """Wait for the checkpoint acknowledgement of each of ``ranks``; the ``(rank, error)`` of those that failed."""

@@ -7,8 +7,10 @@ Downpour, EASGD or GEM, unchanged) and is a Downpour worker towards the uber-mas
 since their last exchange (with the sample counts and losses of its workers since then) and continues from
 the uber-master's center (at epoch ends with the mean of its workers' BatchNorm-like buffers). The
 uber-master is a plain Master whose "workers" are the sub-masters, applying those deltas with
-``--optimizer`` (default ``sgd:lr=1``: add them as they are); it alone validates, keeps the history, judges
-the deadline, decides to stop, and owns the checkpoints.
+``--optimizer`` (default ``sgd:lr=1``: add them as they are); it alone keeps the history, judges the deadline,
+decides to stop, and owns the checkpoints. Its validations are shared down the tree: each sub-master is
+handed a range of the validation samples in proportion to its ranks, and splits it again over itself and
+its workers (:meth:`SubMaster._validate_share`).
 
 Epochs: a sub-master reaches the uber-master's epoch barrier only once all its own workers reached its
 own, so "epoch N" still means every training sample was used exactly once N times; data are sharded by
@@ -31,6 +33,7 @@ import numpy as np
 
 from nnlo import checkpoint as ckpt
 from nnlo.backends.base import Backend
+from nnlo.errors import TrainingError
 from nnlo.training.context import RunContext
 from nnlo.training.failure import RankFailure
 from nnlo.training.history import EpochStats, TrainResult
@@ -59,8 +62,9 @@ class SubMaster(WorkerServer):
     """A master towards its workers, a Downpour worker towards the uber-master."""
 
     def __init__(self, ctx: RunContext, backend: Backend, restored: dict[str, Any] | None = None,
-                 epoch: int = 0) -> None:
+                 epoch: int = 0, validator: Validator | None = None) -> None:
         super().__init__(ctx, backend)
+        self.validator = validator  # a share of the uber-master's validations, spread over our workers
         info = ctx.info
         assert info.master is not None and info.parent is not None  # a sub-master has both
         self.index, self.uber = info.master, info.parent
@@ -146,6 +150,25 @@ class SubMaster(WorkerServer):
                                        self.ctx.role_label, report=False)
             self._failure_from_uber = True  # the uber-master learns it from the acknowledgement
 
+    def _validate_share(self, request: dict[str, Any], weights: np.ndarray) -> tuple[dict[str, Any], Any]:
+        """The uber-master shares a validation: evaluate our range with the workers waiting for us, answer
+        with the sums (or our first failure), and return the uber-master's next reply."""
+        msg: dict[str, Any]
+        try:
+            if self.validator is None:
+                raise TrainingError("the uber-master asked for a validation share but this sub-master has no "
+                                    "validation data")
+            lo, hi = (int(v) for v in request["range"])
+            sums = self._spread_validation(self.validator, weights, request.get("buffers"), lo, hi)
+            msg = {"kind": "val", "sums": [float(v) for v in sums]}
+        except Exception as e:  # noqa: BLE001 - a worker's failure (recorded) or ours: the uber-master stops all
+            self._fail_here(e)
+            assert self.failure is not None
+            msg = {"kind": "error", "failure": self.failure.to_dict()}
+        self.up.send(self.uber, msg)
+        _, reply, arr = self.up.recv(self.uber, out=self.up_buf)
+        return reply, arr
+
     # -- talking to the uber-master ----------------------------------------------------------------
     def _sync(self, epoch_end: bool, stop: bool = False) -> dict[str, Any]:
         """Send the uber-master our delta and counts; take its center. Returns its reply header."""
@@ -160,6 +183,8 @@ class SubMaster(WorkerServer):
             header["buffers"] = buffers
         self.up.send(self.uber, header, self.delta)
         _, reply, arr = self.up.recv(self.uber, out=self.up_buf)
+        while reply.get("action") == "validate" and arr is not None:
+            reply, arr = self._validate_share(reply, arr)
         self.pending = EpochStats()
         self.since_sync = 0
         action = reply.get("action")

@@ -18,7 +18,7 @@ import logging
 import math
 import random
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -29,17 +29,20 @@ from nnlo.observe.trace import get_tracer
 from nnlo.training.context import RunContext
 from nnlo.training.failure import RankFailure, describe_exception, in_model
 from nnlo.training.modes import WorkerRule
+from nnlo.training.validation import Validator
 
 log = logging.getLogger("nnlo.worker")
 
 
 class Worker:
     def __init__(self, ctx: RunContext, backend: Backend, loader: Any, rule: WorkerRule,
-                 position: tuple[int, int] = (0, 0)) -> None:
+                 position: tuple[int, int] = (0, 0), validator: Validator | None = None) -> None:
         self.ctx, self.backend, self.loader, self.rule = ctx, backend, loader, rule
         self.cfg = ctx.config
         self.epoch, self.batch = position
         self.index = ctx.worker_index
+        self.validator = validator
+        rule.validate = self._validate_share
 
     # -- state -------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -115,7 +118,20 @@ class Worker:
     def _train_batch(self, x: Any, y: Any) -> dict[str, float]:
         return in_model("training", self.backend.train_on_batch, x, y)
 
-    def _report(self, exc: BaseException) -> None:
+    def _validate_share(self, request: dict[str, Any], weights: np.ndarray) -> np.ndarray:
+        """Evaluate the master's weights on the share ``request["range"]`` of the validation samples (with the
+        master's buffers), keeping this worker's own weights and buffers; a failure is reported like a
+        training failure (the master answers ``abort``)."""
+        try:
+            if self.validator is None:
+                raise TrainingError("the master asked for a validation share but this worker has no validation "
+                                    "data; every rank must see the same --val")
+            lo, hi = (int(v) for v in request["range"])
+            return self.validator.sums_with(self.backend, weights, request.get("buffers"), lo, hi)
+        except Exception as e:  # noqa: BLE001 - tell the master, then fail this rank
+            self._report(e)
+
+    def _report(self, exc: BaseException) -> NoReturn:
         message, code = describe_exception(exc)
         failure = RankFailure(message, self.ctx.rank, self.ctx.role_label, exit_code=code, report=True)
         log.debug("failing", exc_info=exc)

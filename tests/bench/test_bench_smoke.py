@@ -125,7 +125,7 @@ def test_run_sh_rejects_an_unknown_benchmark():
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "bench/run.sh: no benchmark named 'nosuch'; choose from: ps_exchange allreduce scaling search "
-        "orchestration startup hetero proposers slurm_requeue"]
+        "orchestration startup hetero proposers validation fold_noise slurm_requeue"]
 
 
 def test_committed_results_are_valid_json():
