@@ -2,6 +2,7 @@
 with heterogeneous blocks and two proposers on a small torch model, finished and then restored."""
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -65,33 +66,107 @@ def test_layout_sizes_and_places_proposers_and_heterogeneous_blocks():
         compute_layout(summit, shape, "optimize", nodes=1, gpus_per_worker=1)
 
 
+TREE_SPACE = """
+[dropout]
+type = "real"
+low = 0.0
+high = 0.3
+
+[arch]
+type = "categorical"
+values = ["mlp", "linear"]
+
+[arch.branches.mlp.hidden]
+type = "integer"
+low = 8
+high = 48
+
+[arch.branches.mlp.act]
+type = "categorical"
+values = ["relu", "tanh"]
+
+[arch.branches.mlp.act.branches.tanh.gain]
+type = "real"
+low = 0.5
+high = 2.0
+"""
+
+TREE_MODEL = """
+import json, os
+import torch
+from torch import nn
+
+def get_name():
+    return "digits_tree"
+
+def get_features():
+    return "features"
+
+def get_labels():
+    return "labels"
+
+class Scaled(nn.Module):
+    def __init__(self, gain):
+        super().__init__()
+        self.gain = gain
+    def forward(self, x):
+        return torch.tanh(self.gain * x)
+
+def get_model(dropout=0.0, arch="linear", hidden=16, act="relu", gain=1.0):
+    with open(os.environ["TREE_LOG"], "a") as f:  # what the model was built with (active parameters only)
+        f.write(json.dumps({"arch": arch, **({"hidden": hidden, "act": act} if arch == "mlp" else {}),
+                            **({"gain": gain} if act == "tanh" and arch == "mlp" else {})}) + "\\n")
+    if arch == "linear":
+        return nn.Sequential(nn.Dropout(dropout), nn.Linear(64, 10))
+    return nn.Sequential(nn.Linear(64, hidden), nn.ReLU() if act == "relu" else Scaled(gain), nn.Dropout(dropout),
+                         nn.Linear(hidden, 10))
+"""
+
+
 @pytest.mark.mpi
-def test_heterogeneous_blocks_and_two_proposers_finish_and_restore(mpirun, nnlo_env, tmp_path):
-    """Blocks of 1 and 2 all-reduce replicas, 2 proposer ranks (6 ranks), a small torch model; then
-    --opt-restore adds trials."""
+def test_heterogeneous_blocks_tree_space_kfold_and_two_proposers_finish_and_restore(mpirun, nnlo_env, tmp_path):
+    """Issue 17's whole search in one real run: blocks of 2 and 4 ranks (each split into 2 folds), a tree
+    space of two levels, the folds' spread told to the GP as noise, 2 proposer ranks (9 ranks), a small torch
+    model; then --opt-restore adds trials."""
     data = tmp_path / "data"
     subprocess.run([sys.executable, str(REPO / "examples" / "make_digits.py"), "--out", str(data)], check=True,
                    capture_output=True, timeout=120)
-    out = tmp_path / "run"
+    (tmp_path / "tree_model.py").write_text(TREE_MODEL)
+    (tmp_path / "space.toml").write_text(TREE_SPACE)
+    out, built = tmp_path / "run", tmp_path / "built.jsonl"
+    env = dict(nnlo_env, TREE_LOG=str(built))
 
     def search(n: int, *extra: str) -> subprocess.CompletedProcess[str]:
-        cmd = [mpirun, "-np", "6", sys.executable, "-m", "nnlo_sched", "optimize",
-               "--model", str(REPO / "examples" / "digits_torch.py"), "--train", str(data / "train.list"),
-               "--val", str(data / "val.list"), "--block-sizes", "1,2", "--proposers", "2", "--epochs", "1",
-               "--batch", "64", "--mode", "allreduce", "--hyper-opt", "random", "--num-iterations", str(n),
-               "--fom", "val_accuracy", "--output", str(out), *extra]
-        return subprocess.run(cmd, env=nnlo_env, cwd=REPO, capture_output=True, text=True, timeout=300)
+        cmd = [mpirun, "-np", "9", sys.executable, "-m", "nnlo_sched", "optimize",
+               "--model", str(tmp_path / "tree_model.py"), "--space", str(tmp_path / "space.toml"),
+               "--train", str(data / "train.list"), "--val", str(data / "val.list"), "--block-sizes", "2,4",
+               "--n-fold", "2", "--proposers", "2", "--epochs", "1", "--batch", "64", "--mode", "allreduce",
+               "--hyper-opt", "bayesian", "--n-initial-points", "2", "--num-iterations", str(n), "--seed", "3",
+               "--fom", "val_loss", "--output", str(out), *extra]
+        return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
 
-    r = search(2)
+    r = search(3)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "1 coordinator, 2 proposer" in r.stderr and "2 block(s) of 1,2" in r.stderr
+    assert "1 coordinator, 2 proposer" in r.stderr and "2 block(s) of 2,4" in r.stderr
     assert "assignment: hardware-aware; 2 proposer ranks" in r.stderr
     first = json.loads((out / "trials.json").read_text())
-    assert [t["status"] for t in first] == ["ok"] * 2
-    r = search(4, "--opt-restore")
+    assert [t["status"] for t in first] == ["ok"] * 3
+    r = search(5, "--opt-restore")
     assert r.returncode == 0, r.stderr[-3000:]
     table = json.loads((out / "trials.json").read_text())
-    assert [t["id"] for t in table] == list(range(4)) and table[:2] == first  # nothing lost or repeated
-    keys = {json.dumps(t["params"], sort_keys=True) for t in table}
-    assert len(keys) == 4  # the proposers' points are merged without duplicates
+    assert [t["id"] for t in table] == list(range(5)) and table[:3] == first  # nothing lost or repeated
+    assert len({json.dumps(t["params"], sort_keys=True) for t in table}) == 5  # proposals merged, no duplicates
     assert {t["block"] for t in table} <= {0, 1}
+    for t in table:  # two folds each, their spread recorded; only a branch's own parameters are present
+        assert len(t["fold_foms"]) == 2 and t["fom_std"] is not None
+        p = t["params"]
+        assert ("hidden" in p) == ("act" in p) == (p["arch"] == "mlp")
+        assert ("gain" in p) == (p.get("act") == "tanh")
+    models = [json.loads(line) for line in built.read_text().splitlines()]
+    assert {json.dumps(m, sort_keys=True) for m in models} <= {
+        json.dumps({k: v for k, v in t["params"].items() if k != "dropout"}, sort_keys=True) for t in table}
+    state = json.loads((out / "optimizer-state.json").read_text())
+    assert "branches" in state["space"]["arch"]
+    assert len(state["engine_state"]["variances"]) == 5  # the fold noise reached the surrogate
+    rows = list(csv.DictReader((out / "trials.csv").open()))
+    assert [r["gain"] == "" for r in rows] == ["gain" not in t["params"] for t in table]
