@@ -29,10 +29,8 @@ See docs/python-api.md.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -401,7 +399,9 @@ def run_search(config: TrainConfig, opts: Any, inputs: RunInputs | None = None, 
 
         comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    _logging(config.log_level, rank)
+    from nnlo.observe.logs import console_logging
+
+    console_logging(config.log_level, rank)
     given = inputs if inputs is not None and (inputs.model is not None or inputs.train is not None
                                               or inputs.val is not None) else None
     code = optimize_in_world(comm, opts, config, inputs=given, space=space)
@@ -413,13 +413,4 @@ def run_search(config: TrainConfig, opts: Any, inputs: RunInputs | None = None, 
     return SearchResult(is_coordinator=rank == 0, rank=rank, exit_code=int(code), best=best, out_dir=out,
                         best_path=out / BEST_FILE, trials_path=out / TRIALS_JSON, trials_csv=out / TRIALS_CSV)
 
-
-def _logging(level: str, rank: int) -> None:
-    """Console logging as ``nnlo optimize`` sets it (rank 0 at the run's level, the others warnings)."""
-    logger = logging.getLogger("nnlo")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(f"%(asctime)s [{rank}] %(name)s: %(message)s", "%H:%M:%S"))
-        logger.addHandler(handler)
-    logger.setLevel(level.upper() if rank == 0 else "WARNING")
 

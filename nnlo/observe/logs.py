@@ -130,6 +130,17 @@ class RankLogging:
         self.logger.setLevel(self._previous_level)
 
 
+def console_logging(level: str, rank: int) -> None:
+    """Console logging of a search's ranks (``nnlo optimize`` and :func:`nnlo.optimize`): rank 0 at the
+    run's level, the others at warnings; nothing added when the ``nnlo`` logger already has a handler."""
+    logger = logging.getLogger("nnlo")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"%(asctime)s [{rank}] %(name)s: %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+    logger.setLevel(level.upper() if rank == 0 else "WARNING")
+
+
 def _has_console_handler(logger: logging.Logger) -> bool:
     return any(
         isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler) for h in logger.handlers

@@ -130,7 +130,9 @@ def run_in_world(parse: Callable[[], tuple[Any, Any]], log_level: str = "info") 
 
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
-    _setup_logging(log_level, rank)
+    from nnlo.observe.logs import console_logging
+
+    console_logging(log_level, rank)
     try:
         config, search = parse()
         from nnlo.optimize.run import optimize
@@ -216,14 +218,6 @@ def _launch(ctx: click.Context, n: int, params: dict[str, Any]) -> int:
 
     return relaunch(n, ["optimize", *argv_from_params(ctx.command, params, drop=("np_",))])
 
-
-def _setup_logging(level: str, rank: int) -> None:
-    logger = logging.getLogger("nnlo")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(f"%(asctime)s [{rank}] %(name)s: %(message)s", "%H:%M:%S"))
-        logger.addHandler(handler)
-    logger.setLevel(level.upper() if rank == 0 else "WARNING")
 
 
 command = optimize_command
