@@ -120,6 +120,9 @@ class SearchConfig:
 
         if self.assign not in ASSIGN_CHOICES:
             raise ConfigError(f"--assign {self.assign!r} is unknown; use one of {', '.join(ASSIGN_CHOICES)}")
+        if self.shared and self.proposers > 1:  # their ranks would idle: a shared search asks under the lock
+            raise ConfigError("--proposers does not apply to a shared search (--shared, nnlo submit --jobs/--join): "
+                              "each job's coordinator proposes under the journal's lock; leave --proposers out")
 
     def shape(self, train: TrainConfig) -> Shape:
         """The run's role shape (coordinator, blocks, folds, each fold a training group of ``train``)."""

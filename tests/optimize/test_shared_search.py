@@ -211,6 +211,17 @@ def test_the_command_line_options(monkeypatch):
     assert default is not None and (default.shared, default.participant, default.lease_timeout) == (False, None, 120)
 
 
+def test_proposer_ranks_are_refused_in_a_shared_search(monkeypatch):
+    from nnlo.errors import ConfigError
+    from nnlo_sched.inner import parse_inner
+
+    monkeypatch.delenv("NNLO_RUN_DIR", raising=False)
+    with pytest.raises(ConfigError, match="--proposers does not apply to a shared search"):
+        parse_inner("optimize", ["--model", "examples/branin.py", "--shared", "--proposers", "2", "--output", "o"])
+    ok = parse_inner("optimize", ["--model", "examples/branin.py", "--proposers", "2", "--output", "o"]).search
+    assert ok is not None and ok.proposers == 2
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_random_schedules_of_participants_finish_with_exactly_the_budget(tmp_path, seed):
     """Participants start, hand out, record, fail, stop at a deadline, die without a word, restart under
