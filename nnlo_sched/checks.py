@@ -90,7 +90,7 @@ def _check_paths(config: TrainConfig, search: SearchConfig | None, cwd: Path) ->
     if search.space and not _abs(search.space, cwd).is_file():
         raise ConfigError(f"--space {search.space} does not exist; write a TOML file with one [name] table "
                           "per parameter, or leave --space out to use get_model.parameter_range")
-    if search.opt_restore and search.output:
+    if search.opt_restore and search.output and not search.shared:  # a shared search resumes its journal anyway
         from nnlo.contract import OPTIMIZER_STATE_FILE
 
         state = _abs(search.output, cwd) / OPTIMIZER_STATE_FILE
