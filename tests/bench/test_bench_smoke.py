@@ -91,7 +91,9 @@ def test_scaling(tmp_path, nnlo_env, mpirun):
 def test_search(tmp_path, nnlo_env, mpirun):
     doc = run_bench("search", tmp_path, nnlo_env)
     branin = doc["trials_to_target"]["branin"]
-    assert set(branin["methods"]) == {"nnlo_bayesian_2_blocks", "nnlo_random", "skopt_gp_minimize"}
+    # --quick also runs the bounded GP fit (issue 16 row 5) with a fit limit below the budget
+    assert set(branin["methods"]) == {"nnlo_bayesian_2_blocks", "nnlo_random", "skopt_gp_minimize",
+                                      "nnlo_bayesian_fit_limit_6"}
     for m in branin["methods"].values():
         assert len(m["trials_to_target"]) == 1 and len(m["best_values"]) == 1
         assert m["best_values"][0] >= 0.397887 - 1e-6  # Branin's global minimum bounds every result
@@ -99,7 +101,8 @@ def test_search(tmp_path, nnlo_env, mpirun):
         assert hit is None or 1 <= hit <= branin["budget"]
     (row,) = doc["ask_tell"]["rows"]
     assert row["observations"] == 10
-    assert set(row["seconds"]) == {"nnlo_bayesian_GP", "nnlo_bayesian_RF", "nnlo_random", "skopt_optimizer_GP"}
+    assert set(row["seconds"]) == {"nnlo_bayesian_GP", "nnlo_bayesian_GP_unbounded", "nnlo_bayesian_RF", "nnlo_random",
+                                   "skopt_optimizer_GP"}
     for engine in ("random", "bayesian"):
         e = doc["idle"]["engines"][engine]
         assert e["evaluations"] == 4
