@@ -14,4 +14,4 @@ fi
 # Lint and type checks first (configured in pyproject.toml): a finding fails the test command.
 .venv/bin/ruff check nnlo nnlo_sched
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -q -rs "$@"
+exec .venv/bin/python -m pytest -q -rs --durations=25 "$@"
