@@ -120,6 +120,9 @@ class SearchConfig:
 
         if self.assign not in ASSIGN_CHOICES:
             raise ConfigError(f"--assign {self.assign!r} is unknown; use one of {', '.join(ASSIGN_CHOICES)}")
+        if not (isinstance(self.lease_timeout, (int, float)) and 1.0 <= self.lease_timeout < float("inf")):
+            raise ConfigError(f"--lease-timeout {self.lease_timeout!r} is not a finite number of seconds >= 1; "
+                              "give the seconds after which a silent job's trial goes back to the pool")
         if self.shared and self.proposers > 1:  # their ranks would idle: a shared search asks under the lock
             raise ConfigError("--proposers does not apply to a shared search (--shared, nnlo submit --jobs/--join): "
                               "each job's coordinator proposes under the journal's lock; leave --proposers out")

@@ -19,7 +19,7 @@ import click
 
 from nnlo.contract import LEASE_TIMEOUT_S
 from nnlo.errors import NnloError
-from nnlo_sched.params import FINITE_FLOAT
+from nnlo_sched.params import FINITE_FLOAT, finite_range
 from nnlo_sched.upstream import UpstreamCommand
 
 
@@ -92,7 +92,7 @@ def _search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--participant", default=None, metavar="NAME",
                      help="This job's name in a --shared search (default: $NNLO_PARTICIPANT, else "
                           "<hostname>-<pid>); a job with the same name takes its own trials back at once."),
-        click.option("--lease-timeout", type=click.FloatRange(min=1.0), default=LEASE_TIMEOUT_S, show_default=True,
+        click.option("--lease-timeout", type=finite_range(min=1.0), default=LEASE_TIMEOUT_S, show_default=True,
                      metavar="SECONDS",
                      help="--shared: a trial whose job stopped renewing its lease this long goes back to the "
                           "pool and is re-run by another job."),

@@ -21,7 +21,7 @@ from nnlo.api import DEFAULT_RUNS
 from nnlo.config import BUCKET_MB, CACHE_IN_MEMORY
 from nnlo.contract import EXIT_RESUMABLE, deadline_from_env
 from nnlo.errors import ConfigError
-from nnlo_sched.params import FINITE_FLOAT
+from nnlo_sched.params import FINITE_FLOAT, finite_range
 from nnlo_sched.upstream import UpstreamCommand
 
 _OPTIMIZERS = "sgd (lr, momentum, nesterov), adam, rmsprop, adadelta, e.g. sgd:lr=0.1,momentum=0.9"
@@ -145,7 +145,7 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      show_default=True,
                      help="Who sums gradients (--mode allreduce, --n-processes > 1): mpi (one MPI Allreduce of "
                           "one flat buffer), horovod (if installed); auto = mpi on CPUs, horovod with NCCL on GPUs."),
-        click.option("--bucket-mb", type=click.FloatRange(min=0), default=BUCKET_MB, show_default=True, metavar="MB",
+        click.option("--bucket-mb", type=finite_range(min=0), default=BUCKET_MB, show_default=True, metavar="MB",
                      help="Gradient all-reduce buckets of about MB megabytes, each started during backward as "
                           "soon as its gradients are final (torch on CPU); 0: one all-reduce after backward."),
         click.option("--scale-lr", is_flag=True,

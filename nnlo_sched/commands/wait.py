@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from nnlo.contract import EXIT_DONE, EXIT_FAILED
+from nnlo_sched.params import finite_range
 
 
 def _line(view: dict[str, Any]) -> str:
@@ -24,9 +25,9 @@ def _line(view: dict[str, Any]) -> str:
 
 @click.command("wait")
 @click.argument("run")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--timeout", type=finite_range(min=0), default=None, metavar="SECONDS",
               help="Give up after this long (exit 1; the run goes on).")
-@click.option("--every", type=click.FloatRange(min=0.2), default=2.0, show_default=True, metavar="SECONDS",
+@click.option("--every", type=finite_range(min=0.2), default=2.0, show_default=True, metavar="SECONDS",
               help="Seconds between looks at the run.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but the final line.")
 def wait_command(run: str, timeout: float | None, every: float, quiet: bool) -> None:

@@ -469,6 +469,7 @@ class NnloExecutor(core.PicklingExecutor):
             "launch": "", "checkpoint_lead_s": self._lead_s(profile, walltime_s),
             "command": self._launch(profile) + (command or self._command(python)),
             "stderr_to_stdout": bool(self.parameters.get("stderr_to_stdout")),
+            "array": None, "participant": None,  # one job, no search chain (what render.render_context adds)
         }
         env = jinja2.Environment(
             loader=jinja2.ChoiceLoader([jinja2.DictLoader({"base.sh": JOB_BODY}),
