@@ -124,12 +124,14 @@ def layout(target: RunSpec | str, *, kind: str | None = None, workers: int | Non
            blocks: int | None = None, nodes: int | None = None, gpus_per_worker: float | None = None,
            walltime: str | int | None = None, queue: str | None = None, constraint: str | None = None,
            mode: str | None = "gem", n_masters: int = 1, n_processes: int = 1, block_size: int | None = None,
-           n_fold: int | None = None) -> Layout:
+           n_fold: int | None = None, block_sizes: tuple[int, ...] | None = None,
+           proposers: int | None = None) -> Layout:
     """Where a run's ranks go (what ``nnlo layout`` prints), per-rank list included.
 
     ``target`` is a :class:`RunSpec` (its own resources and shape; the other arguments must be left out) or a
     cluster name, laid out as ``nnlo layout --cluster NAME`` with these options (an optimization when
-    ``kind="optimize"`` or any of ``blocks``/``block_size``/``n_fold`` is given).
+    ``kind="optimize"`` or any of ``blocks``/``block_size``/``block_sizes``/``n_fold``/``proposers`` is given).
+    ``nnlo layout`` calls this.
     """
     from nnlo.roles import Shape
     from nnlo_sched.layout import compute_layout, layout_for_spec
@@ -145,9 +147,11 @@ def layout(target: RunSpec | str, *, kind: str | None = None, workers: int | Non
                           "leave it out")
     profile = profile.for_constraint(constraint)
     if kind is None:
-        kind = "optimize" if block_size is not None or blocks is not None or n_fold is not None else "train"
+        search = any(v is not None for v in (block_size, block_sizes, blocks, n_fold, proposers))
+        kind = "optimize" if search else "train"
     shape = Shape.for_run(mode=mode, n_masters=n_masters, n_processes=n_processes, block_size=block_size,
-                          n_fold=1 if n_fold is None else n_fold, search=kind == "optimize")
+                          n_fold=1 if n_fold is None else n_fold, search=kind == "optimize",
+                          block_sizes=block_sizes, proposers=1 if proposers is None else proposers)
     return compute_layout(profile, shape, kind, workers=workers, blocks=blocks, nodes=nodes,
                           gpus_per_worker=gpus_per_worker,
                           walltime_s=None if walltime is None else parse_walltime(walltime), queue=queue)

@@ -124,26 +124,13 @@ def layout_command(
       nnlo layout --cluster daint --nodes 8 --blocks 3 --block-size 6 --n-fold 2
       nnlo layout --cluster local --block-sizes 6,6,3,3 --proposers 2
     """
-    from nnlo.errors import ConfigError
-    from nnlo.roles import Shape
-    from nnlo_sched.layout import compute_layout, summary
-    from nnlo_sched.profiles import load_profile
-    from nnlo_sched.schedulers import scheduler_class
+    from nnlo_sched import api
+    from nnlo_sched.layout import summary
 
-    profile = load_profile(pick_cluster(cluster, cluster_word, "layout"))
-    if constraint and not scheduler_class(profile.scheduler).takes_constraint:
-        raise ConfigError(f"--constraint is a Slurm option and {profile.name!r} uses {profile.scheduler}; "
-                          "leave it out")
-    profile = profile.for_constraint(constraint)
-    search = any(v is not None for v in (block_size, block_sizes, blocks, n_fold, proposers))
-    kind = "optimize" if search else "train"
-    shape = Shape.for_run(mode=mode, n_masters=n_masters, n_processes=n_processes, block_size=block_size,
-                          n_fold=1 if n_fold is None else n_fold, search=search, block_sizes=block_sizes,
-                          proposers=1 if proposers is None else proposers)
-    layout = compute_layout(
-        profile, shape, kind, workers=workers, blocks=blocks, nodes=nodes,
-        gpus_per_worker=gpus_per_worker, walltime_s=walltime, queue=queue,
-    )
+    layout = api.layout(pick_cluster(cluster, cluster_word, "layout"), workers=workers, blocks=blocks, nodes=nodes,
+                        gpus_per_worker=gpus_per_worker, walltime=walltime, queue=queue, constraint=constraint,
+                        mode=mode, n_masters=n_masters, n_processes=n_processes, block_size=block_size,
+                        n_fold=n_fold, block_sizes=block_sizes, proposers=proposers)
     if as_json:
         click.echo(json.dumps(layout.to_dict(ranks=True), indent=1))
     else:
