@@ -221,6 +221,17 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
+def _default_stop_signals() -> None:
+    """In a batch shell about to start: the stop signals at their default disposition. A shell cannot trap a
+    signal that was ignored when it started, and a `nnlo submit` run from a background shell (`cmd &`,
+    nohup, CI runners) passes SIGINT/SIGQUIT ignored down to the supervisor and its jobs; a real batch system
+    starts its job shells with default dispositions, and so does this one."""
+    from nnlo.contract import STOP_SIGNALS
+
+    for sig in (*STOP_SIGNALS, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _signal_group(pid: int, sig: int) -> None:
     if not _pid(pid):
         return
@@ -269,7 +280,8 @@ class Supervisor:
         with open(log_path, "ab") as log:
             try:
                 proc = subprocess.Popen(["/bin/bash", j["script"]], cwd=j["cwd"], env=env, stdin=subprocess.DEVNULL,
-                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                        preexec_fn=_default_stop_signals)
             except OSError as e:
                 log.write(f"nnlo local scheduler: cannot start job: {e}\n".encode())
                 j.update(state=FAILED, rc=127, started=time.time(), ended=time.time())
