@@ -63,20 +63,7 @@ class ModelSource:
 
             return keras_backend.load_model_file(self.path)
         assert self.module is not None
-        try:
-            model = self.module.get_model(**hyperparameters)
-        except TypeError as e:
-            if hyperparameters:
-                raise ModelError(
-                    f"{self.path}: get_model() does not accept {sorted(hyperparameters)}: {e}; "
-                    f"add those keyword arguments to get_model"
-                ) from None
-            raise ModelError(f"{self.path}: get_model() raised TypeError: {e}") from None
-        except Exception as e:  # noqa: BLE001 - a user's code may raise anything; report it in one line
-            raise ModelError(f"{self.path}: get_model() raised {type(e).__name__}: {e}") from None
-        if model is None:
-            raise ModelError(f"{self.path}: get_model() returned None; it must return the model")
-        return model
+        return _call_builder(self.module.get_model, f"{self.path}: get_model()", "get_model", hyperparameters)
 
     def optional(self, name: str) -> Any:
         """The value of an optional contract function (get_train, get_features, ...), or None."""
@@ -127,18 +114,7 @@ class ObjectModelSource:
                 raise ModelError(f"{self.path} is a model instance and takes no hyperparameters "
                                  f"({', '.join(sorted(hyperparameters))}); pass a function that builds the model")
             return _copy_model(self.obj)
-        try:
-            model = self.obj(**hyperparameters)
-        except TypeError as e:
-            if hyperparameters:
-                raise ModelError(f"{self.path}() does not accept {sorted(hyperparameters)}: {e}; add those "
-                                 f"keyword arguments to it") from None
-            raise ModelError(f"{self.path}() raised TypeError: {e}") from None
-        except Exception as e:  # noqa: BLE001 - a user's code may raise anything; report it in one line
-            raise ModelError(f"{self.path}() raised {type(e).__name__}: {e}") from None
-        if model is None:
-            raise ModelError(f"{self.path}() returned None; it must return the model")
-        return model
+        return _call_builder(self.obj, f"{self.path}()", "it", hyperparameters)
 
     def optional(self, name: str) -> Any:
         """No module functions: the caller gives data and dataset names."""
@@ -388,4 +364,21 @@ def _load_torch_file(path: str) -> Any:
         raise ModelError(
             f"{path} holds a {type(model).__name__}, not a torch nn.Module; save it with torch.save(model, path)"
         )
+    return model
+
+
+def _call_builder(fn: Any, what: str, where: str, hyperparameters: dict[str, Any]) -> Any:
+    """``fn(**hyperparameters)`` (a module's get_model or a model function), every failure one ModelError line
+    naming ``what`` was called; ``where`` is what must take hyperparameters it refused."""
+    try:
+        model = fn(**hyperparameters)
+    except TypeError as e:
+        if hyperparameters:
+            raise ModelError(f"{what} does not accept {sorted(hyperparameters)}: {e}; "
+                             f"add those keyword arguments to {where}") from None
+        raise ModelError(f"{what} raised TypeError: {e}") from None
+    except Exception as e:  # noqa: BLE001 - a user's code may raise anything; report it in one line
+        raise ModelError(f"{what} raised {type(e).__name__}: {e}") from None
+    if model is None:
+        raise ModelError(f"{what} returned None; it must return the model")
     return model
