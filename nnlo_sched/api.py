@@ -181,6 +181,13 @@ def submit_argv(run_spec: RunSpec, run_dir: str | Path) -> list[str]:
 
 
 # -- submission and after ------------------------------------------------------------------------------
+def check_chaining(profile: Any, queue: str | None, max_resubmits: int, *, fix: str) -> None:
+    """Refuse resubmissions on a queue that forbids job chaining (the profile says so); ``fix`` ends the line."""
+    q = profile.queue(queue)
+    if q is not None and not q.chaining and max_resubmits > 0:
+        raise ConfigError(f"queue {q.name!r} of {profile.name} forbids job chaining; {fix}")
+
+
 def submit(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str | Path | None = None,
            check: bool = True) -> Run:
     """Create the run directory and queue the first job of the chain; the :class:`Run` names it.
@@ -194,10 +201,7 @@ def submit(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str | 
     from nnlo_sched.runs import new_run_dir, runs_home, submit_run
 
     profile = load_profile(run_spec.cluster)
-    queue = profile.queue(run_spec.queue)
-    if queue is not None and not queue.chaining and run_spec.max_resubmits > 0:
-        raise ConfigError(f"queue {queue.name!r} of {profile.name} forbids job chaining; set max_resubmits=0 or "
-                          "use another queue")
+    check_chaining(profile, run_spec.queue, run_spec.max_resubmits, fix="set max_resubmits=0 or use another queue")
     target = new_run_dir(Path(run_dir)) if run_dir is not None else None
     home_dir = Path(home) if home is not None else runs_home()
     if check:

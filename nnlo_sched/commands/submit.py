@@ -285,12 +285,12 @@ def submit_command(
         config=inner.train,
         search=inner.search,
     )
-    queue_obj = profile.queue(queue)
-    if queue_obj is not None and not queue_obj.chaining and max_resubmits > 0:
-        raise click.UsageError(
-            f"queue {queue_obj.name!r} of {profile.name} forbids job chaining; "
-            "pass --max-resubmits 0 or use another --queue"
-        )
+    from nnlo_sched.api import check_chaining
+
+    try:
+        check_chaining(profile, queue, max_resubmits, fix="pass --max-resubmits 0 or use another --queue")
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
     if jobs is not None or join is not None:
         from nnlo_sched.search import check_search_args, use_array
 
