@@ -1,6 +1,7 @@
 """Run under ``mpirun -np 2`` by test_transport.py: rank 1 sends rank 0 a series of headers and tensors
 through :class:`nnlo.transport.Link` (one message, two messages, pickled, with buffers, a pickle exactly as
-long as a one-message header + tensor) and rank 0 echoes each back. Rank 1 prints one JSON line per case."""
+long as a one-message header + tensor) and rank 0 echoes each back. Each rank writes its JSON lines to its own file, ``DIR/rank-R.jsonl`` (DIR is the
+first argument): two ranks printing to one forwarded stdout can interleave within a line."""
 from __future__ import annotations
 
 import json
@@ -33,9 +34,10 @@ def cases() -> list[tuple[str, dict, int | None]]:
     return out
 
 
-def main() -> int:
+def main(out_dir: str) -> int:
     comm = MPI.COMM_WORLD
     link = Link(comm)
+    out = open(f"{out_dir}/rank-{comm.Get_rank()}.jsonl", "w")
     for name, header, size in cases():
         if comm.Get_rank() == 1:
             arr = None if size is None else np.random.default_rng(size).normal(size=size).astype(np.float32)
@@ -48,18 +50,19 @@ def main() -> int:
                  else back[k] == sent[k] and type(back[k]) is type(sent[k])) for k in sent)
             same_array = (got is None and arr is None) or (got is not None and np.array_equal(got, arr))
             print(json.dumps({"case": name, "header": same_header, "array": same_array,
-                              "back": repr(back) if not same_header else ""}), flush=True)
+                              "back": repr(back) if not same_header else ""}), file=out, flush=True)
         else:
             buf = np.empty(size or 1, np.float32)
             src, got_header, arr = link.recv(ANY, out=buf)
-            print(json.dumps({"case": name, "messages": link.last_messages}), flush=True)
+            print(json.dumps({"case": name, "messages": link.last_messages}), file=out, flush=True)
             got_header.pop("array")
             link.send(src, got_header, None if arr is None else arr)
     comm.Barrier()
     if comm.Get_rank() == 1:
-        print(json.dumps({"case": "threshold", "bytes": transport.ONE_MESSAGE_BYTES}))
+        print(json.dumps({"case": "threshold", "bytes": transport.ONE_MESSAGE_BYTES}), file=out)
+    out.close()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1]))

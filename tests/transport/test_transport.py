@@ -88,14 +88,15 @@ def test_numpy_floats_travel_as_floats() -> None:
 
 
 @pytest.mark.mpi
-def test_link_one_message_up_to_the_threshold(mpirun: str, nnlo_env: dict[str, str]) -> None:
-    run = subprocess.run([mpirun, "-np", "2", sys.executable, str(HERE / "link_ranks.py")],
+def test_link_one_message_up_to_the_threshold(mpirun: str, nnlo_env: dict[str, str], tmp_path: Path) -> None:
+    run = subprocess.run([mpirun, "-np", "2", sys.executable, str(HERE / "link_ranks.py"), str(tmp_path)],
                          capture_output=True, text=True, env=nnlo_env, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
-    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for rank in (0, 1)
+             for line in (tmp_path / f"rank-{rank}.jsonl").read_text().splitlines()]
     results = {d["case"]: d for d in lines if "header" in d}
     messages = {d["case"]: d["messages"] for d in lines if "messages" in d}
-    assert len(results) == 9, run.stdout
+    assert len(results) == 9, lines
     for case, r in results.items():
         assert r["header"] and r["array"], (case, r)
     assert messages["full header, tensor at the threshold"] == 1
