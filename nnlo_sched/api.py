@@ -95,10 +95,13 @@ def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = Non
          queue: str | None = None, account: str | None = None, nodes: int | None = None,
          workers: int | None = None, blocks: int | None = None, gpus_per_worker: float | None = None,
          constraint: str | None = None, max_resubmits: int | None = None, max_retries: int | None = None,
-         directives: Sequence[str] = (), workdir: str | Path | None = None) -> RunSpec:
+         directives: Sequence[str] = (), workdir: str | Path | None = None, inner: Any = None) -> RunSpec:
     """A run spec as ``nnlo submit`` builds it: the inner ``train``/``optimize`` options parsed by that
     command's own parser, the walltime parsed (``"2h"``, ``"01:30:00"`` or seconds as an int), the layout
-    computed on ``cluster``'s profile (a :class:`~nnlo_sched.layout.LayoutError` if it cannot be placed)."""
+    computed on ``cluster``'s profile (a :class:`~nnlo_sched.layout.LayoutError` if it cannot be placed).
+
+    ``inner``: ``args`` already parsed by :func:`nnlo_sched.inner.parse_inner` (``nnlo submit`` parses them
+    itself, to word a misplaced option's error as a corrected command line)."""
     import os
 
     from nnlo_sched.inner import parse_inner
@@ -106,7 +109,8 @@ def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = Non
     from nnlo_sched.profiles import load_profile
     from nnlo_sched.spec import DEFAULT_MAX_RESUBMITS, DEFAULT_MAX_RETRIES, parse_walltime
 
-    inner = parse_inner(kind, list(args))
+    if inner is None:
+        inner = parse_inner(kind, list(args))
     profile = load_profile(cluster)
     s = RunSpec(kind=kind, args=list(args), cluster=profile.name,
                 name=name or Path(inner.train.model).stem or f"nnlo-{kind}", walltime_s=parse_walltime(walltime),
@@ -181,34 +185,88 @@ def submit_argv(run_spec: RunSpec, run_dir: str | Path) -> list[str]:
 
 
 # -- submission and after ------------------------------------------------------------------------------
-def check_chaining(profile: Any, queue: str | None, max_resubmits: int, *, fix: str) -> None:
-    """Refuse resubmissions on a queue that forbids job chaining (the profile says so); ``fix`` ends the line."""
+def check_chaining(profile: Any, queue: str | None, max_resubmits: int) -> None:
+    """Refuse resubmissions on a queue that forbids job chaining (the profile says so)."""
     q = profile.queue(queue)
     if q is not None and not q.chaining and max_resubmits > 0:
-        raise ConfigError(f"queue {q.name!r} of {profile.name} forbids job chaining; {fix}")
+        raise ConfigError(f"queue {q.name!r} of {profile.name} forbids job chaining; submit without "
+                          "resubmissions (--max-resubmits 0, max_resubmits=0) or use another queue")
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What :func:`preflight` found: where the run goes, its script, and the notes for the user."""
+
+    run_dir: Path | None  # the run directory asked for, as the run will use it; None: a new one under the home
+    shown_dir: Path  # the folder the script names: run_dir, or an example folder under the run home
+    script: str  # the batch script rendered for shown_dir (for jobs=K, the first chain's standalone script)
+    notes: tuple[str, ...]  # to print before anything else (a sampled data list, a run dir off the site's area)
+
+
+def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str | Path | None = None,
+          check: bool = True, jobs: int | None = None, array: bool | None = None) -> Preflight:
+    """Everything ``nnlo submit`` checks before anything is queued, with and without ``--dry-run``; nothing
+    is written. Raises the first problem as one line (:class:`~nnlo.errors.ConfigError`).
+
+    The queue's chaining rule; for ``jobs`` (one search over K chains) the search's own options and whether a
+    job array can be used; the run directory (``run_dir`` free, the home writable, neither on a file system
+    the site's compute nodes cannot write); the script renders (an account where the site needs one, no
+    directive of another scheduler); and with ``check`` the model imports and its data and paths exist
+    (:func:`nnlo_sched.checks.check_run`; ``check=False`` is ``--no-check``, said in a note).
+    """
+    from nnlo_sched.checks import check_run, check_run_home, check_site_run_home, skipped_checks
+    from nnlo_sched.profiles import load_profile
+    from nnlo_sched.render import job_name, render_script, warning_signal
+    from nnlo_sched.runs import new_run_dir, runs_home
+
+    profile = load_profile(run_spec.cluster)
+    check_chaining(profile, run_spec.queue, run_spec.max_resubmits)
+    if jobs is not None:
+        from nnlo_sched.search import check_search_args, use_array
+
+        if run_spec.kind != "optimize":
+            raise ConfigError("--jobs runs one search across many jobs and needs optimize, not train (a "
+                              "training is one chain; give it more --nodes)")
+        check_search_args(run_spec.args)
+        use_array(profile, jobs, array)
+    target = new_run_dir(Path(run_dir)) if run_dir is not None else None
+    home_dir = Path(home) if home is not None else runs_home()
+    shown = target or home_dir / job_name(run_spec.name, "local")
+    script = render_script(run_spec, profile, shown)  # refuses what the profile cannot take (account, ...)
+    if check:
+        notes = check_run(run_spec.train, run_spec.search)
+    else:
+        notes = [f"--no-check: skipped the checks of {skipped_checks()}"]
+    check_run_home(target, home_dir)
+    notes += check_site_run_home(profile, run_spec.account, target or home_dir)
+    notes.append(warning_signal(run_spec, profile)[2] or "")
+    return Preflight(target, shown, script, tuple(filter(None, notes)))
 
 
 def submit(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str | Path | None = None,
-           check: bool = True) -> Run:
-    """Create the run directory and queue the first job of the chain; the :class:`Run` names it.
+           check: bool = True, jobs: int | None = None, array: bool | None = None,
+           on_note: Callable[[str], None] | None = None) -> Run:
+    """Check the run (:func:`preflight`, whose notes go to ``on_note``), create its directory and queue the first
+    job of the chain; the :class:`Run` names it (``run.job_id``). ``nnlo submit`` calls this.
 
-    ``check`` runs the checks ``nnlo submit`` runs first (model import, data files, paths; ``--no-check``
-    to skip them). A failed submission leaves the run directory marked failed and raises the reason.
+    ``jobs=K`` (``nnlo submit --jobs K``): one search run of K chains sharing its state, started as one job
+    array where the scheduler has them (``array`` forces it either way). A failed submission leaves the run
+    directory marked failed and raises the reason.
     """
-    from nnlo_sched.checks import check_run, check_run_home
-    from nnlo_sched.commands.submit import check_site_run_home
     from nnlo_sched.profiles import load_profile
-    from nnlo_sched.runs import new_run_dir, runs_home, submit_run
+    from nnlo_sched.runs import submit_run
 
+    found = preflight(run_spec, run_dir=run_dir, home=home, check=check, jobs=jobs, array=array)
+    for note in found.notes:
+        if on_note is not None:
+            on_note(note)
     profile = load_profile(run_spec.cluster)
-    check_chaining(profile, run_spec.queue, run_spec.max_resubmits, fix="set max_resubmits=0 or use another queue")
-    target = new_run_dir(Path(run_dir)) if run_dir is not None else None
-    home_dir = Path(home) if home is not None else runs_home()
-    if check:
-        check_run(run_spec.train, run_spec.search)
-    check_run_home(target, home_dir)
-    check_site_run_home(profile, run_spec.account, target or home_dir)  # refuses a folder compute nodes cannot write
-    return submit_run(run_spec, profile, home=Path(home) if home is not None else None, run_dir=target)
+    home_dir = Path(home) if home is not None else None
+    if jobs is not None:
+        from nnlo_sched.search import submit_search
+
+        return submit_search(run_spec, profile, jobs, array=array, home=home_dir, run_dir=found.run_dir)
+    return submit_run(run_spec, profile, home=home_dir, run_dir=found.run_dir)
 
 
 def find(ref: RunRef, *, changes: bool = False) -> Run:
@@ -308,5 +366,6 @@ def is_search(run: RunRef) -> bool:
     return load_state(find(run).dir).is_search
 
 
-__all__ = ["JobStatus", "RunRef", "RunStatus", "WaitTimeout", "cancel", "check_cancel", "find", "is_search", "layout",
-           "query", "render", "spec", "status", "submit", "submit_argv", "wait"]
+__all__ = ["JobStatus", "Preflight", "RunRef", "RunStatus", "WaitTimeout", "cancel", "check_cancel",
+           "check_chaining", "find", "is_search", "layout", "preflight", "query", "render", "spec", "status",
+           "submit", "submit_argv", "wait"]

@@ -9,7 +9,7 @@ day. So ``nnlo submit`` (and ``--dry-run``) checks, after parsing the inner comm
 * the data: the ``--train``/``--val`` lists (or the module's ``get_train()``/``get_val()``) exist, every
   HDF5 file they name exists, and a bounded sample of them holds the datasets the run reads;
 * ``--space``, ``--restore DIR`` and ``--opt-restore``'s ``--output`` exist;
-* the run home can be written.
+* the run home can be written, and compute nodes can write it (the profile's read-only file systems).
 
 Each failure is one line naming the file and the fix (a :class:`~nnlo.errors.ConfigError`, exit 2), raised
 before any run directory exists. ``--no-check`` skips the path checks (for paths that only compute nodes
@@ -22,12 +22,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nnlo.checkpoint import RESTORE_AUTO, restore_point
 from nnlo.config import TrainConfig
 from nnlo.errors import ConfigError, NnloError
 from nnlo.optimize.options import SearchConfig
+
+if TYPE_CHECKING:
+    from nnlo_sched.profiles.schema import Profile
 
 CHECK_TIMEOUT_ENV = "NNLO_CHECK_TIMEOUT"
 DEFAULT_TIMEOUT_S = 120.0
@@ -70,6 +73,34 @@ def check_run_home(run_dir: Path | None, home: Path) -> None:
         what = "--run-dir" if run_dir is not None else "the runs home"
         raise ConfigError(f"{what} {target} cannot be written ({probe} is not writable by you); "
                           "choose another --run-dir or set NNLO_HOME to a folder you can write")
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_site_run_home(profile: Profile, account: str | None, target: Path) -> list[str]:
+    """Refuse a run directory on a file system the profile says compute nodes cannot write; note one outside
+    the site's run area (the folder of its ``runs_home``). Returns the notes to print. Paths are compared as
+    given and with symbolic links resolved (a link into a read-only home is still read-only)."""
+    target = Path(os.path.abspath(target))
+    real = Path(os.path.realpath(target))
+    home_hint = profile.expand_runs_home(account)
+    shown = home_hint or profile.runs_home_for(account)
+    fix = (f"set NNLO_HOME={shown} or pass --run-dir under it" if shown else
+           f"set NNLO_HOME (or --run-dir) to a folder on a file system that {profile.name}'s compute nodes write")
+    for folder in profile.compute_read_only:
+        ro = Path(os.path.abspath(os.path.expanduser(os.path.expandvars(folder))))
+        if _under(target, ro) or _under(real, ro) or _under(real, Path(os.path.realpath(ro))):
+            raise ConfigError(f"run directory {target} is under {ro}, which {profile.name}'s compute nodes "
+                              f"cannot write (jobs write their state, logs and checkpoints there); {fix}")
+    if home_hint is not None:
+        # the site's area is the run home's folder ($MEMBERWORK/<project>, $SCRATCH): anywhere in it will do
+        area = Path(os.path.abspath(home_hint)).parent
+        if not (_under(target, area) or _under(real, Path(os.path.realpath(area)))):
+            return [f"run directory {target} is not under {area}, where {profile.name} runs belong "
+                    f"({profile.runs_home}); compute nodes must be able to write it: {fix}"]
+    return []
 
 
 def _abs(path: str, cwd: Path) -> Path:

@@ -3,12 +3,12 @@
 The inner command and its options come last. They are parsed once, here, by the inner command's own parser
 (:mod:`nnlo_sched.inner`) and stored typed in the run spec beside the verbatim argv; then everything a job
 would find wrong in its first second is checked (:mod:`nnlo_sched.checks`) before anything is queued.
-Submission itself (run directory, state, chaining) belongs to :mod:`nnlo_sched.runs`; with ``--dry-run``
-this command prints the script and the submit command without touching the filesystem.
+The checks and the submission are :func:`nnlo_sched.api.preflight` and :func:`nnlo_sched.api.submit`, the
+same functions a Python script calls; with ``--dry-run`` this command prints the script and the submit command
+without touching the filesystem.
 """
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -19,7 +19,6 @@ import click
 from nnlo.contract import SCRIPT_FILE
 from nnlo.errors import ConfigError
 from nnlo_sched.commands.layout import parse_gpus, parse_walltime_option
-from nnlo_sched.profiles.schema import Profile
 
 KINDS = ("train", "optimize")
 _RAW_ARGS = "nnlo.submit.raw_args"
@@ -132,34 +131,6 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> Any:
     return inner
 
 
-def _under(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
-def check_site_run_home(profile: Profile, account: str | None, target: Path) -> list[str]:
-    """Refuse a run directory on a file system the profile says compute nodes cannot write; note one outside
-    the site's run area (the folder of its ``runs_home``). Returns the notes to print. Paths are compared as
-    given and with symbolic links resolved (a link into a read-only home is still read-only)."""
-    target = Path(os.path.abspath(target))
-    real = Path(os.path.realpath(target))
-    home_hint = profile.expand_runs_home(account)
-    shown = home_hint or profile.runs_home_for(account)
-    fix = (f"set NNLO_HOME={shown} or pass --run-dir under it" if shown else
-           f"set NNLO_HOME (or --run-dir) to a folder on a file system that {profile.name}'s compute nodes write")
-    for folder in profile.compute_read_only:
-        ro = Path(os.path.abspath(os.path.expanduser(os.path.expandvars(folder))))
-        if _under(target, ro) or _under(real, ro) or _under(real, Path(os.path.realpath(ro))):
-            raise ConfigError(f"run directory {target} is under {ro}, which {profile.name}'s compute nodes "
-                              f"cannot write (jobs write their state, logs and checkpoints there); {fix}")
-    if home_hint is not None:
-        # the site's area is the run home's folder ($MEMBERWORK/<project>, $SCRATCH): anywhere in it will do
-        area = Path(os.path.abspath(home_hint)).parent
-        if not (_under(target, area) or _under(real, Path(os.path.realpath(area)))):
-            return [f"run directory {target} is not under {area}, where {profile.name} runs belong "
-                    f"({profile.runs_home}); compute nodes must be able to write it: {fix}"]
-    return []
-
-
 @click.command(
     "submit",
     cls=_SubmitCommand,
@@ -235,13 +206,10 @@ def submit_command(
       nnlo submit --cluster daint -A s123 --jobs 4 -t 2h optimize --model m.py --num-iterations 200
       nnlo submit --join SEARCH --cluster daint-mc -A s123 -t 4h
     """
-    from nnlo_sched.checks import check_run, check_run_home, skipped_checks
-    from nnlo_sched.layout import layout_for_spec
+    from nnlo_sched import api
     from nnlo_sched.profiles import load_profile
-    from nnlo_sched.render import job_name, render_script, warning_signal
-    from nnlo_sched.runs import new_run_dir, runs_home
+    from nnlo_sched.render import render_script
     from nnlo_sched.schedulers import get_scheduler
-    from nnlo_sched.spec import RunSpec
 
     if join is not None:
         _check_join_options(jobs, array, run_dir, kind)
@@ -254,9 +222,6 @@ def submit_command(
     elif kind is None:
         raise ConfigError(f"nnlo submit needs the word train or optimize and the run's options; type: "
                           f"{_command_line([*_typed_before(0), 'optimize', '--model', 'MODEL.py'])}")
-    if jobs is not None and kind == "train":
-        raise ConfigError("--jobs runs one search across many jobs and needs optimize, not train (a training "
-                          "is one chain; give it more --nodes)")
     if array is not None and jobs is None:
         raise ConfigError(f"--{'' if array else 'no-'}array goes with --jobs K (the chains of one search)")
     _check_kind(kind, args)
@@ -264,59 +229,42 @@ def submit_command(
     if not cluster:
         fixed = _command_line([*_typed_before(1 + len(args)), "--cluster", "NAME", kind, *args])
         raise ConfigError(f"nnlo submit needs a cluster (nnlo clusters lists them); type: {fixed}")
-    profile = load_profile(cluster)
-    spec = RunSpec(
-        kind=kind,
-        args=list(args),
-        cluster=profile.name,
-        name=name or Path(inner.train.model).stem or f"nnlo-{kind}",
-        walltime_s=walltime,
-        queue=queue,
-        account=account,
-        nodes=nodes,
-        workers=workers,
-        blocks=blocks,
-        gpus_per_worker=gpus_per_worker,
-        constraint=constraint,
-        max_resubmits=max_resubmits,
-        max_retries=max_retries,
-        directives=list(directives),
-        workdir=os.getcwd(),
-        config=inner.train,
-        search=inner.search,
-    )
-    from nnlo_sched.api import check_chaining
+    spec = api.spec(kind, args, cluster, name=name, walltime=walltime, queue=queue, account=account, nodes=nodes,
+                    workers=workers, blocks=blocks, gpus_per_worker=gpus_per_worker, constraint=constraint,
+                    max_resubmits=max_resubmits, max_retries=max_retries, directives=directives, inner=inner)
 
-    try:
-        check_chaining(profile, queue, max_resubmits, fix="pass --max-resubmits 0 or use another --queue")
-    except ConfigError as e:
-        raise click.UsageError(str(e)) from None
-    if jobs is not None or join is not None:
-        from nnlo_sched.search import check_search_args, use_array
+    def note(text: str) -> None:
+        click.echo(f"nnlo: note: {text}", err=True)
+
+    if not dry_run and join is None:  # the one path a Python script takes too: checks, then the chain(s)
+        run = api.submit(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array, on_note=note)
+        if jobs is None:
+            click.echo(f"submitted run {run.id} as job {run.job_id} ({run.dir})")
+        else:
+            from nnlo_sched.search import chain_runs
+
+            shown = ", ".join(f"{c.dir.name}={c.job_id}" for c in chain_runs(run.dir))
+            click.echo(f"submitted search {run.id} as {jobs} chain(s): {shown} ({run.dir})")
+        sys.stdout.flush()
+        return
+
+    if join is not None:
+        from nnlo_sched.search import check_search_args
 
         check_search_args(spec.args)
-        if jobs is not None:
-            use_array(profile, jobs, array)
-    layout = layout_for_spec(spec, profile, spec.shape)
-    spec.layout = layout.to_dict(ranks=False)
-    # the same checks of the run directory for a dry run as for a real one
-    run_dir = new_run_dir(run_dir) if run_dir is not None else None
-    shown_dir = run_dir or runs_home() / job_name(spec.name, "local")
-    script = render_script(spec, profile, shown_dir)  # refuses what the profile cannot take (account, ...)
-    if no_check:
-        click.echo(f"nnlo: note: --no-check: skipped the checks of {skipped_checks()}", err=True)
-    else:
-        for note in check_run(spec.train, spec.search):
-            click.echo(f"nnlo: note: {note}", err=True)
-    check_run_home(run_dir, runs_home())
-    notes = check_site_run_home(profile, account, run_dir or runs_home())
-    notes.append(warning_signal(spec, profile)[2] or "")
-    for note in filter(None, notes):
-        click.echo(f"nnlo: note: {note}", err=True)
+    found = api.preflight(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array)
+    for text in found.notes:
+        note(text)
+    profile = load_profile(spec.cluster)
+    if join is not None:
+        from nnlo_sched.search import join_search, joining_spec
 
-    if dry_run and join is not None:
-        from nnlo_sched.search import joining_spec
-
+        if not dry_run:
+            chain, job = join_search(search_run, spec, profile, inner_given=inner_given)
+            click.echo(f"joined search {search_run.id}: chain {chain} on {profile.name} as job {job} "
+                       f"({search_run.dir / 'chains' / chain})")
+            sys.stdout.flush()
+            return
         one = joining_spec(search_run, spec, profile, inner_given=inner_given)
         chain_dir = search_run.dir / "chains" / "cN"
         click.echo(render_script(one, profile, chain_dir, participant="cN"), nl=False)
@@ -325,7 +273,8 @@ def submit_command(
                    "as its next free cN ---")
         click.echo(f"# submit command: {shlex.join(argv)}")
         return
-    if dry_run and jobs is not None:
+    shown_dir = found.shown_dir
+    if jobs is not None:
         from nnlo_sched.search import ARRAY_SCRIPT, chain_names, chain_spec, render_array, use_array
 
         arrayed = use_array(profile, jobs, array)
@@ -342,35 +291,12 @@ def submit_command(
                                              f", each submitted like {names[0]}'s script above"))
         click.echo(f"# submit command: {shlex.join(argv)}")
         return
-    if dry_run:
-        argv = get_scheduler(profile.scheduler, shown_dir).submit_argv(shown_dir / SCRIPT_FILE)
-        click.echo(script, nl=False)
-        click.echo("# --- dry run: nothing was written or submitted ---")
-        click.echo(f"# run directory: {shlex.quote(str(shown_dir))}"
-                   + ("" if run_dir else " (the real one gets a unique name at submission)"))
-        click.echo(f"# submit command: {shlex.join(argv)}")
-        return
-    if join is not None:
-        from nnlo_sched.search import join_search
-
-        chain, job = join_search(search_run, spec, profile, inner_given=inner_given)
-        click.echo(f"joined search {search_run.id}: chain {chain} on {profile.name} as job {job} "
-                   f"({search_run.dir / 'chains' / chain})")
-        sys.stdout.flush()
-        return
-    if jobs is not None:
-        from nnlo_sched.search import chain_runs, submit_search
-
-        run = submit_search(spec, profile, jobs, array=array, run_dir=run_dir)
-        shown = ", ".join(f"{c.dir.name}={c.job_id}" for c in chain_runs(run.dir))
-        click.echo(f"submitted search {run.id} as {jobs} chain(s): {shown} ({run.dir})")
-        sys.stdout.flush()
-        return
-    from nnlo_sched.runs import submit_run
-
-    run = submit_run(spec, profile, run_dir=run_dir)
-    click.echo(f"submitted run {run.id} as job {run.job_id} ({run.dir})")
-    sys.stdout.flush()
+    argv = get_scheduler(profile.scheduler, shown_dir).submit_argv(shown_dir / SCRIPT_FILE)
+    click.echo(found.script, nl=False)
+    click.echo("# --- dry run: nothing was written or submitted ---")
+    click.echo(f"# run directory: {shlex.quote(str(shown_dir))}"
+               + ("" if found.run_dir else " (the real one gets a unique name at submission)"))
+    click.echo(f"# submit command: {shlex.join(argv)}")
 
 
 def _check_join_options(jobs: int | None, array: bool | None, run_dir: Path | None, kind: str | None) -> None:

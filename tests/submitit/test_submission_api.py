@@ -73,3 +73,30 @@ def test_submit_query_wait_cancel(lsf, plugin_env):
     with pytest.raises(ConfigError, match="forbids job chaining"):
         api.submit(api.spec("train", ["--model", "m.py"], "testlsf", account="A1", queue="debug"), check=False)
     assert len(calls(lsf, "bsub")) == 2  # nothing was submitted
+
+
+def test_preflight_writes_nothing_and_submit_queues_a_search_with_its_notes(lsf, plugin_env, tmp_path):
+    """The checks and the submission ``nnlo submit`` runs, from Python: preflight is a dry run's checks (nothing
+    written, notes returned), submit runs them (notes to on_note) and queues a search of 2 chains as one array."""
+    spec = api.spec("optimize", ["--model", "m.py", "--num-iterations", "4"], "testlsf", account="A1")
+    found = api.preflight(spec, check=False, jobs=2)
+    assert found.run_dir is None and "#BSUB -P A1" in found.script
+    assert any(n.startswith("--no-check: skipped") for n in found.notes)
+    assert not (plugin_env / "runs").exists() and not (lsf / "calls.jsonl").exists()
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "x").write_text("")
+    with pytest.raises(ConfigError, match="exists and is not empty"):
+        api.preflight(spec, run_dir=taken, check=False)
+    with pytest.raises(ConfigError, match="needs optimize, not train"):
+        api.submit(api.spec("train", ["--model", "m.py"], "testlsf", account="A1"), check=False, jobs=2)
+    with pytest.raises(ConfigError, match="--output is set by nnlo submit"):
+        api.submit(api.spec("optimize", ["--model", "m.py", "--output", "o"], "testlsf", account="A1"),
+                   check=False, jobs=2)
+    assert not (lsf / "calls.jsonl").exists()  # nothing was queued by a refusal
+    notes: list[str] = []
+    run = api.submit(spec, check=False, jobs=2, on_note=notes.append)
+    assert notes == list(found.notes)
+    assert api.is_search(run) and sorted(p.name for p in (run.dir / "chains").iterdir()) == ["c1", "c2"]
+    assert len(calls(lsf, "bsub")) == 1  # one job array for both chains
+    assert [s.state for s in api.query([run])] == ["queued"]
