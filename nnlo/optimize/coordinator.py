@@ -54,6 +54,19 @@ class Coordinator:
             search.propose = self.proposers.propose
 
     def run(self) -> int:
+        from nnlo.training.failure import RankFailure
+
+        try:
+            return self._run()
+        except RankFailure as e:  # a proposer rank failed: one line, the state kept, no rank left waiting
+            self.search.save()
+            self._close_progress()
+            print(f"nnlo: error: {e}; the search state is saved in {self.search.out_dir}: resubmit with "
+                  "--opt-restore once the cause is fixed (or use --proposers 1)", file=sys.stderr, flush=True)
+            self.world.Abort(EXIT_FAILED)
+            return EXIT_FAILED
+
+    def _run(self) -> int:
         from mpi4py import MPI
 
         search = self.search

@@ -104,7 +104,10 @@ class MpiProposers:
             source = status.Get_source()
             msg = self.world.recv(source=source, tag=TAG_PROPOSAL)
             if msg.get("error"):
-                raise RuntimeError(f"proposer rank {source} failed: {msg['error']}")
+                from nnlo.training.failure import RankFailure
+
+                self.buffer.busy.pop(self.ranks.index(source), None)
+                raise RankFailure(f"its proposal failed ({msg['error']})", source, "proposer")
             self.buffer.arrived(self.ranks.index(source), msg.get("point"), self._seen(pending),
                                 msg.get("seconds"))
         for p in self.buffer.to_request():
@@ -155,8 +158,8 @@ def run_proposer(world: Any, coordinator: int, engine: Engine) -> int:
             engine.load_state_dict(msg["state"])
             engine.n_asked = int(msg["stream"])
             answer: dict[str, Any] = {"point": engine.ask(msg["pending"]), "stream": msg["stream"]}
-        except Exception as e:  # reported to the coordinator, which stops the search
-            log.exception("proposal failed")
+        except Exception as e:  # reported to the coordinator, which prints it and ends the job
+            log.debug("proposal failed", exc_info=True)  # the traceback at --log-level debug only
             answer = {"error": f"{type(e).__name__}: {e}"}
         answer["seconds"] = time.perf_counter() - t0
         world.send(answer, dest=coordinator, tag=TAG_PROPOSAL)

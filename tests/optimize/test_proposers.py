@@ -49,6 +49,16 @@ def test_different_streams_are_different_acquisitions_of_the_same_state():
     assert points[0] != points[1]
 
 
+@pytest.mark.mpi
+def test_a_failing_proposer_is_named_in_one_line_not_a_traceback(mpirun, nnlo_env, tmp_path):
+    run = subprocess.run([mpirun, "-np", "2", sys.executable, str(REPO / "tests/optimize/proposer_failure_ranks.py"),
+                          str(tmp_path)], capture_output=True, text=True, env=nnlo_env, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads((tmp_path / "rank-0.json").read_text())
+    assert got == {"raised": "rank 1 (proposer): its proposal failed (ValueError: the acquisition found no finite "
+                             "point)", "rank": 1, "role": "proposer", "busy": []}
+
+
 def test_layout_sizes_and_places_proposers_and_heterogeneous_blocks():
     local = load_profile("local")
     shape = Shape.for_run(search=True, block_sizes=(6, 6, 3, 3), proposers=2)
