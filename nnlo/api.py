@@ -241,8 +241,26 @@ def _inputs(model: Any, data: Any, val_data: Any, cfg_values: dict[str, Any],
         values["train"] = train_list
     if val_list:
         values["val"] = val_list
+    _refuse_file_options(values, [o for o in (train_obj, val_obj) if o is not None and not isinstance(o, list)])
     assert source is None or isinstance(source, ObjectModelSource)
     return values, RunInputs(model=source, train=train_obj, val=val_obj, callbacks=check_callbacks(callbacks))
+
+
+#: options that only mean something for HDF5 files (a data object reads its own samples)
+_FILE_OPTIONS = {"features_name": "--features-name", "labels_name": "--labels-name",
+                 "preload_data": "--preload-data", "cache_data": "--cache-data"}
+
+
+def _refuse_file_options(values: Mapping[str, Any], objects: list[Any]) -> None:
+    """A data object with an option that only HDF5 files have would silently ignore it: refuse it instead."""
+    if not objects:
+        return
+    given = [name for name in _FILE_OPTIONS if values.get(name)]
+    if given:
+        kind = type(objects[0]).__name__
+        raise ConfigError(f"{', '.join(given)} ({', '.join(_FILE_OPTIONS[g] for g in given)}) only apply to HDF5 "
+                          f"files, and the data given ({kind}) reads its own samples; drop "
+                          f"{'it' if len(given) == 1 else 'them'} (or pass the HDF5 files instead)")
 
 
 def _config_values(config: Any, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -144,6 +144,10 @@ def test_bad_options_are_one_typed_line(options, words, monkeypatch) -> None:
     ({"model": "m.py", "data": "a.list", "train": "b.list"}, ConfigError, "given twice"),
     ({"model": "m.py", "callbacks": [print, 3]}, ConfigError, "not callable"),
     ({"model": "m.py", "config": 3}, ConfigError, "config must be"),
+    ({"model": "m.py", "data": ArraySource(np.zeros((4, 2))), "preload_data": 1}, ConfigError,
+     "preload_data (--preload-data) only apply to HDF5 files, and the data given (ArraySource) reads"),
+    ({"model": "m.py", "data": "t.list", "val_data": ArraySource(np.zeros((4, 2))), "features_name": "x",
+      "cache_data": "/tmp/c"}, ConfigError, "features_name, cache_data (--features-name, --cache-data) only"),
 ])
 def test_bad_arguments_raise_typed_errors_before_any_rank_waits(kwargs, error, words, monkeypatch) -> None:
     monkeypatch.delenv("NNLO_DEADLINE", raising=False)
