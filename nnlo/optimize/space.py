@@ -54,8 +54,37 @@ from nnlo.errors import ConfigError
 PRIORS = ("uniform", "log-uniform")
 
 
+class _Bounded:
+    """The unit-interval view of a numeric dimension in ``[low, high]`` (in log space for log-uniform): the
+    genetic engine mutates there. Real and Integer differ only in how a value is clipped back."""
+
+    low: Any
+    high: Any
+    prior: str
+
+    def clip(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def _unit_range(self) -> tuple[float, float]:
+        if self.prior == "log-uniform":
+            return math.log(self.low), math.log(self.high)
+        return float(self.low), float(self.high)
+
+    def to_unit(self, value: Any) -> float:
+        """Position of ``value`` in [0, 1]."""
+        lo, hi = self._unit_range()
+        x = math.log(float(value)) if self.prior == "log-uniform" else float(value)
+        return (x - lo) / (hi - lo)
+
+    def from_unit(self, u: float) -> Any:
+        """The value at position ``u`` (clamped to [0, 1]), clipped to a valid value."""
+        lo, hi = self._unit_range()
+        x = lo + min(1.0, max(0.0, u)) * (hi - lo)
+        return self.clip(math.exp(x) if self.prior == "log-uniform" else x)
+
+
 @dataclass(frozen=True)
-class Real:
+class Real(_Bounded):
     """A float in ``[low, high]``; ``prior="log-uniform"`` samples the exponent uniformly (for rates)."""
 
     low: float
@@ -90,26 +119,12 @@ class Real:
         """The value an inactive parameter takes in a model's embedding of a tree space (the low bound)."""
         return float(self.low)
 
-    def to_unit(self, value: Any) -> float:
-        """Position in [0, 1] (in log space for log-uniform): the genetic engine mutates there."""
-        if self.prior == "log-uniform":
-            lo, hi = math.log(self.low), math.log(self.high)
-            return (math.log(float(value)) - lo) / (hi - lo)
-        return (float(value) - self.low) / (self.high - self.low)
-
-    def from_unit(self, u: float) -> float:
-        u = min(1.0, max(0.0, u))
-        if self.prior == "log-uniform":
-            lo, hi = math.log(self.low), math.log(self.high)
-            return self.clip(math.exp(lo + u * (hi - lo)))
-        return self.clip(self.low + u * (self.high - self.low))
-
     def to_dict(self) -> dict[str, Any]:
         return {"type": "real", "low": self.low, "high": self.high, "prior": self.prior}
 
 
 @dataclass(frozen=True)
-class Integer:
+class Integer(_Bounded):
     """An integer in ``[low, high]`` (both included)."""
 
     low: int
@@ -145,19 +160,6 @@ class Integer:
     @property
     def default(self) -> int:
         return int(self.low)
-
-    def to_unit(self, value: Any) -> float:
-        if self.prior == "log-uniform":
-            lo, hi = math.log(self.low), math.log(self.high)
-            return (math.log(float(value)) - lo) / (hi - lo)
-        return (float(value) - self.low) / (self.high - self.low)
-
-    def from_unit(self, u: float) -> int:
-        u = min(1.0, max(0.0, u))
-        if self.prior == "log-uniform":
-            lo, hi = math.log(self.low), math.log(self.high)
-            return self.clip(math.exp(lo + u * (hi - lo)))
-        return self.clip(self.low + u * (self.high - self.low))
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "integer", "low": self.low, "high": self.high, "prior": self.prior}
