@@ -17,35 +17,17 @@ forget a job). The answers copy the real programs' output formats and exit statu
 """
 from __future__ import annotations
 
-import fcntl
-import json
-import os
 import re
 import sys
 from pathlib import Path
 
-DIR = Path(os.environ["STANDIN_DIR"])
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a program: tests/ holds the shared part
+import standin_common as common
+from standin_common import Jobs, record
+
 PROG = Path(sys.argv[0]).name
 ARGS = sys.argv[1:]
 LSF_STATES = {"PEND", "RUN", "DONE", "EXIT"}
-
-
-def record(entry: dict) -> None:
-    with open(DIR / "calls.jsonl", "a") as f:
-        f.write(json.dumps(entry) + "\n")
-
-
-class Jobs:
-    def __enter__(self):
-        self.lock = open(DIR / "jobs.lock", "w")
-        fcntl.flock(self.lock, fcntl.LOCK_EX)
-        path = DIR / "jobs.json"
-        self.data = json.loads(path.read_text()) if path.exists() else {"next": 1001, "jobs": {}}
-        return self.data
-
-    def __exit__(self, *exc):
-        (DIR / "jobs.json").write_text(json.dumps(self.data, indent=1))
-        self.lock.close()
 
 
 def _array(script: str, directive: str) -> range | None:
@@ -68,20 +50,11 @@ def bsub() -> int:
 
 
 def bjobs() -> int:
-    record({"prog": "bjobs", "args": ARGS})
-    ids = [a for a in ARGS if not a.startswith("-")]
-    with Jobs() as db:
-        known = [(j, db["jobs"][j]) for j in ids if j in db["jobs"]]
-    missing = [j for j in ids if j not in dict(known)]
-    if known:
-        print("JOBID   USER    STAT  QUEUE      FROM_HOST   EXEC_HOST   JOB_NAME   SUBMIT_TIME")
-        for j, info in known:
-            exec_host = "batch1" if info["state"] in ("RUN", "DONE", "EXIT") else "-"
-            j = j.split("[")[0]  # bjobs prints an array element as JOBID 123, JOB_NAME name[4]
-            print(f"{j:<7} root    {info['state']:<5} batch      login1      {exec_host:<11} {info['name']:<10} Nov 21 09:00")
-    for j in missing:
-        print(f"Job <{j}> is not found", file=sys.stderr)
-    return 0 if known else 255
+    def row(j: str, info: dict) -> tuple[str, str, str, str]:
+        exec_host = "batch1" if info["state"] in ("RUN", "DONE", "EXIT") else "-"
+        return j.split("[")[0], info["state"], exec_host, info["name"]  # an array element: JOBID 123, name[4]
+
+    return common.bjobs(ARGS, row)
 
 
 def bkill() -> int:
@@ -117,21 +90,7 @@ def qsub() -> int:
 
 
 def qstat() -> int:
-    record({"prog": "qstat", "args": ARGS})
-    ids = [a for a in ARGS if not a.startswith("-")]
-    with Jobs() as db:
-        known = [(j, db["jobs"][j]) for j in ids if j in db["jobs"]]
-    if known:
-        print("Job ID                    Name             User            Time Use S Queue")
-        print("------------------------- ---------------- --------------- -------- - -----")
-        for j, info in known:
-            print(f"{j:<25} {info['name']:<16} root            00:00:00 {info['state']} batch")
-    rc = 0
-    for j in ids:
-        if j not in dict(known):
-            print(f"qstat: Unknown Job Id {j}", file=sys.stderr)
-            rc = 153
-    return rc
+    return common.qstat(ARGS, lambda info: info["name"])
 
 
 def qdel() -> int:

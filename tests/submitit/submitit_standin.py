@@ -17,8 +17,6 @@ is started in the background by a detached runner (``standin.py __run ID``) once
 """
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import re
 import signal
@@ -27,30 +25,13 @@ import sys
 import time
 from pathlib import Path
 
-DIR = Path(os.environ["STANDIN_DIR"])
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a program: tests/ holds the shared part
+import standin_common as common
+from standin_common import DIR, Jobs, record
+
 PROG = Path(sys.argv[0]).name
 ARGS = sys.argv[1:]
 ENDED = {"DONE", "EXIT", "C"}
-
-
-def record(entry: dict) -> None:
-    with open(DIR / "calls.jsonl", "a") as f:
-        f.write(json.dumps(entry) + "\n")
-
-
-class Jobs:
-    def __enter__(self) -> dict:
-        self.lock = open(DIR / "jobs.lock", "w")
-        fcntl.flock(self.lock, fcntl.LOCK_EX)
-        path = DIR / "jobs.json"
-        self.data = json.loads(path.read_text()) if path.exists() else {"next": 1001, "jobs": {}}
-        return self.data
-
-    def __exit__(self, *exc) -> None:
-        tmp = DIR / "jobs.json.tmp"
-        tmp.write_text(json.dumps(self.data, indent=1))
-        os.replace(tmp, DIR / "jobs.json")
-        self.lock.close()
 
 
 def queue(script: str, dep: str | None, pbs: bool) -> str:
@@ -134,36 +115,11 @@ def qsub() -> int:
 
 
 def bjobs() -> int:
-    record({"prog": "bjobs", "args": ARGS})
-    ids = [a for a in ARGS if not a.startswith("-")]
-    with Jobs() as db:
-        known = [(j, db["jobs"][j]) for j in ids if j in db["jobs"]]
-    if known:
-        print("JOBID   USER    STAT  QUEUE      FROM_HOST   EXEC_HOST   JOB_NAME   SUBMIT_TIME")
-        for j, info in known:
-            print(f"{j:<7} root    {info['state']:<5} batch      login1      batch1      submitit   Nov 21 09:00")
-    for j in ids:
-        if j not in dict(known):
-            print(f"Job <{j}> is not found", file=sys.stderr)
-    return 0 if known else 255
+    return common.bjobs(ARGS, lambda j, info: (j, info["state"], "batch1", "submitit"))
 
 
 def qstat() -> int:
-    record({"prog": "qstat", "args": ARGS})
-    ids = [a for a in ARGS if not a.startswith("-")]
-    with Jobs() as db:
-        known = [(j, db["jobs"][j]) for j in ids if j in db["jobs"]]
-    if known:
-        print("Job ID                    Name             User            Time Use S Queue")
-        print("------------------------- ---------------- --------------- -------- - -----")
-        for j, info in known:
-            print(f"{j:<25} submitit         root            00:00:00 {info['state']} batch")
-    rc = 0
-    for j in ids:
-        if j not in dict(known):
-            print(f"qstat: Unknown Job Id {j}", file=sys.stderr)
-            rc = 153
-    return rc
+    return common.qstat(ARGS, lambda info: "submitit")
 
 
 def bkill() -> int:
