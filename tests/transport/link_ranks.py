@@ -37,7 +37,7 @@ def cases() -> list[tuple[str, dict, int | None]]:
 def main(out_dir: str) -> int:
     comm = MPI.COMM_WORLD
     link = Link(comm)
-    out = open(f"{out_dir}/rank-{comm.Get_rank()}.jsonl", "w")
+    log = open(f"{out_dir}/rank-{comm.Get_rank()}.jsonl", "w")
     for name, header, size in cases():
         if comm.Get_rank() == 1:
             arr = None if size is None else np.random.default_rng(size).normal(size=size).astype(np.float32)
@@ -50,17 +50,17 @@ def main(out_dir: str) -> int:
                  else back[k] == sent[k] and type(back[k]) is type(sent[k])) for k in sent)
             same_array = (got is None and arr is None) or (got is not None and np.array_equal(got, arr))
             print(json.dumps({"case": name, "header": same_header, "array": same_array,
-                              "back": repr(back) if not same_header else ""}), file=out, flush=True)
+                              "back": repr(back) if not same_header else ""}), file=log, flush=True)
         else:
             buf = np.empty(size or 1, np.float32)
             src, got_header, arr = link.recv(ANY, out=buf)
-            print(json.dumps({"case": name, "messages": link.last_messages}), file=out, flush=True)
+            print(json.dumps({"case": name, "messages": link.last_messages}), file=log, flush=True)
             got_header.pop("array")
             link.send(src, got_header, None if arr is None else arr)
     comm.Barrier()
     if comm.Get_rank() == 1:
-        print(json.dumps({"case": "threshold", "bytes": transport.ONE_MESSAGE_BYTES}), file=out)
-    out.close()
+        print(json.dumps({"case": "threshold", "bytes": transport.ONE_MESSAGE_BYTES}), file=log)
+    log.close()
     return 0
 
 
