@@ -49,3 +49,29 @@ def test_a_torch_rank_imports_no_tensorflow_skopt_or_matplotlib(tmp_path: Path, 
     assert "torch" in modules and "nnlo.training.allreduce" in modules  # it did train, with torch
     heavy = sorted({m for m in modules if m.split(".")[0] in FORBIDDEN})
     assert not heavy, f"a torch training rank imported {heavy[:10]}"
+
+
+MASTER_THEN_WORKER = """
+import sys
+import numpy as np
+import torch
+from nnlo.backends.torch_backend import TorchBackend
+
+b = TorchBackend(torch.nn.Sequential(torch.nn.Linear(4, 3)), "categorical_crossentropy", "adam:lr=0.01")
+x, y = np.ones((2, 4), np.float32), np.eye(3, dtype=np.float32)[[0, 2]]
+b.set_weights(b.get_weights() * 0.5)  # what a master does with its model: weights in and out, evaluate, save
+b.evaluate_batch(x, y)
+b.save_model(sys.argv[1])
+master = "torch._dynamo" in sys.modules
+b.train_on_batch(x, y)  # a worker's step builds the optimizer
+print(master, b.optimizer_state()["param_groups"][0]["lr"])
+"""
+
+
+def test_a_master_builds_no_torch_optimizer(tmp_path: Path, nnlo_env: dict[str, str]) -> None:
+    """torch.optim's first call imports torch._dynamo (as long again as ``import torch``): a master, which only
+    moves weights, evaluates and saves, never pays it; a worker's first step builds the optimizer as specified."""
+    run = subprocess.run([sys.executable, "-c", MASTER_THEN_WORKER, str(tmp_path / "model")], capture_output=True,
+                         text=True, env=nnlo_env, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["False", "0.01"]

@@ -129,8 +129,18 @@ class TorchBackend(Backend):
         self._hooked = False
         self._n_buffers = int(sum(b.numel() for b in self._buffer_tensors()))
         self.loss = loss_spec(loss)
-        cls, kwargs = torch_equivalent(worker_optimizer)
-        self.optimizer = getattr(torch.optim, cls)(self.params, **kwargs)
+        self._optimizer_args = torch_equivalent(worker_optimizer)  # a bad spec is refused here, at once
+        self._optimizer: torch.optim.Optimizer | None = None
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The worker optimizer, built on first use: torch.optim's first call imports torch._dynamo, about as
+        long again as ``import torch`` (1.4 s on an idle core), which a master or an evaluating rank never
+        needs."""
+        if self._optimizer is None:
+            cls, kwargs = self._optimizer_args
+            self._optimizer = getattr(torch.optim, cls)(self.params, **kwargs)
+        return self._optimizer
 
     # -- weights -----------------------------------------------------------------------------------
     @property
