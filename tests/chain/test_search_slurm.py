@@ -100,3 +100,5 @@ def test_three_chains_with_random_kills_finish_the_search_exactly(slurm, chain_e
         "squeue", "-h", "-j", ",".join(j["job_id"] for j in jobs), check=False).stdout.strip(), timeout=60)
     line = next(ln for ln in nnlo("status").stdout.splitlines() if ln.startswith(run_id))
     assert "done" in line and f"{TRIALS}/{TRIALS} trials" in line
+    plots = {Path(p).name for p in nnlo("plot", run_id).stdout.split()}  # every participant's trials in one figure
+    assert {"convergence.png", "parameters.png"} <= plots and (search_dir / "plots" / "convergence.png").is_file()
