@@ -26,6 +26,7 @@ from typing import Any
 
 from nnlo.errors import ConfigError, NnloError
 from nnlo_sched.layout import Layout
+from nnlo_sched.profiles.schema import Profile
 from nnlo_sched.runs import Run
 from nnlo_sched.spec import RunSpec
 
@@ -197,6 +198,7 @@ def check_chaining(profile: Any, queue: str | None, max_resubmits: int) -> None:
 class Preflight:
     """What :func:`preflight` found: where the run goes, its script, and the notes for the user."""
 
+    profile: Profile  # the cluster profile the run was checked against
     run_dir: Path | None  # the run directory asked for, as the run will use it; None: a new one under the home
     shown_dir: Path  # the folder the script names: run_dir, or an example folder under the run home
     script: str  # the batch script rendered for shown_dir (for jobs=K, the first chain's standalone script)
@@ -204,7 +206,7 @@ class Preflight:
 
 
 def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str | Path | None = None,
-          check: bool = True, jobs: int | None = None, array: bool | None = None) -> Preflight:
+              check: bool = True, jobs: int | None = None, array: bool | None = None) -> Preflight:
     """Everything ``nnlo submit`` checks before anything is queued, with and without ``--dry-run``; nothing
     is written. Raises the first problem as one line (:class:`~nnlo.errors.ConfigError`).
 
@@ -240,7 +242,7 @@ def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str
     check_run_home(target, home_dir)
     notes += check_site_run_home(profile, run_spec.account, target or home_dir)
     notes.append(warning_signal(run_spec, profile)[2] or "")
-    return Preflight(target, shown, script, tuple(filter(None, notes)))
+    return Preflight(profile, target, shown, script, tuple(filter(None, notes)))
 
 
 def submit(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str | Path | None = None,
@@ -253,20 +255,18 @@ def submit(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str | 
     array where the scheduler has them (``array`` forces it either way). A failed submission leaves the run
     directory marked failed and raises the reason.
     """
-    from nnlo_sched.profiles import load_profile
     from nnlo_sched.runs import submit_run
 
     found = preflight(run_spec, run_dir=run_dir, home=home, check=check, jobs=jobs, array=array)
-    for note in found.notes:
-        if on_note is not None:
+    if on_note is not None:
+        for note in found.notes:
             on_note(note)
-    profile = load_profile(run_spec.cluster)
     home_dir = Path(home) if home is not None else None
     if jobs is not None:
         from nnlo_sched.search import submit_search
 
-        return submit_search(run_spec, profile, jobs, array=array, home=home_dir, run_dir=found.run_dir)
-    return submit_run(run_spec, profile, home=home_dir, run_dir=found.run_dir)
+        return submit_search(run_spec, found.profile, jobs, array=array, home=home_dir, run_dir=found.run_dir)
+    return submit_run(run_spec, found.profile, home=home_dir, run_dir=found.run_dir)
 
 
 def find(ref: RunRef, *, changes: bool = False) -> Run:

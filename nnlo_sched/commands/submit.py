@@ -207,7 +207,6 @@ def submit_command(
       nnlo submit --join SEARCH --cluster daint-mc -A s123 -t 4h
     """
     from nnlo_sched import api
-    from nnlo_sched.profiles import load_profile
     from nnlo_sched.render import render_script
     from nnlo_sched.schedulers import get_scheduler
 
@@ -255,7 +254,7 @@ def submit_command(
     found = api.preflight(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array)
     for text in found.notes:
         note(text)
-    profile = load_profile(spec.cluster)
+    profile = found.profile
     if join is not None:
         from nnlo_sched.search import join_search, joining_spec
 
