@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Any
 
+from nnlo.abort import abort_job
 from nnlo.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, TRIALS_CSV
 from nnlo.optimize.assign import Policy
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
@@ -63,8 +64,7 @@ class Coordinator:
             self._close_progress()
             print(f"nnlo: error: {e}; the search state is saved in {self.search.out_dir}: resubmit with "
                   "--opt-restore once the cause is fixed (or use --proposers 1)", file=sys.stderr, flush=True)
-            self.world.Abort(EXIT_FAILED)
-            return EXIT_FAILED
+            abort_job(self.world, EXIT_FAILED)
 
     def _run(self) -> int:
         from mpi4py import MPI
@@ -91,7 +91,7 @@ class Coordinator:
                           self.grace_s, EXIT_RESUMABLE)
                 search.save()
                 self._close_progress()
-                self.world.Abort(EXIT_RESUMABLE)
+                abort_job(self.world, EXIT_RESUMABLE)
             status = MPI.Status()
             if self.world.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_RESULT, status=status):
                 msg = self.world.recv(source=status.Get_source(), tag=TAG_RESULT)

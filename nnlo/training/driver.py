@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from nnlo import checkpoint as ckpt
+from nnlo.abort import abort_job
 from nnlo.config import TrainConfig
 from nnlo.contract import CONFIG_FILE
 from nnlo.errors import ConfigError
@@ -39,7 +40,7 @@ from nnlo.training.context import RunContext, RunInputs
 from nnlo.training.failure import RankFailure, describe_exception
 from nnlo.training.history import TrainResult
 from nnlo.training.startup import mark
-from nnlo.training.watchdog import Watchdog, abort_job, timeout_from_env
+from nnlo.training.watchdog import Watchdog, abort_on_expiry, timeout_from_env
 
 log = logging.getLogger("nnlo.train")
 T = TypeVar("T")
@@ -92,7 +93,7 @@ def train(
     stop = Stop().install()
     ctx: RunContext | None = None
     aborting = False
-    watchdog = Watchdog(timeout_from_env(), abort_job(group, lambda: ctx.role_label if ctx else "starting"))
+    watchdog = Watchdog(timeout_from_env(), abort_on_expiry(group, lambda: ctx.role_label if ctx else "starting"))
     try:
         given = inputs if inputs is not None else _AMBIENT.get() or RunInputs()
         ctx, role = _set_up(group, config, train_indices, val_indices, out_dir, stop, watchdog, given)
@@ -448,5 +449,4 @@ def _abort(comm: Any, exc: BaseException, role: str) -> None:
     rank = comm.Get_rank()
     log.debug("aborting", exc_info=exc)
     sys.stderr.write(f"nnlo: error: rank {rank} ({role}): {message}\n")
-    sys.stderr.flush()
-    comm.Abort(code)
+    abort_job(comm, code)

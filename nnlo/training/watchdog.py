@@ -4,8 +4,8 @@ MPI launchers usually end a job when one rank dies, but not all do (``srun`` wit
 ``--kill-on-bad-exit``, a rank stuck in a driver call, a node that vanished), and a blocking ``Recv`` never
 returns by itself. So every blocking wait of the runtime is *armed* here; a daemon thread checks the armed
 wait and, past the timeout, prints one line naming the rank and what it waited for, and aborts the whole
-MPI job. Nothing polls: the waits stay plain blocking MPI calls (mpi4py initialises MPI with
-``MPI_THREAD_MULTIPLE``, so aborting from the watchdog thread is allowed).
+MPI job (:func:`nnlo.abort.abort_job`, which cannot hang). Nothing polls: the waits stay plain blocking MPI
+calls (mpi4py initialises MPI with ``MPI_THREAD_MULTIPLE``, so aborting from the watchdog thread is allowed).
 
 Timeout: ``NNLO_COMM_TIMEOUT`` seconds (default 1800; ``0`` switches the watchdog off). It bounds one
 wait, which includes a peer's compute between exchanges, the master's validation and checkpoint writes.
@@ -19,6 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from nnlo.abort import abort_job
+from nnlo.contract import EXIT_FAILED
 
 DEFAULT_TIMEOUT = 1800.0
 
@@ -70,12 +73,11 @@ class Watchdog:
         self._stop.set()
 
 
-def abort_job(comm: Any, role: Callable[[], str]) -> Callable[[str], None]:
+def abort_on_expiry(comm: Any, role: Callable[[], str]) -> Callable[[str], None]:
     """``on_expire`` that prints ``nnlo: error: rank R (role): message`` and aborts the MPI job."""
 
     def expire(message: str) -> None:
         sys.stderr.write(f"nnlo: error: rank {comm.Get_rank()} ({role()}): {message}\n")
-        sys.stderr.flush()
-        comm.Abort(1)
+        abort_job(comm, EXIT_FAILED)
 
     return expire

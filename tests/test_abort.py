@@ -1,0 +1,56 @@
+"""nnlo.abort: ending the MPI job can never hang, even when MPI_Abort itself hangs holding the GIL.
+
+The stand-in communicators run in a fresh Python process: one whose ``Abort`` blocks in C while holding the GIL
+(as mpi4py's ``Comm.Abort`` does, and as a stuck ``exit()`` inside MPI would), one whose ``Abort`` returns.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+STUCK = textwrap.dedent("""
+    import ctypes, threading, time
+    from nnlo.abort import abort_job
+
+    class StuckComm:
+        def Abort(self, code):
+            # libc sleep through PyDLL keeps the GIL: no Python thread of this process runs again
+            ctypes.PyDLL(None).sleep(3600)
+
+    # aborted from a helper thread, as the watchdog does, while the main thread waits in Python
+    threading.Thread(target=abort_job, args=(StuckComm(), 3, 1.0), daemon=True).start()
+    while True:
+        time.sleep(0.05)
+""")
+
+RETURNS = textwrap.dedent("""
+    from nnlo.abort import abort_job
+
+    class ReturningComm:
+        def Abort(self, code):
+            print("abort asked", code, flush=True)
+
+    abort_job(ReturningComm(), 75)
+    print("went on after the abort", flush=True)
+""")
+
+
+def _run(code: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return proc, time.monotonic() - start
+
+
+def test_an_abort_that_hangs_holding_the_gil_still_ends_the_process() -> None:
+    proc, seconds = _run(STUCK)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert seconds < 60, seconds  # the 1-s grace, plus a loaded machine's start-up; never the hour's sleep
+    assert "Traceback" not in proc.stderr and "Thread 0x" not in proc.stderr, proc.stderr  # no thread dump shown
+
+
+def test_an_abort_that_returns_never_lets_the_rank_go_on() -> None:
+    proc, _ = _run(RETURNS)
+    assert proc.returncode == 75, (proc.returncode, proc.stderr)
+    assert proc.stdout.splitlines() == ["abort asked 75"], proc.stdout
