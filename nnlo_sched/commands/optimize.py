@@ -17,7 +17,8 @@ from typing import Any
 
 import click
 
-from nnlo.contract import LEASE_TIMEOUT_S
+from nnlo.abort import abort_job
+from nnlo.contract import EXIT_FAILED, LEASE_TIMEOUT_S
 from nnlo.errors import NnloError
 from nnlo_sched.params import FINITE_FLOAT, finite_range
 from nnlo_sched.upstream import UpstreamCommand
@@ -153,8 +154,7 @@ def run_in_world(parse: Callable[[], tuple[Any, Any]], log_level: str = "info") 
                 click.echo(f"nnlo: error: {e}", err=True)
             raise SystemExit(2) from None
         logging.getLogger("nnlo.optimize").exception("rank %d failed", rank)
-        world.Abort(1)
-        return 1
+        abort_job(world, EXIT_FAILED)
 
 
 def _config(params: dict[str, Any]) -> Any:
