@@ -50,3 +50,9 @@ def abort_job(comm: Any, code: int, grace_s: float = ABORT_GRACE_S) -> NoReturn:
     faulthandler.dump_traceback_later(grace_s, repeat=False, file=_dump_sink(), exit=True)
     comm.Abort(code)
     os._exit(code)  # MPI_Abort returned (a stand-in communicator, a broken MPI): never go on as if alive
+
+
+def abort_rank(comm: Any, role: str, message: str, code: int) -> NoReturn:
+    """Print this rank's one line, ``nnlo: error: rank R (role): message``, and end the job with ``code``."""
+    sys.stderr.write(f"nnlo: error: rank {comm.Get_rank()} ({role}): {message}\n")
+    abort_job(comm, code)

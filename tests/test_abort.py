@@ -54,3 +54,20 @@ def test_an_abort_that_returns_never_lets_the_rank_go_on() -> None:
     proc, _ = _run(RETURNS)
     assert proc.returncode == 75, (proc.returncode, proc.stderr)
     assert proc.stdout.splitlines() == ["abort asked 75"], proc.stdout
+
+
+def test_a_rank_abort_prints_its_one_line_first() -> None:
+    proc, _ = _run(textwrap.dedent("""
+        from nnlo.abort import abort_rank
+
+        class Comm:
+            def Get_rank(self):
+                return 3
+
+            def Abort(self, code):
+                pass
+
+        abort_rank(Comm(), "worker:w2", "its batch failed (ValueError: bad)", 1)
+    """))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == "nnlo: error: rank 3 (worker:w2): its batch failed (ValueError: bad)\n"

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from nnlo import checkpoint as ckpt
-from nnlo.abort import abort_job
+from nnlo.abort import abort_rank
 from nnlo.config import TrainConfig
 from nnlo.contract import CONFIG_FILE
 from nnlo.errors import ConfigError
@@ -446,7 +446,5 @@ def _abort(comm: Any, exc: BaseException, role: str) -> None:
     message, code = describe_exception(exc)
     if isinstance(exc, KeyboardInterrupt):
         message, code = "interrupted", 130
-    rank = comm.Get_rank()
     log.debug("aborting", exc_info=exc)
-    sys.stderr.write(f"nnlo: error: rank {rank} ({role}): {message}\n")
-    abort_job(comm, code)
+    abort_rank(comm, role, message, code)

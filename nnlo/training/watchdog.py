@@ -4,7 +4,7 @@ MPI launchers usually end a job when one rank dies, but not all do (``srun`` wit
 ``--kill-on-bad-exit``, a rank stuck in a driver call, a node that vanished), and a blocking ``Recv`` never
 returns by itself. So every blocking wait of the runtime is *armed* here; a daemon thread checks the armed
 wait and, past the timeout, prints one line naming the rank and what it waited for, and aborts the whole
-MPI job (:func:`nnlo.abort.abort_job`, which cannot hang). Nothing polls: the waits stay plain blocking MPI
+MPI job (:func:`nnlo.abort.abort_rank`, which cannot hang). Nothing polls: the waits stay plain blocking MPI
 calls (mpi4py initialises MPI with ``MPI_THREAD_MULTIPLE``, so aborting from the watchdog thread is allowed).
 
 Timeout: ``NNLO_COMM_TIMEOUT`` seconds (default 1800; ``0`` switches the watchdog off). It bounds one
@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from nnlo.abort import abort_job
+from nnlo.abort import abort_rank
 from nnlo.contract import EXIT_FAILED
 
 DEFAULT_TIMEOUT = 1800.0
@@ -77,7 +76,6 @@ def abort_on_expiry(comm: Any, role: Callable[[], str]) -> Callable[[str], None]
     """``on_expire`` that prints ``nnlo: error: rank R (role): message`` and aborts the MPI job."""
 
     def expire(message: str) -> None:
-        sys.stderr.write(f"nnlo: error: rank {comm.Get_rank()} ({role()}): {message}\n")
-        abort_job(comm, EXIT_FAILED)
+        abort_rank(comm, role(), message, EXIT_FAILED)
 
     return expire
