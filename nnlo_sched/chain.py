@@ -27,13 +27,26 @@ Rules (each keeps allocations from being burnt in a loop):
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nnlo.contract import EXIT_DONE, EXIT_RESUMABLE, LOG_DIR, MANIFEST_FILE, OPTIMIZER_STATE_FILE, SEARCH_JOURNAL
+from nnlo.contract import (
+    EXIT_BAD_INPUT,
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_RESUMABLE,
+    LOG_DIR,
+    MANIFEST_FILE,
+    OPTIMIZER_STATE_FILE,
+    SEARCH_JOURNAL,
+    job_log,
+    signal_status,
+    status_signal,
+)
 from nnlo.errors import NnloError
 from nnlo_sched.runs import change_inner_options, load_profile_for, load_spec, submit_job
 from nnlo_sched.schedulers import JobInfo, get_scheduler
@@ -60,12 +73,14 @@ from nnlo_sched.state import (
     update_state,
 )
 
-KILLED_AT_LIMIT = (128 + 15, 128 + 9, 128 + 10, 128 + 12)  # SIGTERM, SIGKILL, SIGUSR1, SIGUSR2 as seen by bash
+#: How bash reports a job ended at its limit: by the batch system's SIGTERM/SIGKILL or a warning SIGUSR1/SIGUSR2.
+KILLED_AT_LIMIT = tuple(signal_status(s) for s in (signal.SIGTERM, signal.SIGKILL, signal.SIGUSR1, signal.SIGUSR2))
 #: A job ended by a rank's death and retried from its checkpoint (a job status beside state.py's outcomes).
 RETRIED = "rank-died"
 #: Exit statuses MPICH's Hydra reports for a rank killed by a signal (the signal's number: ABRT, BUS, KILL,
 #: SEGV, TERM); nnlo's own ranks exit 0, 1, 2 or 75.
-HYDRA_SIGNAL_CODES = (6, 7, 9, 11, 15)
+HYDRA_SIGNAL_CODES = tuple(int(s) for s in (signal.SIGABRT, signal.SIGBUS, signal.SIGKILL, signal.SIGSEGV,
+                                             signal.SIGTERM))
 
 
 class ChainError(NnloError):
@@ -280,7 +295,7 @@ def rank_death(run_dir: Path, spec: RunSpec, job_id: str, rc: int) -> str | None
     named = [ln for ln in own if FATE_WORDS in ln]
     if named:
         return named[0]
-    if rc in (1, 2):
+    if rc in (EXIT_FAILED, EXIT_BAD_INPUT):
         return None  # nnlo's own error exit, or bad input
     folders = [Path(run_dir) / RANKS_DIR, checkpoint_dir(run_dir, spec) / RANKS_DIR]
     line = fate_line("\n".join(tail), *folders)
@@ -288,7 +303,7 @@ def rank_death(run_dir: Path, spec: RunSpec, job_id: str, rc: int) -> str | None
         return line
     if own:
         return None
-    if 128 < rc < 128 + 65 or rc in HYDRA_SIGNAL_CODES:
+    if status_signal(rc) is not None or rc in HYDRA_SIGNAL_CODES:
         return f"a rank was killed by a signal (exit {rc})"
     return None
 
@@ -315,7 +330,7 @@ def merge_timeline(run_dir: Path, spec: RunSpec) -> Path | None:
 
 def log_path(run_dir: Path, job_id: str) -> Path:
     """Where Slurm, LSF and the local scheduler put a job's output (the scripts' ``-o``/``--output``)."""
-    return Path(run_dir) / LOG_DIR / f"job-{job_id}.out"
+    return Path(run_dir) / LOG_DIR / job_log(job_id)
 
 
 def job_logs(run_dir: Path, job_id: str) -> list[Path]:
@@ -329,7 +344,7 @@ def job_logs(run_dir: Path, job_id: str) -> list[Path]:
         return [first]
     seq = job_id.split(".")[0]
     logs = Path(run_dir) / LOG_DIR
-    found = [p for p in (logs / f"job-{seq}.out",) if p.exists()]
+    found = [p for p in (logs / job_log(seq),) if p.exists()]
     found += sorted(logs.glob(f"*.o{seq}")) + sorted(logs.glob(f"*.e{seq}"))
     return found
 

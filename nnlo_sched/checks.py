@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnlo.checkpoint import RESTORE_AUTO, restore_point
 from nnlo.config import TrainConfig
+from nnlo.contract import ENV_HOME
 from nnlo.errors import ConfigError, NnloError
 from nnlo.optimize.options import SearchConfig
 
@@ -68,11 +69,11 @@ def check_run_home(run_dir: Path | None, home: Path) -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise ConfigError(f"cannot create the run directory under {target}: {probe} is not a folder; "
-                          "choose another --run-dir or set NNLO_HOME")
+                          f"choose another --run-dir or set {ENV_HOME}")
     if not os.access(probe, os.W_OK | os.X_OK):
         what = "--run-dir" if run_dir is not None else "the runs home"
         raise ConfigError(f"{what} {target} cannot be written ({probe} is not writable by you); "
-                          "choose another --run-dir or set NNLO_HOME to a folder you can write")
+                          f"choose another --run-dir or set {ENV_HOME} to a folder you can write")
 
 
 def _under(path: Path, folder: Path) -> bool:
@@ -87,8 +88,8 @@ def check_site_run_home(profile: Profile, account: str | None, target: Path) -> 
     real = Path(os.path.realpath(target))
     home_hint = profile.expand_runs_home(account)
     shown = home_hint or profile.runs_home_for(account)
-    fix = (f"set NNLO_HOME={shown} or pass --run-dir under it" if shown else
-           f"set NNLO_HOME (or --run-dir) to a folder on a file system that {profile.name}'s compute nodes write")
+    fix = (f"set {ENV_HOME}={shown} or pass --run-dir under it" if shown else
+           f"set {ENV_HOME} (or --run-dir) to a folder on a file system that {profile.name}'s compute nodes write")
     for folder in profile.compute_read_only:
         ro = Path(os.path.abspath(os.path.expanduser(os.path.expandvars(folder))))
         if _under(target, ro) or _under(real, ro) or _under(real, Path(os.path.realpath(ro))):

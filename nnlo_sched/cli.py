@@ -9,6 +9,7 @@ one line, exit 1, and its traceback written to a file the line names.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import click
@@ -63,7 +64,7 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from nnlo.contract import EXIT_BAD_INPUT, EXIT_FAILED
+    from nnlo.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, signal_status
     from nnlo.errors import NnloError
     from nnlo.roles import RoleError
 
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(rv)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
-        sys.exit(130)
+        sys.exit(signal_status(signal.SIGINT))
     except click.ClickException as e:
         click.echo(f"nnlo: error: {click_message(e, sys.argv[1:] if argv is None else argv)}", err=True)
         sys.exit(EXIT_BAD_INPUT if isinstance(e, click.UsageError) else e.exit_code)
@@ -82,11 +83,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(getattr(e, "exit_code", EXIT_BAD_INPUT))
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
-        sys.exit(130)
+        sys.exit(signal_status(signal.SIGINT))
     except SystemExit:
         raise
     except BrokenPipeError:
-        sys.exit(0)
+        sys.exit(EXIT_DONE)
     except Exception as e:  # noqa: BLE001 - the last resort: a bug still gets one line and a report, not a traceback
         click.echo(f"nnlo: error: internal error ({type(e).__name__}: {one_line(str(e), 200)}); "
                    f"{_write_report(argv)}", err=True)

@@ -28,10 +28,17 @@ from typing import Any
 import jinja2
 
 from nnlo.contract import (  # LOG_DIR is created before the job starts (Slurm/LSF do not)
+    ARRAY_LOG,
+    ENV_DEADLINE,
     ENV_PARTICIPANT,
+    ENV_RUN_DIR,
+    EXIT_DONE,
+    EXIT_FAILED,
     LOG_DIR,
     SCRIPT_FILE,
+    SIGNAL_STATUS_BASE,
     STOP_SIGNALS,
+    job_log,
 )
 from nnlo.errors import ConfigError
 from nnlo_sched.launchers import launcher_for
@@ -254,9 +261,19 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path, *, part
         "nnlo": nnlo,
         "launch": shlex.join(layout["launcher"]),
         "participant": participant,
-        "participant_var": ENV_PARTICIPANT,
         "array": _array_context(array, profile),
+        # the contract's names (nnlo/contract.py): the templates never spell them out
+        "participant_var": ENV_PARTICIPANT,
+        "run_dir_var": ENV_RUN_DIR,
+        "deadline_var": ENV_DEADLINE,
         "script_file": SCRIPT_FILE,
+        "log_dir_name": LOG_DIR,
+        "job_log": job_log(sched.log_id_placeholder),
+        "array_log": ARRAY_LOG.format(job_id=sched.array_log_id_placeholder),
+        "job_log_of_shell_id": job_log("$id"),
+        "exit_done": EXIT_DONE,
+        "exit_failed": EXIT_FAILED,
+        "signal_status_base": SIGNAL_STATUS_BASE,
     }
 
 

@@ -226,7 +226,7 @@ def make_run_dir(name: str, home: Path | None = None, run_dir: Path | None = Non
         try:
             home.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ConfigError(f"cannot create the runs directory {home} ({e.strerror}); set NNLO_HOME") from None
+            raise ConfigError(f"cannot create the runs directory {home} ({e.strerror}); set {ENV_HOME}") from None
         for _ in range(10):
             run_id = new_run_id(name)
             run_dir = home / run_id
@@ -309,7 +309,7 @@ def list_runs(home: Path | None = None) -> list[Run]:
     try:
         entries = list(home.iterdir()) if home.is_dir() else []
     except OSError as e:
-        raise ConfigError(f"cannot list the runs directory {home} ({e.strerror}); check it or set NNLO_HOME") from None
+        raise ConfigError(f"cannot list the runs directory {home} ({e.strerror}); check it or set {ENV_HOME}") from None
     runs = [Run(p.name, p) for p in entries if _is_run_dir(p)]
     return sorted(runs, key=lambda r: (_created(r), r.id))
 
@@ -362,4 +362,4 @@ def find_run(ref: str, home: Path | None = None, *, changes: bool = False) -> Ru
     if len(matches) > 1:
         shown = ", ".join(r.id for r in matches[:5])
         raise RunNotFound(f"{ref!r} matches {len(matches)} runs ({shown}); give more of the run id")
-    raise RunNotFound(f"no run {ref!r} under {home}; see `nnlo status` for run ids (or set NNLO_HOME)")
+    raise RunNotFound(f"no run {ref!r} under {home}; see `nnlo status` for run ids (or set {ENV_HOME})")

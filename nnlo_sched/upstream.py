@@ -30,6 +30,7 @@ from typing import Any
 
 import click
 
+from nnlo.contract import EXIT_BAD_INPUT, HISTORY_FILE, LOG_DIR
 from nnlo.errors import ConfigError
 
 TRAINING = "TrainingDriver.py"
@@ -164,16 +165,16 @@ TABLE: tuple[Upstream, ...] = (
     _same("--trial-name", TM, True, "names the run directory nnlo-runs/NAME",
           unused_in_search="one warning: it names the search (its default --output and its trials "
                            "NAME-<trial>-fold-<f>)"),
-    _refuse("--output", T, True, "nnlo train writes history.json, the model and checkpoints into its run "
+    _refuse("--output", T, True, f"nnlo train writes {HISTORY_FILE}, the model and checkpoints into its run "
             "directory: pass --checkpoint DIR (nnlo optimize has --output: its run directory)", only="train"),
     _same("--log-level", T, True, "warn, critical and fatal are accepted (critical/fatal = error)",
           values=_LEVELS),
-    _refuse("--log-file", T, True, "nnlo writes every rank's log to <run dir>/logs/rank-<r>.log; redirect "
+    _refuse("--log-file", T, True, f"nnlo writes every rank's log to <run dir>/{LOG_DIR}/rank-<r>.log; redirect "
             "the console with 2> FILE"),
     _same("--monitor", TM, False),
     _same("--timeline", T, False, "see nnlo timeline RUN"),
     _alias("--trace", M, False, "--timeline"),
-    _noop("--verbose", TM, False, "per-epoch metrics go to the console and history.json; --log-level debug "
+    _noop("--verbose", TM, False, f"per-epoch metrics go to the console and {HISTORY_FILE}; --log-level debug "
           "shows more"),
     _noop("--profile", M, False, "it profiled Theano; use --timeline or --monitor"),
     _noop("--thread_validation", T, False, "validation runs on the master between updates"),
@@ -401,7 +402,7 @@ class UpstreamCommand(click.Command):
             result = translate(self.name or "", native_options(self), args)
         except UpstreamError:
             if not speaks_for_the_world():
-                raise SystemExit(2) from None  # rank 0 says it
+                raise SystemExit(EXIT_BAD_INPUT) from None  # rank 0 says it
             raise
         warn(result.warnings)
         return super().parse_args(ctx, result.args)

@@ -7,21 +7,21 @@
 # where the chain's jobs log. Re-render it with nnlo, do not edit.
 dir={{ array.chains_dir | q }}/{{ array.prefix | q }}"${{ '{' }}{{ array.index_var }}:?not an array task}"
 id="{{ array.job_id_expr }}"
-mkdir -p "$dir/logs" || exit 1
-exec >>"$dir/logs/job-$id.out" 2>&1
+mkdir -p "$dir/{{ log_dir_name }}" || exit {{ exit_failed }}
+exec >>"$dir/{{ log_dir_name }}/{{ job_log_of_shell_id }}" 2>&1
 exec /bin/bash "$dir/{{ script_file }}"
 {% else %}
 # Every job of the run's checkpoint-restart chain runs this same script; re-render it with nnlo, do not edit.
 {% if workdir %}
-cd {{ workdir | q }} || exit 1
+cd {{ workdir | q }} || exit {{ exit_failed }}
 {% endif %}
-export NNLO_RUN_DIR={{ run_dir | q }}
+export {{ run_dir_var }}={{ run_dir | q }}
 {% if participant %}
 # One chain of a search shared by many jobs: every job of it takes part as this participant.
 export {{ participant_var }}={{ participant | q }}
 {% endif %}
 # The deadline is taken before the (possibly slow) set-up so that it is never later than the real limit.
-export NNLO_DEADLINE=$(( $(date +%s) + {{ walltime_s }} ))
+export {{ deadline_var }}=$(( $(date +%s) + {{ walltime_s }} ))
 export OMP_NUM_THREADS={{ cores_per_rank }}
 # Signals are trapped from here on: one that arrives before the program starts is passed on once it runs.
 child=
@@ -35,9 +35,9 @@ trap 'forward {{ relay }}' {{ sig }}
 {{ line }}
 {% endfor %}
 {% endblock %}
-{{ nnlo }} job start "$NNLO_RUN_DIR" || exit 0
+{{ nnlo }} job start "${{ run_dir_var }}" || exit {{ exit_done }}
 # The MPI program runs in the background so that the batch shell can catch the scheduler's signals.
-{{ launch }} {{ python | q }} -m nnlo_sched run "$NNLO_RUN_DIR" &
+{{ launch }} {{ python | q }} -m nnlo_sched run "${{ run_dir_var }}" &
 child=$!
 [ -n "$pending" ] && kill -"$pending" "$child" 2>/dev/null
 while :; do
@@ -45,7 +45,7 @@ while :; do
     wait "$child"
     rc=$?
     # A trapped signal interrupts wait (status > 128): wait again for the program's own exit status.
-    if [ -n "$caught" ] && [ "$rc" -gt 128 ]; then
+    if [ -n "$caught" ] && [ "$rc" -gt {{ signal_status_base }} ]; then
         kill -0 "$child" 2>/dev/null && continue
         wait "$child" 2>/dev/null
         last=$?
@@ -53,6 +53,6 @@ while :; do
     fi
     break
 done
-{{ nnlo }} job end "$NNLO_RUN_DIR" "$rc"
+{{ nnlo }} job end "${{ run_dir_var }}" "$rc"
 exit $rc
 {% endif %}

@@ -11,11 +11,11 @@
 #BSUB -q {{ queue | d }}
 {% endif %}
 {% if array %}
-#BSUB -o {{ log_dir | d }}/array-%J_%I.out
-#BSUB -e {{ log_dir | d }}/array-%J_%I.out
+#BSUB -o {{ log_dir | d }}/{{ array_log | d }}
+#BSUB -e {{ log_dir | d }}/{{ array_log | d }}
 {% else %}
-#BSUB -o {{ log_dir | d }}/job-%J.out
-#BSUB -e {{ log_dir | d }}/job-%J.out
+#BSUB -o {{ log_dir | d }}/{{ job_log | d }}
+#BSUB -e {{ log_dir | d }}/{{ job_log | d }}
 {% endif %}
 {% if signal %}
 #BSUB -wa {{ signal }}

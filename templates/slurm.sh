@@ -26,11 +26,11 @@
 {% endif %}
 {% if array %}
 #SBATCH --array={{ array.range | d }}
-#SBATCH --output={{ log_dir | d }}/array-%A_%a.out
-#SBATCH --error={{ log_dir | d }}/array-%A_%a.out
+#SBATCH --output={{ log_dir | d }}/{{ array_log | d }}
+#SBATCH --error={{ log_dir | d }}/{{ array_log | d }}
 {% else %}
-#SBATCH --output={{ log_dir | d }}/job-%j.out
-#SBATCH --error={{ log_dir | d }}/job-%j.out
+#SBATCH --output={{ log_dir | d }}/{{ job_log | d }}
+#SBATCH --error={{ log_dir | d }}/{{ job_log | d }}
 {% endif %}
 {% block site_directives %}{% endblock %}
 {% for line in directives %}

@@ -6,6 +6,8 @@ from dataclasses import asdict
 
 import click
 
+from nnlo.contract import ENV_DEADLINE
+
 
 def _hours(seconds: int | None) -> str:
     if seconds is None:
@@ -65,7 +67,7 @@ def show_command(name: str, as_json: bool) -> None:
         + (f", {p.memory_gb:g} GB" if p.memory_gb else ""),
         f"  account        {'required' if p.account_required else 'optional'}",
         "  signal         "
-        + (f"SIG{p.signal} {p.signal_lead_s} s before the walltime" if p.signal else "none (NNLO_DEADLINE clock)"),
+        + (f"SIG{p.signal} {p.signal_lead_s} s before the walltime" if p.signal else f"none ({ENV_DEADLINE} clock)"),
     ]
     if p.aliases:
         lines.append(f"  aliases        {', '.join(p.aliases)}")

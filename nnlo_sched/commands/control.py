@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from nnlo.contract import ARRAY_LOG, JOB_LOG, LOG_DIR, STATE_FILE
 from nnlo_sched.params import finite_range
 
 
@@ -47,11 +48,11 @@ def _log_files(run_dir: Path) -> list[Path]:
     if st.is_search:
         from nnlo_sched.search import chain_runs
 
-        found = [p for c in chain_runs(run_dir, st) if (c.dir / "state.json").exists() for p in _log_files(c.dir)]
-        return found + sorted((run_dir / "logs").glob("array-*.out"), key=lambda p: p.stat().st_mtime)
+        found = [p for c in chain_runs(run_dir, st) if (c.dir / STATE_FILE).exists() for p in _log_files(c.dir)]
+        return found + sorted((run_dir / LOG_DIR).glob(ARRAY_LOG.format(job_id="*")), key=lambda p: p.stat().st_mtime)
     ordered = [p for j in st.jobs for p in job_logs(run_dir, j.job_id)]
     seen = set(ordered)
-    extra = sorted((p for p in (run_dir / "logs").glob("job-*.out") if p not in seen),
+    extra = sorted((p for p in (run_dir / LOG_DIR).glob(JOB_LOG.format(job_id="*")) if p not in seen),
                    key=lambda p: p.stat().st_mtime)
     return ordered + extra
 
@@ -128,7 +129,7 @@ def _job_ids(run_dir: Path) -> dict[str, Path]:
         return {j: run_dir for j in st.job_ids}
     from nnlo_sched.search import chain_runs
 
-    return {j: c.dir for c in chain_runs(run_dir, st) if (c.dir / "state.json").exists()
+    return {j: c.dir for c in chain_runs(run_dir, st) if (c.dir / STATE_FILE).exists()
             for j in read_state(c.dir).job_ids}
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from nnlo.contract import EXIT_FAILED
+
 
 def _job_id(run_dir: Path) -> str | None:
     from nnlo_sched.schedulers import get_scheduler
@@ -33,7 +35,7 @@ def start(run_dir: Path, job_id: str | None) -> None:
     decision = job_start(run_dir, job_id or _job_id(run_dir))
     click.echo(f"nnlo job start: {decision.message}", err=True)
     if not decision.ok:
-        raise SystemExit(1)
+        raise SystemExit(EXIT_FAILED)
 
 
 @job_command.command("end")

@@ -18,7 +18,18 @@ from typing import Any
 import click
 
 from nnlo.abort import abort_job
-from nnlo.contract import EXIT_FAILED, LEASE_TIMEOUT_S
+from nnlo.contract import (
+    BEST_FILE,
+    ENV_PARTICIPANT,
+    ENV_RUN_DIR,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    LEASE_TIMEOUT_S,
+    OPTIMIZER_STATE_FILE,
+    SEARCH_JOURNAL,
+    TRIALS_CSV,
+    TRIALS_JSON,
+)
 from nnlo.errors import NnloError
 from nnlo_sched.params import FINITE_FLOAT, finite_range
 from nnlo_sched.upstream import UpstreamCommand
@@ -84,14 +95,14 @@ def _search_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--opt-restore", is_flag=True,
                      help="Resume the search saved in --output (finished trials kept, running ones re-run)."),
         click.option("--output", "output", type=click.Path(file_okay=False), default=None,
-                     help="Run directory for trials.json/csv, best.json, optimizer-state.json and "
-                          "trials/<id>/fold-<f>/. Default: $NNLO_RUN_DIR, else ./optimize-<model>."),
+                     help=f"Run directory for {TRIALS_JSON}, {TRIALS_CSV}, {BEST_FILE}, {OPTIMIZER_STATE_FILE} and "
+                          f"trials/<id>/fold-<f>/. Default: ${ENV_RUN_DIR}, else ./optimize-<model>."),
         click.option("--shared", is_flag=True,
-                     help="Join the search kept in --output's journal (search-journal.jsonl), which any number "
+                     help=f"Join the search kept in --output's journal ({SEARCH_JOURNAL}), which any number "
                           "of jobs may run at once: one search across many jobs (needs flock on that file "
                           "system; see docs/optimization.md)."),
         click.option("--participant", default=None, metavar="NAME",
-                     help="This job's name in a --shared search (default: $NNLO_PARTICIPANT, else "
+                     help=f"This job's name in a --shared search (default: ${ENV_PARTICIPANT}, else "
                           "<hostname>-<pid>); a job with the same name takes its own trials back at once."),
         click.option("--lease-timeout", type=finite_range(min=1.0), default=LEASE_TIMEOUT_S, show_default=True,
                      metavar="SECONDS",
@@ -143,7 +154,7 @@ def run_in_world(parse: Callable[[], tuple[Any, Any]], log_level: str = "info") 
         if rank == 0:
             msg = e.format_message() if isinstance(e, click.ClickException) else str(e)
             click.echo(f"nnlo: error: {msg}", err=True)
-        code = getattr(e, "exit_code", 2)
+        code = getattr(e, "exit_code", EXIT_BAD_INPUT)
         sys.stderr.flush()
         raise SystemExit(code) from None
     except Exception as e:  # never leave other ranks hanging on an unexpected error
@@ -152,7 +163,7 @@ def run_in_world(parse: Callable[[], tuple[Any, Any]], log_level: str = "info") 
         if isinstance(e, RoleError):
             if rank == 0:
                 click.echo(f"nnlo: error: {e}", err=True)
-            raise SystemExit(2) from None
+            raise SystemExit(EXIT_BAD_INPUT) from None
         logging.getLogger("nnlo.optimize").exception("rank %d failed", rank)
         abort_job(world, EXIT_FAILED)
 
@@ -214,7 +225,7 @@ def _launch(ctx: click.Context, n: int, params: dict[str, Any]) -> int:
             click.echo(f"nnlo: note: {note}", err=True)
     except NnloError as e:
         click.echo(f"nnlo: error: {e}", err=True)
-        return getattr(e, "exit_code", 2)
+        return getattr(e, "exit_code", EXIT_BAD_INPUT)
 
     return relaunch(n, ["optimize", *argv_from_params(ctx.command, params, drop=("np_",))])
 

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import click
 
+from nnlo.contract import HISTORY_FILE, TRIALS_JSON
+
 
 @click.command("plot")
 @click.argument("run", metavar="RUN_OR_DIR")
@@ -28,7 +30,7 @@ def plot_command(run: str, out: Path | None) -> None:
         raise click.ClickException(f"no plot of {run_dir} could be drawn ({problems[0]})")
     if not written:
         raise ConfigError(
-            f"nothing to plot in {run_dir}: no history.json, trials.json or --timeline trace found there"
+            f"nothing to plot in {run_dir}: no {HISTORY_FILE}, {TRIALS_JSON} or --timeline trace found there"
         )
 
 

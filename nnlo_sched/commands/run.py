@@ -16,8 +16,8 @@ from pathlib import Path
 
 import click
 
-from nnlo.config import TrainConfig
-from nnlo.contract import ENV_RUN_DIR, deadline_from_env
+from nnlo.config import TrainConfig, deadline_from_env
+from nnlo.contract import ENV_RUN_DIR
 
 
 def job_config(run_dir: Path) -> TrainConfig:

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from nnlo.contract import BEST_FILE, HISTORY_FILE
+from nnlo.contract import BEST_FILE, ENV_HOME, HISTORY_FILE
 from nnlo_sched.params import finite_range
 from nnlo_sched.state import ACTIVE_STATES
 
@@ -353,7 +353,7 @@ def status_command(run: str | None, as_json: bool, watch: bool, every: float) ->
             click.echo(json.dumps(views[0] if run else views, indent=2, default=str))
         elif not views:
             from nnlo_sched.runs import runs_home
-            click.echo(f"no runs under {runs_home()} (submit one with `nnlo submit`, or set NNLO_HOME)")
+            click.echo(f"no runs under {runs_home()} (submit one with `nnlo submit`, or set {ENV_HOME})")
         else:
             if watch:
                 click.echo("\x1b[2J\x1b[H" + time.strftime("%H:%M:%S") + f"  (every {every:g} s; Ctrl-C to stop)")

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from nnlo.contract import SCRIPT_FILE
+from nnlo.contract import CHAINS_DIR, ENV_HOME, SCRIPT_FILE
 from nnlo.errors import ConfigError
 from nnlo_sched.commands.layout import parse_gpus, parse_walltime_option
 
@@ -157,7 +157,7 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> Any:
               help="Extra scheduler directive, e.g. --directive '--mail-type=END' (repeatable).")
 @click.option("--run-dir", type=str, default=None, metavar="DIR",
               callback=lambda c, p, v: None if v is None else Path(v),
-              help="Run directory (default: chosen under $NNLO_HOME or ./nnlo-runs).")
+              help=f"Run directory (default: chosen under ${ENV_HOME} or ./nnlo-runs).")
 @click.option("--jobs", "-j", "jobs", type=click.IntRange(min=1, max=1000), default=None, metavar="K",
               help="One search across K concurrent chains of jobs sharing its state (optimize only); each chain "
                    "resubmits itself after its walltime.")
@@ -261,11 +261,11 @@ def submit_command(
         if not dry_run:
             chain, job = join_search(search_run, spec, profile, inner_given=inner_given)
             click.echo(f"joined search {search_run.id}: chain {chain} on {profile.name} as job {job} "
-                       f"({search_run.dir / 'chains' / chain})")
+                       f"({search_run.dir / CHAINS_DIR / chain})")
             sys.stdout.flush()
             return
         one = joining_spec(search_run, spec, profile, inner_given=inner_given)
-        chain_dir = search_run.dir / "chains" / "cN"
+        chain_dir = search_run.dir / CHAINS_DIR / "cN"
         click.echo(render_script(one, profile, chain_dir, participant="cN"), nl=False)
         argv = get_scheduler(profile.scheduler, chain_dir).submit_argv(chain_dir / SCRIPT_FILE)
         click.echo(f"# --- dry run: nothing was written or submitted; the chain would join search {search_run.id} "
@@ -279,9 +279,9 @@ def submit_command(
         arrayed = use_array(profile, jobs, array)
         names = chain_names(profile.scheduler, jobs, None if arrayed else 0)
         script = (render_array(spec, profile, shown_dir, names) if arrayed else
-                  render_script(chain_spec(spec, shown_dir), profile, shown_dir / "chains" / names[0],
+                  render_script(chain_spec(spec, shown_dir), profile, shown_dir / CHAINS_DIR / names[0],
                                 participant=names[0]))
-        target = shown_dir / (ARRAY_SCRIPT if arrayed else f"chains/{names[0]}/{SCRIPT_FILE}")
+        target = shown_dir / (ARRAY_SCRIPT if arrayed else Path(CHAINS_DIR, names[0], SCRIPT_FILE))
         argv = get_scheduler(profile.scheduler, shown_dir).submit_argv(target)
         click.echo(script, nl=False)
         click.echo("# --- dry run: nothing was written or submitted ---")

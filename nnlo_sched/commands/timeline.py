@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from nnlo.contract import TIMELINE_FILE
 from nnlo_sched.commands.plot import resolve_run_dir
 from nnlo_sched.params import finite_range
 
@@ -17,7 +18,7 @@ from nnlo_sched.params import finite_range
 @click.command("timeline")
 @click.argument("run", metavar="RUN_OR_DIR")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Where to write the merged trace [default: RUN/timeline.json].")
+              help=f"Where to write the merged trace [default: RUN/{TIMELINE_FILE}].")
 @click.option("--summary/--no-summary", default=True, show_default=True,
               help="Print the per-role time breakdown computed from the trace.")
 @click.option("--from", "start", type=finite_range(min=0), default=None, metavar="SECONDS",

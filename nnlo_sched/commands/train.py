@@ -18,8 +18,8 @@ from typing import Any
 import click
 
 from nnlo.api import DEFAULT_RUNS
-from nnlo.config import BUCKET_MB, CACHE_IN_MEMORY
-from nnlo.contract import EXIT_RESUMABLE, deadline_from_env
+from nnlo.config import BUCKET_MB, CACHE_IN_MEMORY, deadline_from_env
+from nnlo.contract import ENV_DEADLINE, EXIT_RESUMABLE, HISTORY_FILE
 from nnlo.errors import ConfigError
 from nnlo_sched.params import FINITE_FLOAT, finite_range
 from nnlo_sched.upstream import UpstreamCommand
@@ -110,7 +110,7 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="GEM: energy matching factor kappa."),
         click.option("--validate-every", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
                      help="Also validate every N updates of the master (all-reduce: every N steps), recorded in "
-                          "history.json 'validations' with the update count; 0: only once an epoch."),
+                          f"{HISTORY_FILE} 'validations' with the update count; 0: only once an epoch."),
         click.option("--early-stopping", metavar="METRIC,CMP,PATIENCE",
                      help="Stop when METRIC has not improved for PATIENCE epochs, e.g. 'val_loss,<,4'."),
         click.option("--target-metric", metavar="METRIC,CMP,VALUE",
@@ -155,8 +155,8 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--timeline", is_flag=True,
                      help="Record a per-rank trace (see 'nnlo timeline RUN' for a Chrome trace)."),
         click.option("--deadline", type=FINITE_FLOAT, default=_deadline_default, metavar="UNIX_SECONDS",
-                     help="Write a complete checkpoint and stop (exit 75) before this time "
-                          "(default: $NNLO_DEADLINE)."),
+                     help=f"Write a complete checkpoint and stop (exit {EXIT_RESUMABLE}) before this time "
+                          f"(default: ${ENV_DEADLINE})."),
     ]
     for option in reversed(options):
         fn = option(fn)

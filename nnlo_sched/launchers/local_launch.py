@@ -46,6 +46,7 @@ from nnlo.contract import (
     EXIT_RESUMABLE,
     INSISTING_SIGNALS,
     STOP_SIGNALS,
+    signal_status,
 )
 from nnlo.errors import ConfigError
 from nnlo.stop import INSIST_AFTER_S, Handler
@@ -127,7 +128,7 @@ def relaunch(n: int, argv: Sequence[str]) -> int:
         for t in pumps:
             t.join(timeout=30)
         if relay.insisted is not None and code != EXIT_RESUMABLE:
-            return 128 + relay.insisted  # Hydra reports its forced abort as 0
+            return signal_status(relay.insisted)  # Hydra reports its forced abort as 0
         if code != 0 and not watch.own_error and not relay.relayed:  # a signal sent to us is not a death
             line = rankfate.launcher_fate(watch.text(), records, deaths.fate())
             if line is not None:
@@ -242,4 +243,4 @@ class _Watch:
 
 
 def _status(code: int) -> int:
-    return 128 - code if code < 0 else code
+    return signal_status(-code) if code < 0 else code

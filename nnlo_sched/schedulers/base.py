@@ -84,6 +84,9 @@ class Scheduler(ABC):
     takes_constraint: bool = False
     warns_before_walltime: bool = True
     job_name_max: int = 64
+    #: how a directive names the job's own id in its output file (Slurm ``%j``), and an array task's
+    log_id_placeholder: str = ""
+    array_log_id_placeholder: str = ""
     #: job arrays (``nnlo submit --jobs K``): whether the batch system has them, the first index, the fewest
     #: tasks an array may have, the variable holding a task's index inside it, the shell expression of a
     #: task's own job id (what :meth:`current_job_id` returns there), and the variables a task's environment

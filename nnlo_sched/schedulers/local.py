@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nnlo.contract import ENV_JOB_ID
+from nnlo.contract import ENV_JOB_ID, EXIT_DONE, LOG_DIR, STOP_SIGNALS, job_log, signal_status
 from nnlo_sched.schedulers.base import (
     CANCELLED,
     COMPLETED,
@@ -76,7 +76,7 @@ class LocalScheduler(Scheduler):
         if depends_on is not None:
             self.check_job_id(depends_on)
         self.qdir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "logs").mkdir(exist_ok=True)
+        (self.run_dir / LOG_DIR).mkdir(exist_ok=True)
         with self._queue() as q:
             job_id = str(q["next_id"])
             q["next_id"] += 1
@@ -226,8 +226,6 @@ def _default_stop_signals() -> None:
     signal that was ignored when it started, and a `nnlo submit` run from a background shell (`cmd &`,
     nohup, CI runners) passes SIGINT/SIGQUIT ignored down to the supervisor and its jobs; a real batch system
     starts its job shells with default dispositions, and so does this one."""
-    from nnlo.contract import STOP_SIGNALS
-
     for sig in (*STOP_SIGNALS, signal.SIGQUIT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
 
@@ -274,9 +272,9 @@ class Supervisor:
             self._start(j)
 
     def _start(self, j: dict[str, Any]) -> None:
-        log_path = self.sched.run_dir / "logs" / f"job-{j['id']}.out"
+        log_path = self.sched.run_dir / LOG_DIR / job_log(j["id"])
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, **j["env"], NNLO_JOB_ID=j["id"], NNLO_WALLTIME_S=str(j["walltime_s"]))
+        env = {**os.environ, **j["env"], ENV_JOB_ID: j["id"]}
         with open(log_path, "ab") as log:
             try:
                 proc = subprocess.Popen(["/bin/bash", j["script"]], cwd=j["cwd"], env=env, stdin=subprocess.DEVNULL,
@@ -307,7 +305,7 @@ class Supervisor:
             proc = self.procs.get(j["id"])
             if j["state"] != RUNNING or proc is None or proc.poll() is None:
                 continue
-            rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+            rc = proc.returncode if proc.returncode >= 0 else signal_status(-proc.returncode)
             # what is left of the job's process group (a launcher's stray children) goes with it
             _signal_group(j["pid"], signal.SIGKILL)
             if j.get("timeout"):
@@ -336,7 +334,7 @@ def _supervise(run_dir: Path) -> None:
 def main(argv: list[str]) -> None:
     run_dir = Path(argv[0]).resolve()
     if os.fork():  # the caller waits only for this first process
-        os._exit(0)
+        os._exit(EXIT_DONE)
     with contextlib.suppress(OSError):
         os.setsid()
     _supervise(run_dir)

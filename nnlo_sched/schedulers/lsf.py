@@ -45,6 +45,7 @@ class LsfScheduler(Scheduler):
     submit_program, submit_pattern = "bsub", _SUBMITTED
     cancel_program, cancel_harmless = "bkill", ('already finished', 'No matching job', 'is not found')
     directive_prefix, account_flag = "#BSUB", "bsub -P"
+    log_id_placeholder, array_log_id_placeholder = "%J", "%J_%I"
     # -J "name[1-K]"; an element is JOBID[IDX] (bkill, bjobs and -w 'ended(JOBID[IDX])' take it); LSB_JOBINDEX
     # is 0 outside an array
     has_arrays, array_first_index, array_index_var = True, 1, "LSB_JOBINDEX"

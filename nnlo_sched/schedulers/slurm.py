@@ -58,6 +58,7 @@ class SlurmScheduler(Scheduler):
     submit_program, submit_pattern = "sbatch", _SUBMITTED
     cancel_program, cancel_harmless = "scancel", ('already completed', 'Invalid job id', 'Job/step already')
     directive_prefix, account_flag, takes_constraint = "#SBATCH", "--account", True
+    log_id_placeholder, array_log_id_placeholder = "%j", "%A_%a"
     # sbatch --array=0-K-1; a task is JOBID_IDX, and --dependency=afterany:JOBID_IDX waits for that task alone
     has_arrays, array_first_index, array_index_var = True, 0, "SLURM_ARRAY_TASK_ID"
     array_job_id_expr = "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"

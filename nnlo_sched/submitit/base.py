@@ -27,6 +27,7 @@ from pathlib import Path
 
 from submitit.core import core, job_environment, logger, utils
 
+from nnlo.contract import ARRAY_LOG, ENV_DEADLINE, job_log
 from nnlo.errors import ConfigError
 from nnlo_sched.schedulers import Scheduler, get_scheduler
 from nnlo_sched.schedulers.base import ALIVE_STATES, CANCELLED, COMPLETED, FAILED
@@ -39,7 +40,6 @@ CANCELLED_MARK = "{job_id}_cancelled"
 ENV_LEAD = "NNLO_SUBMITIT_LEAD_S"
 ENV_SIGNAL = "NNLO_SUBMITIT_SIGNAL"
 ENV_WALLTIME = "NNLO_SUBMITIT_WALLTIME_S"
-ENV_DEADLINE = "NNLO_DEADLINE"
 
 # The job body: nnlo's scheduler templates (lsf.sh, pbs.sh) and site templates (summit.sh, titan.sh) extend
 # "base.sh"; for a submitit job this body replaces nnlo's training body, so the directives and set-up are the
@@ -54,7 +54,7 @@ cd {{ workdir | q }} || exit 1
 {% endif %}
 export SUBMITIT_EXECUTOR={{ executor | q }}
 # The deadline is taken before the (possibly slow) set-up so that it is never later than the real limit.
-export NNLO_DEADLINE=$(( $(date +%s) + {{ walltime_s }} ))
+export {{ deadline_var }}=$(( $(date +%s) + {{ walltime_s }} ))
 export NNLO_SUBMITIT_WALLTIME_S={{ walltime_s }}
 export NNLO_SUBMITIT_LEAD_S={{ checkpoint_lead_s }}
 export NNLO_SUBMITIT_SIGNAL={{ signal or "" }}
@@ -470,6 +470,8 @@ class NnloExecutor(core.PicklingExecutor):
             "command": self._launch(profile) + (command or self._command(python)),
             "stderr_to_stdout": bool(self.parameters.get("stderr_to_stdout")),
             "array": None, "participant": None,  # one job, no search chain (what render.render_context adds)
+            "deadline_var": ENV_DEADLINE, "job_log": job_log(sched.log_id_placeholder),
+            "array_log": ARRAY_LOG.format(job_id=sched.array_log_id_placeholder),
         }
         env = jinja2.Environment(
             loader=jinja2.ChoiceLoader([jinja2.DictLoader({"base.sh": JOB_BODY}),
