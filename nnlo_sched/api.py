@@ -108,7 +108,8 @@ def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = Non
     from nnlo_sched.inner import parse_inner
     from nnlo_sched.layout import layout_for_spec
     from nnlo_sched.profiles import load_profile
-    from nnlo_sched.spec import DEFAULT_MAX_RESUBMITS, DEFAULT_MAX_RETRIES, parse_walltime
+    from nnlo_sched.spec import DEFAULT_MAX_RESUBMITS, DEFAULT_MAX_RETRIES
+    from nnlo_sched.walltime import parse_walltime
 
     if inner is None:
         inner = parse_inner(kind, list(args))
@@ -142,7 +143,7 @@ def layout(target: RunSpec | str, *, kind: str | None = None, workers: int | Non
     from nnlo_sched.layout import compute_layout, layout_for_spec
     from nnlo_sched.profiles import load_profile
     from nnlo_sched.schedulers import scheduler_class
-    from nnlo_sched.spec import parse_walltime
+    from nnlo_sched.walltime import parse_walltime
 
     if isinstance(target, RunSpec):
         return layout_for_spec(target, load_profile(target.cluster), target.shape)

@@ -46,7 +46,8 @@ from nnlo_sched.layout import Layout, layout_for_spec
 from nnlo_sched.profiles.schema import Profile
 from nnlo_sched.resources import templates_dir
 from nnlo_sched.schedulers import scheduler_class
-from nnlo_sched.spec import RunSpec, format_hms, format_lsf_minutes
+from nnlo_sched.spec import RunSpec
+from nnlo_sched.walltime import format_hms
 
 _DIRECTIVE_SAFE = re.compile(r"^[A-Za-z0-9_.,:@%+=/~&|!\[\]*-]+$")
 
@@ -113,27 +114,6 @@ def compute_spec_layout(spec: RunSpec, profile: Profile) -> Layout:
     return layout_for_spec(spec, profile, spec.shape)
 
 
-def _slurm_time(seconds: int) -> str:
-    days, rest = divmod(int(seconds), 86400)
-    hms = format_hms(rest)
-    return f"{days}-{hms}" if days else hms
-
-
-def _extra_directives(spec: RunSpec, profile: Profile) -> list[str]:
-    prefix = scheduler_class(profile.scheduler).directive_prefix
-    reads_directives = prefix != "#"  # where none are read (local), any comment will do
-    out = list(profile.directives)
-    for d in spec.directives:
-        d = d.strip()
-        if d.startswith("#") and reads_directives and not d.startswith(prefix + " "):
-            raise ConfigError(
-                f"directive {d!r} is not a {profile.scheduler} directive; write it as '{prefix} ...' "
-                "or give only the option"
-            )
-        out.append(d if d.startswith("#") else f"{prefix} {d}")
-    return out
-
-
 def _gpus_per_node_request(layout: dict[str, Any]) -> int:
     """GPUs to ask the scheduler for on each node: every bound rank slot's, or those the layout uses."""
     gpw = Fraction(layout["gpus_per_worker"]).limit_denominator(64)
@@ -142,10 +122,6 @@ def _gpus_per_node_request(layout: dict[str, Any]) -> int:
     if layout["gpu_binding"] == "layout":
         return min(layout["gpus_per_node"], layout["gpus_used"])
     return min(layout["gpus_per_node"], -(-layout["ranks_per_node"] * gpw // 1))
-
-
-#: Units in which a scheduler takes the warning lead (LSF's ``-wt`` is in minutes; Slurm's ``@S`` in seconds).
-_LEAD_UNIT_S = {"lsf": 60}
 
 
 def warning_signal(spec: RunSpec, profile: Profile) -> tuple[str | None, int, str | None]:
@@ -158,7 +134,7 @@ def warning_signal(spec: RunSpec, profile: Profile) -> tuple[str | None, int, st
     sched = scheduler_class(profile.scheduler)
     if not (profile.signal and sched.warns_before_walltime):
         return None, profile.signal_lead_s, None
-    unit = _LEAD_UNIT_S.get(profile.scheduler, 1)
+    unit = sched.warning_lead_unit_s
     lead = -(-profile.signal_lead_s // unit) * unit
     if 2 * lead <= spec.walltime_s:
         return profile.signal, lead, None
@@ -195,8 +171,9 @@ def _array_context(array: ArrayPlan | None, profile: Profile) -> dict[str, Any] 
     if array.tasks < sched.array_min_tasks:
         raise ConfigError(f"a {profile.scheduler} job array needs at least {sched.array_min_tasks} tasks, got "
                           f"{array.tasks}; use --no-array or more --jobs")
-    return {"range": f"{array.first}-{array.last}", "tasks": array.tasks, "chains_dir": str(array.chains_dir),
-            "prefix": array.prefix, "index_var": sched.array_index_var, "job_id_expr": sched.array_job_id_expr}
+    return {"range": sched.array_directive_range(array.first, array.last), "tasks": array.tasks,
+            "chains_dir": str(array.chains_dir), "prefix": array.prefix, "index_var": sched.array_index_var,
+            "job_id_expr": sched.array_job_id_expr}
 
 
 def _python(profile: Profile) -> str:
@@ -228,7 +205,6 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path, *, part
     signal, lead_s, _ = warning_signal(spec, profile)
     # the batch shell relays every stop signal (the profile's warning first), whoever sends it
     signals = [s for s in (profile.signal, "TERM", *(sig.name.removeprefix("SIG") for sig in STOP_SIGNALS)) if s]
-    lead_min = -(-lead_s // 60)
     roles = ", ".join(f"{n} {r}" for r, n in layout["roles"].items())
     return {
         "name": spec.name,
@@ -239,10 +215,7 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path, *, part
         "run_dir": str(run_dir),
         "log_dir": f"{run_dir}/{LOG_DIR}",
         "walltime_s": spec.walltime_s,
-        "slurm_time": _slurm_time(spec.walltime_s),
-        "lsf_walltime": format_lsf_minutes(spec.walltime_s),
-        "lsf_warning": f"{lead_min // 60}:{lead_min % 60:02d}" if lead_min >= 60 else str(lead_min),
-        "pbs_walltime": format_hms(spec.walltime_s),
+        "walltime": sched.walltime_directive(spec.walltime_s),  # as the scheduler's directive spells it
         "account": spec.account,
         "queue": layout.get("queue") or spec.queue,
         "constraint": spec.constraint or profile.constraint,
@@ -253,10 +226,10 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path, *, part
         "gpu_directive": profile.gpu_directive,
         "shares_gpus": shares,
         "signal": signal,
-        "signal_lead_s": lead_s,
+        "signal_lead": sched.lead_directive(lead_s),
         "traps": [(sig, launcher.relay(sig)) for sig in dict.fromkeys(signals)],
         "setup": list(profile.setup) + (list(profile.share_setup) if shares else []),
-        "directives": _extra_directives(spec, profile),
+        "directives": [*profile.directives, *sched.directive_lines(spec.directives)],
         "python": python,
         "nnlo": nnlo,
         "launch": shlex.join(layout["launcher"]),

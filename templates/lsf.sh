@@ -5,7 +5,7 @@
 {% if account %}
 #BSUB -P {{ account | d }}
 {% endif %}
-#BSUB -W {{ lsf_walltime }}
+#BSUB -W {{ walltime }}
 #BSUB -nnodes {{ nodes }}
 {% if queue %}
 #BSUB -q {{ queue | d }}
@@ -19,7 +19,7 @@
 {% endif %}
 {% if signal %}
 #BSUB -wa {{ signal }}
-#BSUB -wt {{ lsf_warning }}
+#BSUB -wt {{ signal_lead }}
 {% endif %}
 {% block site_directives %}{% endblock %}
 {% for line in directives %}

@@ -4,7 +4,7 @@
 #SBATCH --nodes={{ nodes }}
 #SBATCH --ntasks-per-node={{ ranks_per_node }}
 #SBATCH --cpus-per-task={{ cores_per_rank }}
-#SBATCH --time={{ slurm_time }}
+#SBATCH --time={{ walltime }}
 {% if account %}
 #SBATCH --account={{ account | d }}
 {% endif %}
@@ -22,7 +22,7 @@
 {% endif %}
 {% endif %}
 {% if signal %}
-#SBATCH --signal=B:{{ signal }}@{{ signal_lead_s }}
+#SBATCH --signal=B:{{ signal }}@{{ signal_lead }}
 {% endif %}
 {% if array %}
 #SBATCH --array={{ array.range | d }}

@@ -14,7 +14,7 @@ def parse_walltime_option(ctx: click.Context, param: click.Parameter, value: str
     if value is None:
         return None
     from nnlo.errors import ConfigError
-    from nnlo_sched.spec import parse_walltime
+    from nnlo_sched.walltime import parse_walltime
 
     try:
         return parse_walltime(value)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nnlo.errors import ConfigError
-from nnlo_sched.spec import parse_walltime
+from nnlo_sched.walltime import parse_walltime
 
 SCHEDULERS = ("slurm", "lsf", "pbs", "local")
 LAUNCHERS = ("srun", "jsrun", "aprun", "mpirun")

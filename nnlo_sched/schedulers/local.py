@@ -118,6 +118,21 @@ class LocalScheduler(Scheduler):
         if job_ids:
             _read(self.qdir)
 
+    def signal(self, job_ids: Sequence[str], sig: signal.Signals) -> None:
+        """Send ``sig`` to the batch shell of each running job of ``job_ids``, the leader of the job's process
+        group, as Slurm's ``scancel --batch`` does: its traps relay it through the launcher (MPICH's Hydra
+        dies on a SIGUSR2 of its own). Queued and ended jobs are left alone."""
+        ids = list(dict.fromkeys(job_ids))
+        self.check_cancel(ids)  # every id well formed, or nothing is signalled
+        if not ids or not (self.qdir / QUEUE_FILE).exists():
+            return
+        with self._queue() as q:
+            running = [j["pid"] for j in q["jobs"] if j["id"] in ids and j["state"] == RUNNING and j["pid"]]
+        for pid in running:
+            if _pid(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+
     def cancel(self, job_ids: Sequence[str]) -> None:
         self.check_cancel(job_ids)
         if not (self.qdir / QUEUE_FILE).exists():

@@ -204,16 +204,12 @@ class NnloJob(core.Job[core.R]):
             if check:
                 raise
 
-    def _signal_argv(self, sig: str, job_id: str) -> list[str]:
-        raise NotImplementedError
-
     def _interrupt(self) -> None:
-        """Send the newest job submitit's preemption signal (``SIGUSR2``) now: a checkpointable function is
-        checkpointed and resumed by a successor, as before the walltime (submitit's jobs have this too)."""
-        from nnlo_sched.schedulers.base import run_program
-
-        tip = get_scheduler(self.scheduler).check_job_id(self.job_id)
-        run_program(self._signal_argv(job_environment.JobEnvironment.USR_SIG, tip), what="signal the job")
+        """Send the newest job submitit's preemption signal (``SIGUSR2``) now (:meth:`Scheduler.signal`): a
+        checkpointable function is checkpointed and resumed by a successor, as before the walltime (submitit's
+        jobs have this too)."""
+        sig = signal.Signals["SIG" + job_environment.JobEnvironment.USR_SIG.removeprefix("SIG")]
+        get_scheduler(self.scheduler).signal([self.job_id], sig)
 
 
 # -- inside the job ---------------------------------------------------------------------------------------------
@@ -427,7 +423,7 @@ class NnloExecutor(core.PicklingExecutor):
         import jinja2
 
         from nnlo_sched import render
-        from nnlo_sched.spec import RunSpec, format_hms, format_lsf_minutes
+        from nnlo_sched.spec import RunSpec
 
         profile = self._profile(self.parameters)
         sched = _scheduler_cls(self.scheduler)
@@ -452,20 +448,17 @@ class NnloExecutor(core.PicklingExecutor):
         python = self._python or shlex.quote(profile.python or sys.executable)
         folder = utils.JobPaths.get_first_id_independent_folder(self.folder)
         name = str(self.parameters.get("name") or "submitit")
-        lead_min = -(-lead_s // 60)
         ctx = {
             "name": name, "job_name": sched.job_name(name), "cluster": profile.name, "executor": self.name(),
             "summary": f"a submitit function on {nodes} node(s)", "workdir": os.getcwd(),
             "run_dir": str(folder), "log_dir": str(folder), "walltime_s": walltime_s,
-            "slurm_time": format_hms(walltime_s), "lsf_walltime": format_lsf_minutes(walltime_s),
-            "lsf_warning": f"{lead_min // 60}:{lead_min % 60:02d}" if lead_min >= 60 else str(lead_min),
-            "pbs_walltime": format_hms(walltime_s), "account": account, "queue": queue,
+            "walltime": sched.walltime_directive(walltime_s), "account": account, "queue": queue,
             "constraint": None, "nodes": nodes, "ranks_per_node": 1,
             "cores_per_rank": int(self.parameters.get("cpus_per_task") or profile.cores_per_node),
             "gpus_per_node_request": 0, "gpu_directive": profile.gpu_directive, "shares_gpus": False,
-            "signal": signal_name, "signal_lead_s": lead_s, "traps": [],
+            "signal": signal_name, "signal_lead": sched.lead_directive(lead_s), "traps": [],
             "setup": [*profile.setup, *(self.parameters.get("setup") or ())],
-            "directives": render._extra_directives(shim, profile), "python": python, "nnlo": "",
+            "directives": [*profile.directives, *sched.directive_lines(shim.directives)], "python": python, "nnlo": "",
             "launch": "", "checkpoint_lead_s": self._lead_s(profile, walltime_s),
             "command": self._launch(profile) + (command or self._command(python)),
             "stderr_to_stdout": bool(self.parameters.get("stderr_to_stdout")),

@@ -24,8 +24,6 @@ class LsfJob(NnloJob[core.R]):
     scheduler = "lsf"
     watcher = LsfInfoWatcher(delay_s=60)
 
-    def _signal_argv(self, sig: str, job_id: str) -> list[str]:
-        return ["bkill", "-s", sig, job_id]
 
 
 class LsfJobEnvironment(NnloJobEnvironment):

@@ -25,8 +25,6 @@ class PbsJob(NnloJob[core.R]):
     scheduler = "pbs"
     watcher = PbsInfoWatcher(delay_s=60)
 
-    def _signal_argv(self, sig: str, job_id: str) -> list[str]:
-        return ["qsig", "-s", sig, job_id]
 
 
 class PbsJobEnvironment(NnloJobEnvironment):

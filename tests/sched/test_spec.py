@@ -5,7 +5,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from nnlo.errors import ConfigError
-from nnlo_sched.spec import RunSpec, format_hms, format_lsf_minutes, parse_walltime
+from nnlo_sched.schedulers.lsf import LsfScheduler
+from nnlo_sched.spec import RunSpec
+from nnlo_sched.walltime import format_hms, parse_walltime
 
 
 @pytest.mark.parametrize(
@@ -40,9 +42,9 @@ def test_hms_round_trips(seconds: int) -> None:
 
 
 def test_lsf_minutes_round_up() -> None:
-    assert format_lsf_minutes(45 * 60) == "45"
-    assert format_lsf_minutes(2 * 3600) == "2:00"
-    assert format_lsf_minutes(3600 + 1) == "1:01"  # never less than asked
+    assert LsfScheduler.walltime_directive(45 * 60) == "45"
+    assert LsfScheduler.walltime_directive(2 * 3600) == "2:00"
+    assert LsfScheduler.walltime_directive(3600 + 1) == "1:01"  # never less than asked
 
 
 def test_spec_json_round_trip() -> None:
