@@ -282,20 +282,11 @@ def query(runs: Sequence[RunRef] | None = None) -> list[RunStatus]:
     system ONCE for all their jobs, as ``nnlo status`` does (a chain whose jobs all left the queue without a
     recorded end is marked failed). A damaged run raises its one-line reason when named, and is listed as
     ``damaged`` when not."""
-    from nnlo_sched.commands.status import collect
+    from nnlo_sched.status import collect, views
 
     if runs is None:
         return [RunStatus.from_view(v) for v in collect(None)]
-    from nnlo_sched.commands.status import _query_all, run_view
-    from nnlo_sched.runs import load_spec, load_state
-
-    found = [find(r) for r in runs]
-    checked = []
-    for r in found:
-        checked.append((r, load_state(r.dir)))
-        load_spec(r.dir)
-    answers = _query_all(checked)
-    return [RunStatus.from_view(run_view(r, answers)) for r in found]
+    return [RunStatus.from_view(v) for v in views([find(r) for r in runs], named=True)]
 
 
 def status(run: RunRef) -> RunStatus:

@@ -20,7 +20,7 @@ def _job_id(run_dir: Path) -> str | None:
     return get_scheduler(read_state(run_dir).scheduler, run_dir).current_job_id()
 
 
-@click.group("job", hidden=True)
+@click.group("job")
 def job_command() -> None:
     """Chain bookkeeping inside a batch job (internal; called by the job script)."""
 

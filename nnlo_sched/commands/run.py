@@ -39,7 +39,7 @@ def job_config(run_dir: Path) -> TrainConfig:
     return config
 
 
-@click.command("run", hidden=True)
+@click.command("run")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def run_command(run_dir: Path) -> int:
     """Run RUN_DIR's train/optimize command in this allocation (called by the job script on every rank)."""

@@ -12,12 +12,11 @@ from typing import Any
 import click
 
 from nnlo.contract import EXIT_DONE, EXIT_FAILED
+from nnlo_sched.commands.status import _fmt_jobs, _fmt_progress
 from nnlo_sched.params import finite_range
 
 
 def _line(view: dict[str, Any]) -> str:
-    from nnlo_sched.commands.status import _fmt_jobs, _fmt_progress
-
     text = f"{view['run_id']}: {view['state']}, jobs {_fmt_jobs(view) or '-'}"
     prog = _fmt_progress(view["progress"])
     return text + (f", {prog}" if prog and prog != "-" else "")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 
-from nnlo_sched.commands.status import _fmt_jobs, _fmt_progress, progress
+from nnlo_sched.commands.status import _fmt_jobs, _fmt_progress
+from nnlo_sched.status import progress
 from nnlo_sched.spec import RunSpec
 
 
