@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nnlo.checkpoint import find_latest
 from nnlo.contract import (
     EXIT_BAD_INPUT,
     EXIT_DONE,
@@ -42,15 +43,18 @@ from nnlo.contract import (
     LOG_DIR,
     MANIFEST_FILE,
     OPTIMIZER_STATE_FILE,
+    RANKS_DIR,
     SEARCH_JOURNAL,
     job_log,
     signal_status,
     status_signal,
 )
 from nnlo.errors import NnloError
-from nnlo_sched.runs import change_inner_options, load_profile_for, load_spec, submit_job
+from nnlo.observe.timeline import find_trace_dirs, merge_run
+from nnlo.rankfate import FATE_WORDS, fate_line
+from nnlo_sched.runs import change_inner_options, load_profile_for, search_done, submit_job
 from nnlo_sched.schedulers import JobInfo, get_scheduler
-from nnlo_sched.spec import RunSpec
+from nnlo_sched.spec import RunSpec, checkpoint_dir, load_spec
 from nnlo_sched.state import (
     ACTIVE_STATES,
     CANCELLED,
@@ -96,17 +100,6 @@ class Decision:
 
 
 # -- checkpoints ---------------------------------------------------------------------------------------
-def checkpoint_dir(run_dir: Path, spec: RunSpec) -> Path:
-    """The training's output directory (``--checkpoint DIR``): the inner ``--checkpoint`` if the user gave
-    one, else the run directory itself, so that ``history.json`` sits in the run directory and the
-    checkpoints in ``<run>/checkpoints/`` (the runtime writes them into ``DIR/checkpoints``)."""
-    value = spec.train.checkpoint
-    if value:
-        p = Path(value).expanduser()
-        return p if p.is_absolute() else Path(spec.workdir or run_dir) / p
-    return Path(run_dir)
-
-
 def checkpoint_marker(run_dir: Path, spec: RunSpec) -> str | None:
     """A string that changes whenever the run writes a new complete checkpoint (None: none yet).
 
@@ -126,8 +119,6 @@ def checkpoint_marker(run_dir: Path, spec: RunSpec) -> str | None:
                 continue
             marks.append(f"{path.name}@{st.st_mtime_ns}:{st.st_size}")
         return " ".join(marks) or None
-    from nnlo.checkpoint import find_latest
-
     latest = find_latest(checkpoint_dir(run_dir, spec))
     if latest is None:
         return None
@@ -163,7 +154,7 @@ def job_start(run_dir: Path, job_id: str | None, *, submit_successor: bool = Tru
         if st.state in FINAL_STATES:
             rec.status, rec.ended_at = SKIPPED, now
             return Decision(False, f"run {st.run_id} is {st.state}; job {job_id} exits without running")
-        if st.search_dir and _search_finished(Path(st.search_dir)):  # another chain finished the shared search
+        if st.search_dir and search_done(Path(st.search_dir)):  # another chain finished the shared search
             rec.status, rec.ended_at = SKIPPED, now
             st.state, st.error = DONE, None
             return Decision(False, f"the search {Path(st.search_dir).name} is done; job {job_id} of its chain "
@@ -211,12 +202,6 @@ def job_start(run_dir: Path, job_id: str | None, *, submit_successor: bool = Tru
             if cancelled:  # `nnlo cancel` came in between: take the successor back
                 get_scheduler(st.scheduler, run_dir).cancel([succ])
     return Decision(True, f"run {run_id}: job {job_id} started")
-
-
-def _search_finished(search_dir: Path) -> bool:
-    from nnlo_sched.search import search_done
-
-    return search_done(search_dir)
 
 
 def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:
@@ -288,8 +273,6 @@ def rank_death(run_dir: Path, spec: RunSpec, job_id: str, rc: int) -> str | None
     Killed`` and the rank records) wins; else an ``nnlo: error:`` line means a Python failure; else an exit
     status from a signal (128+n through a shell, or Hydra's bare signal number) is a death without a name.
     """
-    from nnlo.rankfate import FATE_WORDS, RANKS_DIR, fate_line
-
     tail = log_tail(run_dir, job_id, 200)
     own = [ln.split("nnlo: error:", 1)[1].strip() for ln in tail if "nnlo: error:" in ln]
     named = [ln for ln in own if FATE_WORDS in ln]
@@ -317,8 +300,6 @@ def merge_timeline(run_dir: Path, spec: RunSpec) -> Path | None:
     """
     root = Path(run_dir) if spec.kind == "optimize" else checkpoint_dir(run_dir, spec)
     try:
-        from nnlo.observe.timeline import find_trace_dirs, merge_run
-
         if not find_trace_dirs(root):
             return None
         return Path(merge_run(root).path)
@@ -485,6 +466,6 @@ def reconcile(run_dir: Path, infos: dict[str, JobInfo]) -> RunState:
     return st
 
 
-__all__ = ["Decision", "ChainError", "checkpoint_dir", "checkpoint_marker", "job_start", "job_end",
+__all__ = ["Decision", "ChainError", "checkpoint_marker", "job_start", "job_end",
            "cancel_run", "resume_run", "reconcile", "alive_jobs", "log_tail", "log_path", "job_logs",
            "RESUBMITTING", "RUNNING", "QUEUED"]

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from nnlo.checkpoint import RESTORE_AUTO, restore_point
 from nnlo.config import TrainConfig
-from nnlo.contract import ENV_HOME
+from nnlo.contract import ENV_HOME, OPTIMIZER_STATE_FILE
 from nnlo.errors import ConfigError, NnloError
-from nnlo.optimize.options import SearchConfig
+from nnlo.models import data_plan, load_model_source
+from nnlo.optimize.options import SearchConfig, trial_overrides
 
 if TYPE_CHECKING:
     from nnlo_sched.profiles.schema import Profile
@@ -52,8 +53,6 @@ def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | N
     """
     cwd = Path(cwd or os.getcwd())
     if search is not None:
-        from nnlo.optimize.options import trial_overrides
-
         trial_overrides(config, cwd, "")  # a search refuses --restore before any path is looked at
     _check_paths(config, search, cwd)
     return _probe(config, search, cwd)
@@ -123,8 +122,6 @@ def _check_paths(config: TrainConfig, search: SearchConfig | None, cwd: Path) ->
         raise ConfigError(f"--space {search.space} does not exist; write a TOML file with one [name] table "
                           "per parameter, or leave --space out to use get_model.parameter_range")
     if search.opt_restore and search.output and not search.shared:  # a shared search resumes its journal anyway
-        from nnlo.contract import OPTIMIZER_STATE_FILE
-
         state = _abs(search.output, cwd) / OPTIMIZER_STATE_FILE
         if not state.is_file():
             raise ConfigError(f"--opt-restore: {search.output} holds no search to resume (no {OPTIMIZER_STATE_FILE}); "
@@ -169,14 +166,12 @@ def _probe(config: TrainConfig, search: SearchConfig | None, cwd: Path) -> list[
 # -- the probe (runs in its own interpreter) -----------------------------------------------------------
 def probe(config: TrainConfig, search: SearchConfig | None) -> list[str]:
     """Load the model as a rank would, check a search's space and open a sample of the data; the notes."""
-    from nnlo.data.check import check_plan
-    from nnlo.models import data_plan, load_model_source
+    from nnlo.data.check import check_plan  # lazy: h5py, numpy (only the probe's own interpreter reads data)
+    from nnlo.optimize import space as space_mod  # lazy: numpy
 
     source = load_model_source(config.model)
     hook = False
     if search is not None:
-        from nnlo.optimize import space as space_mod
-
         if search.space:
             space_mod.from_toml(search.space)
         else:

@@ -12,8 +12,15 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
+import tempfile
+import time
+import traceback
 
 import click
+
+from nnlo.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, signal_status
+from nnlo.errors import NnloError
+from nnlo.roles import RoleError
 
 # name -> (module defining a click command called ``command``, one-line help; None: internal, not listed)
 COMMANDS: dict[str, tuple[str, str | None]] = {
@@ -72,10 +79,6 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from nnlo.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, signal_status
-    from nnlo.errors import NnloError
-    from nnlo.roles import RoleError
-
     try:
         rv = cli.main(args=argv, prog_name="nnlo", standalone_mode=False)
         if isinstance(rv, int) and rv:
@@ -121,10 +124,6 @@ def click_message(e: click.ClickException, argv: list[str]) -> str:
 
 def _write_report(argv: list[str] | None) -> str:
     """Write the traceback of the exception being handled to a file; say where (or that it could not be)."""
-    import tempfile
-    import time
-    import traceback
-
     text = f"nnlo {' '.join(sys.argv[1:] if argv is None else argv)}\n{time.ctime()}\n{traceback.format_exc()}"
     try:
         fd, path = tempfile.mkstemp(prefix="nnlo-error-", suffix=".txt")

@@ -1,8 +1,9 @@
 """Batch scripts: a run spec + a profile -> the script text (submitting it is the scheduler's work).
 
 Templates (``templates/*.sh``, Jinja2) are chosen by the profile: a site template (``summit.sh``) extends its
-scheduler's (``lsf.sh``), which extends ``base.sh`` (the job body shared by every cluster). Two filters guard
-what users type:
+scheduler's (``lsf.sh``), which extends ``base.sh``: the one job body every batch job of nnlo runs - a run's
+chain job, a search's job array, or a submitit function's :class:`Program` - from one context
+(:func:`render_context`). Three filters guard what users type:
 
 * ``q`` shell-quotes a value for the script body (``shlex.quote``): names or paths with spaces, quotes,
   ``$()``, backticks or newlines are inert words there;
@@ -37,22 +38,22 @@ from nnlo.contract import (  # LOG_DIR is created before the job starts (Slurm/L
     LOG_DIR,
     SCRIPT_FILE,
     SIGNAL_STATUS_BASE,
-    STOP_SIGNALS,
     job_log,
 )
 from nnlo.errors import ConfigError
 from nnlo_sched.launchers import launcher_for
-from nnlo_sched.layout import Layout, layout_for_spec
-from nnlo_sched.profiles.schema import Profile
+from nnlo_sched.layout import LayoutRecord
+from nnlo_sched.profiles import Profile, user_dirs
 from nnlo_sched.resources import templates_dir
 from nnlo_sched.schedulers import scheduler_class
-from nnlo_sched.spec import RunSpec
+from nnlo_sched.spec import FUNCTION, RunSpec
 from nnlo_sched.walltime import format_hms
 
 _DIRECTIVE_SAFE = re.compile(r"^[A-Za-z0-9_.,:@%+=/~&|!\[\]*-]+$")
 
 
-def _directive_value(value: Any) -> str:
+def directive_value(value: Any) -> str:
+    """``value`` as text that may go onto a batch directive line (the ``d`` filter); else a one-line error."""
     text = str(value)
     if not _DIRECTIVE_SAFE.match(text):
         bad = sorted({c for c in text if not _DIRECTIVE_SAFE.match(c)})
@@ -77,8 +78,6 @@ def job_name(name: str, scheduler: str) -> str:
 def template_dirs() -> list[str]:
     """Where templates are looked up: the user's profile directories first (a site template such as
     ``mysite.sh`` may ``{% extends "slurm.sh" %}``), then the built-in ones."""
-    from nnlo_sched.profiles import user_dirs
-
     users = [str(d) for d in reversed(user_dirs()) if d.is_dir()]
     return [*users, str(templates_dir())]
 
@@ -98,30 +97,26 @@ def _environment_for(directories: tuple[str, ...]) -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters["q"] = lambda v: shlex.quote(str(v))
-    env.filters["d"] = _directive_value
+    env.filters["d"] = directive_value
     env.filters["comment"] = _comment_text
     return env
 
 
-def spec_layout(spec: RunSpec, profile: Profile) -> dict[str, Any]:
-    """The spec's stored layout, or a freshly computed one (without the per-rank list)."""
+def spec_layout(spec: RunSpec, profile: Profile) -> LayoutRecord:
+    """The spec's stored layout, or a freshly computed one."""
     if spec.layout is not None:
         return spec.layout
-    return compute_spec_layout(spec, profile).to_dict(ranks=False)
+    return spec.layout_on(profile).record()
 
 
-def compute_spec_layout(spec: RunSpec, profile: Profile) -> Layout:
-    return layout_for_spec(spec, profile, spec.shape)
-
-
-def _gpus_per_node_request(layout: dict[str, Any]) -> int:
+def _gpus_per_node_request(layout: LayoutRecord) -> int:
     """GPUs to ask the scheduler for on each node: every bound rank slot's, or those the layout uses."""
-    gpw = Fraction(layout["gpus_per_worker"]).limit_denominator(64)
+    gpw = Fraction(layout.gpus_per_worker).limit_denominator(64)
     if gpw == 0:
         return 0
-    if layout["gpu_binding"] == "layout":
-        return min(layout["gpus_per_node"], layout["gpus_used"])
-    return min(layout["gpus_per_node"], -(-layout["ranks_per_node"] * gpw // 1))
+    if layout.gpu_binding == "layout":
+        return min(layout.gpus_per_node, layout.gpus_used)
+    return min(layout.gpus_per_node, -(-layout.ranks_per_node * gpw // 1))
 
 
 def warning_signal(spec: RunSpec, profile: Profile) -> tuple[str | None, int, str | None]:
@@ -176,17 +171,31 @@ def _array_context(array: ArrayPlan | None, profile: Profile) -> dict[str, Any] 
             "job_id_expr": sched.array_job_id_expr}
 
 
+@dataclass(frozen=True)
+class Program:
+    """What a job runs in place of a run's payload (a submitit function, :mod:`nnlo_sched.submitit`): ``command``
+    (already shell words) exec'd after the set-up, through the layout's launcher if it has one, with ``env``
+    exported and ``setup`` run after the profile's own set-up lines."""
+
+    command: str
+    env: tuple[tuple[str, str], ...] = ()
+    setup: tuple[str, ...] = ()
+
+
 def _python(profile: Profile) -> str:
     return profile.python or sys.executable
 
 
 def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path, *, participant: str | None = None,
-                   array: ArrayPlan | None = None) -> dict[str, Any]:
+                   array: ArrayPlan | None = None, program: Program | None = None) -> dict[str, Any]:
     """Everything the templates see (exposed for tests and for ``nnlo submit --dry-run``).
 
     ``participant``: the script is one chain's of a shared search; its jobs export it as ``NNLO_PARTICIPANT``.
     ``array``: the script is a job array whose tasks start the search's chains (each runs its chain's script).
+    ``program``: the script runs this program (a function's spec, :data:`~nnlo_sched.spec.FUNCTION`).
     """
+    if (program is not None) != (spec.kind == FUNCTION):
+        raise ValueError("a function's spec is rendered with its program, a run's without one")
     profile = profile.for_constraint(spec.constraint)
     layout = spec_layout(spec, profile)
     sched = scheduler_class(profile.scheduler)
@@ -201,40 +210,40 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path, *, part
     launcher = launcher_for(profile)
     python = _python(profile)
     nnlo = profile.nnlo or f"{shlex.quote(python)} -m nnlo_sched"
-    shares = 0 < layout["gpus_per_worker"] < 1
+    shares = 0 < layout.gpus_per_worker < 1
     signal, lead_s, _ = warning_signal(spec, profile)
-    # the batch shell relays every stop signal (the profile's warning first), whoever sends it
-    signals = [s for s in (profile.signal, "TERM", *(sig.name.removeprefix("SIG") for sig in STOP_SIGNALS)) if s]
-    roles = ", ".join(f"{n} {r}" for r, n in layout["roles"].items())
+    roles = ", ".join(f"{n} {r}" for r, n in layout.roles.items())
     return {
         "name": spec.name,
         "job_name": sched.job_name(spec.name),
         "cluster": profile.name,
-        "summary": f"{layout['world_size']} ranks ({roles}) on {layout['nodes']} node(s)",
+        "summary": f"{layout.world_size} ranks ({roles}) on {layout.nodes} node(s)",
         "workdir": spec.workdir,
         "run_dir": str(run_dir),
         "log_dir": f"{run_dir}/{LOG_DIR}",
         "walltime_s": spec.walltime_s,
         "walltime": sched.walltime_directive(spec.walltime_s),  # as the scheduler's directive spells it
         "account": spec.account,
-        "queue": layout.get("queue") or spec.queue,
+        "queue": layout.queue or spec.queue,
         "constraint": spec.constraint or profile.constraint,
-        "nodes": layout["nodes"],
-        "ranks_per_node": layout["ranks_per_node"],
-        "cores_per_rank": layout["cores_per_rank"],
+        "nodes": layout.nodes,
+        "ranks_per_node": layout.ranks_per_node,
+        "cores_per_rank": layout.cores_per_rank,
         "gpus_per_node_request": _gpus_per_node_request(layout),
         "gpu_directive": profile.gpu_directive,
         "shares_gpus": shares,
         "signal": signal,
         "signal_lead": sched.lead_directive(lead_s),
-        "traps": [(sig, launcher.relay(sig)) for sig in dict.fromkeys(signals)],
-        "setup": list(profile.setup) + (list(profile.share_setup) if shares else []),
+        # the batch shell relays every stop signal (the profile's warning first), whoever sends it
+        "traps": list(launcher.relays(profile.signal).items()),
+        "setup": [*profile.setup, *(profile.share_setup if shares else ()), *(program.setup if program else ())],
         "directives": [*profile.directives, *sched.directive_lines(spec.directives)],
         "python": python,
         "nnlo": nnlo,
-        "launch": shlex.join(layout["launcher"]),
+        "launch": shlex.join(layout.launcher),
         "participant": participant,
         "array": _array_context(array, profile),
+        "program": program,
         # the contract's names (nnlo/contract.py): the templates never spell them out
         "participant_var": ENV_PARTICIPANT,
         "run_dir_var": ENV_RUN_DIR,
@@ -251,10 +260,10 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path, *, part
 
 
 def render_script(spec: RunSpec, profile: Profile, run_dir: str | Path, *, participant: str | None = None,
-                  array: ArrayPlan | None = None) -> str:
+                  array: ArrayPlan | None = None, program: Program | None = None) -> str:
     """The batch script of ``spec`` on ``profile``, whose jobs work in ``run_dir`` (see :func:`render_context`
-    for ``participant`` and ``array``)."""
-    ctx = render_context(spec, profile, run_dir, participant=participant, array=array)
+    for ``participant``, ``array`` and ``program``)."""
+    ctx = render_context(spec, profile, run_dir, participant=participant, array=array, program=program)
     try:
         return _environment().get_template(profile.template_name).render(**ctx)
     except jinja2.TemplateNotFound as e:

@@ -17,12 +17,12 @@ from typing import Any
 
 from nnlo.contract import BEST_FILE, HISTORY_FILE
 from nnlo.errors import NnloError
-from nnlo_sched.chain import checkpoint_dir, retries
 from nnlo_sched.chain import reconcile as reconcile_run
-from nnlo_sched.runs import Run, find_run, list_runs, load_spec, load_state
+from nnlo_sched.chain import retries
+from nnlo_sched.runs import Run, chain_runs, find_run, list_runs, load_state
 from nnlo_sched.schedulers import JobInfo, get_scheduler
-from nnlo_sched.search import chain_runs, participants_running, search_state, trial_counts
-from nnlo_sched.spec import RunSpec
+from nnlo_sched.search import participants_running, search_state, trial_counts
+from nnlo_sched.spec import RunSpec, checkpoint_dir, load_spec
 from nnlo_sched.state import ACTIVE_STATES, RunState
 
 #: the state a run gets whose record cannot be read (the reason is its ``error``)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +31,10 @@ from typing import Any
 
 import click
 
-from nnlo.contract import EXIT_BAD_INPUT, HISTORY_FILE, LOG_DIR
+from nnlo.contract import ENV_LAUNCHED, EXIT_BAD_INPUT, HISTORY_FILE, LOG_DIR
 from nnlo.errors import ConfigError
+from nnlo_sched.launchers.local_launch import launch_rank
+from nnlo_sched.params import TypedCommand, keep_typed
 
 TRAINING = "TrainingDriver.py"
 OPTIMIZATION = "OptimizationDriver.py"
@@ -380,11 +383,6 @@ def speaks_for_the_world() -> bool:
     """Whether this process prints the command line's messages, so that they are printed once: not in the
     ranks of nnlo's own ``-n`` launch (the ``nnlo`` that launched them has spoken), and only rank 0 of any
     other MPI launch."""
-    import os
-
-    from nnlo.contract import ENV_LAUNCHED
-    from nnlo_sched.launchers.local_launch import launch_rank
-
     return not os.environ.get(ENV_LAUNCHED) and launch_rank() in (None, 0)
 
 
@@ -394,10 +392,12 @@ def warn(lines: Sequence[str]) -> None:
             click.echo(line, err=True)
 
 
-class UpstreamCommand(click.Command):
-    """A click command that first rewrites upstream command lines (:func:`translate`)."""
+class UpstreamCommand(TypedCommand):
+    """A click command that first rewrites upstream command lines (:func:`translate`); the arguments as typed,
+    before the rewriting, are :func:`~nnlo_sched.params.typed_args`."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        keep_typed(ctx, args)
         try:
             result = translate(self.name or "", native_options(self), args)
         except UpstreamError:

@@ -11,11 +11,22 @@ mkdir -p "$dir/{{ log_dir_name }}" || exit {{ exit_failed }}
 exec >>"$dir/{{ log_dir_name }}/{{ job_log_of_shell_id }}" 2>&1
 exec /bin/bash "$dir/{{ script_file }}"
 {% else %}
+{% if program %}
+# A function submitted through nnlo's submitit plugin; a checkpointed function's successor job runs this same
+# script (the function's pickles are in its folder). Re-render it with nnlo, do not edit.
+{% else %}
 # Every job of the run's checkpoint-restart chain runs this same script; re-render it with nnlo, do not edit.
+{% endif %}
 {% if workdir %}
 cd {{ workdir | q }} || exit {{ exit_failed }}
 {% endif %}
+{% if program %}
+{% for name, value in program.env %}
+export {{ name }}={{ value | q }}
+{% endfor %}
+{% else %}
 export {{ run_dir_var }}={{ run_dir | q }}
+{% endif %}
 {% if participant %}
 # One chain of a search shared by many jobs: every job of it takes part as this participant.
 export {{ participant_var }}={{ participant | q }}
@@ -23,6 +34,7 @@ export {{ participant_var }}={{ participant | q }}
 # The deadline is taken before the (possibly slow) set-up so that it is never later than the real limit.
 export {{ deadline_var }}=$(( $(date +%s) + {{ walltime_s }} ))
 export OMP_NUM_THREADS={{ cores_per_rank }}
+{% if not program %}
 # Signals are trapped from here on: one that arrives before the program starts is passed on once it runs.
 child=
 pending=
@@ -30,11 +42,16 @@ forward() { caught=$1; if [ -n "$child" ]; then kill -"$1" "$child" 2>/dev/null;
 {% for sig, relay in traps %}
 trap 'forward {{ relay }}' {{ sig }}
 {% endfor %}
+{% endif %}
 {% block setup %}
 {% for line in setup %}
 {{ line }}
 {% endfor %}
 {% endblock %}
+{% if program %}
+# The program replaces the batch shell, so that the scheduler's signals reach it.
+exec {% if launch %}{{ launch }} {% endif %}{{ program.command }}
+{% else %}
 {{ nnlo }} job start "${{ run_dir_var }}" || exit {{ exit_done }}
 # The MPI program runs in the background so that the batch shell can catch the scheduler's signals.
 {{ launch }} {{ python | q }} -m nnlo_sched run "${{ run_dir_var }}" &
@@ -55,4 +72,5 @@ while :; do
 done
 {{ nnlo }} job end "${{ run_dir_var }}" "$rc"
 exit $rc
+{% endif %}
 {% endif %}

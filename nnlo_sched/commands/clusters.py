@@ -7,6 +7,7 @@ from dataclasses import asdict
 import click
 
 from nnlo.contract import ENV_DEADLINE
+from nnlo_sched.profiles import ProfileError, list_profiles, load_profile, user_dirs
 
 
 def _hours(seconds: int | None) -> str:
@@ -28,7 +29,6 @@ def clusters_command(ctx: click.Context) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from nnlo_sched.profiles import ProfileError, list_profiles, user_dirs
 
     rows = []
     for pf, prof in list_profiles():
@@ -52,8 +52,6 @@ def clusters_command(ctx: click.Context) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
 def show_command(name: str, as_json: bool) -> None:
     """Print one profile with every value resolved (inheritance applied, cores detected)."""
-    from nnlo_sched.profiles import load_profile
-
     p = load_profile(name)
     if as_json:
         click.echo(json.dumps(asdict(p), indent=2, default=str))

@@ -13,6 +13,7 @@ import typing as tp
 
 from submitit.core import core
 
+from nnlo_sched.schedulers.pbs import PbsScheduler
 from nnlo_sched.submitit.base import NnloExecutor, NnloInfoWatcher, NnloJob, NnloJobEnvironment
 
 
@@ -38,6 +39,4 @@ class PbsExecutor(NnloExecutor):
 
     @staticmethod
     def _get_job_id_from_submission_command(string: bytes | str) -> str:
-        from nnlo_sched.schedulers.pbs import PbsScheduler
-
         return PbsScheduler().parse_submit_output(string.decode() if isinstance(string, bytes) else string)

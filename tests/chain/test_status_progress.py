@@ -9,7 +9,7 @@ from nnlo_sched.spec import RunSpec
 
 
 def test_training_progress_from_history(tmp_path):
-    spec = RunSpec(kind="train", args=["--model", "m.py", "--epochs=40"], cluster="local")
+    spec = RunSpec.from_argv(kind="train", args=["--model", "m.py", "--epochs=40"], cluster="local")
     assert progress(tmp_path, spec)["epoch"] is None and _fmt_progress(progress(tmp_path, spec)) == "-"
     (tmp_path / "history.json").write_text(json.dumps({
         "history": [{"epoch": 1, "val_loss": 0.9}, {"epoch": 2, "val_loss": 0.5}, {"epoch": 3, "val_loss": 0.7}],
@@ -20,7 +20,7 @@ def test_training_progress_from_history(tmp_path):
 
 
 def test_search_progress_from_best_json(tmp_path):
-    spec = RunSpec(kind="optimize", args=["--model", "m.py"], cluster="local")
+    spec = RunSpec.from_argv(kind="optimize", args=["--model", "m.py"], cluster="local")
     (tmp_path / "best.json").write_text(json.dumps({"trials_done": 7, "trials_total": 20, "best_fom": 0.12,
                                                     "fom_name": "val_loss"}))
     p = progress(tmp_path, spec)
@@ -28,7 +28,7 @@ def test_search_progress_from_best_json(tmp_path):
 
 
 def test_corrupt_files_do_not_break_status(tmp_path):
-    spec = RunSpec(kind="train", args=["--model", "m.py"], cluster="local")
+    spec = RunSpec.from_argv(kind="train", args=["--model", "m.py"], cluster="local")
     (tmp_path / "history.json").write_text("{not json")
     assert progress(tmp_path, spec)["epoch"] is None
 

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from nnlo.errors import ConfigError
+from nnlo_sched.profiles import load_profile
 from nnlo_sched.schedulers.lsf import LsfScheduler
 from nnlo_sched.spec import RunSpec
 from nnlo_sched.walltime import format_hms, parse_walltime
@@ -47,10 +48,14 @@ def test_lsf_minutes_round_up() -> None:
     assert LsfScheduler.walltime_directive(3600 + 1) == "1:01"  # never less than asked
 
 
+def _a_layout():
+    return RunSpec.from_argv("train", ["--model", "m.py"], "local", workers=1).layout_on(load_profile("local")).record()
+
+
 def test_spec_json_round_trip() -> None:
-    spec = RunSpec("optimize", ["--block-size", "6", "--model", "a b.py"], "summit", name="x", walltime_s=7200,
+    spec = RunSpec.from_argv("optimize", ["--block-size", "6", "--model", "a b.py"], "summit", name="x", walltime_s=7200,
                    queue="batch", account="ABC", nodes=3, blocks=2, gpus_per_worker=0.5, constraint="gpu",
-                   directives=["#BSUB -B"], layout={"world_size": 13}, workdir="/w")
+                   directives=["#BSUB -B"], layout=_a_layout(), workdir="/w")
     again = RunSpec.from_json(spec.to_json())
     assert again == spec
     assert again.max_resubmits == 10
@@ -73,4 +78,4 @@ def test_bad_spec_json(text: str, needle: str) -> None:
 
 def test_directive_with_newline_is_refused() -> None:
     with pytest.raises(ConfigError, match="line break"):
-        RunSpec("train", ["--model", "m.py"], "local", directives=["--mail-type=END\nrm -rf ~"])
+        RunSpec.from_argv("train", ["--model", "m.py"], "local", directives=["--mail-type=END\nrm -rf ~"])
