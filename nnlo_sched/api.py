@@ -176,7 +176,7 @@ def submit_argv(run_spec: RunSpec, run_dir: str | Path) -> list[str]:
 
 
 # -- submission and after ------------------------------------------------------------------------------
-def check_chaining(profile: Any, queue: str | None, max_resubmits: int) -> None:
+def check_chaining(profile: Profile, queue: str | None, max_resubmits: int) -> None:
     """Refuse resubmissions on a queue that forbids job chaining (the profile says so)."""
     q = profile.queue(queue)
     if q is not None and not q.chaining and max_resubmits > 0:
