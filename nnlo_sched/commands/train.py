@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from nnlo.api import DEFAULT_RUNS
-from nnlo.config import BUCKET_MB, CACHE_IN_MEMORY
+from nnlo.config import ALLREDUCE_ENGINES, BUCKET_MB, CACHE_IN_MEMORY
 from nnlo.contract import EXIT_RESUMABLE, deadline_from_env
 from nnlo.errors import ConfigError
 from nnlo_sched.params import FINITE_FLOAT, finite_range
@@ -141,13 +141,17 @@ def training_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--n-processes", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Ranks per worker: K > 1 makes each worker an all-reduce group of K ranks that split "
                           "its batch (K x --batch samples per step) and talk to the master through their leader."),
-        click.option("--allreduce-engine", type=click.Choice(["auto", "mpi", "horovod"]), default="auto",
+        click.option("--allreduce-engine", type=click.Choice(ALLREDUCE_ENGINES), default="auto",
                      show_default=True,
-                     help="Who sums gradients (--mode allreduce, --n-processes > 1): mpi (one MPI Allreduce of "
-                          "one flat buffer), horovod (if installed); auto = mpi on CPUs, horovod with NCCL on GPUs."),
+                     help="Who sums gradients (--mode allreduce, --n-processes > 1): mpi (MPI all-reduces of one "
+                          "flat buffer), torch (torch.distributed: NCCL with the buffers on the GPUs when every "
+                          "rank has one, else gloo), horovod (if installed); auto = mpi on CPUs, torch on GPUs."),
         click.option("--bucket-mb", type=finite_range(min=0), default=BUCKET_MB, show_default=True, metavar="MB",
                      help="Gradient all-reduce buckets of about MB megabytes, each started during backward as "
                           "soon as its gradients are final (torch on CPU); 0: one all-reduce after backward."),
+        click.option("--amp", is_flag=True,
+                     help="Automatic mixed precision for torch models: float16 autocast with a gradient scaler on "
+                          "GPUs (its state is checkpointed), bfloat16 autocast on CPUs."),
         click.option("--scale-lr", is_flag=True,
                      help="Multiply the worker optimizer's learning rate by the ranks that split one batch: all "
                           "ranks with --mode allreduce, the K ranks of a worker with --n-processes K."),
