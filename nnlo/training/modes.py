@@ -48,9 +48,10 @@ class WorkerRule:
         self.link, self.master = link, master
         n = backend.n_params
         self.w0 = np.zeros(n, dtype=np.float32)
-        # what travels: page-locked memory when the model is on a GPU (full-speed copies to and from it)
-        self.send_buf = backend.host_buffer(n)
-        self.recv_buf = backend.host_buffer(n)
+        # what travels: framed (one message with its header, nnlo.transport.Link.frame), in page-locked memory
+        # when the model is on a GPU (full-speed copies to and from it)
+        self.send_buf = link.frame(n, backend.host_buffer)
+        self.recv_buf = link.frame(n, backend.host_buffer)
         #: evaluates a share of a validation the master asked for: (request header with ``range`` and
         #: ``buffers``, the weights to judge) -> the share's sums; set by the worker that owns this rule
         self.validate: Callable[[dict[str, Any], np.ndarray], np.ndarray] | None = None
