@@ -198,6 +198,7 @@ def main_child(a: argparse.Namespace, argv: list[str]) -> int:
                       "<= 0.95 x DDP (NCCL) at 10 M and 50 M on GPUs",
             "nnlo_allreduce": f"nnlo.allreduce engine {nnlo['nnlo'].describe()} (--allreduce-engine auto)",
             "engines": {m: e.describe() for m, e in nnlo.items()},
+            "mpi_progress": getattr(nnlo.get("nnlo_mpi", nnlo["nnlo"]), "progress_mode", None),
             "horovod": horovod_note(),
             "latency": lat,
             "communication": comm_rows,

@@ -47,6 +47,8 @@ def machine_line(d: dict) -> str:
         parts.append(f"{m['mpi_library']} (mpi4py {m.get('mpi4py')})")
     if m.get("torch"):
         parts.append(f"torch {m['torch']}")
+    if m.get("gpu"):
+        parts.append(f"GPU {m['gpu']}")
     parts.append(f"load average {load[0]:.1f} at start, {d['loadavg_end'][0]:.1f} at end")
     return f"_Machine: {', '.join(parts)}; {d['when_utc']}, nnlo {m.get('nnlo_commit')}. Rerun: `{d['command']}`_"
 

@@ -100,6 +100,28 @@ def select_device(comm: Any, needs_device: bool) -> str:
     return f"cuda:{gpu_index(index, on_node, count, same_view)}"
 
 
+def physical_gpu(device: str) -> str | None:
+    """Which physical GPU ``device`` ("cuda:1") is, as ``host:uuid`` (or ``host:index`` among all the node's
+    GPUs when torch does not report the UUID), so ranks can tell whether two of them share one; None for
+    the CPU or without CUDA."""
+    if not str(device).startswith("cuda"):
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    import socket
+
+    index = torch.device(device).index or 0
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    if uuid is None:
+        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        uuid = visible[index] if index < len(visible) else str(index)
+    return f"{socket.gethostname()}:{uuid}"
+
+
 @functools.cache
 def cuda_aware_mpi() -> bool:
     """True when the MPI library says it moves CUDA device memory itself (``MPIX_Query_cuda_support()``

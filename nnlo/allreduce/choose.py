@@ -52,7 +52,7 @@ def make_engine(name: str, comm: Any, device: str = "cpu") -> Engine:
     if name == "mpi":
         from nnlo.allreduce.mpi import MpiEngine
 
-        return MpiEngine(comm)
+        return MpiEngine(comm, device=device)
     if name == "torch":
         return _torchdist.TorchEngine(comm, device)
     if name == "horovod":

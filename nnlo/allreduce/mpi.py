@@ -19,6 +19,11 @@ drive it, chosen by ``progress``:
   backward runs without the GIL, so the pokes land in the middle of a layer's backward.
 
 ``bench/run.sh allreduce --progress hooks thread`` measures both, side by side.
+
+**CUDA-aware MPI.** When the replicas compute on GPUs and the MPI library says it handles device memory
+(:func:`nnlo.device.cuda_aware_mpi`, asked at run time, never assumed), the step buffer lives on the GPU and MPI
+sums it there; the engine waits for the GPU's queued work before handing a buffer to MPI. Otherwise the
+buffer is host memory.
 """
 from __future__ import annotations
 
@@ -28,18 +33,23 @@ from typing import Any
 
 import numpy as np
 
-from nnlo.allreduce.base import Engine, check_buffer
+from nnlo.allreduce import flat
+from nnlo.allreduce.base import Engine
 
 PROGRESS = ("thread", "hooks")
-#: seconds between two pokes of the progress thread: short against a bucket's rounds (~ms for 4 MB), long
-#: against one ``Iprobe`` (~1 us), so the thread costs about a percent of a core while buckets are in flight
-POKE_S = 1e-4
+#: the default way to drive progress (the bench measures every one of PROGRESS beside it)
+DEFAULT_PROGRESS = "thread"
+#: seconds between two pokes of the progress thread: about one round of a bucket's all-reduce (a few MB copied
+#: through shared memory, ~1 ms), long against one ``Iprobe`` (~1 us): the thread costs a fraction of a percent
+#: of a core. On this project's 2 shared cores (load 11-14, one run each) 0.1 ms pokes made the 50 M step 26 %
+#: slower than progress from the hooks, 1 ms pokes 3 %: there the thread competes with backward for the core
+POKE_S = 1e-3
 
 
 class MpiEngine(Engine):
     name = "mpi"
 
-    def __init__(self, comm: Any, progress: str = "thread") -> None:
+    def __init__(self, comm: Any, progress: str = DEFAULT_PROGRESS, device: str = "cpu") -> None:
         from mpi4py import MPI
 
         if progress not in PROGRESS:
@@ -47,24 +57,47 @@ class MpiEngine(Engine):
         super().__init__(comm.Get_size(), comm.Get_rank())
         self._MPI = MPI
         self.comm = comm
+        if str(device).startswith("cuda"):
+            from nnlo.device import cuda_aware_mpi
+
+            if all(comm.allgather(cuda_aware_mpi())):  # every rank, or none, hands MPI device memory
+                self.device = str(device)
         threads_ok = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         self.progress_mode = progress if (progress == "hooks" or threads_ok) else "hooks"
         self._poker: _Poker | None = None
         if self.progress_mode == "thread" and self.size > 1:
             self._poker = _Poker(comm)
 
-    def allreduce_sum(self, buf: np.ndarray) -> None:
-        check_buffer(buf)
+    def zeros(self, n: int) -> Any:
+        if self.device == "cpu":
+            return np.zeros(n, dtype=np.float32)
+        import torch
+
+        return torch.zeros(n, dtype=torch.float32, device=self.device)
+
+    def _ready(self, buf: Any) -> None:
+        """Refuse anything but a flat float32 vector; a device buffer's producers must have finished before MPI
+        reads it (MPI does not follow CUDA streams)."""
+        flat.check_buffer(buf)
+        if flat.on_device(buf) and buf.is_cuda:
+            import torch
+
+            torch.cuda.current_stream(buf.device).synchronize()
+        elif flat.on_device(buf):
+            raise TypeError("the mpi engine sums host arrays (or CUDA tensors with a CUDA-aware MPI)")
+
+    def allreduce_sum(self, buf: Any) -> None:
+        self._ready(buf)
         if self.size > 1:
             self.comm.Allreduce(self._MPI.IN_PLACE, [buf, self._MPI.FLOAT], op=self._MPI.SUM)
 
     def broadcast(self, buf: np.ndarray, root: int = 0) -> None:
-        check_buffer(buf)
+        self._ready(buf)
         if self.size > 1:
             self.comm.Bcast([buf, self._MPI.FLOAT], root=root)
 
-    def iallreduce_sum(self, buf: np.ndarray, key: int = 0) -> Any:
-        check_buffer(buf)
+    def iallreduce_sum(self, buf: Any, key: int = 0) -> Any:
+        self._ready(buf)
         if self.size == 1:
             return _NoWait
         request = self.comm.Iallreduce(self._MPI.IN_PLACE, [buf, self._MPI.FLOAT], op=self._MPI.SUM)
@@ -91,7 +124,8 @@ class MpiEngine(Engine):
             self._poker = None
 
     def describe(self) -> str:
-        return f"{super().describe()}, progress by {self.progress_mode}"
+        where = f", CUDA-aware on {self.device}" if self.device != "cpu" else ""
+        return f"{super().describe()}, progress by {self.progress_mode}{where}"
 
 
 class _Poker:

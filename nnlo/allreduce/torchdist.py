@@ -7,7 +7,8 @@ builds its own process-group object over that store (``ProcessGroupNCCL`` or ``P
 process-wide default group: an all-reduce worker group, a search block's trial and a benchmark's DDP each get
 their own, side by side). :meth:`TorchEngine.close` shuts it down and drops the store.
 
-Which library: NCCL when *every* rank of the group computes on a GPU and torch was built with NCCL (agreed by
+Which library: NCCL when *every* rank of the group computes on a GPU of its own (NCCL refuses two ranks on one
+GPU: ranks sharing GPUs, ``--gpus-per-worker 0.5``, sum through gloo) and torch was built with NCCL (agreed by
 one ``allgather``, so the ranks never disagree), gloo otherwise. With NCCL the step buffers live on the GPU
 (:meth:`TorchEngine.zeros` returns a CUDA tensor): backward's gradient hooks write into it, each bucket's
 ``all_reduce`` is queued on NCCL's stream as soon as the bucket is complete, the optimizer reads the sum in
@@ -107,7 +108,12 @@ class TorchEngine(Engine):
                               f"use --allreduce-engine mpi") from None
         super().__init__(comm.Get_size(), comm.Get_rank())
         self._torch, self._dist = torch, dist
-        nccl = all(comm.allgather(nccl_usable(device)))  # one answer for the whole group
+        from nnlo.device import physical_gpu
+
+        gpus = comm.allgather(physical_gpu(device) if nccl_usable(device) else None)  # one answer for the group
+        nccl = None not in gpus and len(set(gpus)) == len(gpus)
+        if None not in gpus and not nccl and self.rank == 0:
+            log.info("torch engine: ranks share GPUs, which NCCL refuses; summing through gloo")
         self.backend = "nccl" if nccl else "gloo"
         if nccl:
             self.device = str(torch.device(device))
