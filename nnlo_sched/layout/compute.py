@@ -302,7 +302,7 @@ def _place(
     plan = LaunchPlan(world, nodes, ranks_per_node, cores_per_rank, gpw, unbound)
     launcher = launcher_for(profile)
     launcher.check(plan)
-    binding = "none" if gpw == 0 else ("launcher" if plan.bound and launcher.binds_gpus else "runtime")
+    binding = "none" if gpw == 0 else ("launcher" if plan.bound and launcher.binds_gpus else "layout")
     layout = Layout(
         cluster=profile.name,
         kind=kind,

@@ -8,9 +8,9 @@ masters and coordinator instead take the node's spare cores beside one worker pe
 binds no GPUs and every rank picks the device named here (``unbound``).
 
 Who binds (``gpu_binding``): ``launcher`` — srun and jsrun give each rank slot its GPUs
-(:func:`~nnlo_sched.launchers.base.slot_gpus`) and the rank sees only those; ``runtime`` — unbound, or a
-launcher that cannot bind (aprun, mpirun): every rank sees its node's GPUs and takes the one
-:func:`nnlo.device.gpu_index` names, the same function the runtime calls, so this map is what runs.
+(:func:`~nnlo_sched.launchers.base.slot_gpus`) and the rank sees only those; ``layout`` — unbound, or a
+launcher that cannot bind (aprun, mpirun): every rank sees its node's GPUs and takes the one named here by
+:func:`nnlo.device.gpu_index`, the same function the runtime calls, so this map is what runs.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class Layout:
     walltime_limit_s: int | None
     launcher: list[str]
     notes: list[str] = field(default_factory=list)
-    gpu_binding: str = "launcher"  # launcher | runtime | none (see the module's docstring)
+    gpu_binding: str = "launcher"  # launcher | layout | none (see the module's docstring)
 
     # -- derived -----------------------------------------------------------------------------------
     @property

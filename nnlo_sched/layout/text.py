@@ -14,7 +14,7 @@ _MAX_RANK_MAP = 400  # characters of the rank map before it is shortened
 _MAX_SLOTS = 24  # ranks of a node listed in the GPU map before it is shortened
 _BINDING = {
     "launcher": "bound by the launcher: each rank sees only its own GPU(s) and computes on the first",
-    "runtime": "each rank sees its node's GPUs and computes on the one listed (nnlo.device.gpu_index)",
+    "layout": "each rank sees its node's GPUs and computes on the one listed (nnlo.device.gpu_index)",
 }
 
 
