@@ -72,17 +72,3 @@ def divide(buf: Any, divisor: float) -> None:
         buf /= np.float32(divisor)
     else:
         buf.div_(divisor)
-
-
-def scale_into(grad: np.ndarray, factor: float, out: Any) -> None:
-    """``out = grad * factor`` (``grad`` a host array; ``out`` a buffer of either kind)."""
-    if isinstance(out, np.ndarray):
-        np.multiply(grad, np.float32(factor), out=out)
-        return
-    import torch
-
-    torch.mul(torch.from_numpy(grad).to(out.device), factor, out=out)
-
-
-def host_zeros(n: int) -> np.ndarray:
-    return np.zeros(n, dtype=np.float32)

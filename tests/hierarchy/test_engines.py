@@ -105,3 +105,22 @@ def test_config_refuses_contradictory_all_reduce_options() -> None:
         TrainConfig(model="m", mode="allreduce", n_masters=3).validate()
     with pytest.raises(ConfigError, match="synchronous by design"):
         TrainConfig(model="m", mode="allreduce", synchronous=True).validate()
+
+
+def test_step_buffers_of_either_kind_take_the_same_operations() -> None:
+    import torch
+
+    from nnlo.allreduce import flat
+
+    for buf in (np.zeros(6, np.float32), torch.zeros(6)):
+        flat.put(buf, 2, [1.0, 2.0, 3.0])
+        flat.fill(buf[:2], 5.0)
+        flat.divide(buf[:4], 2.0)
+        assert flat.get(buf, 0) == [2.5, 2.5, 0.5, 1.0, 3.0, 0.0] and flat.length(buf) == 6
+        assert flat.on_device(buf) == isinstance(buf, torch.Tensor)
+        flat.check_buffer(buf)
+    for bad in (np.zeros(3), torch.zeros(2, 2), torch.zeros(4, dtype=torch.float64), [0.0]):
+        with pytest.raises(TypeError, match="flat contiguous float32"):
+            flat.check_buffer(bad)
+    with pytest.raises(TypeError, match="flat contiguous float32 arrays"):
+        flat.check_host(torch.zeros(3))  # host engines take numpy arrays only
