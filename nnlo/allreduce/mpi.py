@@ -150,7 +150,7 @@ class _Poker:
             self._active.wait()
             if self._closing:
                 return
-            while self._active.is_set():
+            while self._active.is_set() and not self._closing:
                 probe()
                 time.sleep(POKE_S)
 
@@ -158,7 +158,8 @@ class _Poker:
         self._closing = True
         self._active.set()
         self._thread.join(timeout=5)
-        self._comm.Free()
+        if not self._thread.is_alive():  # never free a communicator a probe may still be using
+            self._comm.Free()
 
 
 class _NoWait:
