@@ -47,6 +47,8 @@ def machine_line(d: dict) -> str:
         parts.append(f"{m['mpi_library']} (mpi4py {m.get('mpi4py')})")
     if m.get("torch"):
         parts.append(f"torch {m['torch']}")
+    if m.get("gpu"):
+        parts.append(f"GPU {m['gpu']}")
     parts.append(f"load average {load[0]:.1f} at start, {d['loadavg_end'][0]:.1f} at end")
     return f"_Machine: {', '.join(parts)}; {d['when_utc']}, nnlo {m.get('nnlo_commit')}. Rerun: `{d['command']}`_"
 
@@ -54,14 +56,21 @@ def machine_line(d: dict) -> str:
 def ps_exchange(d: dict) -> str:
     rows = [[f"{s['params']:,}", f"{s['bytes'] / 1e6:.2f} MB", t(s["raw_round_trip_s"]),
              t(s.get("raw_two_messages_round_trip_s")), t(s["nnlo_round_trip_s"]),
-             spread(s["nnlo_round_trip_s"]), t(s.get("nnlo_one_message_round_trip_s")),
+             spread(s["nnlo_round_trip_s"]), t(s.get("nnlo_unframed_round_trip_s")),
+             t(s.get("nnlo_one_message_round_trip_s")),
              t(s.get("nnlo_two_messages_round_trip_s")), f"{s['raw_bandwidth_GBps']:.2f}",
              f"{s['nnlo_bandwidth_GBps']:.2f}",
              f"**{s['ratio_of_raw_bandwidth']:.2f}**", f"{s['ratio_paired_median']:.2f}"] for s in d["sizes"]]
     lat = d["latency"]
+    gpu = [[f"{g['params']:,}"] + [t(g["round_trip_s"].get(m)) for m in ("raw_host", "nnlo_gpu", "naive_gpu",
+                                                                           "raw_cuda_aware")]
+           + [f"{g['staged_over_naive']:.2f}"] for g in d.get("gpu_staging", [])]
+    gpu_table = [md(gpu, ["params", "raw host round trip", "nnlo, GPU worker (pinned, framed)",
+                          "pageable copies", "raw CUDA-aware MPI", "pinned speed-up"])] if gpu else []
     return "\n\n".join([md(rows, ["params", "bytes each way", "raw round trip", "raw, 2 messages each way",
-                                  "nnlo round trip", "nnlo p25-p75", "nnlo forced 1 message", "nnlo forced 2 messages",
-                                  "raw GB/s", "nnlo GB/s", "nnlo/raw", "paired median"]),
+                                  "nnlo round trip (framed)", "nnlo p25-p75", "nnlo unframed",
+                                  "unframed forced 1 message", "unframed forced 2 messages",
+                                  "raw GB/s", "nnlo GB/s", "nnlo/raw", "paired median"]), *gpu_table,
                         f"Measured by the same script: raw 8-byte one-way latency "
                         f"{t(lat['raw_one_way_8B_s'])}; nnlo header-only round trip "
                         f"{t(lat['nnlo_header_round_trip_s'])}; one-core memory copy "
@@ -69,15 +78,14 @@ def ps_exchange(d: dict) -> str:
 
 
 def allreduce(d: dict) -> str:
-    methods = ["mpi4py", "gloo", "horovod", "nnlo"]
+    methods = list(dict.fromkeys(m for r in d["communication"] for m in r["seconds"]))  # as measured, in order
     rows = []
     for r in d["communication"]:
         s = r["seconds"]
         rows.append([f"{r['params']:,}", f"{r['bytes'] / 1e6:.0f} MB"] + [t(s.get(m)) for m in methods]
                     + [f"{r['gloo_over_mpi4py']:.2f}", f"{r['nnlo_over_best_alternative']:.2f}"
                        if "nnlo_over_best_alternative" in r else "n/a"])
-    parts = [md(rows, ["params", "size", "mpi4py Allreduce", "gloo all_reduce", "Horovod", "nnlo", "gloo/mpi4py",
-                       "nnlo/best"])]
+    parts = [md(rows, ["params", "size", *methods, "gloo/mpi4py", "nnlo/best"])]
     if d.get("step") and "nnlo_flatten_overhead_s" in d["step"][0]:  # results from before the bucketed step
         rows = []
         for r in d["step"]:
@@ -97,6 +105,8 @@ def allreduce(d: dict) -> str:
                         + [f"**{r['nnlo_over_ddp']:.2f}**"])
         parts.append(md(rows, ["params", "local step", *[f"{m} (exposed)" for m in methods],
                                f"nnlo/DDP ({d['step'][0]['nnlo_method']})"]))
+        if d.get("engines"):
+            parts.append("Engines: " + "; ".join(f"`{m}` {e}" for m, e in d["engines"].items()) + ".")
     lat = d["latency"]
     parts.append("8-byte all-reduce latency, same script: " + ", ".join(
         f"{k.split('_')[0]} {t(v)}" for k, v in lat.items()) + f". nnlo all-reduce: {d['nnlo_allreduce']}. "
@@ -269,10 +279,10 @@ def main(argv: list[str]) -> int:
     if a.update:
         return update(Path(a.update), Path(a.results), a.names or list(REPORTS))
     for name in a.names or list(REPORTS):
-        path = Path(a.results) / f"{name}.json"
-        if not path.exists():
-            continue
-        print(f"### {name}\n\n{REPORTS[name](json.loads(path.read_text()))}\n")
+        for suffix in ("", "-gpu"):  # bench/results/NAME-gpu.json: the same benchmark on a GPU node
+            path = Path(a.results) / f"{name}{suffix}.json"
+            if path.exists():
+                print(f"### {name}{suffix}\n\n{REPORTS[name](json.loads(path.read_text()))}\n")
     return 0
 
 

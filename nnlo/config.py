@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from nnlo.roles import Shape
 
 MODES = ("downpour", "easgd", "gem", "allreduce")
-ALLREDUCE_ENGINES = ("auto", "mpi", "horovod")
+ALLREDUCE_ENGINES = ("auto", "mpi", "torch", "horovod")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 BACKENDS = ("auto", "torch", "keras")
 #: ``--cache-data`` given without a folder: keep the data in memory (as ``--preload-data`` does)
@@ -80,9 +80,10 @@ class TrainConfig:
     seed: int = 0
     n_masters: int = 1
     n_processes: int = 1
-    allreduce_engine: str = "auto"  # auto|mpi|horovod: who sums gradients (all-reduce mode and worker groups)
+    allreduce_engine: str = "auto"  # auto|mpi|torch|horovod: who sums gradients (all-reduce mode and worker groups)
     bucket_mb: float = BUCKET_MB  # gradient all-reduce buckets started during backward; 0: one all-reduce after it
     scale_lr: bool = False  # all-reduce mode: worker optimizer lr times the number of ranks
+    amp: bool = False  # automatic mixed precision (torch): float16 + gradient scaler on GPUs, bfloat16 on CPUs
     monitor: bool = False
     timeline: bool = False
     deadline: float | None = None  # unix seconds; a complete checkpoint is written before it

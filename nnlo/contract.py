@@ -46,6 +46,8 @@ ENV_LIVE = "NNLO_LIVE"
 ENV_JOB_ID = "NNLO_JOB_ID"
 #: A shared search's participant name (``nnlo optimize --shared``); the job scripts set it to the chain's name.
 ENV_PARTICIPANT = "NNLO_PARTICIPANT"
+#: Overrides the device every rank computes on ("cpu", "cuda:1"; :mod:`nnlo.device`).
+ENV_DEVICE = "NNLO_DEVICE"
 #: Testing hook: the master signals itself with SIGUSR1 after this many updates.
 ENV_TEST_SIGNAL_AT_UPDATE = "NNLO_TEST_SIGNAL_AT_UPDATE"
 

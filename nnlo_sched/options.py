@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from nnlo.api import DEFAULT_RUNS
-from nnlo.config import CACHE_IN_MEMORY, TrainConfig, deadline_from_env
+from nnlo.config import ALLREDUCE_ENGINES, CACHE_IN_MEMORY, TrainConfig, deadline_from_env
 from nnlo.contract import (
     BEST_FILE,
     ENV_DEADLINE,
@@ -197,12 +197,16 @@ TRAINING: list[Decorator] = [
     train_option("--n-processes", type=click.IntRange(min=1),
                  help="Ranks per worker: K > 1 makes each worker an all-reduce group of K ranks that split "
                       "its batch (K x --batch samples per step) and talk to the master through their leader."),
-    train_option("--allreduce-engine", type=click.Choice(["auto", "mpi", "horovod"]),
-                 help="Who sums gradients (--mode allreduce, --n-processes > 1): mpi (one MPI Allreduce of "
-                      "one flat buffer), horovod (if installed); auto = mpi on CPUs, horovod with NCCL on GPUs."),
+    train_option("--allreduce-engine", type=click.Choice(ALLREDUCE_ENGINES),
+                 help="Who sums gradients (--mode allreduce, --n-processes > 1): mpi (MPI all-reduces of one "
+                      "flat buffer), torch (torch.distributed: NCCL with the buffers on the GPUs when every "
+                      "rank has one, else gloo), horovod (if installed); auto = mpi on CPUs, torch on GPUs."),
     train_option("--bucket-mb", type=finite_range(min=0), metavar="MB",
                  help="Gradient all-reduce buckets of about MB megabytes, each started during backward as "
                       "soon as its gradients are final (torch on CPU); 0: one all-reduce after backward."),
+    train_option("--amp", is_flag=True,
+                 help="Automatic mixed precision for torch models: float16 autocast with a gradient scaler on "
+                      "GPUs (its state is checkpointed), bfloat16 autocast on CPUs."),
     train_option("--scale-lr", is_flag=True,
                  help="Multiply the worker optimizer's learning rate by the ranks that split one batch: all "
                       "ranks with --mode allreduce, the K ranks of a worker with --n-processes K."),

@@ -170,8 +170,11 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     if error:
         raise ConfigError(error)
 
-    # every rank: the coordinator decides on the stop, a block's trainings install their own over this one
-    with Stop(deadline_from_env(opts.deadline)) as stop:
+    from nnlo.device import world_node_place
+
+    # every rank: the coordinator decides on the stop, a block's trainings install their own over this one;
+    # blocks share nodes: each node's workers are counted over the world when they pick their GPUs
+    with world_node_place(world, info.needs_device), Stop(deadline_from_env(opts.deadline)) as stop:
         if info.role is Role.COORDINATOR:
             assert search is not None
             log.info("%s; %s search of %d trial(s) over %s, fom %s; results in %s", hierarchy.summary(),

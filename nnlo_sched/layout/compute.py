@@ -301,6 +301,7 @@ def _place(
     plan = LaunchPlan(world, nodes, ranks_per_node, cores_per_rank, gpw, unbound)
     launcher = launcher_for(profile)
     launcher.check(plan)
+    binding = "none" if gpw == 0 else ("launcher" if plan.bound and launcher.binds_gpus else "layout")
     layout = Layout(
         cluster=profile.name,
         kind=kind,
@@ -316,6 +317,7 @@ def _place(
         walltime_limit_s=limit,
         launcher=launcher.argv(plan),
         notes=notes,
+        gpu_binding=binding,
     )
     layout.notes[:0] = _server_notes(layout)
     return layout

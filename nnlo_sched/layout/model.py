@@ -6,6 +6,11 @@ nodes every rank holds a GPU slot: worker ranks use theirs, and the few masters 
 no GPU) leave theirs idle — those ranks come first, so they sit on the first node(s). On a single node the
 masters and coordinator instead take the node's spare cores beside one worker per GPU slot; the launcher then
 binds no GPUs and every rank picks the device named here (``unbound``).
+
+Who binds (``gpu_binding``): ``launcher`` — srun and jsrun give each rank slot its GPUs
+(:func:`~nnlo_sched.launchers.base.slot_gpus`) and the rank sees only those; ``layout`` — unbound, or a
+launcher that cannot bind (aprun, mpirun): every rank sees its node's GPUs and takes the one named here by
+:func:`nnlo.device.gpu_index`, the same function the runtime calls, so this map is what runs.
 """
 from __future__ import annotations
 
@@ -15,8 +20,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from nnlo.device import gpu_index
 from nnlo.errors import ConfigError
 from nnlo.roles import Hierarchy, RankInfo, Role, Shape
+from nnlo_sched.launchers.base import slot_gpus
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,7 @@ class Layout:
     walltime_limit_s: int | None
     launcher: list[str]
     notes: list[str] = field(default_factory=list)
+    gpu_binding: str = "launcher"  # launcher | layout | none (see the module's docstring)
 
     # -- derived -----------------------------------------------------------------------------------
     @property
@@ -129,30 +137,27 @@ class Layout:
         return rank // self.ranks_per_node
 
     def gpus_of(self, rank: int) -> tuple[int, ...]:
-        """Device indices on the rank's node ((): none)."""
+        """Device indices on the rank's node ((): none); the first is the one it computes on."""
         info = self.hierarchy[rank]
         if not info.needs_device or self.gpus_per_worker == 0:
             return ()
-        slot = rank % self.ranks_per_node
-        if self.unbound:
-            # single node, every rank sees all GPUs: the runtime (nnlo.device) gives the j-th worker rank of
-            # the node GPU j modulo the GPU count, so sharing ranks are dealt round-robin
-            slot = self._worker_ordinal()[rank]
-            if self.shares_gpus:
-                return (slot % self.gpus_per_node,)
-        if self.shares_gpus:  # the launcher binds one GPU to each set of ranks_per_gpu consecutive slots
-            return (slot // self.ranks_per_gpu,)
-        g = int(self.gpus_per_worker)
-        return tuple(range(slot * g, (slot + 1) * g))
+        if self.gpu_binding == "launcher":
+            return slot_gpus(rank % self.ranks_per_node, self.gpus_per_worker)
+        # every rank sees its node's GPUs and the runtime picks by the one rule (nnlo.device.gpu_index)
+        ordinal, workers = self._node_places()[rank]
+        first = gpu_index(ordinal, workers, self.gpus_per_node)
+        return tuple(range(first, first + max(1, int(self.gpus_per_worker))))
 
-    def _worker_ordinal(self) -> dict[int, int]:
-        cached = self.__dict__.get("_ordinal")
+    def _node_places(self) -> dict[int, tuple[int, int]]:
+        """rank -> (its number among its node's worker ranks, how many workers the node has)."""
+        cached = self.__dict__.get("_places")
         if cached is None:
-            cached = {}
+            per_node: dict[int, list[int]] = {}
             for info in self.hierarchy:
                 if info.needs_device:
-                    cached[info.rank] = len(cached)
-            self.__dict__["_ordinal"] = cached
+                    per_node.setdefault(self.node_of(info.rank), []).append(info.rank)
+            cached = {r: (i, len(ranks)) for ranks in per_node.values() for i, r in enumerate(ranks)}
+            self.__dict__["_places"] = cached
         return cached
 
     def placements(self) -> Iterator[Placement]:
@@ -199,7 +204,7 @@ class Layout:
             gpus_per_node=self.gpus_per_node,
             gpus_per_worker=float(self.gpus_per_worker),
             ranks_per_gpu=self.ranks_per_gpu,
-            gpu_binding="layout" if self.unbound else ("launcher" if self.gpus_per_worker else "none"),
+            gpu_binding=self.gpu_binding,
             gpus_used=self.gpus_used,
             gpus_allocated=self.gpus_allocated,
             workers_per_group=self.workers_per_group,

@@ -68,9 +68,22 @@ def test_allreduce(tmp_path, nnlo_env, mpirun):
         assert "nnlo" in row["seconds"] and "nnlo_over_best_alternative" in row
     except ImportError:
         pass
+    from nnlo.allreduce import available_engines
+    from nnlo.allreduce.mpi import PROGRESS
+
+    engines = doc["engines"]
+    assert "mpi over 2 rank(s)" in engines["nnlo"]  # auto on CPUs
+    assert set(engines) == {"nnlo"} | {f"nnlo_{e}" for e in available_engines() if e != "mpi"}
+    assert set(engines) <= set(row["seconds"]) | {"nnlo_horovod"}  # every engine's all-reduce, measured
     (step,) = doc["step"]
-    hvd = {f"nnlo_horovod_{step['bucket_mb'][0]:g}mb"} if "horovod" in row["seconds"] else set()
-    assert {"local", "ddp_gloo", "nnlo_local", step["nnlo_method"]} | hvd == set(step["seconds"])
+    mb = f"{step['bucket_mb'][0]:g}mb"
+    default_progress = doc["mpi_progress"]
+    assert default_progress in PROGRESS and f"progress by {default_progress}" in engines["nnlo"]
+    expected = ({"local", "ddp_gloo", "nnlo_local", step["nnlo_method"]}
+                | {f"nnlo_{mb}_progress_{m}" for m in PROGRESS if m != default_progress}
+                | {f"{e}_{mb}" for e in engines if e != "nnlo"})
+    assert expected == set(step["seconds"])
+    assert step["ddp_method"] == "ddp_gloo" and doc["device"] == "cpu"
     assert math.isclose(step["nnlo_over_ddp"], step["seconds"][step["nnlo_method"]]["median"]
                         / step["seconds"]["ddp_gloo"]["median"])
 

@@ -378,16 +378,25 @@ def test_device_choice_per_node_local_worker(monkeypatch: pytest.MonkeyPatch) ->
     from nnlo import device
 
     monkeypatch.delenv("NNLO_DEVICE", raising=False)
-    assert device.node_local_index(MPI.COMM_SELF, True) == (0, 1)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert device.node_place(MPI.COMM_SELF, True) == (0, 1, True)
+    assert device.node_place(MPI.COMM_SELF, False) == (0, 0, True)
     assert device.select_device(MPI.COMM_SELF, False) == "cpu"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert device.select_device(MPI.COMM_SELF, True) == "cpu"  # clean CPU fallback
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(device, "node_local_index", lambda comm, needs: (3, 4))
-    assert device.select_device(MPI.COMM_SELF, True) == "cuda:1"  # 4th worker of the node, 2 GPUs
+    monkeypatch.setattr(device, "node_place", lambda comm, needs: (3, 4, True))
+    assert device.select_device(MPI.COMM_SELF, True) == "cuda:1"  # 4th worker of the node, 2 GPUs: shared
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 12)
-    monkeypatch.setattr(device, "node_local_index", lambda comm, needs: (10, 12))
+    monkeypatch.setattr(device, "node_place", lambda comm, needs: (10, 12, True))
     assert device.select_device(MPI.COMM_SELF, True) == "cuda:10"  # beyond 9 GPUs (upstream broke here)
+    monkeypatch.setattr(device, "node_place", lambda comm, needs: (1, 6, True))
+    assert device.select_device(MPI.COMM_SELF, True) == "cuda:2"  # 6 workers on 12 GPUs: two each
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(device, "node_place", lambda comm, needs: (1, 2, False))
+    assert device.select_device(MPI.COMM_SELF, True) == "cuda:0"  # the launcher bound this rank's two GPUs
+    with device.world_node_place(MPI.COMM_SELF, True) as place:  # a search counts over its world
+        assert place == (1, 2, False) and device.select_device(MPI.COMM_SELF, True) == "cuda:0"
     monkeypatch.setenv("NNLO_DEVICE", "cpu")
     assert device.select_device(MPI.COMM_SELF, True) == "cpu"

@@ -51,7 +51,7 @@ def test_upstream_optimization_shape_13_ranks() -> None:
     h = lay.hierarchy
     assert (h.count(Role.COORDINATOR), h.count(Role.MASTER), h.count(Role.WORKER)) == (1, 4, 8)
     assert lay.launcher == ["srun", "-n", "13", "--nodes=13", "--ntasks-per-node=1", "--cpus-per-task=12",
-                            "--wait=120", "--gpus-per-task=1"]
+                            "--wait=120", "--gpus-per-task=1", "--gpu-bind=map_gpu:0"]
 
 
 def test_titan_aprun_and_uber_master() -> None:
