@@ -54,6 +54,7 @@ def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | N
         from nnlo.optimize.options import trial_overrides
 
         trial_overrides(config, cwd, "")  # a search refuses --restore before any path is looked at
+        search.schedule_spec(config)  # and a schedule that cannot run (--min-epochs above --epochs, ...)
     _check_paths(config, search, cwd)
     return _probe(config, search, cwd)
 
@@ -175,11 +176,10 @@ def probe(config: TrainConfig, search: SearchConfig | None) -> list[str]:
     hook = False
     if search is not None:
         from nnlo.optimize import space as space_mod
+        from nnlo.optimize.options import check_schedule
 
-        if search.space:
-            space_mod.from_toml(search.space)
-        else:
-            space_mod.from_model(source.module)
+        space = space_mod.from_toml(search.space) if search.space else space_mod.from_model(source.module)
+        check_schedule(search.schedule_spec(config), space.names, source.module, config.model)
         hook = source.module is not None and callable(getattr(source.module, "evaluate", None))
     if hook:
         return []  # a synthetic objective: no data is read

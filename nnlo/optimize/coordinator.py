@@ -118,9 +118,13 @@ class Coordinator:
                 break
             self.idle.pop(0)
             self.busy[block] = trial.id
-            self.world.send({"trial": trial.id, "params": trial.params},
-                            dest=self.hierarchy.block_leader(block), tag=TAG_TASK)
-            log.debug("trial %d -> block %d: %s", trial.id, block, trial.params)
+            task: dict[str, Any] = {"trial": trial.id, "params": trial.params}
+            epochs = self.search.job_epochs(trial)
+            if epochs is not None:  # a schedule's stage: train (on) to this many epochs in total
+                task["epochs"] = epochs
+            self.world.send(task, dest=self.hierarchy.block_leader(block), tag=TAG_TASK)
+            log.debug("trial %d -> block %d: %s%s", trial.id, block, trial.params,
+                      "" if epochs is None else f" to epoch {epochs}")
             handed_out = True
         if handed_out:  # persist the hand-out: a kill now re-runs exactly these trials
             self.search.save()
@@ -148,7 +152,8 @@ class Coordinator:
         fom = f"{search.objective.name}={trial.fom:.6g}" if trial.fom is not None else f"FAILED ({trial.error})"
         if trial.fom is not None and search.n_fold > 1:
             fom += f" ±{trial.fom_std:.3g}"
-        log.info("trial %d [block %d] %s %s", trial.id, trial.block, fom, trial.params)
+        stage = "" if trial.rung is None else f" rung {trial.rung} ({trial.epochs} epochs)"
+        log.info("trial %d [block %d]%s %s %s", trial.id, trial.block, stage, fom, trial.params)
         if self.progress is not None:
             self.progress.update(trial=len(search.finished), fom=trial.fom, running=len(self.busy),
                                  failed=search.n_failed or None,
@@ -164,7 +169,7 @@ class Coordinator:
             print(f"nnlo: error: the first {search.n_failed} trial(s) all failed; first error: {broken.error}",
                   file=sys.stderr)
             return EXIT_BAD_INPUT if broken.error_code == EXIT_BAD_INPUT else EXIT_FAILED
-        if search.target_reached() or (len(search.finished) >= search.num_iterations and not search.requeue):
+        if search.complete():
             return EXIT_DONE
         log.warning("search stopped (%s) with %d/%d trials done; state saved in %s - resubmit to resume",
                     stop_reason or "deadline", len(search.finished), search.num_iterations, search.out_dir)

@@ -97,6 +97,22 @@ def _search_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      metavar="SECONDS",
                      help="--shared: a trial whose job stopped renewing its lease this long goes back to the "
                           "pool and is re-run by another job."),
+        click.option("--schedule", type=click.Choice(["full", "asha", "hyperband", "pbt"]), default="full",
+                     show_default=True,
+                     help="How long trials train: full (every trial --epochs), asha (stop bad trials early: rungs "
+                          "of --min-epochs x eta^k epochs, the best 1/eta go on), hyperband (brackets of asha), "
+                          "pbt (population-based training)."),
+        click.option("--min-epochs", type=int, default=None, metavar="E",
+                     help="asha/hyperband: epochs of the lowest rung (default 1); --epochs is the most a trial "
+                          "trains."),
+        click.option("--reduction-factor", type=FINITE_FLOAT, default=None, metavar="ETA",
+                     help="asha/hyperband: each rung keeps the best 1/ETA of the one below and trains ETA times "
+                          "longer (default 3, at least 2)."),
+        click.option("--population", type=int, default=None, metavar="P",
+                     help="pbt: trials trained side by side (default half of --num-iterations, which also counts "
+                          "every exploit's new trial)."),
+        click.option("--pbt-interval", type=int, default=None, metavar="E",
+                     help="pbt: epochs between exploit/explore steps (default a tenth of --epochs)."),
     ]):
         f = decorator(f)
     return f
@@ -186,6 +202,11 @@ def search_from_params(params: dict[str, Any]) -> Any:
         block_sizes=_sizes(params.get("block_sizes")),
         proposers=int(params.get("proposers") or 1),
         assign=params.get("assign") or "auto",
+        schedule=params.get("schedule") or "full",
+        min_epochs=params.get("min_epochs"),
+        reduction_factor=params.get("reduction_factor"),
+        population=params.get("population"),
+        pbt_interval=params.get("pbt_interval"),
     )
 
 
