@@ -87,6 +87,7 @@ def progress(run_dir: Path, spec: Any) -> dict[str, Any]:
             out["trials_done"] = best.get("trials_done")
             out["trials_total"] = best.get("trials_total")
             out["best"], out["best_name"] = best.get("best_fom"), best.get("fom_name")
+            out["rungs"] = best.get("rungs")  # a --schedule search: trials at each rung, by epochs
     return out
 
 
@@ -162,7 +163,7 @@ def search_view(run: Any, st: Any, answers: dict[str, dict[str, Any]], reconcile
         "progress": {"epoch": None, "epochs": None, "trials_done": counts.done, "trials_total": counts.total,
                      "trials_failed": counts.failed, "trials_leased": counts.leased,
                      "trials_running": counts.running, "trials_source": counts.source,
-                     "best": best.get("best_fom"), "best_name": best.get("fom_name")},
+                     "best": best.get("best_fom"), "best_name": best.get("fom_name"), "rungs": best.get("rungs")},
         "elapsed_s": elapsed, "created_at": st.created_at, "walltime_s": spec.walltime_s,
         "max_resubmits": spec.max_resubmits, "kind": spec.kind,
         "retries": sum(c.get("retries", 0) for c in chains), "max_retries": spec.max_retries,
@@ -193,6 +194,9 @@ def _fmt_progress(p: dict[str, Any]) -> str:
         text = f"{p['trials_done']}" + (f"/{p['trials_total']}" if p["trials_total"] else "") + " trials"
         extra = [f"{p[k]} {k.split('_')[1]}" for k in ("trials_running", "trials_leased", "trials_failed")
                  if p.get(k)]
+        rungs = p.get("rungs")
+        if isinstance(rungs, dict) and rungs:  # trials standing at each rung: "at epochs 1:18 3:6 9:2"
+            extra.append("at epochs " + " ".join(f"{e}:{n}" for e, n in rungs.items()))
         return text + (f" ({', '.join(extra)})" if extra else "")
     return "-"
 
