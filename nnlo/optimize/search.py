@@ -82,6 +82,8 @@ class Search:
         self.dropped = 0  # pooled proposals that expired unused (hardware-aware policy)
         self._learned = -1
         self.schedule = schedule  # None: --schedule full (every trial trains --epochs at once)
+        self._version = 0  # bumped by every change of the trials: the schedule's job is asked once per state
+        self._asked: tuple[int, Job | None] = (-1, None)
 
     # -- hand-out ------------------------------------------------------------------------------------
     @property
@@ -146,6 +148,7 @@ class Search:
             trial.status = "running"
         trial.block, trial.started = block, now if now is not None else time.time()
         self.in_flight[trial.id] = trial
+        self.changed()
         self._ask_ahead()
         return trial
 
@@ -188,9 +191,17 @@ class Search:
         return self.next_id < self.num_iterations and not self.target_reached() and self.broken() is None
 
     def _job(self) -> Job | None:
-        """The schedule's next job now (a pure question: asking twice gives the same job)."""
+        """The schedule's next job now (a pure question: asking twice gives the same job, so it is asked once
+        per state of the trials)."""
         assert self.schedule is not None
-        return self.schedule.next_job(self.views(), new=self._new_allowed(), rng=self._rng(self.next_id))
+        if self._asked[0] != self._version:
+            job = self.schedule.next_job(self.views(), new=self._new_allowed(), rng=self._rng(self.next_id))
+            self._asked = (self._version, job)
+        return self._asked[1]
+
+    def changed(self) -> None:
+        """The trials changed (a hand-out, a result, a re-run, or another participant's records)."""
+        self._version += 1
 
     def _rng(self, tid: int) -> np.random.Generator:
         """The stream of the schedule's draws for the job that may become trial ``tid``: the same state gives
@@ -313,6 +324,7 @@ class Search:
         """Finish a trial (under a schedule: its rung) from its folds' results; tell the engine; caller then
         :meth:`save`."""
         trial = self.in_flight.pop(trial_id)
+        self.changed()
         if self.schedule is not None:
             assert trial.target is not None, f"trial {trial_id} ran without a rung"
             trial.finish_stage(fold_results, self.objective, block, trial.target,
@@ -330,6 +342,7 @@ class Search:
         """A trial stopped by the deadline: it is neither finished nor lost; it re-runs after resubmission
         (under a schedule: the same job, toward the same rung, from its checkpoint)."""
         trial = self.in_flight.pop(trial_id)
+        self.changed()
         if not trial.rungs:
             trial.status = "pending"
         trial.block, trial.started = None, None
@@ -390,6 +403,7 @@ class Search:
             t.target = None  # jobs under way when the state was saved are the "rerun" entries
         self.requeue = [rerun_trial(d, self.finished, self.engine.space) for d in state["rerun"]]
         self.in_flight = {}
+        self.changed()
         if self.schedule is not None:
             self._feed()
         return True

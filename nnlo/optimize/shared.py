@@ -128,6 +128,7 @@ class SharedSearch(Search):
         """Tell the engine the results it has not seen, in journal order (under a schedule: feed it the
         results of its model's rung); follow the trial ids."""
         order = self.shared.order
+        self.changed()
         if self.schedule is not None:
             self._feed()
         else:

@@ -21,7 +21,7 @@ from nnlo.optimize.trial_files import inherit, read_hook_state, trial_dir, write
 from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "examples"))
-import curves  # noqa: E402  (the example's learning curves)
+import curves  # the example's learning curves (after the path)
 
 SPACE = from_model(curves)
 ASHA = ScheduleSpec("asha", max_epochs=9, min_epochs=1, eta=3)

@@ -16,7 +16,7 @@ from nnlo.optimize.results import Objective, Trial
 from nnlo.optimize.schedules import ScheduleError, ScheduleSpec, TrialView, make_schedule
 from nnlo.optimize.schedules.asha import Asha, geometric_budgets, keep, promotable, promotion, ranked
 from nnlo.optimize.schedules.hyperband import Hyperband, bracket_sizes, next_bracket
-from nnlo.optimize.schedules.ledger import feed, model_rung, observations, views
+from nnlo.optimize.schedules.ledger import feed, model_rung, observations, rung_counts, views
 from nnlo.optimize.schedules.pbt import Pbt, donor_for, explore, perturb, quantile_size, steps
 from nnlo.optimize.space import Categorical, Integer, Real, Space
 
@@ -113,7 +113,7 @@ def test_asha_promotes_only_from_a_rungs_top_and_leaves_none_of_it_behind(seed):
     rng = random.Random(seed)
     quality = {i: rng.random() for i in range(60)}
     final, promotions = _drive(asha, 60, lambda tid, rung: quality[tid] + 0.1 * rng.random() / (rung + 1), seed)
-    for tid, rung, order, seen in promotions:  # promoted from the top floor(n / eta) at that moment
+    for tid, _rung, order, seen in promotions:  # promoted from the top floor(n / eta) at that moment
         assert tid in order[:keep(len(order), 3)]
         assert all(t.id != tid or t.running is None for t in seen)
     for rung in range(3):  # at the end every trial in a rung's top 1/eta went on
@@ -282,8 +282,9 @@ def test_the_model_learns_from_the_highest_rung_with_enough_results():
     trials = [_trial(i, [(0, 1.0 + i)]) for i in range(5)] + [_trial(5, [(0, 0.5), (1, 0.3)]),
                                                               _trial(6, [(0, 0.6), (1, 0.4)]),
                                                               _trial(7, [(0, None)])]
-    vs = views(trials, obj, {})
-    assert model_rung(vs, 3) == 0 and model_rung(vs, 2) == 1 and model_rung([], 2) == 0
+    counts = rung_counts(trials)
+    assert counts == {0: 7, 1: 2}
+    assert model_rung(counts, 3) == 0 and model_rung(counts, 2) == 1 and model_rung({}, 2) == 0
     at1 = observations(trials, obj, 1)
     assert [val for _, val, _ in at1] == [0.3, 0.4, None]  # rung 1's results, and the failure below it
     engine = make_engine("bayesian", SPACE, 0, n_initial_points=2)

@@ -48,13 +48,18 @@ def views(trials: Iterable[Trial], objective: Objective, running: Mapping[int, i
     return [view(seen[i], objective, running.get(i)) for i in sorted(seen)]
 
 
-def model_rung(trials: Sequence[TrialView], n_min: int) -> int:
-    """The highest rung with at least ``n_min`` successful results, else the lowest rung with any (0)."""
+def rung_counts(trials: Iterable[Trial]) -> dict[int, int]:
+    """How many successful results each rung has."""
     counts: dict[int, int] = {}
     for t in trials:
-        for rung, v in t.results.items():
-            if v is not None:
-                counts[rung] = counts.get(rung, 0) + 1
+        for r in t.rungs:
+            if r.get("status") == OK and r.get("fom") is not None:
+                counts[int(r["rung"])] = counts.get(int(r["rung"]), 0) + 1
+    return counts
+
+
+def model_rung(counts: Mapping[int, int], n_min: int) -> int:
+    """The highest rung with at least ``n_min`` successful results, else the lowest rung with any (0)."""
     enough = [r for r, n in counts.items() if n >= n_min]
     return max(enough) if enough else min(counts, default=0)
 
@@ -70,7 +75,7 @@ def observations(trials: Sequence[Trial], objective: Objective, rung: int
             failed = r.get("status") != OK or r.get("fom") is None
             if at == rung or (failed and at < rung):
                 value = None if failed else objective.value(float(r["fom"]))
-                out.append((float(r.get("finished") or 0.0), t.id, dict(t.params), value, _variance(r)))
+                out.append((float(r.get("finished") or 0.0), t.id, t.params, value, _variance(r)))
     out.sort(key=lambda o: (o[0], o[1]))
     return [(p, v, var) for _, _, p, v, var in out]
 
@@ -89,10 +94,10 @@ def min_results(engine: Engine) -> int:
 
 
 def feed(engine: Engine, trials: Sequence[Trial], objective: Objective) -> int:
-    """Set the engine's observations to those of the model's rung (see the module's docstring); the rung."""
-    reported = [t for t in trials if t.rungs]
-    rung = model_rung([view(t, objective) for t in reported], min_results(engine))
-    obs = observations(reported, objective, rung)
-    engine.observations = [(engine.space.point(p), v) for p, v, _ in obs]
+    """Set the engine's observations to those of the model's rung (see the module's docstring); the rung.
+    Linear in the results, cheap next to a proposal (the points are the trials' own, already valid)."""
+    rung = model_rung(rung_counts(trials), min_results(engine))
+    obs = observations(trials, objective, rung)
+    engine.observations = [(p, v) for p, v, _ in obs]
     engine.variances = [var for _, _, var in obs]
     return rung
