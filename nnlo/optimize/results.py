@@ -18,6 +18,7 @@ import io
 import math
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,7 +255,12 @@ def _int(v: int | None) -> str:
 def fold_variance(trial: Trial) -> float | None:
     """How noisy a k-fold trial's figure of merit (the fold mean) is: ``fom_std**2 / folds``; None with one
     fold or for a failed trial. The Bayesian engine uses it as the observation's noise."""
-    folds = [v for v in trial.fold_foms if v is not None]
-    if trial.fom is None or trial.fom_std is None or len(folds) < 2:
+    return mean_variance(trial.fom, trial.fom_std, trial.fold_foms)
+
+
+def mean_variance(fom: float | None, fom_std: float | None, fold_foms: Sequence[float | None]) -> float | None:
+    """The variance of a fold mean ``fom`` (of a trial, or of one rung's result): ``fom_std**2 / folds``."""
+    folds = [v for v in fold_foms if v is not None]
+    if fom is None or fom_std is None or len(folds) < 2:
         return None
-    return float(trial.fom_std) ** 2 / len(folds)
+    return float(fom_std) ** 2 / len(folds)

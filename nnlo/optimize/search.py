@@ -26,6 +26,7 @@ schedule) everything is as it was.
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import statistics
 import time
@@ -39,8 +40,18 @@ from nnlo.errors import ConfigError
 from nnlo.optimize.ask_ahead import AskAhead, describe, worth_it
 from nnlo.optimize.assign import Candidate, Fifo, Observation, Policy
 from nnlo.optimize.engines import Engine, engine_options
-from nnlo.optimize.results import FAILED, OK, Objective, Trial, best_trial, fold_variance, write_results
-from nnlo.optimize.schedules import Job, Schedule, ScheduleSpec, TrialView
+from nnlo.optimize.results import (
+    FAILED,
+    OK,
+    Objective,
+    Trial,
+    best_trial,
+    fold_variance,
+    mean_variance,
+    write_results,
+)
+from nnlo.optimize.schedules import Job, Ledger, Schedule, ScheduleSpec
+from nnlo.optimize.schedules.ledger import RungResults, min_results
 from nnlo.optimize.state import load_state, save_state
 
 log = logging.getLogger("nnlo.optimize.search")
@@ -84,15 +95,34 @@ class Search:
         self.schedule = schedule  # None: --schedule full (every trial trains --epochs at once)
         self._version = 0  # bumped by every change of the trials: the schedule's job is asked once per state
         self._asked: tuple[int, Job | None] = (-1, None)
+        self._ledger = Ledger()  # the schedule's view of every trial, updated trial by trial (_touch)
+        self._results = RungResults(min_results(engine))  # what the engine is told under a schedule
+        self._stages: list[float] = []  # durations of every stage (schedules), sorted: the typical job
+        self._counted: tuple[int, tuple[int, int]] = (-1, (0, 0))
 
     # -- hand-out ------------------------------------------------------------------------------------
     @property
     def n_ok(self) -> int:
-        return sum(1 for t in self.finished.values() if t.status == OK)
+        return self._tally()[0]
 
     @property
     def n_failed(self) -> int:
-        return sum(1 for t in self.finished.values() if t.status == FAILED)
+        return self._tally()[1]
+
+    def _tally(self) -> tuple[int, int]:
+        """(ok, failed) finished trials (recounted when the trials changed other than by :meth:`record`)."""
+        if self._counted[0] != self._version:
+            ok = sum(1 for t in self.finished.values() if t.status == OK)
+            failed = sum(1 for t in self.finished.values() if t.status == FAILED)
+            self._counted = (self._version, (ok, failed))
+        return self._counted[1]
+
+    def _recount(self, before: str | None, after: str) -> None:
+        """Keep the tally across a result (``before``: the trial's status before it, None if unfinished)."""
+        ok, failed = self._tally()
+        ok += (after == OK) - (before == OK)
+        failed += (after == FAILED) - (before == FAILED)
+        self._counted = (self._version, (ok, failed))
 
     def broken(self) -> Trial | None:
         """The first failed trial, if every one of the first trials failed (the model, not the point, is bad)."""
@@ -148,7 +178,10 @@ class Search:
             trial.status = "running"
         trial.block, trial.started = block, now if now is not None else time.time()
         self.in_flight[trial.id] = trial
+        self._touch(trial)
+        tally = self._tally()
         self.changed()
+        self._counted = (self._version, tally)  # a hand-out finishes nothing
         self._ask_ahead()
         return trial
 
@@ -180,12 +213,24 @@ class Search:
             return None
         return self.schedule.budgets[trial.target]
 
-    def views(self) -> list[TrialView]:
+    def ledger(self) -> Ledger:
         """Every trial as the schedule sees it (running ones with the rung they train toward)."""
-        from nnlo.optimize.schedules.ledger import views
+        return self._ledger
+
+    def _touch(self, trial: Trial) -> None:
+        """``trial`` changed (started, reported, re-queued): update its view in the ledger."""
+        if self.schedule is None:
+            return
+        from nnlo.optimize.schedules.ledger import view
+
+        running = trial.target if trial.id in self.in_flight or any(t is trial for t in self.requeue) else None
+        self._ledger.update(view(trial, self.objective, running))
+
+    def _rebuild_ledger(self) -> None:
+        from nnlo.optimize.schedules.ledger import ledger
 
         jobs = [*self.in_flight.values(), *self.requeue]
-        return views([*self.finished.values(), *jobs], self.objective, {t.id: t.target for t in jobs})
+        self._ledger = ledger([*self.finished.values(), *jobs], self.objective, {t.id: t.target for t in jobs})
 
     def _new_allowed(self) -> bool:
         return self.next_id < self.num_iterations and not self.target_reached() and self.broken() is None
@@ -195,7 +240,7 @@ class Search:
         per state of the trials)."""
         assert self.schedule is not None
         if self._asked[0] != self._version:
-            job = self.schedule.next_job(self.views(), new=self._new_allowed(), rng=self._rng(self.next_id))
+            job = self.schedule.next_job(self.ledger(), new=self._new_allowed(), rng=self._rng(self.next_id))
             self._asked = (self._version, job)
         return self._asked[1]
 
@@ -206,8 +251,7 @@ class Search:
     def _rng(self, tid: int) -> np.random.Generator:
         """The stream of the schedule's draws for the job that may become trial ``tid``: the same state gives
         the same job (a peek and the hand-out agree; a restored search draws as the uninterrupted one)."""
-        reported = sum(len(t.rungs) for t in self.finished.values())
-        return np.random.default_rng([self.engine.seed, 0x5C4, tid, reported])
+        return np.random.default_rng([self.engine.seed, 0x5C4, tid, self._results.total])
 
     def _start(self, job: Job, tid: int, block: int) -> Trial:
         """The trial ``job`` trains: an existing one to a higher rung, or a new one (id ``tid``)."""
@@ -248,9 +292,13 @@ class Search:
 
     def _feed(self) -> None:
         """Tell the engine the results of the rung its model learns from (a schedule's search)."""
-        from nnlo.optimize.schedules.ledger import feed
+        self._results.feed(self.engine)
 
-        feed(self.engine, list(self.finished.values()), self.objective)
+    def _rebuild_results(self) -> None:
+        """What is kept up to date result by result, from the trial records (a restored or shared search)."""
+        self._results = RungResults.of(self.finished.values(), self.objective, min_results(self.engine))
+        self._stages = sorted(float(r["duration_s"]) for t in self.finished.values() for r in t.rungs
+                              if r.get("duration_s"))
 
     def _proposal(self) -> dict[str, Any]:
         """The next proposed point: from a proposer rank, the ask-ahead thread, or the engine now."""
@@ -268,8 +316,8 @@ class Search:
         return point
 
     def _learn(self) -> None:
-        """Tell the assignment policy every finished trial (once per new result)."""
-        if self._learned == len(self.finished):
+        """Tell the assignment policy every finished trial (once per new result; FIFO learns nothing)."""
+        if self._learned == len(self.finished) or isinstance(self.assign, Fifo):
             return
         self._learned = len(self.finished)
         self.assign.learn(self.observations())
@@ -294,22 +342,25 @@ class Search:
     def typical_trial_s(self) -> float | None:
         """The median duration of a job: a whole trial, or under a schedule one stage of one."""
         if self.schedule is not None:
-            stages = [float(r["duration_s"]) for t in self.finished.values() for r in t.rungs if r.get("duration_s")]
-            return statistics.median(stages) if stages else None
+            stages = self._stages
+            if not stages:
+                return None
+            mid = len(stages) // 2
+            return stages[mid] if len(stages) % 2 else (stages[mid - 1] + stages[mid]) / 2
         durations = [t.duration_s for t in self.finished.values() if t.duration_s]
         return statistics.median(durations) if durations else None
 
     def _ask_ahead(self) -> None:
         """Start proposing the next point now, if another trial will be handed out and asks are slow."""
-        if self.propose is not None or self._ahead.running or self.requeue or not self.can_hand_out():
-            return  # proposer ranks propose; or the budget is handed out
+        if self.propose is not None or self._ahead.running or self.requeue:
+            return  # proposer ranks propose
+        typical = self.typical_trial_s()
+        if not worth_it(self.ask_s, typical, self.blocks) or not self.can_hand_out():
+            return  # asks are cheap; or the budget is handed out
         if self.schedule is not None:
             job = self._job()
             if job is None or not job.new or job.params is not None:
                 return  # the next job trains a trial on, or its point is the schedule's
-        typical = self.typical_trial_s()
-        if not worth_it(self.ask_s, typical, self.blocks):
-            return
         if not self._ahead_announced:
             log.info(describe(self.ask_s, typical))  # type: ignore[arg-type]
             self._ahead_announced = True
@@ -324,16 +375,28 @@ class Search:
         """Finish a trial (under a schedule: its rung) from its folds' results; tell the engine; caller then
         :meth:`save`."""
         trial = self.in_flight.pop(trial_id)
+        before = trial.status if trial.id in self.finished else None
+        self._tally()
         self.changed()
+        self._counted = (self._version, self._counted[1])
         if self.schedule is not None:
             assert trial.target is not None, f"trial {trial_id} ran without a rung"
             trial.finish_stage(fold_results, self.objective, block, trial.target,
                                self.schedule.budgets[trial.target], now)
             self.finished[trial.id] = trial
+            self._recount(before, trial.status)
+            self._touch(trial)
+            last = trial.rungs[-1]
+            value = None if trial.fom is None else self.objective.value(trial.fom)
+            self._results.add(trial.params, int(trial.rung or 0), value,
+                              mean_variance(last["fom"], last["fom_std"], last["fold_foms"]))
+            if last.get("duration_s"):
+                bisect.insort(self._stages, float(last["duration_s"]))
             self._feed()
             return trial
         trial.finish(fold_results, self.objective, block, now)
         self.finished[trial.id] = trial
+        self._recount(before, trial.status)
         self.engine.tell(trial.params, None if trial.fom is None else self.objective.value(trial.fom),
                          fold_variance(trial))
         return trial
@@ -347,6 +410,7 @@ class Search:
             trial.status = "pending"
         trial.block, trial.started = None, None
         self.requeue.append(trial)
+        self._touch(trial)
 
     def best(self) -> Trial | None:
         return best_trial(list(self.finished.values()), self.objective)
@@ -405,6 +469,8 @@ class Search:
         self.in_flight = {}
         self.changed()
         if self.schedule is not None:
+            self._rebuild_ledger()
+            self._rebuild_results()
             self._feed()
         return True
 

@@ -49,7 +49,7 @@ from nnlo.errors import ConfigError
 from nnlo.optimize.engines import Engine, engine_options
 from nnlo.optimize.journal import JOB_FIELDS, Journal, Lease, SharedState
 from nnlo.optimize.results import Objective, Trial, fold_variance, write_results
-from nnlo.optimize.schedules import Job, Schedule, TrialView
+from nnlo.optimize.schedules import Job, Ledger, Schedule
 from nnlo.optimize.search import Search
 from nnlo.optimize.state import save_state
 
@@ -98,6 +98,7 @@ class SharedSearch(Search):
         self._lost: set[int] = set()
         self._joined = False
         self._slow_announced = False
+        self._built: tuple[int, Ledger] = (-1, Ledger())
 
     # -- the journal -----------------------------------------------------------------------------------
     def _identity(self) -> dict[str, Any]:
@@ -129,7 +130,8 @@ class SharedSearch(Search):
         results of its model's rung); follow the trial ids."""
         order = self.shared.order
         self.changed()
-        if self.schedule is not None:
+        if self.schedule is not None:  # the journal's trials, as any participant reads them
+            self._rebuild_results()
             self._feed()
         else:
             for tid in order[self._told:]:
@@ -240,13 +242,17 @@ class SharedSearch(Search):
         return self.shared.n_trials < self.num_iterations
 
     # -- the schedule's view of the journal --------------------------------------------------------------
-    def views(self) -> list[TrialView]:
-        """Every trial of the journal (open jobs with the rung they train toward, wherever they run)."""
-        from nnlo.optimize.schedules.ledger import views
+    def ledger(self) -> Ledger:
+        """Every trial of the journal (open jobs with the rung they train toward, wherever they run), rebuilt
+        when the journal brought something new."""
+        from nnlo.optimize.schedules.ledger import ledger
 
-        opened = [self._lease_trial(lease) for lease in self.shared.open.values()]
-        return views([*self.shared.finished.values(), *opened], self.objective,
-                     {lease.id: lease.target for lease in self.shared.open.values()})
+        if self._built[0] != self._version:
+            opened = [self._lease_trial(lease) for lease in self.shared.open.values()
+                      if lease.id not in self.shared.finished]
+            self._built = (self._version, ledger([*self.shared.finished.values(), *opened], self.objective,
+                                                 {lease.id: lease.target for lease in self.shared.open.values()}))
+        return self._built[1]
 
     def _lease_trial(self, lease: Lease) -> Trial:
         """The trial an open job trains: a copy of its paused record (so this job's result is folded in by

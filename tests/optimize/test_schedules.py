@@ -13,10 +13,10 @@ from nnlo.errors import ConfigError
 from nnlo.optimize.engines import make_engine
 from nnlo.optimize.options import SearchConfig, check_schedule
 from nnlo.optimize.results import Objective, Trial
-from nnlo.optimize.schedules import ScheduleError, ScheduleSpec, TrialView, make_schedule
-from nnlo.optimize.schedules.asha import Asha, geometric_budgets, keep, promotable, promotion, ranked
+from nnlo.optimize.schedules import Ledger, ScheduleError, ScheduleSpec, TrialView, make_schedule
+from nnlo.optimize.schedules.asha import Asha, geometric_budgets, keep, promotable, promotion
 from nnlo.optimize.schedules.hyperband import Hyperband, bracket_sizes, next_bracket
-from nnlo.optimize.schedules.ledger import feed, model_rung, observations, rung_counts, views
+from nnlo.optimize.schedules.ledger import RungResults, feed, ledger, model_rung
 from nnlo.optimize.schedules.pbt import Pbt, donor_for, explore, perturb, quantile_size, steps
 from nnlo.optimize.space import Categorical, Integer, Real, Space
 
@@ -27,6 +27,14 @@ SPACE = Space([Real(1e-3, 1.0, prior="log-uniform", name="lr"), Integer(1, 5, na
 
 def v(tid, results=None, running=None, bracket=0, **kw):
     return TrialView(tid, dict(results or {}), running, bracket, **kw)
+
+
+def L(*trials):  # noqa: N802 - reads as the schedules' argument
+    return Ledger(trials[0] if len(trials) == 1 and isinstance(trials[0], list) else trials)
+
+
+def ranked(trials, rung):
+    return Ledger(trials).ranked(rung)
 
 
 # -- rungs ---------------------------------------------------------------------------------------------
@@ -46,29 +54,67 @@ def test_keep_is_the_floor_of_n_over_eta():
 # -- ASHA's promotion rule ------------------------------------------------------------------------------
 def test_promotion_takes_the_best_of_the_top_third_that_is_still_there():
     rung0 = [v(0, {0: 0.5}), v(1, {0: 0.2}), v(2, {0: 0.9})]
-    assert promotable(rung0, 0, 3).id == 1
-    assert promotable(rung0[:2], 0, 3) is None  # 2 results: floor(2/3) = 0, nobody goes on yet
+    assert promotable(L(rung0), 0, 3).id == 1
+    assert promotable(L(rung0[:2]), 0, 3) is None  # 2 results: floor(2/3) = 0, nobody goes on yet
     rung0[1] = v(1, {0: 0.2}, running=1)  # promoted, training now
-    assert promotable(rung0, 0, 3) is None  # the top third is 1 trial, and it has left
+    assert promotable(L(rung0), 0, 3) is None  # the top third is 1 trial, and it has left
     six = [*rung0, v(3, {0: 0.1}), v(4, {0: 0.3}), v(5, {0: None})]  # a failure ranks last, never goes on
     assert [t.id for t in ranked(six, 0)] == [3, 1, 4, 0, 2, 5]
-    assert promotable(six, 0, 3).id == 3  # top 2 = {3, 1}; 1 has left
+    assert promotable(L(six), 0, 3).id == 3  # top 2 = {3, 1}; 1 has left
+    grown = L(rung0)  # the ledger updated one trial at a time ranks as one built at once
+    for t in six[3:]:
+        grown.update(t)
+    grown.update(v(1, {0: 0.2, 1: 0.15}))
+    assert [t.id for t in grown.ranked(0)] == [3, 1, 4, 0, 2, 5] and [t.id for t in grown.ranked(1)] == [1]
+    assert grown.count(0) == 6 and len(grown) == 6 and grown.started(0) == 6
+
+
+def _naive_promotable(trials, rung, eta, bracket=None):
+    """ASHA's rule read literally: the first of the rung's top floor(n / eta) that is still there."""
+    mine = [t for t in trials if rung in t.results and (bracket is None or t.bracket == bracket)]
+    order = sorted(mine, key=lambda t: (math.inf if t.results[rung] is None else t.results[rung], t.id))
+    for t in order[:keep(len(order), eta)]:
+        if t.results[rung] is not None and not t.reached(rung) and t.running is None:
+            return t
+    return None
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_ledgers_promotion_is_the_rule_read_literally(seed):
+    rng = random.Random(seed)
+    ledger_now, views_now = Ledger(), {}
+    for step in range(120):  # trials arrive, report, get promoted and report again, in a random order
+        tid = rng.randrange(40)
+        old = views_now.get(tid, v(tid, bracket=tid % 2))
+        top = old.top
+        if old.running is not None:
+            results = {**old.results, old.running: rng.choice([rng.random(), rng.random(), None])}
+            new = v(tid, results, None, old.bracket)
+        else:
+            new = v(tid, old.results, 0 if top is None else top + 1, old.bracket)
+        views_now[tid] = new
+        ledger_now.update(new)
+        for rung in range(3):
+            for bracket in (None, 0, 1):
+                want = _naive_promotable(list(views_now.values()), rung, 3, bracket)
+                got = promotable(ledger_now, rung, 3, bracket)
+                assert (got and got.id) == (want and want.id), (step, rung, bracket)
 
 
 def test_promotion_prefers_the_highest_rung():
     trials = [v(i, {0: 0.1 * i}) for i in range(9)] + [v(9, {0: 0.0, 1: 0.5}), v(10, {0: 0.05, 1: 0.4}),
                                                        v(11, {0: 0.07, 1: 0.6})]
-    t, rung = promotion(trials, [0, 1], 3)
+    t, rung = promotion(L(trials), [0, 1], 3)
     assert (t.id, rung) == (10, 2)
 
 
 def test_asha_starts_new_trials_when_nothing_is_promotable_and_waits_without_budget():
     asha = Asha(ScheduleSpec("asha", max_epochs=9, min_epochs=1, eta=3))
     assert asha.budgets == (1, 3, 9)
-    job = asha.next_job([v(0, {0: 1.0})], new=True, rng=RNG)
+    job = asha.next_job(L(v(0, {0: 1.0})), new=True, rng=RNG)
     assert job.new and (job.rung, job.epochs) == (0, 1)
-    assert asha.next_job([v(0, {0: 1.0}), v(1, running=0)], new=False, rng=RNG) is None
-    job = asha.next_job([v(0, {0: 1.0}), v(1, {0: 0.5}), v(2, {0: 0.7})], new=True, rng=RNG)
+    assert asha.next_job(L(v(0, {0: 1.0}), v(1, running=0)), new=False, rng=RNG) is None
+    job = asha.next_job(L(v(0, {0: 1.0}), v(1, {0: 0.5}), v(2, {0: 0.7})), new=True, rng=RNG)
     assert (job.trial, job.rung, job.epochs) == (1, 1, 3)
     assert asha.completed(v(1, {0: 0.5, 1: 0.4, 2: 0.3})) and not asha.completed(v(1, {0: 0.5}))
 
@@ -89,7 +135,7 @@ def _drive(schedule, n_trials, value, seed, blocks=4):
     while True:
         while len(running) < blocks:
             views_now = current()
-            job = schedule.next_job(views_now, new=made < n_trials, rng=np.random.default_rng([seed, made]))
+            job = schedule.next_job(Ledger(views_now), new=made < n_trials, rng=np.random.default_rng([seed, made]))
             if job is None:
                 break
             if job.trial is None:
@@ -200,23 +246,23 @@ def test_pbt_fills_the_population_then_steps_the_least_trained_and_exploits():
     assert pbt.budgets == (2, 4, 6)
     pts = [{"lr": 0.01 * (i + 1), "layers": 2, "act": "a"} for i in range(4)]
     started = [v(i, running=0, params=pts[i]) for i in range(3)]
-    assert pbt.next_job(started, new=True, rng=RNG).new  # 3 of 4 members: a fourth first
+    assert pbt.next_job(L(started), new=True, rng=RNG).new  # 3 of 4 members: a fourth first
     pop = [v(i, {0: 0.1 * (i + 1)}, params=pts[i]) for i in range(4)]
-    job = pbt.next_job(pop, new=True, rng=RNG)  # member 0 (best, least trained, lowest id) trains on
+    job = pbt.next_job(L(pop), new=True, rng=RNG)  # member 0 (best, least trained, lowest id) trains on
     assert (job.trial, job.rung, job.epochs) == (0, 1, 4)
     pop[0] = v(0, {0: 0.1, 1: 0.05}, params=pts[0])
-    job = pbt.next_job(pop, new=True, rng=RNG)  # member 1 next: not in the bottom quarter either
+    job = pbt.next_job(L(pop), new=True, rng=RNG)  # member 1 next: not in the bottom quarter either
     assert job.trial == 1
     pop[1], pop[2] = v(1, {0: 0.2, 1: 0.1}, params=pts[1]), v(2, {0: 0.3, 1: 0.2}, params=pts[2])
-    job = pbt.next_job(pop, new=True, rng=RNG)  # member 3 is the worst: a child of a top member replaces it
+    job = pbt.next_job(L(pop), new=True, rng=RNG)  # member 3 is the worst: a child of a top member replaces it
     assert job.new and job.replaces == 3 and job.parent == 0 and job.rung == 1
     assert job.params != pts[0] and SPACE.contains(job.params)
-    assert pbt.next_job(pop, new=False, rng=RNG).trial == 3  # no budget left for children: it trains on
+    assert pbt.next_job(L(pop), new=False, rng=RNG).trial == 3  # no budget left for children: it trains on
     pop.append(v(4, running=1, params=job.params, parent=0, replaces=3))
     assert [t.id for t in pbt.living(pop)] == [0, 1, 2, 4]
-    assert pbt.next_job(pop, new=True, rng=RNG).trial == 0  # 3 is out; the child is running
+    assert pbt.next_job(L(pop), new=True, rng=RNG).trial == 0  # 3 is out; the child is running
     done = [v(i, {0: 1, 1: 1, 2: 0.1 * i}) for i in range(4)]
-    assert pbt.next_job(done, new=True, rng=RNG) is None and all(pbt.completed(t) for t in done)
+    assert pbt.next_job(L(done), new=True, rng=RNG) is None and all(pbt.completed(t) for t in done)
 
 
 # -- the options ------------------------------------------------------------------------------------------
@@ -282,16 +328,22 @@ def test_the_model_learns_from_the_highest_rung_with_enough_results():
     trials = [_trial(i, [(0, 1.0 + i)]) for i in range(5)] + [_trial(5, [(0, 0.5), (1, 0.3)]),
                                                               _trial(6, [(0, 0.6), (1, 0.4)]),
                                                               _trial(7, [(0, None)])]
-    counts = rung_counts(trials)
+    counts = RungResults.of(trials, obj, 2).ok
     assert counts == {0: 7, 1: 2}
     assert model_rung(counts, 3) == 0 and model_rung(counts, 2) == 1 and model_rung({}, 2) == 0
-    at1 = observations(trials, obj, 1)
-    assert [val for _, val, _ in at1] == [0.3, 0.4, None]  # rung 1's results, and the failure below it
     engine = make_engine("bayesian", SPACE, 0, n_initial_points=2)
+    # rung 1's results, and the failure below it, in the order they finished
     assert feed(engine, trials, obj) == 1 and [val for _, val in engine.observations] == [0.3, 0.4, None]
+    grown = RungResults(2)  # a failure before a rung's first result is told to that rung's model too
+    grown.add({"lr": 0.5}, 0, None)
+    grown.add({"lr": 0.1}, 1, 0.2, 0.01)
+    grown.add({"lr": 0.2}, 1, 0.3)
+    assert grown.feed(engine) == 1 and engine.observations == [({"lr": 0.5}, None), ({"lr": 0.1}, 0.2),
+                                                                 ({"lr": 0.2}, 0.3)]
+    assert engine.variances == [None, 0.01, None] and grown.total == 3
     maximise = Objective.parse("val_accuracy")
-    assert views([_trial(0, [(0, 0.9)])], maximise, {0: 1})[0] == TrialView(
-        0, {0: -0.9}, 1, 0, {"lr": 0.01, "layers": 1, "act": "a"})
+    assert list(ledger([_trial(0, [(0, 0.9)])], maximise, {0: 1})) == [TrialView(
+        0, {0: -0.9}, 1, 0, {"lr": 0.01, "layers": 1, "act": "a"})]
 
 
 def test_make_schedule_by_name():

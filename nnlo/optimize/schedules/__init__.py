@@ -16,6 +16,7 @@ from nnlo.optimize.schedules.base import (
     DEFAULT_ETA,
     SCHEDULES,
     Job,
+    Ledger,
     Schedule,
     ScheduleError,
     ScheduleSpec,
@@ -23,7 +24,7 @@ from nnlo.optimize.schedules.base import (
     rung_of,
 )
 
-__all__ = ["DEFAULT_ETA", "SCHEDULES", "Job", "Schedule", "ScheduleError", "ScheduleSpec", "TrialView",
+__all__ = ["DEFAULT_ETA", "SCHEDULES", "Job", "Ledger", "Schedule", "ScheduleError", "ScheduleSpec", "TrialView",
            "make_schedule", "rung_of"]
 
 

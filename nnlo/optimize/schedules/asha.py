@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnlo.optimize.schedules.base import Job, ScheduleSpec, TrialView
+from nnlo.optimize.schedules.base import Job, Ledger, ScheduleSpec, TrialView
 
 
 def geometric_budgets(min_epochs: int, max_epochs: int, eta: float) -> tuple[int, ...]:
@@ -45,26 +45,22 @@ def keep(n: int, eta: float) -> int:
     return math.floor(n / eta + 1e-9)
 
 
-def ranked(trials: Sequence[TrialView], rung: int) -> list[TrialView]:
-    """The trials with a result at ``rung``, best first (failed last; ties by id)."""
-    at = [t for t in trials if rung in t.results]
-    return sorted(at, key=lambda t: (math.inf if t.results[rung] is None else t.results[rung], t.id))
+def promotable(trials: Ledger, rung: int, eta: float, bracket: int | None = None) -> TrialView | None:
+    """The best trial of ``rung``'s top ``1/eta`` (of ``bracket``'s trials, if given) that is still there
+    (not promoted, not running), or None: the best trial idle at the rung, if it ranks in the top."""
+    found = trials.best_idle(rung, bracket)
+    if found is None:
+        return None
+    trial, rank = found
+    return trial if rank < keep(trials.count(rung, bracket), eta) else None
 
 
-def promotable(trials: Sequence[TrialView], rung: int, eta: float) -> TrialView | None:
-    """The best trial of ``rung``'s top ``1/eta`` that is still there (not promoted, not running), or None."""
-    order = ranked(trials, rung)
-    for t in order[:keep(len(order), eta)]:
-        if t.results[rung] is not None and not t.reached(rung) and t.running is None:
-            return t
-    return None
-
-
-def promotion(trials: Sequence[TrialView], rungs: Sequence[int], eta: float) -> tuple[TrialView, int] | None:
+def promotion(trials: Ledger, rungs: Sequence[int], eta: float, bracket: int | None = None
+              ) -> tuple[TrialView, int] | None:
     """(trial, the rung it goes to) from the highest of ``rungs`` (indices, the top one excluded) that has a
     promotable trial; None if none has."""
     for rung in sorted(rungs, reverse=True):
-        t = promotable(trials, rung, eta)
+        t = promotable(trials, rung, eta, bracket)
         if t is not None:
             return t, rung + 1
     return None
@@ -79,7 +75,7 @@ class Asha:
     def __post_init__(self) -> None:
         self.budgets = geometric_budgets(self.spec.min_epochs, self.spec.max_epochs, self.spec.eta)
 
-    def next_job(self, trials: Sequence[TrialView], *, new: bool, rng: np.random.Generator) -> Job | None:
+    def next_job(self, trials: Ledger, *, new: bool, rng: np.random.Generator) -> Job | None:
         up = promotion(trials, range(len(self.budgets) - 1), self.spec.eta)
         if up is not None:
             t, rung = up

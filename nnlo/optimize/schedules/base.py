@@ -2,18 +2,20 @@
 
 A schedule decides *what a free block does next*: start a new trial at some budget, or train an existing
 trial further (it resumes from its own checkpoint). It sees the trials only through :class:`TrialView`
-(pure data: the value each trial reached at each rung, whether a job of it is under way) and answers
-with a :class:`Job`; it keeps no state of its own, so any process that has the same trials (one job's
-coordinator, or any participant of a shared search after reading the journal) takes the same decision,
-and a search restored from its files continues exactly.
+(pure data: the value each trial reached at each rung, whether a job of it is under way), held in a
+:class:`Ledger` that also keeps each rung's trials ranked (so a decision does not sort thousands of trials),
+and answers with a :class:`Job`; it keeps no state of its own, so any process that has the same trials (one
+job's coordinator, or any participant of a shared search after reading the journal) takes the same
+decision, and a search restored from its files continues exactly.
 
 Budgets are *epochs* (the fidelity): rung ``k`` of a schedule is ``budgets[k]`` epochs in total. Values
 are minimised (a ``max`` figure of merit is negated before it gets here); ``None`` is a failed trial.
 """
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -130,6 +132,90 @@ class TrialView:
         return self.results[max(below)] if below else None
 
 
+class Ledger:
+    """The trials a schedule decides on, by id, with every rung's results kept ranked (best first, failures
+    last, ties by id) over all trials and per bracket. Updated one trial at a time (:meth:`update`: a result
+    only ever adds a rung), so a decision costs what reading the top of a rung costs, not a sort."""
+
+    def __init__(self, trials: Iterable[TrialView] = ()) -> None:
+        self._by_id: dict[int, TrialView] = {}
+        self._ranked: dict[tuple[int, int | None], list[tuple[float, int]]] = {}
+        self._idle: dict[tuple[int, int | None], list[tuple[float, int]]] = {}  # still at their top rung
+        self._brackets: dict[int, int] = {}
+        for t in trials:
+            self.update(t)
+
+    def update(self, trial: TrialView) -> None:
+        """Add ``trial`` or replace its older view (which had a subset of its results)."""
+        old = self._by_id.get(trial.id)
+        if old is None:
+            self._brackets[trial.bracket] = self._brackets.get(trial.bracket, 0) + 1
+        for rung, value in trial.results.items():
+            if old is not None and rung in old.results:
+                continue
+            for scope in ((rung, None), (rung, trial.bracket)):
+                bisect.insort(self._ranked.setdefault(scope, []), _key(value, trial.id))
+        before, after = _idle_at(old), _idle_at(trial)
+        if before != after:
+            for view, at, insert in ((old, before, False), (trial, after, True)):
+                if view is None or at is None:
+                    continue
+                key = _key(view.results[at], view.id)
+                for scope in ((at, None), (at, view.bracket)):
+                    keys = self._idle.setdefault(scope, [])
+                    if insert:
+                        bisect.insort(keys, key)
+                    else:
+                        del keys[bisect.bisect_left(keys, key)]
+        self._by_id[trial.id] = trial
+
+    def __iter__(self) -> Iterator[TrialView]:
+        return iter(self._by_id.values())
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def get(self, tid: int) -> TrialView | None:
+        return self._by_id.get(tid)
+
+    def ranked(self, rung: int, bracket: int | None = None) -> list[TrialView]:
+        """The trials with a result at ``rung`` (of ``bracket`` only, if given), best first."""
+        return [self._by_id[i] for _, i in self._ranked.get((rung, bracket), [])]
+
+    def top(self, rung: int, n: int, bracket: int | None = None) -> Iterator[TrialView]:
+        """The best ``n`` trials at ``rung`` (of ``bracket``), best first, without listing the others."""
+        for _, i in self._ranked.get((rung, bracket), [])[:n]:
+            yield self._by_id[i]
+
+    def best_idle(self, rung: int, bracket: int | None = None) -> tuple[TrialView, int] | None:
+        """The best trial that stands idle at ``rung`` (its highest, no job running, not failed) and its rank
+        among all of the rung's results (0: the best); None if there is none."""
+        keys = self._idle.get((rung, bracket))
+        if not keys:
+            return None
+        return self._by_id[keys[0][1]], bisect.bisect_left(self._ranked[(rung, bracket)], keys[0])
+
+    def count(self, rung: int, bracket: int | None = None) -> int:
+        """How many trials have a result at ``rung`` (of ``bracket``)."""
+        return len(self._ranked.get((rung, bracket), ()))
+
+    def started(self, bracket: int) -> int:
+        """How many trials ``bracket`` has (started or not)."""
+        return self._brackets.get(bracket, 0)
+
+
+def _key(value: float | None, tid: int) -> tuple[float, int]:
+    return (math.inf if value is None else value, tid)
+
+
+def _idle_at(trial: TrialView | None) -> int | None:
+    """The rung ``trial`` stands idle at (its highest, no job running, a result there), or None."""
+    if trial is None or trial.running is not None:
+        return None
+    top = trial.top
+    return top if top is not None and trial.results[top] is not None else None
+
+
 @dataclass(frozen=True)
 class Job:
     """What a free block does: train ``trial`` (None: a new one) until rung ``rung`` (``epochs`` in total).
@@ -158,7 +244,7 @@ class Schedule(Protocol):
     spec: ScheduleSpec
     budgets: tuple[int, ...]  # epochs at each rung, increasing; the last is ``spec.max_epochs``
 
-    def next_job(self, trials: Sequence[TrialView], *, new: bool, rng: np.random.Generator) -> Job | None:
+    def next_job(self, trials: Ledger, *, new: bool, rng: np.random.Generator) -> Job | None:
         """The next job for a free block, or None (wait: nothing to do until a running job reports).
 
         ``new``: whether a new trial may be started (the budget of trials is not spent). ``rng``: for

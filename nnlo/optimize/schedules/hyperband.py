@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnlo.optimize.schedules.asha import geometric_budgets, promotion
-from nnlo.optimize.schedules.base import Job, ScheduleSpec, TrialView
+from nnlo.optimize.schedules.base import Job, Ledger, ScheduleSpec, TrialView
 
 
 def bracket_sizes(n_rungs: int, eta: float) -> list[int]:
@@ -45,12 +45,11 @@ class Hyperband:
         self.budgets = geometric_budgets(self.spec.min_epochs, self.spec.max_epochs, self.spec.eta)
         self.sizes = bracket_sizes(len(self.budgets), self.spec.eta)
 
-    def next_job(self, trials: Sequence[TrialView], *, new: bool, rng: np.random.Generator) -> Job | None:
+    def next_job(self, trials: Ledger, *, new: bool, rng: np.random.Generator) -> Job | None:
         top = len(self.budgets) - 1
         best: tuple[int, int, TrialView] | None = None  # (rung it goes to, bracket, trial): highest rung first
         for b in range(top):
-            mine = [t for t in trials if t.bracket == b]
-            up = promotion(mine, range(b, top), self.spec.eta)
+            up = promotion(trials, range(b, top), self.spec.eta, bracket=b)
             if up is not None and (best is None or up[1] > best[0]):
                 best = (up[1], b, up[0])
         if best is not None:
@@ -58,7 +57,7 @@ class Hyperband:
             return Job(rung=rung, epochs=self.budgets[rung], trial=t.id, bracket=b)
         if not new:
             return None
-        started = [sum(1 for t in trials if t.bracket == b) for b in range(len(self.sizes))]
+        started = [trials.started(b) for b in range(len(self.sizes))]
         b = next_bracket(started, self.sizes)
         return Job(rung=b, epochs=self.budgets[b], bracket=b)
 

@@ -1,7 +1,8 @@
 """Between the trials table and the schedules: what a schedule sees of each trial, what the engine is told.
 
-:func:`views` turns :class:`~nnlo.optimize.results.Trial` records (a one-job search's, or those a shared
-search's journal holds) into the schedules' :class:`~nnlo.optimize.schedules.base.TrialView`\\ s.
+:func:`view` turns a :class:`~nnlo.optimize.results.Trial` record (a one-job search's, or one a shared search's
+journal holds) into the schedules' :class:`~nnlo.optimize.schedules.base.TrialView`; :func:`ledger` builds the
+schedules' :class:`~nnlo.optimize.schedules.base.Ledger` of many at once.
 
 **What the engine learns from the rungs** (:func:`feed`): one model per rung, and the engine proposes with
 the model of the *highest rung that has enough results* (at least the engine's number of initial points;
@@ -17,12 +18,12 @@ the model's rung are left out (their value there is unknown).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nnlo.optimize.engines.base import Engine
-from nnlo.optimize.results import OK, Objective, Trial
-from nnlo.optimize.schedules.base import TrialView
+from nnlo.optimize.results import OK, Objective, Trial, mean_variance
+from nnlo.optimize.schedules.base import Ledger, TrialView
 
 
 def values(trial: Trial, objective: Objective) -> dict[int, float | None]:
@@ -40,22 +41,12 @@ def view(trial: Trial, objective: Objective, running: int | None = None) -> Tria
                      replaces=trial.replaces)
 
 
-def views(trials: Iterable[Trial], objective: Objective, running: Mapping[int, int | None]) -> list[TrialView]:
+def ledger(trials: Iterable[Trial], objective: Objective, running: Mapping[int, int | None]) -> Ledger:
     """Every trial (each id once, by id), with the rung its job trains toward where one is running."""
     seen: dict[int, Trial] = {}
     for t in trials:
         seen.setdefault(t.id, t)
-    return [view(seen[i], objective, running.get(i)) for i in sorted(seen)]
-
-
-def rung_counts(trials: Iterable[Trial]) -> dict[int, int]:
-    """How many successful results each rung has."""
-    counts: dict[int, int] = {}
-    for t in trials:
-        for r in t.rungs:
-            if r.get("status") == OK and r.get("fom") is not None:
-                counts[int(r["rung"])] = counts.get(int(r["rung"]), 0) + 1
-    return counts
+    return Ledger(view(seen[i], objective, running.get(i)) for i in sorted(seen))
 
 
 def model_rung(counts: Mapping[int, int], n_min: int) -> int:
@@ -64,28 +55,58 @@ def model_rung(counts: Mapping[int, int], n_min: int) -> int:
     return max(enough) if enough else min(counts, default=0)
 
 
-def observations(trials: Sequence[Trial], objective: Objective, rung: int
-                 ) -> list[tuple[dict[str, Any], float | None, float | None]]:
-    """(point, value, variance of the fold mean) for every trial that reported at ``rung``, in the order the
-    results arrived, and every trial that failed at a rung below it."""
-    out: list[tuple[float, int, dict[str, Any], float | None, float | None]] = []
-    for t in trials:
-        for r in t.rungs:
-            at = int(r["rung"])
-            failed = r.get("status") != OK or r.get("fom") is None
-            if at == rung or (failed and at < rung):
+Told = tuple[dict[str, Any], float | None]
+
+
+class RungResults:
+    """Every rung's results as an engine is told them, kept up to date one result at a time (:meth:`add`):
+    for rung ``r``, every result at ``r`` and every failure below it, in the order they arrived. Feeding the
+    engine (:meth:`feed`) then copies one list: the model's rung's."""
+
+    def __init__(self, n_min: int) -> None:
+        self.n_min = n_min
+        self.ok: dict[int, int] = {}  # successful results per rung
+        self.total = 0  # results added (every rung, failures included)
+        self._told: dict[int, list[Told]] = {}
+        self._noise: dict[int, list[float | None]] = {}
+        self._failed: list[tuple[int, Told]] = []  # failures, for rungs whose first result comes later
+
+    def add(self, params: dict[str, Any], rung: int, value: float | None, variance: float | None = None) -> None:
+        self.total += 1
+        if rung not in self._told:  # a new rung starts with the failures below it so far
+            self._told[rung] = [obs for r, obs in self._failed if r < rung]
+            self._noise[rung] = [None] * len(self._told[rung])
+        if value is None:
+            self._failed.append((rung, (params, None)))
+            targets = [r for r in self._told if r >= rung]
+        else:
+            self.ok[rung] = self.ok.get(rung, 0) + 1
+            targets = [rung]
+        for r in targets:
+            self._told[r].append((params, value))
+            self._noise[r].append(variance if r == rung else None)
+
+    def feed(self, engine: Engine) -> int:
+        """Set the engine's observations to those of the model's rung (see the module's docstring); the rung."""
+        rung = model_rung(self.ok, self.n_min)
+        engine.observations = list(self._told.get(rung, ()))
+        engine.variances = list(self._noise.get(rung, ()))
+        return rung
+
+    @classmethod
+    def of(cls, trials: Iterable[Trial], objective: Objective, n_min: int) -> RungResults:
+        """Built from trial records, their rung results in the order they finished (ties by trial id)."""
+        results = []
+        for t in trials:
+            for r in t.rungs:
+                failed = r.get("status") != OK or r.get("fom") is None
                 value = None if failed else objective.value(float(r["fom"]))
-                out.append((float(r.get("finished") or 0.0), t.id, t.params, value, _variance(r)))
-    out.sort(key=lambda o: (o[0], o[1]))
-    return [(p, v, var) for _, _, p, v, var in out]
-
-
-def _variance(rung: Mapping[str, Any]) -> float | None:
-    folds = [v for v in rung.get("fold_foms") or () if v is not None]
-    std = rung.get("fom_std")
-    if rung.get("fom") is None or std is None or len(folds) < 2:
-        return None
-    return float(std) ** 2 / len(folds)
+                noise = mean_variance(r.get("fom"), r.get("fom_std"), r.get("fold_foms") or ())
+                results.append((float(r.get("finished") or 0.0), t.id, int(r["rung"]), t.params, value, noise))
+        out = cls(n_min)
+        for _, _, rung, params, value, variance in sorted(results, key=lambda x: (x[0], x[1], x[2])):
+            out.add(params, rung, value, variance)
+        return out
 
 
 def min_results(engine: Engine) -> int:
@@ -93,11 +114,7 @@ def min_results(engine: Engine) -> int:
     return max(2, int(getattr(engine, "n_initial_points", 2)))
 
 
-def feed(engine: Engine, trials: Sequence[Trial], objective: Objective) -> int:
-    """Set the engine's observations to those of the model's rung (see the module's docstring); the rung.
-    Linear in the results, cheap next to a proposal (the points are the trials' own, already valid)."""
-    rung = model_rung(rung_counts(trials), min_results(engine))
-    obs = observations(trials, objective, rung)
-    engine.observations = [(p, v) for p, v, _ in obs]
-    engine.variances = [var for _, _, var in obs]
-    return rung
+def feed(engine: Engine, trials: Iterable[Trial], objective: Objective) -> int:
+    """Set the engine's observations to those of the model's rung, from trial records (a restored or shared
+    search; a running one keeps a :class:`RungResults` up to date instead); the rung."""
+    return RungResults.of(trials, objective, min_results(engine)).feed(engine)

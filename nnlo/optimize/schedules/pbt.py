@@ -20,13 +20,13 @@ reached ``--epochs``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from nnlo.optimize.schedules.base import Job, ScheduleSpec, TrialView
+from nnlo.optimize.schedules.base import Job, Ledger, ScheduleSpec, TrialView
 from nnlo.optimize.space import Categorical, Integer, Real, Space
 
 #: explore's factors for a real parameter (and for an integer one whose range is wide)
@@ -96,12 +96,13 @@ class Pbt:
     def __post_init__(self) -> None:
         self.budgets = steps(self.spec.interval, self.spec.max_epochs)
 
-    def living(self, trials: Sequence[TrialView]) -> list[TrialView]:
+    def living(self, trials: Iterable[TrialView]) -> list[TrialView]:
         """The population now: trials neither replaced by a child nor failed."""
+        trials = list(trials)
         replaced = {t.replaces for t in trials if t.replaces is not None}
         return [t for t in trials if t.id not in replaced and not t.failed]
 
-    def next_job(self, trials: Sequence[TrialView], *, new: bool, rng: np.random.Generator) -> Job | None:
+    def next_job(self, trials: Ledger, *, new: bool, rng: np.random.Generator) -> Job | None:
         if sum(1 for t in trials if t.parent is None) < self.spec.population:
             return Job(rung=0, epochs=self.budgets[0]) if new else None
         top = len(self.budgets) - 1
