@@ -426,7 +426,7 @@ class Search:
             "objective": {"name": self.objective.name, "direction": self.objective.direction},
             "n_fold": self.n_fold,
             "next_id": self.next_id,
-            "finished": [t.to_dict() for t in sorted(self.finished.values(), key=lambda t: t.id)],
+            "finished": [t.fields() for t in sorted(self.finished.values(), key=lambda t: t.id)],
             # in-flight and re-queued trials are stored as "to re-run": their results never arrived
             "rerun": [rerun_entry(t) for t in sorted([*self.in_flight.values(), *self.requeue], key=lambda t: t.id)],
         }
