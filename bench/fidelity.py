@@ -367,11 +367,17 @@ def part_walltimes(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 def _kill_randomly(search_dir: Path, kills: int, timeout: float, seed: int) -> list[dict[str, Any]]:
     """SIGKILL the process group of a running chain job ``kills`` times, each while it trains a stage and after it
     has recorded something (so the chain resubmits rather than stops)."""
+    from nnlo_sched.schedulers.base import RUNNING
+    from nnlo_sched.search import search_state
+    from nnlo_sched.state import ACTIVE_STATES
+
     rng = random.Random(seed)
     done: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
     while len(done) < kills and time.monotonic() < deadline:
-        time.sleep(rng.uniform(2.0, 6.0))
+        time.sleep(rng.uniform(1.0, 4.0))
+        if search_state(search_dir)[0] not in ACTIVE_STATES:
+            break  # the search ended before every kill
         candidates = []
         for qf in sorted(search_dir.glob("chains/c*/local/queue.json")):
             try:
@@ -379,7 +385,7 @@ def _kill_randomly(search_dir: Path, kills: int, timeout: float, seed: int) -> l
             except (OSError, ValueError):
                 continue
             for j in q.get("jobs", []):
-                if j.get("state") == "running" and j.get("pid") and time.time() - (j.get("started") or 0) > 3:
+                if j.get("state") == RUNNING and j.get("pid") and time.time() - (j.get("started") or 0) > 3:
                     candidates.append((qf.parent.parent.name, j))
         records = _journal(search_dir)
         open_by = {}
@@ -438,6 +444,9 @@ def _check_walltimes(search_dir: Path, log: Path, kills: list[dict[str, Any]], r
 
 # -- real training: digits ----------------------------------------------------------------------------------
 def part_digits(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """ASHA against full on real training, at equal search time: both clocks start when the run's first trial
+    starts (start-up excluded); ASHA runs until full's search time has passed (plus its start-up) and is judged
+    on the trials it trained to --epochs within that time."""
     data = tmp / "digits"
     subprocess.run([sys.executable, str(C.REPO / "examples" / "make_digits.py"), "--out", str(data)], check=True,
                    capture_output=True, timeout=300)
@@ -446,42 +455,51 @@ def part_digits(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
               "--val", str(data / "val.list"), "--block-size", "2", "--space", str(space), "--hyper-opt", "random",
               "--fom", "val_accuracy", "--epochs", str(a.digits_epochs), "--batch", "64", "--seed", "1"]
     env = dict(os.environ, PYTHONPATH=str(C.REPO))
-    out: dict[str, Any] = {"ranks": a.digits_np, "epochs": a.digits_epochs}
+    out: dict[str, Any] = {"ranks": a.digits_np, "epochs": a.digits_epochs,
+                           "what": "nnlo optimize on examples/digits_torch.py, random engine, equal search time"}
     t0 = time.time()
     full = subprocess.run([sys.executable, "-m", "nnlo_sched", "optimize", "-n", str(a.digits_np), *common,
                            "--num-iterations", str(a.digits_trials), "--output", str(tmp / "digits-full")],
                           env=env, capture_output=True, text=True, timeout=a.digits_timeout)
-    full_s = time.time() - t0
-    out["full"] = _digits_result(tmp / "digits-full", t0, full.returncode, full_s, a.digits_np)
+    out["full"] = _digits_result(tmp / "digits-full", full.returncode, time.time() - t0)
+    budget = out["full"]["search_s"]
     t0 = time.time()
     asha = subprocess.run([sys.executable, "-m", "nnlo_sched", "optimize", "-n", str(a.digits_np), *common,
-                           "--schedule", "asha", "--min-epochs", "1", "--num-iterations", "1000", "--deadline",
-                           str(t0 + full_s), "--output", str(tmp / "digits-asha")],
-                          env=env, capture_output=True, text=True, timeout=a.digits_timeout + 120)
-    out["asha"] = _digits_result(tmp / "digits-asha", t0, asha.returncode, time.time() - t0, a.digits_np)
+                           "--schedule", "asha", "--min-epochs", "1", "--num-iterations", "100000", "--deadline",
+                           str(t0 + budget + a.digits_startup_s), "--output", str(tmp / "digits-asha")],
+                          env=env, capture_output=True, text=True, timeout=a.digits_timeout + a.digits_startup_s)
+    out["asha"] = _digits_result(tmp / "digits-asha", asha.returncode, time.time() - t0, budget)
     target = out["full"]["best"]
     out["target"] = target
     for name in ("full", "asha"):
         hit = [s for s, f in out[name]["completed"] if target is not None and f >= target]
-        out[name]["rank_seconds_to_full_best"] = None if not hit else a.digits_np * min(hit)
-    f, s = out["full"]["rank_seconds_to_full_best"], out["asha"]["rank_seconds_to_full_best"]
+        out[name]["rank_seconds_to_target"] = None if not hit else a.digits_np * min(hit)
+    f, s = out["full"]["rank_seconds_to_target"], out["asha"]["rank_seconds_to_target"]
     out["asha_over_full_rank_seconds"] = None if not f or s is None else s / f
-    print(f"  digits: full best {_f(out['full']['best'])} in {full_s:.0f} s; asha best {_f(out['asha']['best'])} "
-          f"in the same time; asha/full rank-seconds to full's best {out['asha_over_full_rank_seconds']}", flush=True)
+    out["rank_seconds"] = a.digits_np * budget
+    print(f"  digits: {budget:.0f} s of search on {a.digits_np} ranks: best val_accuracy full {_f(out['full']['best'])}"
+          f", asha {_f(out['asha']['best'])}; asha/full rank-seconds to full's best "
+          f"{out['asha_over_full_rank_seconds']}", flush=True)
     return out
 
 
-def _digits_result(folder: Path, t0: float, rc: int, wall: float, ranks: int) -> dict[str, Any]:
+def _digits_result(folder: Path, rc: int, wall: float, budget: float | None = None) -> dict[str, Any]:
+    """A run's trials on its search clock (0 = its first trial's start); within ``budget`` seconds if given."""
     try:
         table = json.loads((folder / "trials.json").read_text())
     except (OSError, ValueError):
         table = []
+    origin = min((t["started"] for t in table if t.get("started")), default=None)
+    if origin is None:
+        return {"exit": rc, "wall_s": round(wall, 1), "trials": 0, "search_s": 0.0, "best": None, "completed": []}
     most = max((t.get("epochs") or 0 for t in table), default=0)
-    done = [t for t in table if t.get("fom") is not None and (t.get("epochs") or 0) == most]
-    completed = sorted(((t["rungs"][-1]["finished"] if t.get("rungs") else t["finished"]) - t0, t["fom"])
-                       for t in done)
-    return {"exit": rc, "wall_s": round(wall, 1), "rank_seconds": round(wall * ranks), "trials": len(table),
-            "trained_full": len(done), "best": max((t["fom"] for t in done), default=None), "completed": completed}
+    done = [((t["rungs"][-1]["finished"] if t.get("rungs") else t["finished"]) - origin, t["fom"])
+            for t in table if t.get("fom") is not None and (t.get("epochs") or 0) == most]
+    search_s = max((s for s, _ in done), default=0.0)
+    if budget is not None:
+        done = [(s, f) for s, f in done if s <= budget]
+    return {"exit": rc, "wall_s": round(wall, 1), "trials": len(table), "search_s": round(search_s, 1),
+            "trained_full": len(done), "best": max((f for _, f in done), default=None), "completed": sorted(done)}
 
 
 # -- main ---------------------------------------------------------------------------------------------------
@@ -501,9 +519,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--busy-blocks", type=int, default=32)
     p.add_argument("--busy-horizon", type=float, default=300.0)
     p.add_argument("--jitter", type=float, default=0.2, help="busy part: job durations x U(1 -+ jitter)")
-    p.add_argument("--wall-trials", type=int, default=27)
-    p.add_argument("--wall-epochs", type=int, default=9)
-    p.add_argument("--wall-epoch-s", type=float, default=0.3)
+    p.add_argument("--wall-trials", type=int, default=54)
+    p.add_argument("--wall-epochs", type=int, default=27)
+    p.add_argument("--wall-epoch-s", type=float, default=0.5)
     p.add_argument("--kills", type=int, default=3)
     p.add_argument("--kill-seed", type=int, default=11)
     p.add_argument("--wall-timeout", type=float, default=900.0)
@@ -511,12 +529,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--digits-epochs", type=int, default=9)
     p.add_argument("--digits-trials", type=int, default=8)
     p.add_argument("--digits-timeout", type=float, default=1800.0)
+    p.add_argument("--digits-startup-s", type=float, default=90.0,
+                   help="seconds the ASHA run gets beyond full's search time for its start-up")
     p.add_argument("--quick", action="store_true", help="tiny settings (smoke test)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     if a.quick:
-        a.seeds, a.horizon, a.population, a.busy_blocks, a.busy_horizon = 2, 300.0, 8, 8, 40.0
-        a.wall_trials, a.wall_epochs, a.wall_epoch_s, a.kills = 9, 3, 0.2, 1
+        a.seeds, a.horizon, a.blocks, a.population, a.busy_blocks, a.busy_horizon = 2, 200.0, 4, 8, 8, 30.0
+        a.wall_trials, a.wall_epochs, a.wall_epoch_s, a.kills = 12, 3, 0.4, 1
         a.digits_epochs, a.digits_trials, a.digits_np = 3, 2, 3
     return a
 
