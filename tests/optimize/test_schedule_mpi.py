@@ -5,11 +5,8 @@ blocks (children start from their donor's state), and a shared ASHA search whose
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -18,6 +15,7 @@ import pytest
 from nnlo.optimize.journal import read_journal, rebuild
 from nnlo.optimize.shared import rebuilt_engine_state
 from tests.conftest import REPO
+from tests.optimize.participants import kill_first_when
 
 pytestmark = pytest.mark.mpi
 CURVES = str(REPO / "examples" / "curves.py")
@@ -131,26 +129,11 @@ def test_a_shared_asha_stage_of_a_killed_job_is_taken_over_from_its_checkpoint(m
                                 stderr=subprocess.PIPE, text=True)
 
     a, b = start("A"), start("B")
-    try:
-        victim = None
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline and victim is None:  # kill A while it trains a promoted trial on
-            state = rebuild(read_journal(out)[0])
-            resumed = [x for x in state.open.values() if x.holder == "A" and x.id in state.finished]
-            if resumed:
-                victim = resumed[0].id
-                os.killpg(a.pid, signal.SIGKILL)
-            elif a.poll() is not None:
-                pytest.fail(f"A ended before it could be killed: {a.stderr.read()[-3000:]}")
-            time.sleep(0.05)
-        assert victim is not None, "A never resumed a paused trial"
-        a.wait(timeout=30)
-        _, err = b.communicate(timeout=200)
-    finally:
-        for p in (a, b):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+
+    def resumed_by_a(state):  # A trains a paused trial on (a promotion): kill it during that stage
+        return [x.id for x in state.open.values() if x.holder == "A" and x.id in state.finished][:1]
+
+    [victim], _, err = kill_first_when(a, b, out, resumed_by_a)
     assert b.returncode == 0, err[-3000:]
     records, skipped = read_journal(out)
     assert skipped == []
