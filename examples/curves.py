@@ -12,11 +12,12 @@ lower. The reported ``val_loss`` is the loss plus a small noise (standard deviat
 parameters, the epoch and the fold, so a rerun reports the same). Two members of the family
 (``CURVES_FAMILY``):
 
-* ``default`` (k = 0.3, slow = 1): a power-law tail, ``loss(e) = floor + (2.3 - floor) / (1 + e / tau)`` at constant
-  hyperparameters: **crossing curves, imperfect early rankings**. Over random configurations the Spearman
-  correlation of the loss after 1, 3 and 9 epochs with the loss after 27 is ~0.61, 0.72 and 0.89; of the best
-  1 % after 27 epochs ~2/3 are in the best third after 1 epoch, and the others start slowly and overtake
-  (``bench/fidelity.py`` prints the correlations).
+* ``default`` (k = 0.3, slow = 1): a power-law tail, ``loss(e) = floor + (2.3 - floor) / (1 + e / tau)`` at
+  constant hyperparameters: **crossing curves, imperfect early rankings**. Over random configurations the
+  Spearman correlation of the loss after 1, 3 and 9 epochs with the loss after 27 is ~0.61, 0.72 and 0.89
+  (``bench/fidelity.py`` prints them). The best 1 % after 27 epochs are all in the best third after 1 epoch,
+  but among the leaders the curves cross: keeping the best third after 1, then after 3, then after 9 epochs
+  keeps only ~2/3 of them (a high learning rate leads early and levels off above a lower one).
 * ``schedule`` (k = 3, slow = 5): each epoch moves the loss a fraction ``rate = 1 - exp(-1 / tau)`` (at most
   0.9) of the way to the floor: **a schedule pays**. A high learning rate learns fast and levels off high, a
   low one would level off low but is too slow for 27 epochs, so starting high and lowering it later (what
