@@ -19,7 +19,7 @@ from typing import Any
 from nnlo.config import TrainConfig, known_fields
 from nnlo.contract import ENV_RUN_DIR, LEASE_TIMEOUT_S
 from nnlo.errors import ConfigError
-from nnlo.optimize.schedules import DEFAULT_ETA, SCHEDULES, ScheduleError, ScheduleSpec
+from nnlo.optimize.schedules import DEFAULT_ETA, PBT_POPULATION, SCHEDULES, ScheduleError, ScheduleSpec
 from nnlo.roles import RoleError, Shape
 
 
@@ -142,7 +142,7 @@ class SearchConfig:
     schedule: str = "full"  # --schedule full|asha|hyperband|pbt (nnlo.optimize.schedules)
     min_epochs: int | None = None  # --min-epochs: asha/hyperband's lowest rung (None: 1)
     reduction_factor: float | None = None  # --reduction-factor eta: asha/hyperband (None: 3)
-    population: int | None = None  # --population: pbt (None: half of --num-iterations, at least 2)
+    population: int | None = None  # --population: pbt (None: PBT_POPULATION, at most --num-iterations)
     pbt_interval: int | None = None  # --pbt-interval: epochs per pbt step (None: a tenth of --epochs, >= 1)
 
     def __post_init__(self) -> None:
@@ -170,6 +170,9 @@ class SearchConfig:
             if getattr(self, name) is not None and self.schedule not in schedules:
                 raise ConfigError(f"--{name.replace('_', '-')} applies to --schedule {' or '.join(schedules)}, not "
                                   f"{self.schedule}; add --schedule {schedules[0]} or leave it out")
+        if self.schedule == "pbt" and self.population is None and self.num_iterations < 2:
+            raise ConfigError(f"--schedule pbt trains a population of at least 2 trials; --num-iterations "
+                              f"{self.num_iterations} is too few: raise it")
         if self.population is not None and _int(self.population) and self.population > self.num_iterations:
             raise ConfigError(f"--population {self.population} is larger than the budget, --num-iterations "
                               f"{self.num_iterations} trials (the population and every PBT child count); raise "
@@ -184,7 +187,7 @@ class SearchConfig:
                 name=self.schedule, max_epochs=train.epochs,
                 min_epochs=1 if self.min_epochs is None else self.min_epochs,
                 eta=DEFAULT_ETA if self.reduction_factor is None else self.reduction_factor,
-                population=(max(2, min(n, n // 2)) if self.population is None else self.population) if pbt else 0,
+                population=(min(n, PBT_POPULATION) if self.population is None else self.population) if pbt else 0,
                 interval=(max(1, train.epochs // 10) if self.pbt_interval is None else self.pbt_interval) if pbt else 0,
             )
         except ScheduleError as e:

@@ -109,7 +109,7 @@ def _search_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="asha/hyperband: each rung keeps the best 1/ETA of the one below and trains ETA times "
                           "longer (default 3, at least 2)."),
         click.option("--population", type=int, default=None, metavar="P",
-                     help="pbt: trials trained side by side (default half of --num-iterations, which also counts "
+                     help="pbt: trials trained side by side (default 8, at most --num-iterations, which also counts "
                           "every exploit's new trial)."),
         click.option("--pbt-interval", type=int, default=None, metavar="E",
                      help="pbt: epochs between exploit/explore steps (default a tenth of --epochs)."),

@@ -287,7 +287,10 @@ def test_schedule_defaults_resolve_against_the_training():
     spec = SearchConfig(schedule="asha").schedule_spec(TrainConfig(epochs=27))
     assert (spec.min_epochs, spec.eta, spec.max_epochs) == (1, 3.0, 27)
     spec = SearchConfig(schedule="pbt", num_iterations=20).schedule_spec(TrainConfig(epochs=30))
-    assert (spec.population, spec.interval) == (10, 3)
+    assert (spec.population, spec.interval) == (8, 3)  # the same when --num-iterations is raised later
+    assert SearchConfig(schedule="pbt", num_iterations=5).schedule_spec(TrainConfig(epochs=5)).population == 5
+    with pytest.raises(ConfigError, match="population of at least 2 trials; --num-iterations 1 is too few"):
+        SearchConfig(schedule="pbt", num_iterations=1)
     with pytest.raises(ScheduleError):
         ScheduleSpec("asha", max_epochs=3, min_epochs=1, eta=math.nan)
 

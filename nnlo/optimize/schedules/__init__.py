@@ -14,6 +14,7 @@ from typing import Any
 
 from nnlo.optimize.schedules.base import (
     DEFAULT_ETA,
+    PBT_POPULATION,
     SCHEDULES,
     Job,
     Ledger,
@@ -24,8 +25,8 @@ from nnlo.optimize.schedules.base import (
     rung_of,
 )
 
-__all__ = ["DEFAULT_ETA", "SCHEDULES", "Job", "Ledger", "Schedule", "ScheduleError", "ScheduleSpec", "TrialView",
-           "make_schedule", "rung_of"]
+__all__ = ["DEFAULT_ETA", "PBT_POPULATION", "SCHEDULES", "Job", "Ledger", "Schedule", "ScheduleError",
+           "ScheduleSpec", "TrialView", "make_schedule", "rung_of"]
 
 
 def make_schedule(spec: ScheduleSpec, space: Any) -> Schedule | None:

@@ -25,6 +25,9 @@ import numpy as np
 SCHEDULES = ("full", "asha", "hyperband", "pbt")
 #: ASHA's reduction factor (eta) when none is given: keep the top third of every rung
 DEFAULT_ETA = 3.0
+#: PBT: the population when none is given (at most --num-iterations): Ray Tune's examples use 4-8; the budget
+#: of trials beyond it is what the exploits spend, and a fixed default stays the same when the budget is raised
+PBT_POPULATION = 8
 #: PBT: the bottom (and top) fraction of the population that exploits (is copied)
 PBT_QUANTILE = 0.25
 #: PBT: the probability that explore draws a parameter afresh from its prior instead of perturbing it
