@@ -323,11 +323,21 @@ class Search:
         self.assign.learn(self.observations())
 
     def observations(self) -> list[Observation]:
-        """Finished trials as the assignment policy sees them (duration, block, minimised value)."""
-        return [Observation(t.params, int(t.block), float(t.duration_s),
-                            None if t.fom is None else self.objective.value(t.fom))
-                for t in sorted(self.finished.values(), key=lambda t: t.id)
-                if t.duration_s and t.block is not None and t.block < self.blocks]
+        """Finished trials as the assignment policy sees them (duration, block, minimised value). Under a
+        schedule the duration is a trial's first stage's per epoch, on the block that ran it (what a new trial
+        costs, whichever rungs it later reaches)."""
+        out = []
+        for t in sorted(self.finished.values(), key=lambda t: t.id):
+            duration, block = t.duration_s, t.block
+            if t.rungs:
+                first = t.rungs[0]
+                trained = int(first.get("epochs") or 0) - int(t.start_epochs or 0)
+                duration = float(first["duration_s"]) / trained if first.get("duration_s") and trained > 0 else None
+                block = first.get("block")
+            if duration and block is not None and block < self.blocks:
+                out.append(Observation(t.params, int(block), float(duration),
+                                       None if t.fom is None else self.objective.value(t.fom)))
+        return out
 
     def pending(self) -> list[dict[str, Any]]:
         """Points proposed and not finished: running, to re-run, pooled (told to the engine as lies)."""

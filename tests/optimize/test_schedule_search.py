@@ -208,3 +208,18 @@ def test_a_shared_search_with_another_schedule_is_refused(tmp_path):
                          num_iterations=9, out_dir=tmp_path, participant="b", clock=clock, heartbeat=False)
     with pytest.raises(ConfigError, match="different schedule"):
         other.restore()
+
+
+def test_the_assignment_policy_learns_a_stages_cost_per_epoch(tmp_path):
+    """Heterogeneous blocks under a schedule: the hardware-aware policy is told what a new trial costs (its first
+    stage, per epoch, on the block that ran it), not a total that grows with the rungs a good trial reaches."""
+    s = search(tmp_path, n=4)
+    s.blocks = 2
+    for b in range(3):
+        t = s.next_trial(b % 2, now=0.0)
+        s.record(t.id, [{"metrics": {"val_loss": 1.0 + b}, "epochs": 1}], t.block, now=2.0 * (b + 1))
+    up = s.next_trial(0, now=10.0)
+    assert up.target == 1
+    s.record(up.id, [{"metrics": {"val_loss": 0.5}, "epochs": 3}], 1, now=30.0)  # 2 more epochs, on block 1
+    costs = {o.params["lr"]: (o.duration_s, o.block) for o in s.observations()}
+    assert costs[up.params["lr"]] == (2.0, 0) and sorted(d for d, _ in costs.values()) == [2.0, 4.0, 6.0]
