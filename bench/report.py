@@ -262,9 +262,80 @@ def startup(d: dict) -> str:
                         f"`-X importtime` added up): {tops}.", machine_line(d)])
 
 
+def fidelity(d: dict) -> str:
+    parts = []
+    r = d.get("ratio")
+    if r:
+        rows = []
+        for x in r["seeds"]:
+            rows.append([x["seed"], _sec(x["full"]["reached_s"], r["blocks"]), _sec(x["asha"]["reached_s"], r["blocks"]),
+                         f"{x['asha_over_full']:.2f}", _sec(x["hyperband"]["reached_s"], r["blocks"]),
+                         f"{x['hyperband_over_full']:.2f}", _num(x["full"]["best"]), _num(x["asha"]["best"]),
+                         _num(x["hyperband"]["best"]), "yes" if x["asha_as_good"] else "no"])
+        corr = ", ".join(f"{k} epoch(s) {v:.2f}" for k, v in r["rank_correlation_with_final"].items())
+        parts += [f"**Simulated** ({r['blocks']} blocks, {r['epoch_s']:g}-s epochs, --epochs {r['epochs']}, "
+                  f"min 1, eta 3, engine {r['engine']}, {r['rank_seconds_budget']:.0f} rank-seconds per search; "
+                  f"`examples/curves.py`, rank correlation with the final loss after {corr}). Target: the "
+                  f"{r['target_quantile']:.0%} quantile of the final loss over the prior, {r['target']:.4f}.",
+                  md(rows, ["seed", "full: rank-s to target", "ASHA", "ASHA/full", "Hyperband", "Hyperband/full",
+                            "best full", "best ASHA", "best Hyperband", "ASHA as good"]),
+                  f"Median ASHA/full rank-seconds to the target **{r['asha_over_full_rank_seconds_median']:.2f}** "
+                  f"(Hyperband {r['hyperband_over_full_rank_seconds_median']:.2f}); best at equal rank-seconds as good "
+                  f"or better: ASHA **{r['asha_as_good_seeds']}/{len(r['seeds'])}**, Hyperband "
+                  f"{r['hyperband_as_good_seeds']}/{len(r['seeds'])} seeds."]
+    p = d.get("pbt")
+    if p:
+        rows = [[x["seed"], f"{x['rank_seconds']:.0f}", _num(x["pbt"]), _num(x["asha"]), _num(x["random"])]
+                for x in p["seeds"]]
+        parts += [f"PBT (population {p['population']}, steps of {p['interval']} epochs, {p['budget_trials']} trials "
+                  f"at most) on the `{p['family']}` curves, where a learning-rate schedule pays; ASHA and random "
+                  f"search get the rank-seconds PBT used:",
+                  md(rows, ["seed", "rank-seconds", "best PBT", "best ASHA", "best random"]),
+                  f"Median gain of PBT: **{_num(p['pbt_gain_over_asha_median'])}** over ASHA, "
+                  f"**{_num(p['pbt_gain_over_random_median'])}** over random search (loss); PBT below the best "
+                  f"constant configuration of 20,000 draws ({p['best_constant_configuration']:.4f}) on "
+                  f"{p['pbt_below_every_constant_seeds']}/{len(p['seeds'])} seeds."]
+    b = d.get("busy")
+    if b:
+        sync = ", ".join(f"{v:.1%} with brackets of {n}" for n, v in b["sync_halving_busy"].items())
+        parts.append(f"{b['blocks']} simulated blocks, 1-s epochs (+-{b['jitter']:.0%}), ASHA, {b['horizon_s']:g} s: "
+                     f"blocks busy **{b['asha_busy']:.1%}** ({b['asha_jobs']} jobs, {b['asha_trials']} trials; the "
+                     f"coordinator's real decisions median {b['decide_ms_median']:.2f} ms, p99 "
+                     f"{b['decide_ms_p99']:.1f} ms, {b['saves']} saves, the last {b['save_ms_last']:.0f} ms, on the "
+                     f"simulated clock). Synchronous successive halving: {sync}.")
+    w = d.get("walltimes")
+    if w:
+        k, u = w["killed"], w["uninterrupted"]
+        parts.append(f"Across walltimes (real processes: 3 local chains of `nnlo optimize --shared --schedule asha`, "
+                     f"{k['trials']} trials): {len(k['kills'])} SIGKILLs of jobs; trials lost {len(k['lost'])}, rung "
+                     f"results recorded twice {k['rung_results_twice']}, rung histories intact "
+                     f"{k['rung_histories_intact']}, epochs trained twice beyond a checkpoint "
+                     f"{k['epochs_trained_twice_beyond_checkpoints']} (epochs of killed stages re-trained "
+                     f"{k['epochs_retrained_of_killed_stages']}); best configuration the same as the uninterrupted "
+                     f"run's: {w['same_best_configuration']} (promotion order the same: {w['same_promotions']}; "
+                     f"{k['wall_s']:.0f} s against {u['wall_s']:.0f} s).")
+    g = d.get("digits")
+    if g:
+        parts.append(f"Real training (`examples/digits_torch.py`, {g['ranks']} ranks, --epochs {g['epochs']}, "
+                     f"{g['rank_seconds']:.0f} rank-seconds of search each): best val_accuracy full "
+                     f"{_num(g['full']['best'])} ({g['full']['trials']} trials), ASHA {_num(g['asha']['best'])} "
+                     f"({g['asha']['trials']} trials); ASHA/full rank-seconds to full's best: "
+                     f"{_num(g['asha_over_full_rank_seconds'])}.")
+    parts.append(machine_line(d))
+    return "\n\n".join(parts)
+
+
+def _sec(reached: float | None, blocks: int) -> str:
+    return "not reached" if reached is None else f"{reached * blocks:.0f}"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
 REPORTS = {"startup": startup, "ps_exchange": ps_exchange, "allreduce": allreduce, "scaling": scaling,
            "search": search, "orchestration": orchestration, "slurm_requeue": slurm_requeue, "hetero": hetero,
-           "proposers": proposers}
+           "proposers": proposers, "fidelity": fidelity}
 
 
 def main(argv: list[str]) -> int:

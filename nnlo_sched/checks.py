@@ -29,7 +29,7 @@ from nnlo.config import TrainConfig
 from nnlo.contract import ENV_HOME, OPTIMIZER_STATE_FILE
 from nnlo.errors import ConfigError, NnloError
 from nnlo.models import data_plan, load_model_source
-from nnlo.optimize.options import SearchConfig, trial_overrides
+from nnlo.optimize.options import SearchConfig, check_schedule, trial_overrides
 
 if TYPE_CHECKING:
     from nnlo_sched.profiles.schema import Profile
@@ -54,6 +54,7 @@ def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | N
     cwd = Path(cwd or os.getcwd())
     if search is not None:
         trial_overrides(config, cwd, "")  # a search refuses --restore before any path is looked at
+        search.schedule_spec(config)  # and a schedule that cannot run (--min-epochs above --epochs, ...)
     _check_paths(config, search, cwd)
     return _probe(config, search, cwd)
 
@@ -172,10 +173,8 @@ def probe(config: TrainConfig, search: SearchConfig | None) -> list[str]:
     source = load_model_source(config.model)
     hook = False
     if search is not None:
-        if search.space:
-            space_mod.from_toml(search.space)
-        else:
-            space_mod.from_model(source.module)
+        space = space_mod.from_toml(search.space) if search.space else space_mod.from_model(source.module)
+        check_schedule(search.schedule_spec(config), space.names, source.module, config.model)
         hook = source.module is not None and callable(getattr(source.module, "evaluate", None))
     if hook:
         return []  # a synthetic objective: no data is read

@@ -39,6 +39,7 @@ from nnlo.contract import (
 )
 from nnlo.errors import ConfigError
 from nnlo.optimize.options import SearchConfig
+from nnlo.optimize.schedules import SCHEDULES
 from nnlo_sched.params import FINITE_FLOAT, finite_range, parse_block_sizes_option
 from nnlo_sched.upstream import UpstreamCommand
 
@@ -266,6 +267,21 @@ SEARCH: list[Decorator] = [
     search_option("--lease-timeout", type=finite_range(min=1.0), metavar="SECONDS",
                   help="--shared: a trial whose job stopped renewing its lease this long goes back to the "
                        "pool and is re-run by another job."),
+    search_option("--schedule", type=click.Choice(SCHEDULES),
+                  help="How long trials train: full (every trial --epochs), asha (stop bad trials early: rungs "
+                       "of --min-epochs x eta^k epochs, the best 1/eta go on), hyperband (brackets of asha), "
+                       "pbt (population-based training)."),
+    search_option("--min-epochs", type=int, metavar="E",
+                  help="asha/hyperband: epochs of the lowest rung (default 1); --epochs is the most a trial "
+                       "trains."),
+    search_option("--reduction-factor", type=FINITE_FLOAT, metavar="ETA",
+                  help="asha/hyperband: each rung keeps the best 1/ETA of the one below and trains ETA times "
+                       "longer (default 3, at least 2)."),
+    search_option("--population", type=int, metavar="P",
+                  help="pbt: trials trained side by side (default 8, at most --num-iterations, which also counts "
+                       "every exploit's new trial)."),
+    search_option("--pbt-interval", type=int, metavar="E",
+                  help="pbt: epochs between exploit/explore steps (default a tenth of --epochs)."),
 ]
 
 

@@ -84,6 +84,7 @@ def progress(run_dir: Path, spec: RunSpec) -> dict[str, Any]:
             out["trials_done"] = best.get("trials_done")
             out["trials_total"] = best.get("trials_total")
             out["best"], out["best_name"] = best.get("best_fom"), best.get("fom_name")
+            out["rungs"] = best.get("rungs")  # a --schedule search: trials at each rung, by epochs
     return out
 
 
@@ -151,7 +152,7 @@ def search_view(run: Run, st: RunState, answers: Answers, reconcile: bool = True
         "progress": {"epoch": None, "epochs": None, "trials_done": counts.done, "trials_total": counts.total,
                      "trials_failed": counts.failed, "trials_leased": counts.leased,
                      "trials_running": counts.running, "trials_source": counts.source,
-                     "best": best.get("best_fom"), "best_name": best.get("fom_name")},
+                     "best": best.get("best_fom"), "best_name": best.get("fom_name"), "rungs": best.get("rungs")},
         "elapsed_s": elapsed, "created_at": st.created_at, "walltime_s": spec.walltime_s,
         "max_resubmits": spec.max_resubmits, "kind": spec.kind,
         "retries": sum(c.get("retries", 0) for c in chains), "max_retries": spec.max_retries,

@@ -435,10 +435,16 @@ class TorchBackend(Backend):
         return {**_to_numpy(self.optimizer.state_dict()), **self.amp.state_dict()}
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`optimizer_state`. The current spec's options win over the saved ones (lr, momentum,
+        ...: a restarted run may change them, and PBT's explore does), as for the Keras backend and the
+        master's rule; the state vectors (momentum buffers, Adam's moments, step counts) are restored."""
         self.amp.load_state_dict(state)
         restored = _to_torch({k: v for k, v in state.items() if k != STATE_KEY})
+        options = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
         # torch keeps integer parameter ids as keys of "state"; pickling preserves them.
         self.optimizer.load_state_dict(restored)
+        for group, current in zip(self.optimizer.param_groups, options, strict=True):
+            group.update(current)
 
     def save_model(self, path: str) -> str:
         """``torch.save(model)`` (loadable with ``--model file.pt``); a state_dict if the class cannot be

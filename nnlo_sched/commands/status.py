@@ -49,6 +49,9 @@ def _fmt_progress(p: dict[str, Any]) -> str:
         text = f"{p['trials_done']}" + (f"/{p['trials_total']}" if p["trials_total"] else "") + " trials"
         extra = [f"{p[k]} {k.split('_')[1]}" for k in ("trials_running", "trials_leased", "trials_failed")
                  if p.get(k)]
+        rungs = p.get("rungs")
+        if isinstance(rungs, dict) and rungs:  # trials standing at each rung: "at epochs 1:18 3:6 9:2"
+            extra.append("at epochs " + " ".join(f"{e}:{n}" for e, n in rungs.items()))
         return text + (f" ({', '.join(extra)})" if extra else "")
     return "-"
 

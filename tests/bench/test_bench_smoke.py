@@ -136,12 +136,29 @@ def test_orchestration(tmp_path, nnlo_env):
     assert st["job_ids_in_the_one_call"] == 20
 
 
+def test_fidelity(tmp_path, nnlo_env):
+    """The simulated parts (the real Search, schedules and hook runner on simulated clocks): every seed measured,
+    the summary follows from the seeds."""
+    doc = run_bench("fidelity", tmp_path, nnlo_env, "--parts", "ratio,pbt,busy")
+    r = doc["ratio"]
+    assert len(r["seeds"]) == 2 and set(r["rank_correlation_with_final"]) == {"1", "3", "9"}
+    for row in r["seeds"]:
+        assert {"full", "asha", "hyperband"} <= set(row) and row["full"]["trials"] > 0
+        assert row["asha"]["trials"] > row["full"]["trials"]  # ASHA starts more trials in the same time
+    assert r["asha_as_good_seeds"] == sum(row["asha_as_good"] for row in r["seeds"])
+    p = doc["pbt"]
+    assert len(p["seeds"]) == 2 and all(row["pbt"] is not None for row in p["seeds"])
+    b = doc["busy"]
+    assert 0 < b["asha_busy"] <= 1 and b["saves"] >= 1 and set(b["sync_halving_busy"]) == {"81", "216"}
+    assert doc["summary"]["asha_busy_32_blocks"] == b["asha_busy"]
+
+
 def test_run_sh_rejects_an_unknown_benchmark():
     proc = subprocess.run(["bash", str(BENCH / "run.sh"), "nosuch"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "bench/run.sh: no benchmark named 'nosuch'; choose from: ps_exchange allreduce scaling search "
-        "orchestration startup hetero proposers validation fold_noise slurm_requeue"]
+        "orchestration startup hetero proposers validation fold_noise fidelity slurm_requeue"]
 
 
 def test_committed_results_are_valid_json():

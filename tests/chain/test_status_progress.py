@@ -27,6 +27,13 @@ def test_search_progress_from_best_json(tmp_path):
     assert _fmt_progress(p) == "7/20 trials" and p["best"] == 0.12
 
 
+def test_a_scheduled_search_shows_its_trials_per_rung(tmp_path):
+    spec = RunSpec.from_argv(kind="optimize", args=["--model", "m.py", "--schedule", "asha", "--epochs", "9"], cluster="local")
+    (tmp_path / "best.json").write_text(json.dumps({"trials_done": 30, "trials_total": 30, "best_fom": 0.12,
+                                                    "fom_name": "val_loss", "rungs": {"1": 20, "3": 7, "9": 3}}))
+    assert _fmt_progress(progress(tmp_path, spec)) == "30/30 trials (at epochs 1:20 3:7 9:3)"
+
+
 def test_corrupt_files_do_not_break_status(tmp_path):
     spec = RunSpec.from_argv(kind="train", args=["--model", "m.py"], cluster="local")
     (tmp_path / "history.json").write_text("{not json")

@@ -173,6 +173,21 @@ def test_optimizer_state_restores_the_exact_trajectory() -> None:
     np.testing.assert_array_equal(a.get_weights(), b.get_weights())
 
 
+def test_restored_optimizer_state_keeps_the_current_options() -> None:
+    """A restart (or PBT's explore) may change the learning rate: the options given now win over the saved
+    ones, the state vectors (Adam's moments, its step count) come back - as the Keras backend does."""
+    x, y = _batch()
+    a = _backend("adam:lr=0.01")
+    for _ in range(3):
+        a.train_on_batch(x, y)
+    b = _backend("adam:lr=0.05")
+    b.set_weights(a.get_weights())
+    b.load_optimizer_state(a.optimizer_state())
+    group = b.optimizer.param_groups[0]
+    assert group["lr"] == 0.05
+    assert all(int(s["step"]) == 3 for s in b.optimizer.state.values())
+
+
 def test_gradients_step_equals_fused_training_step() -> None:
     x, y = _batch()
     a, b = _backend(), _backend()
