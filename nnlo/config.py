@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nnlo.contract import ENV_DEADLINE
 from nnlo.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -241,3 +243,24 @@ class TrainConfig:
         raise ConfigError("--scale-lr multiplies the learning rate by the ranks that share one batch; with "
                           "--n-processes 1 and no --mode allreduce there are none: drop --scale-lr, or add "
                           "--n-processes K or --mode allreduce")
+
+
+def deadline_from_env(explicit: float | None = None, environ: Mapping[str, str] | None = None) -> float | None:
+    """The deadline: ``explicit`` if given, else ``$NNLO_DEADLINE`` (unix seconds), else None.
+
+    A malformed value is a one-line :class:`~nnlo.errors.ConfigError`.
+    """
+    if explicit is not None:
+        return float(explicit)
+    env = os.environ if environ is None else environ
+    raw = env.get(ENV_DEADLINE, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"{ENV_DEADLINE}={raw!r} is not unix seconds; unset it or export a number "
+                          f"(e.g. $(date -d '+2 hours' +%s))")
+    return value

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nnlo.contract import ENV_RUN_DIR, SEARCH_JOURNAL, deadline_from_env
+from nnlo.config import deadline_from_env
+from nnlo.contract import ENV_RUN_DIR, SEARCH_JOURNAL
 from nnlo.errors import ConfigError, NnloError
 from nnlo.optimize import space as space_mod
 from nnlo.optimize.assign import make_policy

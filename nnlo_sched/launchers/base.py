@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from nnlo.contract import STOP_SIGNALS
 from nnlo.errors import ConfigError
 from nnlo_sched.profiles.schema import Profile
 
@@ -87,6 +88,14 @@ class Launcher(ABC):
     def relay(self, signal: str) -> str:
         """The signal to send this launcher so that its ranks get ``signal`` (or an equivalent stop signal)."""
         return signal
+
+    def relays(self, warning: str | None = None) -> dict[str, str]:
+        """The one relay rule of every launch: each signal the process in front of this launcher catches (a
+        batch shell's traps, ``nnlo ... -n``'s relay) -> the signal it sends the launcher. The stop signals
+        (:data:`nnlo.contract.STOP_SIGNALS`) and a site's pre-walltime ``warning`` (first), names without
+        ``SIG``."""
+        caught = [warning, "TERM", *(s.name.removeprefix("SIG") for s in STOP_SIGNALS)]
+        return {sig: self.relay(sig) for sig in dict.fromkeys(s for s in caught if s)}
 
     def check(self, plan: LaunchPlan) -> None:
         """Raise :class:`LaunchError` for a plan this launcher cannot express."""

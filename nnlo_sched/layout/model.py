@@ -14,12 +14,14 @@ launcher that cannot bind (aprun, mpirun): every rank sees its node's GPUs and t
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from nnlo.device import gpu_index
+from nnlo.errors import ConfigError
 from nnlo.roles import Hierarchy, RankInfo, Role, Shape
 from nnlo_sched.launchers.base import slot_gpus
 
@@ -30,6 +32,50 @@ class Placement:
     role: str  # the role label, e.g. "master:m0", "b1f1:worker:w0"
     node: int
     gpus: tuple[int, ...]  # device indices on its node (shared by several ranks when gpus_per_worker < 1)
+
+
+@dataclass(frozen=True)
+class LayoutRecord:
+    """A layout without its per-rank list: what a run's spec keeps (``spec.json``'s ``layout``) and what its
+    batch script is rendered from. JSON-able; :meth:`to_dict` and :meth:`from_dict` round-trip it."""
+
+    cluster: str
+    kind: str
+    shape: dict[str, Any]  # n_masters, n_processes, block_size, block_sizes, proposers, n_fold
+    world_size: int
+    nodes: int
+    ranks_per_node: int
+    cores_per_rank: int
+    gpus_per_node: int
+    gpus_per_worker: float
+    ranks_per_gpu: int
+    gpu_binding: str  # "launcher", "layout" (every rank picks its device), "none"
+    gpus_used: int
+    gpus_allocated: int
+    workers_per_group: int
+    blocks: int
+    block_sizes: list[int]
+    roles: dict[str, int]
+    queue: str | None
+    walltime_s: int | None
+    walltime_limit_s: int | None
+    launcher: list[str]
+    nodes_map: list[dict[str, Any]]  # {"first": node, "last": node, "roles": {role: count}}
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LayoutRecord:
+        """Inverse of :meth:`to_dict`; a missing or unknown key is a one-line :class:`ConfigError`."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [n for n in names if n not in data]
+        unknown = sorted(set(data) - set(names))
+        if missing or unknown:
+            raise ConfigError(f"the layout record lacks {', '.join(missing) or '-'} and has unknown "
+                              f"{', '.join(unknown) or '-'}; re-create the run")
+        return cls(**{n: data[n] for n in names})
 
 
 @dataclass
@@ -137,13 +183,13 @@ class Layout:
         return [r for r in self.hierarchy if not r.needs_device]
 
     # -- output ------------------------------------------------------------------------------------
-    def to_dict(self, ranks: bool = True) -> dict[str, Any]:
-        """A JSON-able structure; ``ranks=False`` leaves out the per-rank list (huge on a full machine)."""
+    def record(self) -> LayoutRecord:
+        """This layout without its per-rank list (what a run's spec keeps)."""
         s = self.shape
-        out: dict[str, Any] = {
-            "cluster": self.cluster,
-            "kind": self.kind,
-            "shape": {
+        return LayoutRecord(
+            cluster=self.cluster,
+            kind=self.kind,
+            shape={
                 "n_masters": s.n_masters,
                 "n_processes": s.n_processes,
                 "block_size": s.block_size,
@@ -151,29 +197,31 @@ class Layout:
                 "proposers": s.proposers,
                 "n_fold": s.n_fold,
             },
-            "world_size": self.world_size,
-            "nodes": self.nodes,
-            "ranks_per_node": self.ranks_per_node,
-            "cores_per_rank": self.cores_per_rank,
-            "gpus_per_node": self.gpus_per_node,
-            "gpus_per_worker": float(self.gpus_per_worker),
-            "ranks_per_gpu": self.ranks_per_gpu,
-            "gpu_binding": self.gpu_binding,
-            "gpus_used": self.gpus_used,
-            "gpus_allocated": self.gpus_allocated,
-            "workers_per_group": self.workers_per_group,
-            "blocks": self.blocks,
-            "block_sizes": list(self.hierarchy.block_sizes) if self.shape.optimization else [],
-            "roles": {str(r): self.hierarchy.count(r) for r in Role if self.hierarchy.count(r)},
-            "queue": self.queue,
-            "walltime_s": self.walltime_s,
-            "walltime_limit_s": self.walltime_limit_s,
-            "launcher": list(self.launcher),
-            "nodes_map": [
-                {"first": a, "last": b, "roles": counts} for a, b, counts in self.node_runs()
-            ],
-            "notes": list(self.notes),
-        }
+            world_size=self.world_size,
+            nodes=self.nodes,
+            ranks_per_node=self.ranks_per_node,
+            cores_per_rank=self.cores_per_rank,
+            gpus_per_node=self.gpus_per_node,
+            gpus_per_worker=float(self.gpus_per_worker),
+            ranks_per_gpu=self.ranks_per_gpu,
+            gpu_binding=self.gpu_binding,
+            gpus_used=self.gpus_used,
+            gpus_allocated=self.gpus_allocated,
+            workers_per_group=self.workers_per_group,
+            blocks=self.blocks,
+            block_sizes=list(self.hierarchy.block_sizes) if self.shape.optimization else [],
+            roles={str(r): self.hierarchy.count(r) for r in Role if self.hierarchy.count(r)},
+            queue=self.queue,
+            walltime_s=self.walltime_s,
+            walltime_limit_s=self.walltime_limit_s,
+            launcher=list(self.launcher),
+            nodes_map=[{"first": a, "last": b, "roles": counts} for a, b, counts in self.node_runs()],
+            notes=list(self.notes),
+        )
+
+    def to_dict(self, ranks: bool = True) -> dict[str, Any]:
+        """A JSON-able structure; ``ranks=False`` leaves out the per-rank list (huge on a full machine)."""
+        out = self.record().to_dict()
         if ranks:
             out["ranks"] = [
                 {"rank": p.rank, "role": p.role, "node": p.node, "gpus": list(p.gpus)}

@@ -73,7 +73,7 @@ def make_spec(cluster: str, *, epochs: int = 4, epoch_s: float = 0.3, model: str
               walltime_s: int = 60, max_resubmits: int = 10, name: str = "t", **kw: Any):
     from nnlo_sched.spec import RunSpec
 
-    return RunSpec(kind="train", args=["--model", model, "--epochs", str(epochs), "--model-arg", f"epoch_seconds={epoch_s}"],
+    return RunSpec.from_argv(kind="train", args=["--model", model, "--epochs", str(epochs), "--model-arg", f"epoch_seconds={epoch_s}"],
                    cluster=cluster, name=name, walltime_s=walltime_s, max_resubmits=max_resubmits, workers=1,
                    workdir=os.getcwd(), **kw)
 

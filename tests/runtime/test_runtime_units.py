@@ -355,10 +355,7 @@ def test_cli_params_become_config_and_shape_and_round_trip_to_argv(monkeypatch: 
     assert cfg.deadline is None and cfg.worker_optimizer is None
     assert cfg.model_args == {"hidden": 32, "act": "tanh", "sizes": [1, 2]}
     assert cfg.training_group_shape == Shape(n_masters=1, n_processes=2)
-    argv = train_cmd.argv_from_params(train_cmd.train_command, params)
-    again = _parse(argv)
-    again.pop("np_")
-    assert again == params
+    # (the argv round trip this test also checked is gone with argv_from_params: -n starts the typed run)
 
 
 def test_bad_model_arg_is_a_usage_error() -> None:

@@ -443,7 +443,7 @@ def _make_run(world: World, cluster: str, index: int, state: str, alive: bool) -
     from nnlo_sched.spec import RunSpec
     from nnlo_sched.state import JobRecord, update_state
 
-    spec = RunSpec(kind="train", args=["--model", "m.py"], cluster=cluster, name=f"r{index}", walltime_s=600,
+    spec = RunSpec.from_argv(kind="train", args=["--model", "m.py"], cluster=cluster, name=f"r{index}", walltime_s=600,
                    workers=1, workdir=str(world.work))
     run = create_run(spec, load_profile(cluster), world.home)
     ids = {"slurm": ["41", "42"], "lsf": ["41", "42"], "pbs": ["41.pbs01", "42.pbs01"]}[SCHED_OF[cluster]]

@@ -24,7 +24,7 @@ from nnlo.device import gpu_index
 from nnlo_sched.layout import LayoutError
 from nnlo_sched.layout.model import Layout
 from nnlo_sched.profiles import Profile, load_profile
-from nnlo_sched.render import compute_spec_layout, render_script
+from nnlo_sched.render import render_script
 from nnlo_sched.spec import RunSpec
 
 BUILT_IN = sorted(p.stem for p in Path(profiles_pkg.__file__).parent.glob("*.toml"))
@@ -119,14 +119,14 @@ def runtime_gpus(layout: Layout, argv: list[str]) -> dict[int, int]:
 
 def check_binding(profile: Profile, kind: str, args: tuple[str, ...], size: dict) -> bool:
     """Render, launch in thought, pick by the rule, compare with the layout; False if the layout is refused."""
-    spec = RunSpec(kind, ["--model", "m.py", *args], profile.name, name="binding", walltime_s=1800,
+    spec = RunSpec.from_argv(kind, ["--model", "m.py", *args], profile.name, name="binding", walltime_s=1800,
                    workdir="/home/u/proj", account="ABC123", **size)
     try:
-        layout = compute_spec_layout(spec, profile)
+        layout = spec.layout_on(profile)
     except LayoutError as e:  # e.g. 2 GPUs per worker on a one-GPU node: refused with a reason
         assert "gpus-per-worker" in str(e) or "--nodes" in str(e) or "rank count" in str(e), str(e)
         return False
-    spec.layout = layout.to_dict(ranks=False)
+    spec.layout = layout.record()
     argv = launch_line(render_script(spec, profile, "/scratch/u/nnlo-runs/binding"))
     where = f"{profile.name} {kind} {' '.join(args)} {size}: {shlex.join(argv)}"
     assert argv == layout.launcher, where  # the script launches what the layout computed
@@ -160,10 +160,10 @@ def test_nnlo_layout_prints_each_ranks_gpu_for_every_profile() -> None:
 
     for name in BUILT_IN:
         for nodes in (1, 2):
-            spec = RunSpec("train", ["--model", "m.py"], name, name="binding", walltime_s=1800, workdir="/w",
+            spec = RunSpec.from_argv("train", ["--model", "m.py"], name, name="binding", walltime_s=1800, workdir="/w",
                            account="ABC123", nodes=nodes)
             try:
-                layout = compute_spec_layout(spec, PROFILES[name])
+                layout = spec.layout_on(PROFILES[name])
             except LayoutError:  # the local profile has one node
                 continue
             lines = summary(layout).splitlines()

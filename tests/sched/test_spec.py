@@ -5,7 +5,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 from nnlo.errors import ConfigError
-from nnlo_sched.spec import RunSpec, format_hms, format_lsf_minutes, parse_walltime
+from nnlo_sched.profiles import load_profile
+from nnlo_sched.schedulers.lsf import LsfScheduler
+from nnlo_sched.spec import RunSpec
+from nnlo_sched.walltime import format_hms, parse_walltime
 
 
 @pytest.mark.parametrize(
@@ -40,15 +43,19 @@ def test_hms_round_trips(seconds: int) -> None:
 
 
 def test_lsf_minutes_round_up() -> None:
-    assert format_lsf_minutes(45 * 60) == "45"
-    assert format_lsf_minutes(2 * 3600) == "2:00"
-    assert format_lsf_minutes(3600 + 1) == "1:01"  # never less than asked
+    assert LsfScheduler.walltime_directive(45 * 60) == "45"
+    assert LsfScheduler.walltime_directive(2 * 3600) == "2:00"
+    assert LsfScheduler.walltime_directive(3600 + 1) == "1:01"  # never less than asked
+
+
+def _a_layout():
+    return RunSpec.from_argv("train", ["--model", "m.py"], "local", workers=1).layout_on(load_profile("local")).record()
 
 
 def test_spec_json_round_trip() -> None:
-    spec = RunSpec("optimize", ["--block-size", "6", "--model", "a b.py"], "summit", name="x", walltime_s=7200,
+    spec = RunSpec.from_argv("optimize", ["--block-size", "6", "--model", "a b.py"], "summit", name="x", walltime_s=7200,
                    queue="batch", account="ABC", nodes=3, blocks=2, gpus_per_worker=0.5, constraint="gpu",
-                   directives=["#BSUB -B"], layout={"world_size": 13}, workdir="/w")
+                   directives=["#BSUB -B"], layout=_a_layout(), workdir="/w")
     again = RunSpec.from_json(spec.to_json())
     assert again == spec
     assert again.max_resubmits == 10
@@ -71,4 +78,4 @@ def test_bad_spec_json(text: str, needle: str) -> None:
 
 def test_directive_with_newline_is_refused() -> None:
     with pytest.raises(ConfigError, match="line break"):
-        RunSpec("train", ["--model", "m.py"], "local", directives=["--mail-type=END\nrm -rf ~"])
+        RunSpec.from_argv("train", ["--model", "m.py"], "local", directives=["--mail-type=END\nrm -rf ~"])
