@@ -1,11 +1,12 @@
 """Resource layouts: upstream shapes, filling an allocation, every rejection, invariants (hypothesis)."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from fractions import Fraction
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nnlo.errors import ConfigError
 from nnlo.roles import Role, Shape, describe
@@ -191,31 +192,119 @@ def requests(draw: st.DrawFn) -> tuple[Profile, Shape, str, dict]:
     if draw(st.booleans()) or not kw:
         kw["nodes"] = draw(st.integers(1, 24))
     if profile.gpus_per_node:
-        kw["gpus_per_worker"] = draw(st.sampled_from([None, 0, 0.5, 0.25, 1, 2]))
+        # jsrun's GPU-sharing resource sets add a launcher rule of their own (tested above): whole GPUs there
+        shares = [None, 0, 1, 2] if profile.launcher == "jsrun" else [None, 0, 0.5, 0.25, 1, 2]
+        kw["gpus_per_worker"] = draw(st.sampled_from(shares))
     return profile, shape, "optimize" if optimize else "train", kw
+
+
+class _Oracle:
+    """The placement rule of docs/clusters.md written out plainly, independently of nnlo_sched.layout: which
+    worlds a request means, and whether a world fits on a number of nodes."""
+
+    def __init__(self, profile: Profile, shape: Shape, gpus_per_worker: float | None) -> None:
+        self.profile, self.shape = profile, shape
+        g = Fraction(1 if profile.gpus_per_node else 0) if gpus_per_worker is None else Fraction(gpus_per_worker)
+        self.gpw = g.limit_denominator(64)
+        # ranks of one node that may hold a GPU: each rank takes g GPUs, or 1/g ranks share one
+        self.slots = None if g == 0 else int(profile.gpus_per_node / g)
+        queue = profile.queue(None)
+        self.min_nodes = queue.min_nodes if queue else 1
+        self.max_nodes = min(profile.nodes or 10**9, queue.max_nodes or 10**9 if queue else 10**9)
+
+    def world(self, units: int) -> int:
+        """Ranks of ``units`` blocks (an optimization) or logical workers (a training)."""
+        s = self.shape
+        if s.optimization:
+            assert s.block_size is not None
+            return 1 + units * s.block_size
+        return s.n_masters + units * (s.n_processes if s.n_masters else 1)
+
+    def servers(self, world: int) -> int:
+        s = self.shape
+        if s.optimization:
+            assert s.block_size is not None
+            return 1 + (world - 1) // s.block_size * s.n_fold * s.n_masters
+        return s.n_masters
+
+    def holds(self, world: int, nodes: int, *, fill: bool = False) -> bool:
+        """``world`` ranks fit ``nodes`` nodes: on one node the server ranks may use cores without a GPU; on
+        several, every rank takes a GPU slot. Filling never oversubscribes."""
+        if not self.min_nodes <= nodes <= self.max_nodes or nodes > world:
+            return False
+        cores = self.profile.cores_per_node
+        if nodes == 1:
+            return ((world <= cores or (self.profile.oversubscribe and not fill))
+                    and (self.slots is None or world - self.servers(world) <= self.slots))
+        return -(-world // nodes) <= min(cores, self.slots if self.slots is not None else cores)
+
+    @staticmethod
+    def spread(world: int, nodes: int) -> int:
+        """How many nodes ``world`` ranks fill at the same count on each (all but maybe the last)."""
+        return -(-world // -(-world // nodes))
+
+    def smallest_units(self) -> int:
+        s = self.shape
+        return 1 if s.optimization or s.n_masters == 0 else max(1, s.n_masters - 1)
+
+    def possible(self, units: int) -> bool:
+        """Every master has a worker: in a training of ``units`` workers, and in each fold group of a block."""
+        s = self.shape
+        if not s.optimization:
+            return units >= self.smallest_units()
+        assert s.block_size is not None
+        k = s.n_processes if s.n_masters else 1
+        workers, rest = divmod(s.block_size // s.n_fold - s.n_masters, k)
+        return rest == 0 and workers >= (1 if s.n_masters == 0 else max(1, s.n_masters - 1))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests())
 def test_layout_invariants(req: tuple[Profile, Shape, str, dict]) -> None:
+    """Every request is placed exactly when the oracle says it fits, with the oracle's world and node count;
+    a refusal is one line; a placement puts every rank of the runtime's hierarchy on a node it fits on."""
     profile, shape, kind, kw = req
+    oracle = _Oracle(profile, shape, kw.get("gpus_per_worker"))
+    units = kw.get("blocks", kw.get("workers"))
+    expected: tuple[int, int] | None = None
+    suggested: int | None = None
+    if units is not None and oracle.possible(units):
+        world = oracle.world(units)
+        node_counts = [kw["nodes"]] if "nodes" in kw else range(1, world + 1)
+        expected = next(((world, n) for n in node_counts
+                         if oracle.holds(world, n) and oracle.spread(world, n) == n), None)
+    elif units is None:  # --nodes alone: as many workers (blocks) as those nodes hold
+        n = kw["nodes"]
+        fitting = [oracle.world(u) for u in range(oracle.smallest_units(), n * profile.cores_per_node + 1)
+                   if oracle.possible(u) and oracle.holds(oracle.world(u), n, fill=True)]
+        if fitting and oracle.spread(max(fitting), n) == n:
+            expected = (max(fitting), n)
+        elif fitting:  # the most ranks would leave a node empty: refused, naming the node count they fill
+            suggested = oracle.spread(max(fitting), n)
     try:
         lay = compute_layout(profile, shape, kind, **kw)
-    except LayoutError:
-        assume(False)
+    except LayoutError as e:
+        assert expected is None, f"refused a request that fits as {expected}: {e}"
+        assert "\n" not in str(e) and re.search(r"\b(use|ask for)\b", str(e)), str(e)  # one line, a way out
+        if suggested is not None:  # ... and that way out works
+            assert f"use --nodes {suggested}" in str(e)
+            assert compute_layout(profile, shape, kind, **{**kw, "nodes": suggested}).nodes == suggested
         return
-    # the world is exactly what the runtime's role module lays out, every rank one role
-    expected = describe(lay.world_size, shape)
-    assert [(r.rank, r.role) for r in lay.hierarchy] == [(r.rank, r.role) for r in expected]
+    assert (lay.world_size, lay.nodes) == expected
+    # the world is the one the runtime's role module lays out, every rank one role
+    infos = list(lay.hierarchy)
+    assert [r.rank for r in infos] == list(range(lay.world_size))
+    servers = [r.rank for r in infos if not r.needs_device]
+    assert len(servers) == oracle.servers(lay.world_size)
+    assert lay.hierarchy.count(Role.WORKER) == lay.world_size - len(servers)
     placements = list(lay.placements())
     assert [p.rank for p in placements] == list(range(lay.world_size))
     per_node: dict[int, list] = {}
     for p in placements:
         per_node.setdefault(p.node, []).append(p)
     assert sorted(per_node) == list(range(lay.nodes))  # no empty node, none beyond the allocation
-    if profile.nodes is not None:
-        assert lay.nodes <= profile.nodes
     gpw = lay.gpus_per_worker
+    assert gpw == oracle.gpw
     for node, ps in per_node.items():
         assert len(ps) <= lay.ranks_per_node
         if not profile.oversubscribe:
@@ -232,13 +321,4 @@ def test_layout_invariants(req: tuple[Profile, Shape, str, dict]) -> None:
                 users[g] = users.get(g, 0) + 1
         limit = lay.ranks_per_gpu if gpw < 1 else 1
         assert all(n <= limit for n in users.values()), (node, users)
-    if "nodes" in kw and "workers" not in kw and "blocks" not in kw and not profile.oversubscribe:
-        # filling: one more worker (or block) no longer fits those nodes
-        more = dict(kw)
-        if shape.optimization:
-            more["blocks"] = lay.blocks + 1
-        else:
-            more["workers"] = lay.hierarchy.count(Role.WORKER) // shape.ranks_per_worker + 1
-        with pytest.raises(LayoutError):
-            compute_layout(profile, shape, kind, **more)
     assert Fraction(lay.to_dict(ranks=False)["gpus_per_worker"]).limit_denominator(64) == gpw
