@@ -1,5 +1,6 @@
 """The role hierarchy: explicit upstream shapes, every rejection, and invariants over all small shapes."""
 import itertools
+import re
 
 import pytest
 from hypothesis import given, strategies as st
@@ -69,6 +70,8 @@ def test_pure_allreduce_mode_one_group_of_replicas():
     "world, shape, message",
     [
         (1, Shape(), "use -n 2"),
+        (1, Shape(n_processes=2), "^1 rank cannot hold a master and a worker; use -n 3 or more "),
+        (1, Shape(n_masters=3), "use -n 5 or more"),
         (4, Shape(n_processes=2), "use 5 ranks"),
         (2, Shape(n_masters=3), "1 uber-master and 2 masters"),
         (14, Shape(block_size=6, n_fold=2), "use -n 13"),
@@ -107,7 +110,7 @@ shapes = st.builds(
     n_processes=st.integers(1, 3),
     block_size=st.one_of(st.none(), st.integers(1, 12)),
     n_fold=st.just(1),
-).filter(lambda s: True)
+)
 
 
 def check_invariants(h):
@@ -150,13 +153,44 @@ def check_invariants(h):
         assert (r.role is Role.COORDINATOR) == (r.rank == h.coordinator)
 
 
+def _group_holds(shape, size):
+    """Independently of nnlo.roles: ``size`` ranks hold the servers and at least one worker per master."""
+    k = shape.n_processes if shape.n_masters else 1
+    need = max(1, shape.n_masters - 1) if shape.n_masters else 1
+    rest = size - shape.n_masters
+    return rest >= need * k and rest % k == 0
+
+
+def _feasible(shape, world):
+    if shape.block_size is None:
+        return _group_holds(shape, world)
+    return _group_holds(shape, shape.block_size) and world > 1 and (world - 1) % shape.block_size == 0
+
+
 @given(shape=shapes, world=st.integers(1, 40))
 def test_invariants_or_clear_error(shape, world):
+    """describe() lays out exactly the feasible worlds; a refusal is one line naming a world that works."""
     try:
         h = describe(world, shape)
     except RoleError as e:
-        assert "use" in str(e) or "need" in str(e)
+        assert not _feasible(shape, world), f"refused a feasible world: {e}"
+        message = str(e)
+        assert "\n" not in message
+        suggested = [int(n) for n in re.findall(r"use -n (\d+)|or -n (\d+)", message) for n in n if n]
+        if suggested:  # "use -n 13 (2 block(s)) or -n 19": each of them works
+            for n in suggested:
+                assert _feasible(shape, n), message
+                describe(n, shape)
+        else:  # a group (training world or block) that cannot hold its workers: the size that would
+            m = re.fullmatch(r"(\d+) ranks cannot hold (1 master|1 uber-master and \d+ masters|an all-reduce group) "
+                             r"plus workers of (\d+) rank\(s\) each \(need at least (\d+), then steps of \3\); "
+                             r"use (\d+) ranks", message)
+            assert m is not None, message
+            assert int(m[1]) == (shape.block_size or world) and not _group_holds(shape, int(m[1]))
+            assert _group_holds(shape, int(m[4])) and _group_holds(shape, int(m[5])) and int(m[5]) >= int(m[4])
+            assert not any(_group_holds(shape, n) for n in range(int(m[4])))  # the least that holds
         return
+    assert _feasible(shape, world)
     check_invariants(h)
     # The sizing function used by the scheduler side agrees with the runtime's description.
     n_workers = shape.workers_in_group(len(h.groups[0].ranks))
