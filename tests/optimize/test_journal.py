@@ -186,3 +186,43 @@ def test_fuzzed_damage_never_yields_a_record_that_was_not_written(tmp_path, seed
     assert all(r in written for r in records)  # nothing accepted that was not written whole
     assert [r for r in records if r in intact] == intact  # every undamaged record kept, in order
     assert len(records) + len(skipped) >= len(intact)
+
+
+def test_a_lease_runs_until_its_time_and_expires_only_after_it():
+    """``until`` is the last moment the lease holds: at ``now == until`` it is still the holder's."""
+    s = rebuild([rec("propose", "a", id=0, params={"x": 0}, until=100.0)])
+    lease = s.open[0]
+    assert not lease.expired(99.0) and not lease.expired(100.0) and lease.expired(100.001)
+    assert s.claimable(100.0, "c") == [] and [x.id for x in s.held_by_others(100.0, "c")] == [0]
+    assert [x.id for x in s.claimable(100.001, "c")] == [0] and s.held_by_others(100.001, "c") == []
+    assert s.counts(100.0) == {"done": 0, "ok": 0, "failed": 0, "running": 1, "expired": 0, "pool": 0}
+    assert s.counts(101.0) == {"done": 0, "ok": 0, "failed": 0, "running": 0, "expired": 1, "pool": 0}
+    assert s.held_by_others(50.0, "a") == []  # one's own lease is never "held by others"
+    s.apply(rec("release", "a", id=0))
+    assert (lease.holder, lease.until) == (None, None) and not lease.expired(1e18)  # the pool never expires
+
+
+def test_every_kind_of_record_applies_or_is_counted_as_ignored():
+    s = rebuild([rec("search", spec={"budget": 3}), rec("search", spec={"budget": 9}),  # the first header wins
+                 rec("join", "a", t=1.0, host="n1"), rec("join", "b"), rec("leave", "a", t=2.0, rc=0),
+                 rec("propose", "a", id=0, params={"x": 0}, until=10.0),
+                 rec("propose", "a", id=2, params={"x": 2}, until=10.0),  # ids may skip ahead
+                 rec("propose", "a", id=1, params={"x": 1}, until=10.0),  # ... but never go back
+                 rec("renew", "b", ids=[0], until=50.0),  # not b's lease
+                 rec("renew", "a", ids=[0, 2, 7], until=40.0),
+                 rec("lease", "b", id=7, until=1.0),  # no such trial
+                 rec("bogus", "a", id=0), rec("propose", "a", params={}),  # unknown kind; no id
+                 result(2, "a", fom=0.5, params={"x": 2}),
+                 rec("result", "a", id=3, trial={"id": 3, "status": "failed", "params": {"x": 3}}),  # lost proposal
+                 ])
+    assert s.header == {"budget": 3}
+    assert s.participants == {"a": {"t": 2.0, "host": "n1", "rc": 0, "state": "leave"},
+                              "b": {"t": 0.0, "state": "join"}}
+    assert sorted(s.open) == [0] and s.open[0].until == 40.0 and s.open[0].params == {"x": 0}
+    assert s.order == [2, 3] and s.next_id == 4 and s.n_trials == 3
+    assert [t.id for t in s.results()] == [2, 3] and s.results()[1].status == "failed"
+    assert s.ignored == 6
+    assert s.counts(20.0) == {"done": 2, "ok": 1, "failed": 1, "running": 1, "expired": 0, "pool": 0}
+    obj = Objective("val_loss", "min")
+    assert s.observations(obj) == [({"x": 2}, 0.5), ({"x": 3}, None)]
+    assert s.observations(Objective("val_loss", "max")) == [({"x": 2}, -0.5), ({"x": 3}, None)]

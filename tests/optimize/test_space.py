@@ -87,3 +87,72 @@ def test_missing_file_and_duplicate_or_unnamed_dimensions(tmp_path):
         Space([Real(0, 1, name="a"), Integer(0, 3, name="a")])
     with pytest.raises(ConfigError, match="needs a name"):
         Space([Real(0, 1)])
+
+
+@pytest.mark.parametrize("value, clipped", [(2.7, 3), (2.2, 2), (-3.6, 0), (0.49, 0), (99, 10), ("7", 7),
+                                             (np.float32(9.6), 10), (10.0, 10)])
+def test_integer_clip_rounds_to_the_nearest_then_bounds(value, clipped):
+    got = Integer(0, 10, name="n").clip(value)
+    assert got == clipped and type(got) is int
+
+
+@pytest.mark.parametrize("value, clipped", [(0.25, 0.25), (-1.0, 0.0), (3.0, 1.0), ("0.5", 0.5), (np.float32(2), 1.0)])
+def test_real_clip_bounds_and_gives_a_python_float(value, clipped):
+    got = Real(0.0, 1.0, name="r").clip(value)
+    assert got == clipped and type(got) is float
+
+
+def test_bounds_are_inclusive_and_types_are_checked():
+    r, i, c = Real(0.5, 2.0, name="r"), Integer(-2, 3, name="i"), Categorical(["a", 1, True], name="c")
+    assert r.contains(0.5) and r.contains(2.0) and r.contains(1) and not r.contains(2.0001)
+    assert not r.contains(0.4999) and not r.contains("1.0") and not r.contains(None)
+    assert i.contains(-2) and i.contains(3) and i.contains(np.int64(0)) and not i.contains(4) and not i.contains(-3)
+    assert not i.contains(1.0) and not i.contains(True) and not i.contains("1")
+    assert c.contains(1) and c.contains(True) and not c.contains(1.0) and not c.contains("1") and c.contains("a")
+    assert c.clip("b") == "a" and c.clip(True) is True and c.clip(1.0) == "a"
+    assert (r.default, i.default, c.default) == (0.5, -2, "a") and type(r.default) is float
+    assert (r.kind, i.kind, c.kind) == ("real", "integer", "categorical")
+
+
+def test_unit_positions_at_the_ends_and_outside():
+    lin, log, i = Real(-5.0, 15.0, name="a"), Real(1e-4, 1e-2, "log-uniform", name="b"), Integer(1, 9, name="c")
+    assert lin.to_unit(-5.0) == 0.0 and lin.to_unit(15.0) == 1.0 and lin.to_unit(0.0) == 0.25
+    assert log.to_unit(1e-3) == pytest.approx(0.5) and log.from_unit(0.5) == pytest.approx(1e-3)
+    assert lin.from_unit(-1.0) == -5.0 and lin.from_unit(7.0) == 15.0 and lin.from_unit(0.5) == 5.0
+    assert log.from_unit(0.0) == pytest.approx(1e-4) and log.from_unit(1.0) == pytest.approx(1e-2)
+    assert i.from_unit(0.3) == 3 and i.from_unit(0.0) == 1 and i.from_unit(1.0) == 9  # 1 + 0.3*8 = 3.4 -> 3
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Real(1.0, 1.0, name="r"), r"^parameter 'r': Real needs finite low < high, got 1.0, 1.0$"),
+    (lambda: Real(0.0, float("inf"), name="r"), r"^parameter 'r': Real needs finite low < high, got 0.0, inf$"),
+    (lambda: Real(float("nan"), 1.0), r"^parameter None: Real needs finite low < high, got nan, 1.0$"),
+    (lambda: Real(0.0, 1.0, "normal", name="r"),
+     r"^parameter 'r': prior must be one of uniform, log-uniform, got 'normal'$"),
+    (lambda: Real(0.0, 1.0, "log-uniform", name="r"), r"^parameter 'r': a log-uniform prior needs low > 0, got 0.0$"),
+    (lambda: Integer(2, 2, name="i"), r"^parameter 'i': Integer needs integer low < high, got 2, 2$"),
+    (lambda: Integer(0.5, 2, name="i"), r"^parameter 'i': Integer needs integer low < high, got 0.5, 2$"),
+    (lambda: Integer(0, 2, "log-uniform", name="i"), r"^parameter 'i': bad prior 'log-uniform' for \[0, 2\]$"),
+    (lambda: Integer(1, 2, "normal", name="i"), r"^parameter 'i': bad prior 'normal' for \[1, 2\]$"),
+    (lambda: Categorical([], name="c"), r"^parameter 'c': Categorical needs at least one value$"),
+    (lambda: Categorical("ab", name="c"), r"^parameter 'c': Categorical needs a list of values, got 'ab'$"),
+    (lambda: Categorical([1, 1], name="c"), r"^parameter 'c': Categorical values must be distinct, got \[1, 1\]$"),
+    (lambda: Real(0.0, 1.0, name="2x"), r"^parameter name '2x' must be a Python identifier \(it becomes a get_model "
+                                        r"keyword\)$"),
+    (lambda: Space([]), r"^the search space is empty: give get_model.parameter_range in the model module or "
+                        r"--space FILE.toml$"),
+])
+def test_bad_dimensions_are_one_line_errors_naming_the_parameter(make, message):
+    with pytest.raises(ConfigError, match=message):
+        make()
+
+
+def test_integer_bounds_become_ints_and_a_log_integer_samples_inside():
+    i = Integer(1.0, 1000.0, "log-uniform", name="i")
+    assert (i.low, i.high) == (1, 1000) and type(i.low) is int
+    rng = np.random.default_rng(3)
+    draws = [i.sample(rng) for _ in range(200)]
+    assert all(type(d) is int and 1 <= d <= 1000 for d in draws)
+    assert sum(d < 32 for d in draws) > 60  # log-uniform: half of the exponent range is below sqrt(1000)
+    assert i.to_dict() == {"type": "integer", "low": 1, "high": 1000, "prior": "log-uniform"}
+    assert Real(1.0, 2.0, name="r").to_dict() == {"type": "real", "low": 1.0, "high": 2.0, "prior": "uniform"}
