@@ -60,8 +60,7 @@ _SCHEDULER_PARSING = (
 )
 
 GROUPS: tuple[Group, ...] = (
-    Group("roles", ("nnlo/roles.py",),
-          ("tests/test_roles.py", "tests/test_shape_rule.py", "tests/hierarchy/test_sharding.py")),
+    Group("roles", ("nnlo/roles.py",), ("tests/test_roles.py",)),
     Group("algorithms", ("nnlo/algorithms/*.py",),
           ("tests/algorithms/test_exchange_rules.py", "tests/algorithms/test_flat_optimizers.py",
            "tests/algorithms/test_gem_rescale.py")),
@@ -78,7 +77,7 @@ GROUPS: tuple[Group, ...] = (
            "tests/chain/test_schedulers.py::test_submit_argv",
            "tests/chain/test_schedulers.py::test_template_facts_are_the_schedulers"),
           functions=_SCHEDULER_PARSING),
-    Group("layout", ("nnlo_sched/layout/*.py",), ("tests/sched/test_layout.py", "tests/test_shape_rule.py")),
+    Group("layout", ("nnlo_sched/layout/*.py",), ("tests/sched/test_layout.py",)),
     Group("atomic", ("nnlo/atomic.py",), ("tests/test_atomic.py",)),
     Group("checkpoint", ("nnlo/checkpoint.py",),
           ("tests/test_checkpoint.py",
