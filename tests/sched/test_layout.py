@@ -322,3 +322,99 @@ def test_layout_invariants(req: tuple[Profile, Shape, str, dict]) -> None:
         limit = lay.ranks_per_gpu if gpw < 1 else 1
         assert all(n <= limit for n in users.values()), (node, users)
     assert Fraction(lay.to_dict(ranks=False)["gpus_per_worker"]).limit_denominator(64) == gpw
+
+
+# -- what nnlo layout prints and stores, in full ------------------------------------------------------------
+def test_a_shared_gpu_search_on_one_node_in_full() -> None:
+    from nnlo_sched.layout import summary
+
+    lay = compute_layout(SUMMIT, Shape(n_masters=0, block_size=4, n_fold=2), "optimize", blocks=3,
+                         gpus_per_worker=0.5, walltime_s=5400)
+    assert summary(lay).splitlines() == [
+        "cluster   summit (queue batch)",
+        "run       optimize: 13 ranks: 1 coordinator, 12 worker; 3 block(s) of 4 x 2 fold(s)",
+        "nodes     1 x 13 ranks/node, 3 cores/rank, 0.5 GPU per worker rank, 2 ranks per GPU; GPUs used 6 of 6",
+        "walltime  1h30 (queue limit for 1 node(s): 2h00)",
+        "node map",
+        "  node 0           1 coordinator, 12 workers",
+        "rank map  0 coordinator | 1 worker | 2 worker(member) | 3 worker | 4 worker(member) | 5 worker | "
+        "6 worker(member) | 7 worker | 8 worker(member) | 9 worker | 10 worker(member) | 11 worker | "
+        "12 worker(member)",
+        "note      no-GPU ranks: coordinator rank 0 on node 0 (on the node's spare cores, without a GPU)",
+        "launch    jsrun -n 1 -r 1 -a 13 -c 39 -g 6 -b packed:3 <python> -m nnlo_sched run <run dir>"]
+    d = lay.to_dict()
+    ranks = d.pop("ranks")
+    assert d == {
+        "cluster": "summit", "kind": "optimize",
+        "shape": {"n_masters": 0, "n_processes": 1, "block_size": 4, "block_sizes": None, "proposers": 1,
+                  "n_fold": 2},
+        "world_size": 13, "nodes": 1, "ranks_per_node": 13, "cores_per_rank": 3, "gpus_per_node": 6,
+        "gpus_per_worker": 0.5, "ranks_per_gpu": 2, "gpu_binding": "layout", "gpus_used": 6, "gpus_allocated": 6,
+        "workers_per_group": 1, "blocks": 3, "block_sizes": [4, 4, 4], "roles": {"coordinator": 1, "worker": 12},
+        "queue": "batch", "walltime_s": 5400, "walltime_limit_s": 7200,
+        "launcher": ["jsrun", "-n", "1", "-r", "1", "-a", "13", "-c", "39", "-g", "6", "-b", "packed:3"],
+        "nodes_map": [{"first": 0, "last": 0, "roles": {"coordinator": 1, "worker": 12}}],
+        "notes": ["no-GPU ranks: coordinator rank 0 on node 0 (on the node's spare cores, without a GPU)"]}
+    assert ranks[:3] == [{"rank": 0, "role": "coordinator", "node": 0, "gpus": []},
+                         {"rank": 1, "role": "b0:worker:w0", "node": 0, "gpus": [0]},
+                         {"rank": 2, "role": "b0:worker:w0.1", "node": 0, "gpus": [1]}]
+    # every worker rank of the node is dealt a GPU round-robin: 12 ranks on 6 GPUs, 2 each
+    assert [r["gpus"][0] for r in ranks[1:]] == [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5]
+    assert lay.shares_gpus and lay.ranks_per_gpu == 2 and lay.unbound and lay.blocks == 3
+    assert [lay.node_of(r) for r in (0, 12)] == [0, 0] and [s.rank for s in lay.server_ranks()] == [0]
+
+
+def test_an_uber_master_training_over_three_nodes_in_full() -> None:
+    from nnlo_sched.layout import summary
+
+    lay = compute_layout(FLATIRON, Shape(n_masters=3, n_processes=2), workers=3, walltime_s=2 * 86400 + 3900)
+    assert summary(lay).splitlines() == [
+        "cluster   flatiron (queue gpu)",
+        "run       train: 9 ranks: 1 uber-master, 2 master, 6 worker; 2 ranks per worker",
+        "nodes     3 x 3 ranks/node, 12 cores/rank, 1 GPU per worker rank; GPUs used 6 of 12",
+        "walltime  2d1h05 (queue limit for 3 node(s): 7d)",
+        "node map",
+        "  node 0           1 uber-master, 1 master, 1 worker",
+        "  node 1           3 workers",
+        "  node 2           1 master, 2 workers",
+        "rank map  0 uber-master | 1 master | 2 worker | 3 worker(member) | 4 worker | 5 worker(member) | 6 master | "
+        "7 worker | 8 worker(member)",
+        "note      no-GPU ranks: uber-master rank 0 on node 0; master 2 ranks (1,6) on nodes 0,2 (each in a rank "
+        "slot whose GPU stays idle)",
+        "launch    srun --mpi=pmix -n 9 --nodes=3 --ntasks-per-node=3 --cpus-per-task=12 --wait=120 "
+        "--gpus-per-task=1 <python> -m nnlo_sched run <run dir>"]
+    d = lay.to_dict(ranks=False)
+    assert (d["gpu_binding"], d["blocks"], d["block_sizes"], d["workers_per_group"], d["gpus_per_worker"]) == (
+        "launcher", 0, [], 3, 1.0)
+    assert d["roles"] == {"uber-master": 1, "master": 2, "worker": 6}
+    assert [(p.rank, p.node, p.gpus) for p in lay.placements()] == [
+        (0, 0, ()), (1, 0, ()), (2, 0, (2,)), (3, 1, (0,)), (4, 1, (1,)), (5, 1, (2,)), (6, 2, ()), (7, 2, (1,)),
+        (8, 2, (2,))]
+    assert not lay.shares_gpus and lay.ranks_per_gpu == 1 and lay.gpus_used == 6 and lay.gpus_allocated == 12
+
+
+def test_a_filled_machine_collapses_its_node_map() -> None:
+    from nnlo_sched.layout import summary
+
+    lay = compute_layout(SUMMIT, Shape(n_processes=2), nodes=20, walltime_s=7200)
+    text = summary(lay).splitlines()
+    assert text[1] == "run       train: 119 ranks: 1 master, 118 worker; 2 ranks per worker"
+    assert text[3] == "walltime  2h00 (queue limit for 20 node(s): 2h00)"
+    assert text[4:8] == ["node map", "  node 0           1 master, 5 workers", "  nodes 1-18       6 workers each",
+                         "  node 19          5 workers"]
+    one = compute_layout(SUMMIT, Shape(), workers=1)
+    assert summary(one).splitlines()[3] == "walltime  not given (queue limit for 1 node(s): 2h00)"
+    cpu = compute_layout(LOCAL4, Shape(), workers=1)
+    assert summary(cpu).splitlines()[:3] == ["cluster   local", "run       train: 2 ranks: 1 master, 1 worker",
+                                             "nodes     1 x 2 ranks/node, 2 cores/rank"]
+    assert "walltime" not in summary(cpu)  # no queue, no walltime given
+    assert cpu.to_dict(ranks=False)["gpu_binding"] == "none" and cpu.gpus_used == 0
+    long_map = compute_layout(SUMMIT, Shape(n_processes=2), nodes=100)
+    rank_map = next(line for line in summary(long_map).splitlines() if line.startswith("rank map"))
+    assert len(rank_map) == len("rank map  ") + 400 + len(" ... ") and " ... " in rank_map
+    search = compute_layout(SUMMIT, Shape(block_size=7), "optimize", nodes=40)
+    shown = [ln for ln in summary(search).splitlines() if ln.startswith("  ")]
+    assert len(search.node_runs()) > 8 and len(shown) == 8  # 5 first groups, the elision, 2 last groups
+    assert shown[5] == f"  ... {len(search.node_runs()) - 7} more node groups ..."
+    assert shown[:2] == ["  node 0           1 coordinator, 1 master, 4 workers",
+                         "  nodes 1-4        5 workers, 1 master each"]
