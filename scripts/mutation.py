@@ -59,17 +59,32 @@ _SCHEDULER_PARSING = (
     "_read", "_queue_problem", "_whole", "_pid", "_number",
 )
 
+# The tree-space tests but the Bayesian search runs (seconds each: a mutant that survives runs every test of its
+# function, so the map holds the fast ones; the search quality is test_engines.py's, outside the map).
+_TREE_SPACE = tuple(f"tests/optimize/test_tree_space.py::{t}" for t in (
+    "test_toml_and_python_forms_agree_and_round_trip", "test_samples_hold_only_active_parameters",
+    "test_flat_space_behaviour_is_unchanged", "test_bad_tree_files_give_one_line_errors",
+    "test_numeric_and_boolean_branch_labels", "test_every_engine_proposes_valid_tree_points[random]",
+    "test_every_engine_proposes_valid_tree_points[genetic]", "test_trials_csv_blanks_inactive_and_restore_round_trips",
+    "test_fold_spread_reaches_the_gp_as_per_sample_noise", "test_without_folds_the_gp_is_skopts_default",
+    "test_python_form_errors_are_one_line"))
+
 GROUPS: tuple[Group, ...] = (
     Group("roles", ("nnlo/roles.py",), ("tests/test_roles.py",)),
     Group("algorithms", ("nnlo/algorithms/*.py",),
           ("tests/algorithms/test_exchange_rules.py", "tests/algorithms/test_flat_optimizers.py",
            "tests/algorithms/test_gem_rescale.py")),
     Group("journal", ("nnlo/optimize/journal.py",), ("tests/optimize/test_journal.py",)),
-    Group("space", ("nnlo/optimize/space.py",),
-          ("tests/optimize/test_space.py", "tests/optimize/test_tree_space.py")),
+    Group("space", ("nnlo/optimize/space.py",), ("tests/optimize/test_space.py", *_TREE_SPACE)),
     Group("engines", ("nnlo/optimize/engines/*.py",),
-          ("tests/optimize/test_engines.py", "tests/optimize/test_tree_space.py", "tests/optimize/test_ask_ahead.py",
-           "tests/optimize/test_search.py")),
+          ("tests/optimize/test_engine_units.py", *_TREE_SPACE, *(f"tests/optimize/test_engines.py::{t}" for t in (
+              "test_broken_estimators_are_not_offered", "test_pending_points_are_not_proposed_again[genetic]",
+              "test_pending_points_are_not_proposed_again[random]", "test_failed_trials_do_not_crash_engines[genetic]",
+              "test_failed_trials_do_not_crash_engines[random]", "test_all_failures_before_any_success_still_propose",
+              "test_genetic_handles_integer_real_and_categorical", "test_genetic_rejects_tiny_population",
+              "test_state_round_trip_continues_identically[genetic]",
+              "test_state_round_trip_continues_identically[random]", "test_mixed_spaces_in_the_other_engines[random]",
+              "test_a_scikit_optimize_failure_falls_back_to_a_random_point")))),
     Group("assign", ("nnlo/optimize/assign.py",), ("tests/optimize/test_assign.py",)),
     Group("spec", ("nnlo_sched/spec.py",), ("tests/sched/test_spec.py",)),
     Group("schedulers", ("nnlo_sched/schedulers/*.py",),
