@@ -73,7 +73,7 @@ GROUPS: tuple[Group, ...] = (
     Group("roles", ("nnlo/roles.py",), ("tests/test_roles.py",)),
     Group("algorithms", ("nnlo/algorithms/*.py",),
           ("tests/algorithms/test_exchange_rules.py", "tests/algorithms/test_flat_optimizers.py",
-           "tests/algorithms/test_gem_rescale.py")),
+           "tests/algorithms/test_gem_rescale.py", "tests/algorithms/test_specs.py")),
     Group("journal", ("nnlo/optimize/journal.py",), ("tests/optimize/test_journal.py",)),
     Group("space", ("nnlo/optimize/space.py",), ("tests/optimize/test_space.py", *_TREE_SPACE)),
     Group("engines", ("nnlo/optimize/engines/*.py",),
