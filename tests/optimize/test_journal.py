@@ -226,3 +226,82 @@ def test_every_kind_of_record_applies_or_is_counted_as_ignored():
     obj = Objective("val_loss", "min")
     assert s.observations(obj) == [({"x": 2}, 0.5), ({"x": 3}, None)]
     assert s.observations(Objective("val_loss", "max")) == [({"x": 2}, -0.5), ({"x": 3}, None)]
+
+
+# -- lines, exactly ------------------------------------------------------------------------------------------
+def test_a_line_is_the_checksum_and_the_sorted_compact_record():
+    import zlib
+
+    body = b'{"a":[1,2],"kind":"join","p":"x"}'
+    assert encode({"p": "x", "kind": "join", "a": (1, 2)}) == b'{"crc":"%08x","rec":%s}\n' % (zlib.crc32(body), body)
+    with pytest.raises(ValueError):
+        encode(rec("join", score=float("nan")))  # never a NaN in the journal
+
+
+def test_why_a_line_is_not_a_record():
+    import zlib
+
+    def line(body: bytes, crc: int | None = None) -> bytes:
+        return b'{"crc":"%08x","rec":%s}' % (zlib.crc32(body) if crc is None else crc, body)
+
+    assert decode(line(b'{"kind":"join"}') + b"\r") == {"kind": "join"}  # a CRLF line
+    assert decode(line(b'{"kind":"join"}', 0)) == "checksum mismatch (torn or altered record)"
+    assert decode(line(b"{kind}")) == "not JSON"
+    assert decode(line(b"[1]")) == "not a journal record"
+    assert decode(line(b'{"kind":3}')) == "not a journal record"
+    assert decode(line(b'{"p":"a"}')) == "not a journal record"
+    assert decode(b"") == "not a journal record" and decode(line(b'{"kind":"a"}') + b" ") == "not a journal record"
+
+
+def test_parsing_counts_lines_and_bytes_and_leaves_a_line_under_way():
+    from nnlo.optimize.journal import parse
+
+    a, b = encode(rec("join", "a")), encode(rec("join", "b"))
+    data = a + b"\n  \n" + b"junk\n" + b[:-1]
+    records, skipped, used = parse(data, start_line=10, start_offset=100)
+    assert [r["p"] for r in records] == ["a"] and used == len(data)
+    assert [(s.line, s.offset, s.reason) for s in skipped] == [
+        (13, 100 + len(a) + 4, "not a journal record"),
+        (14, 100 + len(a) + 9, "incomplete last record (its writer was killed mid-write)")]
+    assert skipped[0].preview == "junk" and skipped[1].describe("J") == (
+        f"J line 14 (byte {100 + len(a) + 9}): incomplete last record (its writer was killed mid-write), "
+        f"skipped: {b[:-1][:60].decode()!r}")
+    records, skipped, used = parse(data, final=False)  # the last line may still be being written: left
+    assert [r["p"] for r in records] == ["a"] and len(skipped) == 1 and used == len(data) - len(b) + 1
+    assert parse(b"") == ([], [], 0) and parse(a, final=False) == ([rec("join", "a")], [], len(a))
+    long = b"x" * 100 + b"\n"
+    assert parse(long)[1][0].preview == "x" * 60
+
+
+def test_journal_files_errors_and_growth(tmp_path):
+    from nnlo.optimize.journal import lock_error
+
+    assert read_journal(tmp_path / "none") == ([], [])
+    err = lock_error(tmp_path / "l", OSError(errno.ENOLCK, "No locks available"))
+    assert str(err) == (f"cannot lock {tmp_path / 'l'} (No locks available): a shared search needs file locks "
+                        "(flock) that hold across nodes on its --output file system (GPFS, NFSv4, Lustre mounted "
+                        "with -o flock, or a local disk for jobs on one node); choose an --output on such a file "
+                        "system or ask the admins to mount it with flock")
+    (tmp_path / "file").write_text("x")
+    j = Journal(tmp_path / "file" / "sub")
+    with pytest.raises(ConfigError, match=r"^cannot open the search journal .*/file/sub/search-journal\.jsonl: "
+                                          r"Not a directory; choose another --output$"):
+        with j.locked():
+            pass
+    write(tmp_path, [rec("join"), rec("leave")])
+    j = Journal(tmp_path, fsync=False)
+    assert not j.holding and j.read_new()[0] == [rec("join"), rec("leave")] and j.read_new() == ([], [])
+    with j.locked():
+        assert j.holding
+        with j.locked():  # re-entrant
+            assert j.holding
+        assert j.holding
+        assert j.append(rec("join", "b")) == rec("join", "b")
+    assert not j.holding
+    (tmp_path / SEARCH_JOURNAL).write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"shrank from \d+ to 0 bytes while the search ran \(truncated, replaced "
+                                          r"or removed by another program\); restore it, or start a new search in "
+                                          r"another --output$"):
+        j.read_new()
+    j.close()
+    j.close()  # twice: nothing left to close
