@@ -266,6 +266,15 @@ def git_commit() -> str:
     return out + ("+changes" if dirty else "")
 
 
+def write_report(report: dict[str, Any]) -> None:
+    import mutmut
+
+    report.update(tool=f"mutmut {mutmut.__version__}", commit=git_commit(),
+                  seconds=round(sum(g["seconds"] for g in report["groups"].values()), 1),
+                  cpu_seconds=round(sum(g.get("cpu_seconds", 0.0) for g in report["groups"].values()), 1))
+    REPORT.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+
+
 def select(names: list[str]) -> list[Group]:
     if not names:
         return list(GROUPS)
@@ -304,13 +313,8 @@ def main(argv: list[str]) -> int:
         report["modules"].update(result.pop("modules"))
         report["groups"][g.name] = result
         print(f"    {result['seconds']:.0f} s ({result['cpu_seconds']:.0f} s of CPU)", flush=True)
+        write_report(report)  # after each group: an interrupted run keeps what it measured
     elapsed = time.monotonic() - start
-    import mutmut
-
-    report.update(tool=f"mutmut {mutmut.__version__}", commit=git_commit(),
-                  seconds=round(sum(g["seconds"] for g in report["groups"].values()), 1),
-                  cpu_seconds=round(sum(g.get("cpu_seconds", 0.0) for g in report["groups"].values()), 1))
-    REPORT.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     ran = {p: m for p, m in report["modules"].items() if m["group"] in {g.name for g in groups}}
     print()
     print_table(ran, args.survivors)

@@ -151,3 +151,76 @@ def test_leftovers_remove_nothing_without_a_folder(tmp_path: Path) -> None:
     assert not (tmp_path / "absent").exists()
     assert ckpt._alive(os.getpid()) and not ckpt._alive(4_194_305)
     assert ckpt._mtime(tmp_path / "absent") is None and ckpt._mtime(tmp_path) == tmp_path.stat().st_mtime
+
+
+def test_checkpoints_sort_by_their_step_not_their_folder(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    old = _publish(ckpt.CheckpointWriter(run), 9999, 1)
+    new = _publish(ckpt.CheckpointWriter(run / "checkpoints"), 10000, 2)  # e10000 sorts before e9999 as text
+    assert ckpt.list_checkpoints(run) == [old, new] and ckpt.find_latest(run) == new
+
+
+def test_what_the_writer_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+    import time
+
+    caplog.set_level(logging.INFO, logger="nnlo.checkpoint")
+    writer = ckpt.CheckpointWriter(tmp_path, keep=1)
+    before = time.monotonic()
+    first = _publish(writer, 1, 1)
+    after = time.monotonic()
+    assert writer.last_duration is not None and 0 <= writer.last_duration <= after - before
+    assert caplog.messages == [f"checkpoint {first} written in {writer.last_duration:.2f} s"]
+    stale = tmp_path / f".tmp-ckpt-e0001-u00000001-{socket.gethostname()}-4194305"
+    stale.mkdir()
+    caplog.clear()
+    writer.remove_leftovers()
+    assert caplog.messages == [f"removing {stale}, left by a writer that is gone"] and not stale.exists()
+    # a checkpoint that cannot be hidden (renamed) is kept, said so, and the others are still pruned
+    second, third = _publish(ckpt.CheckpointWriter(tmp_path, keep=9), 2, 2), _publish(
+        ckpt.CheckpointWriter(tmp_path, keep=9), 3, 3)
+    rename = os.rename
+
+    def refuse_first(src: object, dst: object) -> None:
+        if Path(str(src)) == first:
+            raise OSError(39, "Directory not empty")
+        rename(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "rename", refuse_first)
+    caplog.clear()
+    writer._prune()
+    assert ckpt.list_checkpoints(tmp_path) == [first, third] and not second.exists()
+    assert caplog.messages == [f"cannot prune checkpoint {first} ([Errno 39] Directory not empty); it is kept"]
+
+
+def test_a_commit_without_begin_and_hidden_files_in_a_checkpoint(tmp_path: Path) -> None:
+    writer = ckpt.CheckpointWriter(tmp_path)
+    tmp = tmp_path / ".tmp-by-hand"
+    tmp.mkdir()
+    ckpt.write_part(tmp, "master.pkl", {"x": 1})
+    (tmp / ".lock").write_text("")  # hidden files are no parts
+    path = writer.commit(tmp, {"epoch": 1, "updates": 2})
+    assert writer.last_duration is None and ckpt.read_manifest(path)["parts"] == ["master.pkl"]
+
+
+def test_a_leftover_as_old_as_the_newest_checkpoint_is_kept(tmp_path: Path) -> None:
+    writer = ckpt.CheckpointWriter(tmp_path)
+    newest = _publish(writer, 1, 1)
+    same = tmp_path / ".old-ckpt-e0001-u00000001-other-host-4194305"
+    same.mkdir()
+    stamp = newest.stat().st_mtime
+    os.utime(same, (stamp, stamp))
+    writer.remove_leftovers()
+    assert same.exists()  # only a folder older than the newest checkpoint is proven stale
+    os.utime(same, (stamp - 1, stamp - 1))
+    writer.remove_leftovers()
+    assert not same.exists()
+
+
+def test_a_process_of_another_user_counts_as_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    def kill(pid: int, sig: int) -> None:
+        assert sig == 0  # a probe, never a signal
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", kill)
+    assert ckpt._alive(12345)
