@@ -236,6 +236,9 @@ def test_a_line_is_the_checksum_and_the_sorted_compact_record():
     assert encode({"p": "x", "kind": "join", "a": (1, 2)}) == b'{"crc":"%08x","rec":%s}\n' % (zlib.crc32(body), body)
     with pytest.raises(ValueError):
         encode(rec("join", score=float("nan")))  # never a NaN in the journal
+    import numpy as np
+
+    assert b'"v":[1.5,2]' in encode({"kind": "x", "v": [np.float32(1.5), np.int64(2)]})  # numpy values as numbers
 
 
 def test_why_a_line_is_not_a_record():
@@ -267,7 +270,8 @@ def test_parsing_counts_lines_and_bytes_and_leaves_a_line_under_way():
         f"J line 14 (byte {100 + len(a) + 9}): incomplete last record (its writer was killed mid-write), "
         f"skipped: {b[:-1][:60].decode()!r}")
     records, skipped, used = parse(data, final=False)  # the last line may still be being written: left
-    assert [r["p"] for r in records] == ["a"] and len(skipped) == 1 and used == len(data) - len(b) + 1
+    assert [r["p"] for r in records] == ["a"] and used == len(data) - len(b) + 1
+    assert [(s.line, s.offset) for s in skipped] == [(4, len(a) + 4)]  # counted from line 1, byte 0
     assert parse(b"") == ([], [], 0) and parse(a, final=False) == ([rec("join", "a")], [], len(a))
     long = b"x" * 100 + b"\n"
     assert parse(long)[1][0].preview == "x" * 60
@@ -305,3 +309,34 @@ def test_journal_files_errors_and_growth(tmp_path):
         j.read_new()
     j.close()
     j.close()  # twice: nothing left to close
+
+
+def test_incremental_reads_and_appends_keep_line_numbers_and_offsets(tmp_path):
+    path = tmp_path / SEARCH_JOURNAL
+    a, b, c = encode(rec("join", "a")), encode(rec("join", "b")), encode(rec("join", "c"))
+    path.write_bytes(a + b[:10])
+    j = Journal(tmp_path, fsync=False)
+    assert j.read_new() == ([rec("join", "a")], [])  # without the lock the partial line may be under way: it waits
+    with open(path, "ab") as f:
+        f.write(b[10:] + b"junk\n" + c)
+    records, skipped = j.read_new()
+    assert records == [rec("join", "b"), rec("join", "c")]
+    assert [(s.line, s.offset, s.preview) for s in skipped] == [(3, len(a) + len(b), "junk")]
+    torn_at = path.stat().st_size
+    with open(path, "ab") as f:
+        f.write(b'{"crc":"0')  # a writer killed mid-line
+    with j.locked():
+        records, skipped = j.read_new()
+        assert records == [] and [(s.line, s.offset, s.reason) for s in skipped] == [
+            (5, torn_at, "incomplete last record (its writer was killed mid-write)")]
+        j.append(rec("leave", "a"))  # closes the torn line first
+        j.append(rec("leave", "b"))
+    with open(path, "ab") as f:
+        f.write(b"more junk\n")
+    records, skipped = j.read_new()
+    assert records == [] and [(s.line, s.offset) for s in skipped] == [(8, path.stat().st_size - 10)]
+    assert path.read_bytes().splitlines()[5:7] == [encode(rec("leave", "a"))[:-1], encode(rec("leave", "b"))[:-1]]
+    other = Journal(tmp_path, fsync=False)  # a fresh reader agrees on every line
+    records, skipped = other.read_new()
+    assert [r["p"] for r in records] == ["a", "b", "c", "a", "b"] and [s.line for s in skipped] == [3, 5, 8]
+    j.close()
