@@ -141,6 +141,12 @@ def function_of(mutant: str) -> str:
     return tail.removeprefix("x_")
 
 
+def mutant_glob(function: str) -> str:
+    """The mutmut names of a function glob's mutants: ``Class.method`` -> ``*.xǁClassǁmethod__mutmut_*``."""
+    cls, _, name = function.rpartition(".")
+    return f"*.xǁ{cls}ǁ{name}__mutmut_*" if cls else f"*.x_{name}__mutmut_*"
+
+
 def in_scope(group: Group, mutant: str) -> bool:
     return not group.functions or any(fnmatch.fnmatchcase(function_of(mutant), f) for f in group.functions)
 
@@ -179,8 +185,8 @@ def run_group(group: Group, log_all: bool) -> dict[str, Any]:
     start, cpu = time.monotonic(), _children_cpu()
     log = work / "mutmut.log"
     with open(log, "w") as out:
-        proc = subprocess.run([str(mutmut), "run", "--max-children", "1"], cwd=work, env=env, stdout=out,
-                              stderr=subprocess.STDOUT, check=False)
+        proc = subprocess.run([str(mutmut), "run", "--max-children", "1", *map(mutant_glob, group.functions)],
+                              cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
     seconds, cpu = time.monotonic() - start, _children_cpu() - cpu
     if proc.returncode != 0 or log_all:
         text = log.read_text(errors="replace").replace("\r", "\n")
