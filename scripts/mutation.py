@@ -53,7 +53,7 @@ class Group:
 _SCHEDULER_PARSING = (
     "Scheduler.check_job_id", "Scheduler.is_job_id", "Scheduler.check_cancel", "Scheduler.parse_submit_output",
     "Scheduler.job_name", "Scheduler.query", "Scheduler.current_job_id", "Scheduler.unknown",
-    "Scheduler.array_task_id", "Scheduler.array_directive_range", "unique_ids", "one_line",
+    "Scheduler.array_task_id", "unique_ids", "one_line",
     "*Scheduler._query", "*Scheduler._sacct", "*Scheduler.array_task_id", "*Scheduler._array_job_id",
     "*Scheduler.submit_argv", "*Scheduler.job_name", "normalise", "_parse", "short_id",
     "_read", "_queue_problem", "_whole", "_pid", "_number",

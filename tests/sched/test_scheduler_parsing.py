@@ -44,6 +44,7 @@ def answers(monkeypatch: pytest.MonkeyPatch) -> Answers:
 
 
 def states(got: dict[str, JobInfo]) -> dict[str, tuple[str, str, str]]:
+    assert all(v.job_id == k for k, v in got.items()), got
     return {k: (v.state, v.native, v.reason) for k, v in got.items()}
 
 
@@ -149,7 +150,7 @@ def test_bjobs_table_with_pending_jobs_and_array_elements(answers: Answers) -> N
         "101": ("RUNNING", "RUN"), "102": ("PENDING", "PEND"), "103": ("COMPLETED", "DONE"),
         "104[2]": ("FAILED", "EXIT"), "104[3]": ("RUNNING", "RUN"), "105": ("UNKNOWN", "ZOMBI"),
         "106": ("ENDED", "")}
-    assert got["106"].reason == "not found by bjobs"
+    assert got["106"].reason == "not found by bjobs" and all(v.job_id == k for k, v in got.items())
     assert answers.calls == [["bjobs", "-a", "-w", "101", "102", "103", "104[2]", "104[3]", "105", "106"]]
 
 
@@ -188,12 +189,12 @@ def test_qstat_table_short_ids_and_finished_states(answers: Answers) -> None:
     assert {k: (v.state, v.native) for k, v in got.items()} == {
         "1234.titan-batch": ("RUNNING", "R"), "1235.titan-batch": ("PENDING", "Q"),
         "1236.titan-batch": ("ENDED", "C"), "1237[4].pbs01": ("ENDED", "F"), "1238.titan-batch": ("ENDED", "")}
-    assert got["1238.titan-batch"].reason == "unknown to qstat"
+    assert got["1238.titan-batch"].reason == "unknown to qstat" and all(v.job_id == k for k, v in got.items())
     assert short_id("1234.titan-batch.ccs.ornl.gov") == "1234" and short_id("88") == "88"
 
 
 def test_qstat_garbage_and_failures(answers: Answers) -> None:
-    answers.on("qstat", "1234.s  run  u  0  X  batch\nPBS server is down\nshort line\n")
+    answers.on("qstat", "PBS server is down\n1234.s  run  u  0  X  batch\nshort line\n")
     got = get_scheduler("pbs").query(["1234.s", "99.s"])
     assert states(got) == {"1234.s": ("ENDED", "X", ""),
                            "99.s": ("UNKNOWN", "", "qstat printed unreadable output: 'PBS server is down'")}
@@ -316,40 +317,121 @@ def test_the_local_queue_answers_and_a_dead_supervisor_makes_live_jobs_unknown(t
 @pytest.mark.parametrize("queue, problem", [
     ("[]", "not a JSON object"),
     ({"next_id": 0, "jobs": []}, "'next_id' must be a whole number >= 1 and 'jobs' a list"),
-    ({"next_id": True, "jobs": []}, "'next_id' must be a whole number >= 1"),
-    ({"next_id": 1.5, "jobs": []}, "'next_id' must be a whole number >= 1"),
-    ({"next_id": 1, "jobs": {}}, "'jobs' a list"),
+    ({"next_id": True, "jobs": []}, "'next_id' must be a whole number >= 1 and 'jobs' a list"),
+    ({"next_id": 1.5, "jobs": []}, "'next_id' must be a whole number >= 1 and 'jobs' a list"),
+    ({"next_id": 1, "jobs": {}}, "'next_id' must be a whole number >= 1 and 'jobs' a list"),
     ({"next_id": 2, "jobs": [["1"]]}, "a job is not an object with a string 'id' and a known 'state'"),
-    ({"next_id": 2, "jobs": [_job("1", "DONE")]}, "a known 'state'"),
-    ({"next_id": 2, "jobs": [_job(1, "PENDING")]}, "a string 'id'"),  # type: ignore[arg-type]
+    ({"next_id": 2, "jobs": [_job("1", "DONE")]}, "a job is not an object with a string 'id' and a known 'state'"),
+    ({"next_id": 2, "jobs": [_job(1, "PENDING")]},  # type: ignore[arg-type]
+     "a job is not an object with a string 'id' and a known 'state'"),
     ({"next_id": 2, "jobs": [_job("1", "RUNNING", pid=1)]}, "job '1' has pid 1, not a process id"),
     ({"next_id": 2, "jobs": [_job("1", "RUNNING", pid=0)]}, "job '1' has pid 0, not a process id"),
-    ({"next_id": 2, "jobs": [_job("1", "RUNNING", pid=-5)]}, "has pid -5"),
-    ({"next_id": 2, "jobs": [_job("1", "RUNNING", pid=4_194_305)]}, "has pid 4194305"),
-    ({"next_id": 2, "jobs": [_job("1", "RUNNING", pid="7")]}, "has pid '7'"),
-    ({"next_id": 2, "jobs": [_job("1", "RUNNING", pid=True)]}, "has pid True"),
-    ({"next_id": 2, "jobs": [_job("1", "ENDED", started="x")]}, "a known 'state'"),
+    ({"next_id": 2, "jobs": [_job("1", "RUNNING", pid=-5)]}, "job '1' has pid -5, not a process id"),
+    ({"next_id": 2, "jobs": [_job("1", "RUNNING", pid=4_194_305)]}, "job '1' has pid 4194305, not a process id"),
+    ({"next_id": 2, "jobs": [_job("1", "RUNNING", pid="7")]}, "job '1' has pid '7', not a process id"),
+    ({"next_id": 2, "jobs": [_job("1", "RUNNING", pid=True)]}, "job '1' has pid True, not a process id"),
+    ({"next_id": 2, "jobs": [_job("1", "ENDED", started="x")]},
+     "a job is not an object with a string 'id' and a known 'state'"),
     ({"next_id": 2, "jobs": [_job("1", "FAILED", started="x")]}, "job '1' has a time that is not a number"),
-    ({"next_id": 2, "jobs": [_job("1", "FAILED", ended=True)]}, "a time that is not a number"),
-    ({"next_id": 2, "jobs": [_job("1", "CANCELLED", cancel_at=float("inf"))]}, "a time that is not a number"),
-    ({"next_id": 2, "jobs": [_job("1", "CANCELLED", submitted=float("nan"))]}, "a time that is not a number"),
+    ({"next_id": 2, "jobs": [_job("1", "FAILED", ended=True)]}, "job '1' has a time that is not a number"),
+    ({"next_id": 2, "jobs": [_job("1", "CANCELLED", cancel_at=float("inf"))]},
+     "job '1' has a time that is not a number"),
+    ({"next_id": 2, "jobs": [_job("1", "CANCELLED", submitted=float("nan"))]},
+     "job '1' has a time that is not a number"),
     ({"next_id": 2, "jobs": [_job("1", "PENDING", depends_on=3)]}, "job '1' has a 'depends_on' that is not a job id"),
 ])
 def test_a_damaged_local_queue_is_named_and_refused(tmp_path: Path, queue: object, problem: str) -> None:
     path = _queue(tmp_path, queue)
     sched = get_scheduler("local", tmp_path)
     got = sched.query(["1"])["1"]
-    assert got.state == "UNKNOWN" and got.reason.startswith(f"local queue {path} is damaged: ")
-    assert problem in got.reason
+    assert (got.state, got.reason) == ("UNKNOWN", f"local queue {path} is damaged: {problem}")
     with pytest.raises(SchedulerError, match="is damaged"):
         sched.check_cancel(["1"])
     sched.check_cancel([])  # nothing to cancel: the queue is not read
 
 
 def test_an_unreadable_local_queue_is_named(tmp_path: Path) -> None:
-    path = _queue(tmp_path, '{"next_id": 1, "jobs": [')
+    text = '{"next_id": 1,\n "jobs": ['
+    path = _queue(tmp_path, text)
     reason = get_scheduler("local", tmp_path).query(["1"])["1"].reason
-    assert reason.startswith(f"local queue {path} cannot be read (") and reason.endswith(
-        "); the run directory is damaged")
+    with pytest.raises(ValueError) as e:
+        json.loads(text)
+    assert reason == f"local queue {path} cannot be read ({' '.join(str(e.value).split())}); the run directory is damaged"
     _queue(tmp_path, {"next_id": 3, "jobs": [_job("2", "RUNNING", pid=4_194_304, started=5, cancel_at=-1.5)]})
     assert get_scheduler("local", tmp_path).query(["2"])["2"].reason == "local supervisor is not running"
+
+
+# -- the edges of each parser -------------------------------------------------------------------------------
+def test_unreadable_output_is_quoted_up_to_120_characters(answers: Answers) -> None:
+    banner = "MAINTENANCE " * 20
+    quoted = repr(" ".join(banner.split())[:120])
+    answers.on("squeue", banner + "\n").on("bjobs", banner + "\n").on("qstat", banner + "\n")
+    answers.on("sacct", banner + "\n")
+    assert get_scheduler("slurm").query(["1"])["1"].reason == f"squeue printed unreadable output: {quoted}"
+    assert get_scheduler("lsf").query(["1"])["1"].reason == f"bjobs printed unreadable output: {quoted}"
+    assert get_scheduler("pbs").query(["1"])["1"].reason == f"qstat printed unreadable output: {quoted}"
+    answers.answers["squeue"] = [(0, "", "")]
+    assert get_scheduler("slurm").query(["1"])["1"].reason == f"sacct printed unreadable output: {quoted}"
+    assert base.one_line("a \n b " * 100) == ("a b " * 75)[:300] and len(base.one_line("x" * 400)) == 300
+
+
+@pytest.mark.parametrize("program, name, rc, stderr, state, reason", [
+    ("bjobs", "lsf", 1, "LSF is down", "UNKNOWN", "bjobs failed: LSF is down"),
+    ("bjobs", "lsf", 255, "Job <5> is not found", "ENDED", "not found by bjobs"),
+    ("qstat", "pbs", 1, "Connection refused", "UNKNOWN", "qstat failed: Connection refused"),
+    ("qstat", "pbs", 153, "qstat: Unknown Job Id 5.s", "ENDED", "unknown to qstat"),
+])
+def test_a_failing_query_program_is_unknown_and_a_forgotten_job_ended(answers: Answers, program: str, name: str,
+                                                                      rc: int, stderr: str, state: str,
+                                                                      reason: str) -> None:
+    answers.on(program, "", stderr, rc=rc)
+    job = "5.s" if name == "pbs" else "5"
+    assert states(get_scheduler(name).query([job])) == {job: (state, "", reason)}
+    # "not found" is an answer (one call); any other failure is retried first
+    assert len(answers.calls) == (1 if state == "ENDED" else base.QUERY_RETRIES + 1)
+
+
+@pytest.mark.parametrize("name, program", [("lsf", "bjobs"), ("pbs", "qstat"), ("slurm", "squeue")])
+def test_a_missing_query_program_is_named(answers: Answers, name: str, program: str) -> None:
+    assert states(get_scheduler(name).query(["5"])) == {"5": ("UNKNOWN", "", f"{program} not found: cannot query jobs")}
+
+
+def test_no_sacct_means_ended(answers: Answers) -> None:
+    answers.on("squeue", "")
+    assert states(get_scheduler("slurm").query(["5"])) == {"5": ("ENDED", "", "not in squeue; no accounting")}
+
+
+def test_short_rows_and_array_elements_of_a_headerless_table(answers: Answers) -> None:
+    answers.on("bjobs", "101 u\n104 u EXIT arr[2]\n")
+    got = get_scheduler("lsf").query(["101", "104[2]"])
+    assert states(got) == {"101": ("UNKNOWN", "", "bjobs printed unreadable output: '101 u'"),
+                           "104[2]": ("FAILED", "EXIT", "")}
+    answers.answers.clear()
+    answers.on("qstat", "1234.s run u 0\n1235.s run u R batch\n")  # 4 columns: not a row; 5: a row
+    assert states(get_scheduler("pbs").query(["1234.s", "1235.s"])) == {
+        "1234.s": ("UNKNOWN", "", "qstat printed unreadable output: '1234.s run u 0'"),
+        "1235.s": ("RUNNING", "R", "")}
+    answers.answers.clear()
+    answers.on("qstat", "Banner with more than five words here\n")
+    assert get_scheduler("pbs").query(["9.s"])["9.s"].state == "UNKNOWN"
+
+
+def test_more_of_the_job_inside_a_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert get_scheduler("slurm").current_job_id({"SLURM_ARRAY_TASK_ID": "3", "SLURM_JOB_ID": "5"}) == "5"
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    assert get_scheduler("slurm").current_job_id() == "77"  # this process's environment by default
+    assert get_scheduler("slurm").job_name("Run-A.1") == "Run-A.1"
+    assert get_scheduler("slurm").unknown(["1", "2"]) == {"1": JobInfo("1", "UNKNOWN"), "2": JobInfo("2", "UNKNOWN")}
+    with pytest.raises(SchedulerError, match=r"^ printed no job id: '1'$"):
+        get_scheduler("local", "/r").parse_submit_output("1")  # the local scheduler reads no submit output
+    with pytest.raises(SchedulerError) as e:
+        get_scheduler("slurm").parse_submit_output("y" * 300)
+    assert str(e.value) == f"sbatch printed no job id: {'y' * 200!r}"
+
+
+def test_the_smallest_valid_local_queue(tmp_path: Path) -> None:
+    _queue(tmp_path, {"next_id": 1, "jobs": []})
+    assert states(get_scheduler("local", tmp_path).query(["1"])) == {"1": ("ENDED", "", "not in local queue")}
+    _queue(tmp_path, {"next_id": 2, "jobs": [_job("1", "COMPLETED", pid=2)]})  # pid 2: the smallest signalable
+    assert states(get_scheduler("local", tmp_path).query(["1"])) == {"1": ("COMPLETED", "COMPLETED", "")}
