@@ -340,3 +340,45 @@ def test_incremental_reads_and_appends_keep_line_numbers_and_offsets(tmp_path):
     records, skipped = other.read_new()
     assert [r["p"] for r in records] == ["a", "b", "c", "a", "b"] and [s.line for s in skipped] == [3, 5, 8]
     j.close()
+
+
+def test_a_reader_skips_the_newline_another_writer_used_to_close_a_torn_line(tmp_path):
+    from nnlo.optimize.journal import parse
+
+    assert parse(b"\n" + encode(rec("join"))) == ([rec("join")], [], len(encode(rec("join"))) + 1)
+    path = tmp_path / SEARCH_JOURNAL
+    path.write_bytes(encode(rec("join", "a")) + b'{"crc":"1')
+    reader, writer = Journal(tmp_path, fsync=False), Journal(tmp_path)
+    assert writer.fsync is True and reader.fsync is False
+    with reader.locked():
+        assert [s.line for s in reader.read_new()[1]] == [2]  # torn: reported once
+    with writer.locked():
+        writer.read_new()
+        writer.append(rec("join", "b"))  # writes "\n" + its record
+    assert reader.read_new() == ([rec("join", "b")], [])  # the closing newline is no new (blank) line
+    with reader.locked():
+        assert reader.read_new() == ([], [])
+        reader.append(rec("join", "c"))
+    assert [r["p"] for r in read_journal(tmp_path)[0]] == ["a", "b", "c"]
+    assert [s.line for s in read_journal(tmp_path)[1]] == [2]
+    reader.close()
+    writer.close()
+
+
+def test_journal_edges(tmp_path):
+    assert Journal(tmp_path / "none").read_new() == ([], [])  # no journal yet: nothing, not an error
+    deep = Journal(tmp_path / "a" / "b", fsync=False)
+    with deep.locked():
+        deep.read_new()
+        deep.append(rec("join"))
+    assert (tmp_path / "a" / "b" / SEARCH_JOURNAL).is_file()
+    with open(tmp_path / "a" / "b" / SEARCH_JOURNAL, "ab") as f:
+        f.write(b"xy")
+    with deep.locked(), pytest.raises(RuntimeError, match=r"^.*search-journal\.jsonl: 2 unread byte\(s\); read_new\(\) "
+                                                          r"first$"):
+        deep.append(rec("join"))
+    with pytest.raises(RuntimeError, match=r"^Journal\.append outside Journal\.locked\(\)$"):
+        deep.append(rec("join"))
+    deep.close()
+    s = rebuild([{"kind": "join", "t": 1.0}])  # a record without a participant
+    assert s.participants == {"": {"t": 1.0, "state": "join"}}
