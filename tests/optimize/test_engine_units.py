@@ -162,3 +162,130 @@ def test_the_bayesian_engine_proposes_from_its_model_after_the_initial_points():
     point = e.ask(pending)
     assert line.contains(point) and line.key(point) not in e.seen(pending)
     assert e.state_dict()["estimator"] == "GP" and e.state_dict()["n_initial_points"] == 2
+
+
+class _RecordingOptimizer:
+    """Stands in for skopt.Optimizer: records what the engine asks of scikit-optimize, proposes ``answer``."""
+
+    made: list[_RecordingOptimizer] = []
+    answer: list = []
+
+    def __init__(self, dimensions, **kwargs):
+        self.dimensions, self.kwargs, self.told, self.params = dimensions, kwargs, None, {}
+        est = self
+
+        class Estimator:
+            def set_params(self, **p):
+                est.params.update(p)
+
+        self.base_estimator_ = Estimator()
+        _RecordingOptimizer.made.append(self)
+
+    def tell(self, xs, ys):
+        self.told = (xs, ys)
+
+    def ask(self):
+        return list(_RecordingOptimizer.answer)
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    import skopt
+
+    _RecordingOptimizer.made = []
+    monkeypatch.setattr(skopt, "Optimizer", _RecordingOptimizer)
+    return _RecordingOptimizer
+
+
+def test_what_the_bayesian_engine_asks_of_scikit_optimize(recorder):
+    e = BayesianEngine(SPACE, seed=2, n_initial_points=2)
+    e.tell({"x": 0.5, "n": 2, "c": "a"}, 3.0)
+    e.tell({"x": 0.1, "n": 1, "c": "b"}, None)  # a failure: told as the worst value seen
+    e.tell({"x": 0.9, "n": 3, "c": "b"}, 1.0)
+    recorder.answer = [0.25, 2, "b"]
+    assert e.ask([{"x": 0.7, "n": 1, "c": "a"}]) == {"x": 0.25, "n": 2, "c": "b"}
+    opt = recorder.made[-1]
+    assert [type(d).__name__ for d in opt.dimensions] == ["Real", "Integer", "Categorical"]
+    assert opt.kwargs["base_estimator"] == "GP" and opt.kwargs["n_initial_points"] == 2
+    assert opt.kwargs["acq_optimizer_kwargs"] is None and 0 <= opt.kwargs["random_state"] < 2**31 - 1
+    xs, ys = opt.told
+    assert xs == [[0.5, 2, "a"], [0.1, 1, "b"], [0.9, 3, "b"], [0.7, 1, "a"]]
+    assert ys == [3.0, 3.0, 1.0, 1.0]  # the pending point told with the lie min(observed)
+    assert opt.params == {}  # no variances: scikit-optimize's own GP
+    recorder.answer = [0.5, 2, "a"]  # a point already evaluated: a fresh random one instead
+    again = e.ask()
+    assert again != {"x": 0.5, "n": 2, "c": "a"} and SPACE.contains(again)
+
+
+def test_told_variances_become_the_gps_noise_and_only_the_gps(recorder):
+    e = BayesianEngine(SPACE, seed=2, n_initial_points=1)
+    e.tell({"x": 0.5, "n": 2, "c": "a"}, 3.0, 0.5)
+    e.tell({"x": 0.9, "n": 3, "c": "b"}, 1.0)
+    recorder.answer = [0.3, 1, "a"]
+    e.ask([{"x": 0.2, "n": 1, "c": "a"}])
+    assert recorder.made[-1].params["alpha"].tolist() == pytest.approx(
+        gp_alpha([3.0, 1.0, 1.0], [0.5, None, None]).tolist())
+    rf = BayesianEngine(SPACE, seed=2, estimator="RF", n_initial_points=1)
+    rf.tell({"x": 0.5, "n": 2, "c": "a"}, 3.0, 0.5)
+    rf.ask()
+    assert recorder.made[-1].kwargs["base_estimator"] == "RF" and recorder.made[-1].params == {}
+
+
+def test_past_the_fit_limit_the_gp_fits_a_subset_with_a_bounded_acquisition(recorder):
+    from nnlo.optimize.engines.bayesian import BOUNDED_ACQUISITION, BOUNDED_GP_RESTARTS
+
+    e = BayesianEngine(SPACE, seed=1, n_initial_points=1)
+    e.fit_limit = 4
+    points = [{"x": i / 10, "n": 1 + i % 3, "c": "a"} for i in range(8)]
+    for i, p in enumerate(points):
+        e.tell(p, float(i % 5), 0.1 * (i + 1))
+    recorder.answer = [0.95, 1, "b"]
+    e.ask()
+    opt = recorder.made[-1]
+    keep = fit_subset(SPACE, points, [float(i % 5) for i in range(8)], 4)
+    assert opt.told[0] == [SPACE.as_list(points[i]) for i in keep] and opt.told[1] == [float(i % 5) for i in keep]
+    assert opt.kwargs["acq_optimizer_kwargs"] == BOUNDED_ACQUISITION == {"n_points": 2000, "n_restarts_optimizer": 2}
+    assert opt.params["n_restarts_optimizer"] == BOUNDED_GP_RESTARTS == 0
+    assert opt.params["alpha"].tolist() == pytest.approx(
+        gp_alpha([float(i % 5) for i in keep], [0.1 * (i + 1) for i in keep]).tolist())
+    e.fit_limit = None  # the benchmark's "old GP": every observation, skopt's acquisition
+    e.ask()
+    assert len(recorder.made[-1].told[0]) == 8 and recorder.made[-1].kwargs["acq_optimizer_kwargs"] is None
+    e.fit_limit = 8  # at the limit: still every observation
+    e.ask()
+    assert len(recorder.made[-1].told[0]) == 8 and "n_restarts_optimizer" not in recorder.made[-1].params
+
+
+def test_tournament_selection():
+    g = GeneticEngine(SPACE, population=3, tournament=5)
+    pop = [({"x": 0.1, "n": 1, "c": "a"}, 0.5), ({"x": 0.2, "n": 1, "c": "a"}, 1.0), ({"x": 0.3, "n": 1, "c": "a"}, 1.0)]
+    rng = np.random.default_rng(0)
+    assert all(g._select(pop, rng) == pop[0][0] for _ in range(20))  # a tournament of everyone: the best wins
+    g.tournament = 2
+    picks = [g._select(pop, rng)["x"] for _ in range(300)]
+    assert set(picks) == {0.1, 0.2}  # the worst never wins a tournament of two; ties go to the older
+    g.tournament = 1
+    assert {g._select(pop, rng)["x"] for _ in range(300)} == {0.1, 0.2, 0.3}
+
+
+def test_crossover_blends_numbers_a_little_past_the_parents_and_picks_categories():
+    line = Space([Real(0.0, 10.0, name="x"), Categorical(["a", "b"], name="c")])
+    g = GeneticEngine(line)
+    rng = np.random.default_rng(1)
+    children = [g._cross({"x": 4.0, "c": "a"}, {"x": 6.0, "c": "b"}, rng) for _ in range(400)]
+    xs = [c["x"] for c in children]
+    assert min(xs) >= 4.0 - 0.5 and max(xs) <= 6.0 + 0.5  # BLX-0.25: a quarter of the gap beyond each parent
+    assert min(xs) < 4.0 and max(xs) > 6.0 and any(4.0 < x < 6.0 for x in xs)
+    assert {c["c"] for c in children} == {"a", "b"}
+
+
+def test_breeding_uses_crossover_as_often_as_asked():
+    def children(crossover):
+        g = GeneticEngine(SPACE, seed=3, population=2, tournament=1, crossover=crossover, mutation=0.0, sigma=0.0)
+        g.tell({"x": 0.0, "n": 1, "c": "a"}, 1.0)
+        g.tell({"x": 1.0, "n": 3, "c": "b"}, 2.0)
+        return [g.ask() for _ in range(30)]
+
+    # without crossover a child is a parent with exactly one gene moved: never a blend of x
+    assert all(c["x"] in (0.0, 1.0) for c in children(0.0))
+    assert any(0.0 < c["x"] < 1.0 for c in children(1.0))
