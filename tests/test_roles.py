@@ -422,3 +422,14 @@ def test_worker_group_colors_are_group_times_widest_plus_worker():
     assert describe(2, Shape()).colors(1)["worker"] == 0
     pure = describe(5, Shape(n_masters=0, block_size=2))  # groups of one all-reduce worker each
     assert [pure.colors(r)["worker"] for r in range(1, 5)] == [0, 0, 1, 1]
+
+
+def test_remaining_exact_values():
+    assert Shape.for_run(n_processes=2) == Shape(n_processes=2)  # a training keeps its ranks per worker
+    sizes = Shape(block_sizes=[6, 3.0])  # type: ignore[arg-type]
+    assert sizes.block_sizes == (6, 3) and type(sizes.block_sizes) is tuple
+    h = describe(13, Shape(block_size=6, n_fold=2))
+    assert [g.index for g in h.groups] == [0, 1, 2, 3] and describe(3).groups[0].index == 0
+    with pytest.raises(RoleError, match=r"^1 rank cannot hold a master and a worker; use -n 2 or more \(or --mode "
+                                        r"allreduce for a single process\)$"):
+        describe(1)
