@@ -107,7 +107,7 @@ UNUSED_PLUGINS = ("cacheprovider", "xdist", "unraisableexception", "threadexcept
                   "junitxml", "pastebin", "stepwise", "legacypath", "setupplan", "setuponly", "nose")
 
 # mutmut's verdicts (its exit codes, mutmut/stats.py): a mutant is caught when a test failed, hung or crashed.
-KILLED = {"killed", "timeout", "segfault", "caught by type check"}
+KILLED = {"killed", "timeout", "segfault"}
 NOT_KILLED = {"survived", "no tests", "suspicious"}
 
 
@@ -125,7 +125,7 @@ def group_files(group: Group) -> list[str]:
     return files
 
 
-def test_files(group: Group) -> list[str]:
+def tests_of(group: Group) -> list[str]:
     missing = [t for t in group.tests if not (REPO / t.split("::")[0]).is_file()]
     if missing:
         sys.exit(f"mutation: group {group.name}: no test file {', '.join(missing)}: fix GROUPS in "
@@ -155,7 +155,7 @@ def write_config(group: Group, work: Path) -> None:
     """The scratch folder: the sources and tests (links; mutmut copies them) and mutmut's setup.cfg."""
     for name in ("nnlo", "nnlo_sched", "tests"):
         (work / name).symlink_to(REPO / name)
-    tests = "\n    ".join(test_files(group))
+    tests = "\n    ".join(tests_of(group))
     only = "\n    ".join(group_files(group))
     plugins = "\n    ".join(a for p in UNUSED_PLUGINS for a in ("-p", f"no:{p}"))
     # The repository's own pytest configuration (markers, timeout) comes along; mutmut reads [mutmut].
@@ -306,7 +306,7 @@ def main(argv: list[str]) -> int:
     if args.list:
         for g in groups:
             scope = f" (functions: {', '.join(g.functions)})" if g.functions else ""
-            print(f"{g.name}: {' '.join(group_files(g))}{scope}\n    tests: {' '.join(test_files(g))}")
+            print(f"{g.name}: {' '.join(group_files(g))}{scope}\n    tests: {' '.join(tests_of(g))}")
         return 0
     report: dict[str, Any] = {"modules": {}, "groups": {}}
     if args.names and REPORT.is_file():  # a partial run updates the last full report
