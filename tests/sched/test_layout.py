@@ -455,3 +455,20 @@ def test_a_filled_machine_collapses_its_node_map() -> None:
     assert shown[5] == f"  ... {len(search.node_runs()) - 7} more node groups ..."
     assert shown[:2] == ["  node 0           1 coordinator, 1 master, 4 workers",
                          "  nodes 1-4        5 workers, 1 master each"]
+
+
+def test_a_run_spec_is_laid_out_on_the_nodes_its_constraint_picks() -> None:
+    from nnlo_sched.layout import layout_for_spec
+    from nnlo_sched.spec import RunSpec
+
+    spec = RunSpec("train", ["--model", "m.py"], "cscs", nodes=2, constraint="mc", walltime_s=1800, queue="debug")
+    lay = layout_for_spec(spec, DAINT, spec.shape)  # -C mc: 36 cores and no GPU per node
+    assert (lay.world_size, lay.nodes, lay.cores_per_rank, lay.gpus_per_node, lay.queue, lay.walltime_s) == (
+        72, 2, 1, 0, "debug", 1800)
+    assert lay.launcher == ["srun", "-n", "72", "--nodes=2", "--ntasks-per-node=36", "--cpus-per-task=1", "--wait=120"]
+    search = RunSpec("optimize", ["--model", "m.py", "--block-size", "3"], "cscs", blocks=2, gpus_per_worker=1)
+    lay = layout_for_spec(search, DAINT, search.shape)
+    assert (lay.world_size, lay.nodes, lay.kind, lay.gpus_per_node, lay.queue, lay.blocks) == (7, 7, "optimize", 1,
+                                                                                             "normal", 2)
+    trained = RunSpec("train", ["--model", "m.py"], "cscs", workers=3)
+    assert layout_for_spec(trained, DAINT, trained.shape).world_size == 4
