@@ -472,3 +472,45 @@ def test_a_run_spec_is_laid_out_on_the_nodes_its_constraint_picks() -> None:
                                                                                              "normal", 2)
     trained = RunSpec("train", ["--model", "m.py"], "cscs", workers=3)
     assert layout_for_spec(trained, DAINT, trained.shape).world_size == 4
+
+
+def test_gpu_shares_at_their_limits() -> None:
+    from fractions import Fraction
+
+    from nnlo_sched.layout import gpu_fraction
+
+    assert gpu_fraction(SUMMIT, None) == 1 and gpu_fraction(LOCAL4, None) == 0 and gpu_fraction(SUMMIT, 0) == 0
+    assert gpu_fraction(SUMMIT, 1 / 64) == Fraction(1, 64) and gpu_fraction(SUMMIT, 0.5) == Fraction(1, 2)
+    assert gpu_fraction(SUMMIT, 1) == 1 and gpu_fraction(SUMMIT, 6) == 6 and gpu_fraction(SUMMIT, 3) == 3
+    for value, message in [
+        (1 / 65, "--gpus-per-worker 0.0153846 is less than 1/64 of a GPU, the finest share nnlo lays out; use 1/64 "
+                 "or more, or 0 to run on CPU cores only"),
+        (float("inf"), "--gpus-per-worker must be a finite number, got inf; use e.g. 1, 0.5 or 0"),
+        (1.5, "--gpus-per-worker 1.5 is neither a whole number nor 1/k; use e.g. 1, 2, 0.5 (2 ranks per GPU) or 0.25"),
+        (0.4, "--gpus-per-worker 0.4 is neither a whole number nor 1/k; use e.g. 1, 2, 0.5 (2 ranks per GPU) or 0.25"),
+        (4, "--gpus-per-worker 4 does not divide a summit node's 6 GPUs; use a divisor of 6"),
+    ]:
+        with pytest.raises(LayoutError) as e:
+            gpu_fraction(SUMMIT, value)
+        assert str(e.value) == message
+
+
+def test_walltimes_and_server_notes_in_words() -> None:
+    from nnlo_sched.layout import summary
+
+    lines = summary(compute_layout(SUMMIT, Shape(), workers=1, walltime_s=90 * 60)).splitlines()
+    assert lines[3] == "walltime  1h30 (queue limit for 1 node(s): 2h00)"
+    lines = summary(compute_layout(SUMMIT, Shape(), workers=1, walltime_s=45 * 60)).splitlines()
+    assert lines[3] == "walltime  45m (queue limit for 1 node(s): 2h00)"
+    lines = summary(compute_layout(FLATIRON, Shape(), workers=1, walltime_s=2 * 86400)).splitlines()
+    assert lines[3] == "walltime  2d (queue limit for 1 node(s): 7d)"
+    lines = summary(compute_layout(FLATIRON, Shape(), workers=1, walltime_s=2 * 86400 - 60)).splitlines()
+    assert lines[3] == "walltime  47h59 (queue limit for 1 node(s): 7d)"
+    for walltime, shown in [(7 * 3600 + 60, "421m"), (7 * 3600 + 1, "25201s"), (3 * 3600, "3h")]:
+        with pytest.raises(LayoutError, match=rf"^walltime {shown} exceeds the 2h limit of queue 'batch' for 1 node"):
+            compute_layout(SUMMIT, Shape(), workers=1, walltime_s=walltime)
+    cpu = compute_layout(SUMMIT, Shape(n_masters=3), workers=2, gpus_per_worker=0)
+    assert cpu.notes == ["no-GPU ranks: uber-master rank 0 on node 0; master 2 ranks (1,3) on node 0 (on CPU cores)"]
+    many = compute_layout(DAINT, Shape(block_size=2), "optimize", blocks=9)  # 1 node per rank: a master per block
+    assert many.notes[0] == ("no-GPU ranks: coordinator rank 0 on node 0; master 9 ranks (1,3,5,...,15,17) on "
+                             "nodes 1,3,5,...,15,17 (each in a rank slot whose GPU stays idle)")
