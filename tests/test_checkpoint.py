@@ -146,7 +146,14 @@ def test_begin_abandon_and_a_same_named_checkpoint(tmp_path: Path) -> None:
     assert sorted(p.name for p in writer.directory.iterdir()) == ["ckpt-e0003-u00000030"]
 
 
-def test_leftovers_remove_nothing_without_a_folder(tmp_path: Path) -> None:
+def test_leftovers_remove_nothing_without_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_kill = os.kill
+
+    def probe_only(pid: int, sig: int) -> None:
+        assert sig == 0, f"signal {sig} sent to pid {pid}: a writer may only be probed (signal 0)"
+        real_kill(pid, sig)
+
+    monkeypatch.setattr(os, "kill", probe_only)
     ckpt.CheckpointWriter(tmp_path / "absent").remove_leftovers()
     assert not (tmp_path / "absent").exists()
     assert ckpt._alive(os.getpid()) and not ckpt._alive(4_194_305)

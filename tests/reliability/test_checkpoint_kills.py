@@ -201,12 +201,20 @@ def _leftover(directory: Path, name: str, age_s: float = 3600.0) -> Path:
     return path
 
 
-def test_leftovers_of_other_hosts_go_once_a_newer_checkpoint_is_published(tmp_path: Path) -> None:
+def test_leftovers_of_other_hosts_go_once_a_newer_checkpoint_is_published(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A chain's next job may run on another node: its predecessor's pid cannot be checked there, so another
     host's leftover goes only once a newer checkpoint is published, even if its pid is free on this host;
     this host's leftover goes as soon as its writer is gone; a live writer's newer folder is kept."""
     import socket
 
+    real_kill = os.kill
+
+    def probe_only(pid: int, sig: int) -> None:  # the live writer below is our parent: it must only be probed
+        assert sig == 0, f"signal {sig} sent to pid {pid}: a leftover's writer may only be probed (signal 0)"
+        real_kill(pid, sig)
+
+    monkeypatch.setattr(os, "kill", probe_only)
     host = socket.gethostname()
     directory = tmp_path / "checkpoints"
     # another host's writer, whose pid is not alive here (and would wrongly look dead if checked here)
