@@ -146,3 +146,21 @@ def test_shape_mismatch_names_which_input():
         GEMState(3).rescale(f32(1, 2), f32(1, 2, 3))
     with pytest.raises(ValueError, match=r"^GEM central_delta has shape \(2,\), expected \(3,\)$"):
         GEMState(3).rescale(f32(1, 2, 3), f32(1, 2))
+
+
+def test_rescaling_in_place_allocates_no_model_size_array():
+    """GEM's docstring: with ``out`` (even the update itself) a step allocates nothing model-sized."""
+    import tracemalloc
+
+    n = 1_000_000
+    gem = GEMState(n)
+    update, delta = np.full(n, 0.01, np.float32), np.full(n, 0.001, np.float32)
+    gem.rescale(update.copy(), delta)
+    tracemalloc.start()
+    try:
+        gem.rescale(update, delta, out=update)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < n, f"a step allocated {peak} bytes"
+    assert update.dtype == np.float32 and gem.proxy.dtype == np.float32

@@ -165,3 +165,25 @@ def test_the_synchronous_mean_at_its_limits():
     for count in (0, -2):
         with pytest.raises(ValueError, match=rf"^cannot average {count} updates$"):
             scale_in_place(np.ones(2), count)
+
+
+def test_an_empty_name_is_shown_as_given():
+    with pytest.raises(ConfigError, match=r"^unknown optimizer ''; valid"):
+        normalize_spec(("", {}))
+    with pytest.raises(ConfigError, match=r"^unknown optimizer ' :lr=1'|^unknown optimizer ':lr=1'"):
+        parse_optimizer_spec(" :lr=1")
+
+
+def test_elastic_worker_updates_allocate_nothing_with_a_scratch_buffer():
+    import tracemalloc
+
+    n = 1_000_000
+    w, m, scratch = np.ones(n, np.float32), np.zeros(n, np.float32), np.empty(n, np.float32)
+    tracemalloc.start()
+    try:
+        worker_update(w, m, 0.5, scratch)
+        master_update(m, w, 0.5, scratch)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < n and float(w[0]) == 0.5 and float(m[0]) == 0.25
