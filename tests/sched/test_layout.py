@@ -377,6 +377,8 @@ def test_a_shared_gpu_search_on_one_node_in_full() -> None:
         "rank map  0 coordinator | 1 worker | 2 worker(member) | 3 worker | 4 worker(member) | 5 worker | "
         "6 worker(member) | 7 worker | 8 worker(member) | 9 worker | 10 worker(member) | 11 worker | "
         "12 worker(member)",
+        "gpu map   each rank sees its node's GPUs and computes on the one listed (nnlo.device.gpu_index)",
+        "  node 0           ranks 0-12: GPUs - 0 1 2 3 4 5 0 1 2 3 4 5",
         "note      no-GPU ranks: coordinator rank 0 on node 0 (on the node's spare cores, without a GPU)",
         "launch    jsrun -n 1 -r 1 -a 13 -c 39 -g 6 -b packed:3 <python> -m nnlo_sched run <run dir>"]
     d = lay.to_dict()
@@ -416,10 +418,14 @@ def test_an_uber_master_training_over_three_nodes_in_full() -> None:
         "  node 2           1 master, 2 workers",
         "rank map  0 uber-master | 1 master | 2 worker | 3 worker(member) | 4 worker | 5 worker(member) | 6 master | "
         "7 worker | 8 worker(member)",
+        "gpu map   bound by the launcher: each rank sees only its own GPU(s) and computes on the first",
+        "  node 0           ranks 0-2: GPUs - - 2",
+        "  node 1           ranks 3-5: GPUs 0 1 2",
+        "  node 2           ranks 6-8: GPUs - 1 2",
         "note      no-GPU ranks: uber-master rank 0 on node 0; master 2 ranks (1,6) on nodes 0,2 (each in a rank "
         "slot whose GPU stays idle)",
         "launch    srun --mpi=pmix -n 9 --nodes=3 --ntasks-per-node=3 --cpus-per-task=12 --wait=120 "
-        "--gpus-per-task=1 <python> -m nnlo_sched run <run dir>"]
+        "--gpus-per-task=1 --gpu-bind=map_gpu:0,1,2 <python> -m nnlo_sched run <run dir>"]
     d = lay.to_dict(ranks=False)
     assert (d["gpu_binding"], d["blocks"], d["block_sizes"], d["workers_per_group"], d["gpus_per_worker"]) == (
         "launcher", 0, [], 3, 1.0)
@@ -450,7 +456,8 @@ def test_a_filled_machine_collapses_its_node_map() -> None:
     rank_map = next(line for line in summary(long_map).splitlines() if line.startswith("rank map"))
     assert len(rank_map) == len("rank map  ") + 400 + len(" ... ") and " ... " in rank_map
     search = compute_layout(SUMMIT, Shape(block_size=7), "optimize", nodes=40)
-    shown = [ln for ln in summary(search).splitlines() if ln.startswith("  ")]
+    text = summary(search).splitlines()
+    shown = text[text.index("node map") + 1:next(i for i, ln in enumerate(text) if ln.startswith("rank map"))]
     assert len(search.node_runs()) > 8 and len(shown) == 8  # 5 first groups, the elision, 2 last groups
     assert shown[5] == f"  ... {len(search.node_runs()) - 7} more node groups ..."
     assert shown[:2] == ["  node 0           1 coordinator, 1 master, 4 workers",
