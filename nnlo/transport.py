@@ -328,23 +328,24 @@ class Link:
         """Send ``header`` and, if given, ``array`` (flat, contiguous float32) to ``dest``."""
         header = dict(header, array=array is not None)
         extra = header.pop("buffers", None)
-        if array is not None:
-            _check(array)  # before the header: a peer must never wait for an array that will not come
+        frame = self._frames.get(id(array))  # frame_of, inline: this is the exchange's hot path
+        if frame is None or frame.tensor is not array:
+            frame = None
+            if array is not None:  # (a frame was checked when made, and its memory is what travels)
+                _check(array)  # before the header: a peer must never wait for an array that will not come
         if extra is not None:
             _check(extra)
             header["buffers_size"] = int(extra.size)
         tracer = get_tracer()
         if tracer.enabled:
             with tracer.span(f"send {header.get('kind', 'msg')}", "comm", dest=dest):
-                self._send(dest, header, array, extra)
+                self._send(dest, header, array, extra, frame)
         else:
-            self._send(dest, header, array, extra)
+            self._send(dest, header, array, extra, frame)
 
-    def _send(self, dest: int, header: dict[str, Any], array: np.ndarray | None, extra: np.ndarray | None) -> None:
+    def _send(self, dest: int, header: dict[str, Any], array: np.ndarray | None, extra: np.ndarray | None,
+              frame: Frame | None) -> None:
         MPI, comm = self._MPI, self.comm
-        frame = self._frames.get(id(array))  # frame_of, inline: this is the exchange's hot path
-        if frame is not None and frame.tensor is not array:
-            frame = None
         if frame is not None and extra is None and _pack(header, frame.block, True):
             comm.Send([frame.whole, MPI.FLOAT], dest=dest, tag=HEADER)  # header slot and tensor: one message
             return
