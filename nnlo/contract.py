@@ -47,8 +47,11 @@ ENV_LIVE = "NNLO_LIVE"
 ENV_JOB_ID = "NNLO_JOB_ID"
 #: A shared search's participant name (``nnlo optimize --shared``); the job scripts set it to the chain's name.
 ENV_PARTICIPANT = "NNLO_PARTICIPANT"
-#: Testing hook: the master signals itself with SIGUSR1 after this many updates.
+#: Testing hook: a training's master signals itself with SIGUSR1 after this many updates of its own job (a
+#: resumed job counts from its checkpoint), so a test stops a run, or every job of a chain, at an exact point.
 ENV_TEST_SIGNAL_AT_UPDATE = "NNLO_TEST_SIGNAL_AT_UPDATE"
+#: Testing hook: a search's coordinator signals itself with SIGUSR1 after this many trial results of its own job.
+ENV_TEST_SIGNAL_AT_TRIAL = "NNLO_TEST_SIGNAL_AT_TRIAL"
 
 # -- run-directory files ------------------------------------------------------------------------------
 SPEC_FILE = "spec.json"  # the submitted run (nnlo_sched.spec.RunSpec)

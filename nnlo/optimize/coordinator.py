@@ -23,12 +23,12 @@ import time
 from typing import Any
 
 from nnlo.abort import abort_job
-from nnlo.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, TRIALS_CSV
+from nnlo.contract import ENV_TEST_SIGNAL_AT_TRIAL, EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, TRIALS_CSV
 from nnlo.optimize.assign import Policy
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
 from nnlo.optimize.search import Search
 from nnlo.roles import Hierarchy
-from nnlo.stop import Stop
+from nnlo.stop import InjectedSignal, Stop
 
 log = logging.getLogger("nnlo.optimize.coordinator")
 
@@ -44,6 +44,7 @@ class Coordinator:
         self.progress = progress
         self.busy: dict[int, int] = {}  # block -> trial id
         self.idle: list[int] = list(range(len(hierarchy.blocks)))
+        self.injected = InjectedSignal(ENV_TEST_SIGNAL_AT_TRIAL)  # test hook: the real signal path
         search.blocks = len(hierarchy.blocks)
         if assign is not None:
             search.assign = assign
@@ -141,6 +142,7 @@ class Coordinator:
         trial = self.search.record(trial_id, folds, block)
         self.search.save()
         self._report(trial)
+        self.injected.tick()
 
     def _report(self, trial: Any) -> None:
         search = self.search
