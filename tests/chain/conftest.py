@@ -70,12 +70,18 @@ def _chain_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def make_spec(cluster: str, *, epochs: int = 4, epoch_s: float = 0.3, model: str = "model.py",
-              walltime_s: int = 60, max_resubmits: int = 10, name: str = "t", **kw: Any):
+              walltime_s: int = 60, max_resubmits: int = 10, name: str = "t", epochs_per_job: int = 0,
+              hold_at_epoch: int = 0, **kw: Any):
+    """A stand-in training's spec (payload.py): ``epochs_per_job`` forces a walltime stop after that many epochs
+    of each job, ``hold_at_epoch`` makes the job that reaches that epoch wait there for a stop signal or a kill."""
     from nnlo_sched.spec import RunSpec
 
-    return RunSpec(kind="train", args=["--model", model, "--epochs", str(epochs), "--model-arg", f"epoch_seconds={epoch_s}"],
-                   cluster=cluster, name=name, walltime_s=walltime_s, max_resubmits=max_resubmits, workers=1,
-                   workdir=os.getcwd(), **kw)
+    args = ["--model", model, "--epochs", str(epochs), "--model-arg", f"epoch_seconds={epoch_s}"]
+    for knob, value in (("epochs_per_job", epochs_per_job), ("hold_at_epoch", hold_at_epoch)):
+        if value:
+            args += ["--model-arg", f"{knob}={value}"]
+    return RunSpec(kind="train", args=args, cluster=cluster, name=name, walltime_s=walltime_s,
+                   max_resubmits=max_resubmits, workers=1, workdir=os.getcwd(), **kw)
 
 
 def submit(spec) -> Any:
