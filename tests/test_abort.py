@@ -10,6 +10,10 @@ import sys
 import textwrap
 import time
 
+import pytest
+
+pytestmark = [pytest.mark.slow]
+
 STUCK = textwrap.dedent("""
     import ctypes, threading, time
     from nnlo.abort import abort_job

@@ -6,7 +6,11 @@ import json
 import os
 import signal
 
-from conftest import epochs_done, make_spec, nnlo, status_json, submit, wait_for
+import pytest
+
+from tests.helpers.chain import epochs_done, make_spec, nnlo, status_json, submit, wait_for
+
+pytestmark = [pytest.mark.slow]
 
 
 def test_walltime_chain_resubmits_and_finishes_with_every_epoch(chain_env):

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HERE, epochs_done, make_spec, nnlo, status_json, submit, wait_for
+from tests.helpers.chain import CHAIN as HERE, epochs_done, make_spec, nnlo, status_json, submit, wait_for
+
+pytestmark = [pytest.mark.slow]
 
 STANDIN = HERE / "standin_batch.py"
 

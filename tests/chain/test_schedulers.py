@@ -81,6 +81,7 @@ echo '{out}'
     return script, calls
 
 
+@pytest.mark.slow
 def test_submit_runs_the_schedulers_own_command(standins):
     """Each submit program gets its dependency option and the script (bsub on stdin); the id comes back."""
     script, calls = standins
@@ -93,6 +94,7 @@ def test_submit_runs_the_schedulers_own_command(standins):
     assert qsub["args"] == ["-W", "depend=afterany:41.pbs01", str(script)]
 
 
+@pytest.mark.slow
 def test_a_failing_bsub_is_named_not_its_shell(standins):
     script, _ = standins
     bsub = script.parent / "bin" / "bsub"
@@ -123,6 +125,7 @@ def test_a_malformed_dependency_is_refused_before_any_program_runs(standins, tmp
     assert calls() == [] and not (tmp_path / "run").exists()  # not even the local queue was touched
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,bad", _REFUSED)
 def test_a_malformed_cancel_id_is_refused_before_any_program_runs(standins, tmp_path, name, bad):
     _, calls = standins
@@ -155,6 +158,7 @@ def _program(bin_dir, name, body):
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
 
+@pytest.mark.slow
 def test_squeue_once_for_many_jobs_and_missing_means_ended(tmp_path, monkeypatch):
     log = tmp_path / "calls"
     _program(tmp_path, "squeue", f'echo "$@" >> {log}\nprintf "11|RUNNING|None\\n12|PENDING|Dependency\\n"\n')
@@ -167,6 +171,7 @@ def test_squeue_once_for_many_jobs_and_missing_means_ended(tmp_path, monkeypatch
     assert len([c for c in calls if c.startswith("sacct")]) == 1  # one fallback call for all missing ids
 
 
+@pytest.mark.slow
 def test_sacct_answers_for_jobs_squeue_forgot(tmp_path, monkeypatch):
     _program(tmp_path, "squeue", 'echo "slurm_load_jobs error: Invalid job id specified" >&2\nexit 1\n')
     _program(tmp_path, "sacct", 'printf "21|TIMEOUT\\n22|CANCELLED by 0\\n"\n')
@@ -175,6 +180,7 @@ def test_sacct_answers_for_jobs_squeue_forgot(tmp_path, monkeypatch):
     assert got["21"].state == "TIMEOUT" and got["22"].state == "CANCELLED"
 
 
+@pytest.mark.slow
 def test_a_down_controller_gives_unknown(tmp_path, monkeypatch):
     _program(tmp_path, "squeue", 'echo "slurm_load_jobs error: Unable to contact slurm controller" >&2\nexit 1\n')
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")

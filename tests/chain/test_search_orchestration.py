@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HERE, wait_for
+from tests.helpers.chain import CHAIN as HERE, wait_for
 
 from tests.sched.cli_runner import run as run_cli
 
@@ -103,6 +103,7 @@ def journal_results(search_dir: Path) -> list[int]:
 
 
 # -- a whole search on the local scheduler -------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_three_local_chains_resubmit_and_finish_the_budget_exactly(search_env, cli):
     nnlo = cli
@@ -142,6 +143,7 @@ def test_three_local_chains_resubmit_and_finish_the_budget_exactly(search_env, c
 
 
 # -- arrays, rendered and submitted through the stand-ins ------------------------------------------------------
+@pytest.mark.slow
 def test_lsf_array_task_chains_on_its_own_element_and_cancel_ends_every_chain(standins, search_env, cli):
     nnlo = cli
     run_id = submit(nnlo, "--cluster", "srchlsf", "--jobs", "3", *inner(trial_s=60))
@@ -179,6 +181,7 @@ def test_lsf_array_task_chains_on_its_own_element_and_cancel_ends_every_chain(st
     assert [j["status"] for j in v["chains"][1]["jobs"]] == ["cancelled", "cancelled"]
 
 
+@pytest.mark.slow
 def test_pbs_array_needs_two_tasks_and_numbers_subjobs(standins, search_env, cli):
     nnlo = cli
     proc = nnlo("submit", "--no-check", "--cluster", "srchpbs", "--jobs", "1", "--array", *inner(), check=False)
@@ -216,6 +219,7 @@ def test_slurm_array_script_and_array_task_ids(search_env, cli):
 
 
 # -- refusals: one line, nothing changed ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_jobs_with_train_and_join_refusals_are_one_line(standins, search_env, cli):
     nnlo = cli
     bad = nnlo("submit", "--no-check", "--cluster", "srchlsf", "--jobs", "2", "train", "--model", "model.py",
@@ -250,6 +254,7 @@ def test_jobs_with_train_and_join_refusals_are_one_line(standins, search_env, cl
     assert bad.returncode == 2 and f"search {run_id} is done" in bad.stderr
 
 
+@pytest.mark.slow
 def test_status_counts_trials_from_the_journal(standins, search_env, cli):
     nnlo = cli
     run_id = submit(nnlo, "--cluster", "srchlsf", "--jobs", "2", *inner(trials=10))
@@ -312,6 +317,7 @@ def test_local_profile_has_no_arrays_and_array_needs_jobs(search_env, cli):
     assert "2 chain(s) c0, c1, each submitted" in out and "export NNLO_PARTICIPANT=c0" in out
 
 
+@pytest.mark.slow
 def test_join_dry_run_and_resume_of_a_cancelled_search(standins, search_env, cli):
     nnlo = cli
     run_id = submit(nnlo, "--cluster", "srchlsf", "--jobs", "2", "--no-array", *inner(trials=8))

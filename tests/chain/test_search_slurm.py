@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import nnlo, wait_for
+from tests.helpers.chain import nnlo, wait_for
 
 pytestmark = [pytest.mark.slurm]
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import epochs_done, make_spec, nnlo, status_json, submit, wait_for
+from tests.helpers.chain import epochs_done, make_spec, nnlo, status_json, submit, wait_for
 
 pytestmark = [pytest.mark.slurm]
 REPO = Path(__file__).resolve().parents[2]
@@ -151,32 +151,20 @@ def test_pbs_path_through_slurms_torque_wrappers(slurm, chain_env):
     assert f"Dependency=afterany:{st.jobs[0].job_id}" in state or "Dependency=(null)" in state
 
 
-def test_sacct_answers_for_ended_jobs_with_accounting():
+def test_sacct_answers_for_ended_jobs_with_accounting(slurm):
     """slurmdbd + MariaDB on loopback: the path status takes for jobs squeue has forgotten."""
-    from slurm_harness import SlurmCluster, SlurmUnavailable  # tests/ is on sys.path (see conftest)
     from nnlo_sched.schedulers.slurm import SlurmScheduler
 
-    try:
-        cluster = SlurmCluster.start(accounting=True)
-    except SlurmUnavailable as e:
+    if not slurm.accounting:
         if os.environ.get("NNLO_REQUIRE_SLURM") == "1":
-            pytest.fail(f"NNLO_REQUIRE_SLURM=1 but the accounting Slurm cannot start: {e}")
-        pytest.skip(f"no private Slurm with accounting: {e}")
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = cluster.env["SLURM_CONF"]
-    try:
-        ok = cluster.run("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true").stdout.strip()
-        bad = cluster.run("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "exit 3").stdout.strip()
-        sched = SlurmScheduler()
-        wait_for("both jobs to end", lambda: all(not i.alive for i in sched.query([ok, bad]).values()), timeout=120)
-        # slurmdbd records each job's end on its own schedule: wait until neither is pending or running there
-        got = wait_for("accounting to record them",
-                       lambda: (g := sched._sacct([ok, bad, "999999"]))[ok].state == "COMPLETED"
-                       and not g[bad].alive and g, timeout=60)
-        assert got[bad].state == "FAILED" and got["999999"].state == "ENDED"
-    finally:
-        if old is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = old
-        cluster.stop()
+            pytest.fail("NNLO_REQUIRE_SLURM=1 but the session's test Slurm has no accounting (slurmdbd, MariaDB)")
+        pytest.skip("the session's private Slurm has no accounting (slurmdbd, MariaDB not installed)")
+    ok = slurm.run("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true").stdout.strip()
+    bad = slurm.run("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "exit 3").stdout.strip()
+    sched = SlurmScheduler()
+    wait_for("both jobs to end", lambda: all(not i.alive for i in sched.query([ok, bad]).values()), timeout=120)
+    # slurmdbd records each job's end on its own schedule: wait until neither is pending or running there
+    got = wait_for("accounting to record them",
+                   lambda: (g := sched._sacct([ok, bad, "999999"]))[ok].state == "COMPLETED"
+                   and not g[bad].alive and g, timeout=60)
+    assert got[bad].state == "FAILED" and got["999999"].state == "ENDED"

@@ -1,7 +1,10 @@
 """``nnlo wait RUN`` on the local scheduler: ends with the chain, and its exit status says how (stand-in payload)."""
 from __future__ import annotations
 
-from conftest import make_spec, nnlo, submit, wait_for
+import pytest
+from tests.helpers.chain import make_spec, nnlo, submit, wait_for
+
+pytestmark = [pytest.mark.slow]
 
 
 def test_wait_follows_a_resubmitted_chain_to_done(chain_env):

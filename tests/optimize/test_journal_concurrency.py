@@ -19,6 +19,8 @@ import pytest
 from nnlo.contract import SEARCH_JOURNAL
 from nnlo.optimize.journal import Journal, encode, read_journal
 
+pytestmark = [pytest.mark.slow]
+
 RUN_S = 3.0
 ctx = multiprocessing.get_context("fork")
 

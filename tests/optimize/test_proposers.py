@@ -15,7 +15,7 @@ from nnlo.optimize.space import Real, Space
 from nnlo.roles import Shape
 from nnlo_sched.layout import LayoutError, compute_layout
 from nnlo_sched.profiles import load_profile
-from tests.conftest import REPO
+from tests.helpers.env import REPO
 
 SPACE = Space([Real(0.0, 1.0, name="a")])
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_tools import wait_until
+from tests.helpers.faults import wait_until
 
 FINAL = ("done", "failed", "cancelled")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_tools import (BRANIN, HANG_LIMIT_S, RUNTIME_MODELS, Job, error_lines, nnlo_argv, rank_pids, rng, start,
+from tests.helpers.faults import (BRANIN, HANG_LIMIT_S, RUNTIME_MODELS, Job, error_lines, nnlo_argv, rank_pids, rng, start,
                          subprocess_env, wait_until)
 from nnlo.checkpoint import list_checkpoints, read_manifest
 from nnlo.roles import Shape, describe

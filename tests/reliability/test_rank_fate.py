@@ -96,6 +96,7 @@ def test_rank_death_or_python_failure(log: str, rc: int, death: str | None, tmp_
         (tmp_path / "run" / "spec.json").read_text()), "7", rc) == death
 
 
+@pytest.mark.slow
 def test_the_first_process_to_vanish_is_the_cause_not_the_teardown(tmp_path: Path) -> None:
     """Real processes: rank 2 is killed first, ranks 0-1 a moment later (Hydra's teardown); the watcher
     names rank 2 even though the launcher's banner may name any of them."""
@@ -168,6 +169,7 @@ def test_job_end_retries_a_rank_death_and_stops_on_anything_else(
     assert st.job("10").alive == (state == "resubmitting")  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_a_rank_leaving_through_pythons_exit_is_not_the_cause(tmp_path: Path) -> None:
     """Rank 0 ends by itself (its record marked at exit), then rank 1 is killed: rank 1 is named."""
     import subprocess

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from fault_tools import BRANIN, REPO, Job, nnlo_argv, start, subprocess_env, wait_until
+from tests.helpers.faults import BRANIN, REPO, Job, nnlo_argv, start, subprocess_env, wait_until
 from nnlo.checkpoint import find_latest, list_checkpoints, read_manifest
 from nnlo.contract import EXIT_RESUMABLE, STOP_SIGNALS
 from nnlo.stop import INSIST_AFTER_S, Stop
@@ -141,7 +141,7 @@ def test_local_batch_job_stops_with_a_checkpoint(name: str, blobs: dict[str, Pat
 def test_nnlo_optimize_n_saves_the_search_and_stops(name: str, tmp_path: Path) -> None:
     out = tmp_path / "search"
     job = start(nnlo_argv("optimize", "-n", "5", "--block-size", "2", "--model", str(BRANIN), "--hyper-opt",
-                          "random", "--num-iterations", "40", "--output", str(out)),
+                          "random", "--num-iterations", "400", "--output", str(out)),
                 tmp_path, env=subprocess_env(BRANIN_SLEEP="0.5"))
 
     def finished() -> int:
@@ -155,7 +155,7 @@ def test_nnlo_optimize_n_saves_the_search_and_stops(name: str, tmp_path: Path) -
     assert job.wait_or_hang(LIMIT_S, f"nnlo optimize -n 5 after {name}") == EXIT_RESUMABLE, job.err[-3000:]
     assert f"stopping (signal {_relayed(name)})" in job.err and "resubmit to resume" in job.err
     done = json.loads((out / "trials.json").read_text())
-    assert 2 <= len(done) < 40
+    assert 2 <= len(done) < 400  # a budget no machine finishes before the signal
     state = json.loads((out / "optimizer-state.json").read_text())
     assert [t["id"] for t in state["finished"]] == [t["id"] for t in done]
 
@@ -203,9 +203,8 @@ def test_a_stop_outside_the_main_thread_installs_nothing() -> None:
     assert seen == before
 
 
-CHILD = f"""
+CHILD = """
 import os, signal, sys, time
-sys.path.insert(0, {str(REPO)!r})
 from nnlo.stop import INSIST_AFTER_S, Stop
 sig = signal.Signals[sys.argv[1]]
 stop = Stop().install()
@@ -219,10 +218,11 @@ print("still running", flush=True)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SIGNALS)
 def test_a_second_sigterm_or_sigint_ends_the_process_at_once(name: str) -> None:
     child = subprocess.run([sys.executable, "-c", CHILD, name], capture_output=True, text=True, timeout=60,
-                           check=False)
+                           check=False, env=subprocess_env())
     assert f"after the repeat: {name}" in child.stdout, child.stderr
     if name in ("SIGTERM", "SIGINT"):
         assert child.returncode == 128 + signal.Signals[name] and "still running" not in child.stdout

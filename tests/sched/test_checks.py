@@ -63,6 +63,7 @@ def refused(code: int, err: str, *needles: str) -> None:
         assert needle in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_a_valid_run_renders_and_its_checks_pass(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = submit(capsys, "train", "--model", "model.py", "--train", "train.list", "--val", "val.list")
     assert code == 0, err
@@ -70,6 +71,7 @@ def test_a_valid_run_renders_and_its_checks_pass(project: Path, capsys: pytest.C
     assert not (project / "home").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dry_run", [True, False])
 @pytest.mark.parametrize("case, needles", [
     ("no model", ("nope.py", "does not exist")),
@@ -104,12 +106,14 @@ def test_bad_inputs_are_refused_before_anything_is_queued(project: Path, capsys:
     assert sorted(p.name for p in project.iterdir()) == before  # no run directory, no runs home, nothing
 
 
+@pytest.mark.slow
 def test_a_model_without_data_and_without_get_train_is_refused(project: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = submit(capsys, "train", "--model", "model.py")
     refused(code, err, "no training data", "--train")
 
 
+@pytest.mark.slow
 def test_data_from_the_model_module_is_checked(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (project / "withdata.py").write_text(TINY + f"\n\ndef get_train():\n    return [{str(project / 'data' / 'a.h5')!r}]"
                                          "\n\n\ndef get_features():\n    return 'inputs'\n")
@@ -119,6 +123,7 @@ def test_data_from_the_model_module_is_checked(project: Path, capsys: pytest.Cap
     assert code == 0, err
 
 
+@pytest.mark.slow
 def test_a_search_space_is_checked(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = submit(capsys, "optimize", "--model", "model.py", "--train", "train.list")
     refused(code, err, "declares no search space")
@@ -140,6 +145,7 @@ def test_paths_of_space_restore_and_opt_restore_must_exist(project: Path, capsys
     refused(code, err, needle)
 
 
+@pytest.mark.slow
 def test_a_huge_list_is_sampled_and_says_so(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     names = [f"data/f{i:03d}.h5" for i in range(30)]
     for n in names:
@@ -153,6 +159,7 @@ def test_a_huge_list_is_sampled_and_says_so(project: Path, capsys: pytest.Captur
     refused(code, err, "f029.h5", "'labels'")
 
 
+@pytest.mark.slow
 def test_a_hanging_import_is_stopped_by_the_time_limit(project: Path, capsys: pytest.CaptureFixture[str],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     (project / "slow.py").write_text("import time\ntime.sleep(60)\n\ndef get_model():\n    return None\n")
@@ -181,6 +188,7 @@ def test_an_unwritable_run_home_is_refused(project: Path, capsys: pytest.Capture
     refused(code, err, "cannot be written")
 
 
+@pytest.mark.slow
 def test_a_run_home_under_a_file_is_refused(project: Path, capsys: pytest.CaptureFixture[str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     (project / "afile").write_text("x")

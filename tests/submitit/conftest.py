@@ -1,10 +1,8 @@
-"""Fixtures of the submitit plugin tests (a module, not a conftest.py: tests/chain's tests import theirs by the
-name ``conftest``): nnlo's entry points as the installed distributions (nnlo, plugins/submitit-pbs) declare them,
-test cluster profiles, a folder, and recording stand-ins for bsub/bjobs/bkill and qsub/qstat/qdel that run the
-jobs (submitit_standin.py)."""
+"""Fixtures of the submitit plugin tests: nnlo's entry points as the installed distributions (nnlo,
+plugins/submitit-pbs) declare them, test cluster profiles, a folder, and recording stand-ins for bsub/bjobs/bkill and
+qsub/qstat/qdel that run the jobs (submitit_standin.py)."""
 from __future__ import annotations
 
-import configparser
 import os
 import shutil
 import sys
@@ -13,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.env import REPO
+from tests.helpers.submitit import DISTRIBUTIONS, clear_plugin_caches, write_entry_points
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
 STANDIN = HERE / "submitit_standin.py"
 PROFILES = {
     "testlsf": 'scheduler = "lsf"\nlauncher = "mpirun"\ncores_per_node = 4\nnodes = 2\nsignal = "USR1"\n'
@@ -22,30 +22,6 @@ PROFILES = {
                '[queues.debug]\nwalltime = "2h"\nmax_nodes = 2\nchaining = false\n',
     "testpbs": 'scheduler = "pbs"\nlauncher = "mpirun"\ncores_per_node = 4\nnodes = 2\n',
 }
-
-
-def _clear_plugin_caches() -> None:
-    from submitit.core import plugins
-
-    plugins._get_plugins.cache_clear()
-    plugins.get_executors.cache_clear()
-    plugins.get_job_environments.cache_clear()
-
-
-#: the distributions that declare nnlo's submitit entry points: nnlo itself (LSF) and the PBS one
-DISTRIBUTIONS = {"nnlo-as-installed": REPO / "setup.cfg", "nnlo-submitit-pbs": REPO / "plugins" / "submitit-pbs" / "setup.cfg"}
-
-
-def write_entry_points(target: Path, name: str, setup_cfg: Path) -> Path:
-    """A dist-info folder declaring ``setup_cfg``'s ``submitit`` entry points (what pip writes at install)."""
-    cfg = configparser.ConfigParser()
-    cfg.read(setup_cfg)
-    lines = [ln.strip() for ln in cfg["options.entry_points"]["submitit"].splitlines() if ln.strip()]
-    dist = target / f"{name.replace('-', '_')}-0.0.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.0\n")
-    (dist / "entry_points.txt").write_text("[submitit]\n" + "\n".join(lines) + "\n")
-    return dist
 
 
 @pytest.fixture
@@ -62,12 +38,12 @@ def plugin_env(monkeypatch: pytest.MonkeyPatch):
     for name, text in PROFILES.items():
         (clusters / f"{name}.toml").write_text(text)
     monkeypatch.setenv("NNLO_CLUSTERS", str(clusters))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(HERE), *map(str, sites)]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), *map(str, sites)]))
     monkeypatch.setenv("NNLO_SCHED_RETRIES", "0")
     for site in sites:
         monkeypatch.syspath_prepend(str(site))
     monkeypatch.chdir(tmp)
-    _clear_plugin_caches()
+    clear_plugin_caches()
     # the stand-ins count job ids from 1001 in every test: each test gets watchers that never saw them
     from nnlo_sched.submitit.lsf import LsfInfoWatcher, LsfJob
     from nnlo_sched.submitit.pbs import PbsInfoWatcher, PbsJob
@@ -77,7 +53,7 @@ def plugin_env(monkeypatch: pytest.MonkeyPatch):
     try:
         yield tmp
     finally:
-        _clear_plugin_caches()
+        clear_plugin_caches()
         if not os.environ.get("NNLO_KEEP_TEST_RUNS"):
             shutil.rmtree(tmp, ignore_errors=True)
 

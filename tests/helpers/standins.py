@@ -2,7 +2,8 @@
 scheduler from the test; tests/submitit/submitit_standin.py also runs the scripts): the call log, the locked
 job table, and the bjobs/qstat tables in the real programs' formats and exit statuses.
 
-A stand-in runs as a program (linked as bsub, qstat, ...): it imports this file by path, not as a package."""
+A stand-in runs as a program (linked as bsub, qstat, ...) with the checkout on ``PYTHONPATH``: it imports this
+module as ``tests.helpers.standins``."""
 from __future__ import annotations
 
 import fcntl
