@@ -46,17 +46,24 @@ def _rebuilt_matches(search_dir: Path) -> None:
     assert sorted(int(r[key]) for r in rows) == sorted(_journal_results(search_dir / "search-journal.jsonl"))
 
 
-def _own_results(search_dir: Path) -> dict[str, int]:
-    """Trial results each participant reported since its latest ``join`` (its current job's own results)."""
+def _own_results(search_dir: Path) -> dict[str, tuple[float, int]]:
+    """Per participant: (when its latest ``join`` was written, trial results it reported since): the progress of
+    its current job once that job's coordinator has joined."""
     from nnlo.optimize.journal import read_journal
 
-    counts: dict[str, int] = {}
+    seen: dict[str, tuple[float, int]] = {}
     for rec in read_journal(search_dir, final=False)[0]:
         if rec.get("kind") == "join":
-            counts[rec["p"]] = 0
-        elif rec.get("kind") == "result":
-            counts[rec["p"]] = counts.get(rec["p"], 0) + 1
-    return counts
+            seen[rec["p"]] = (float(rec.get("t", 0.0)), 0)
+        elif rec.get("kind") == "result" and rec["p"] in seen:
+            seen[rec["p"]] = (seen[rec["p"]][0], seen[rec["p"]][1] + 1)
+    return seen
+
+
+def _mid_job(job: dict, progress: tuple[float, int] | None) -> bool:
+    """The job's coordinator joined after the job started (its handlers are in place) and has reported a trial
+    of its own, but not all it reports before it stops itself."""
+    return progress is not None and progress[0] >= job["started_at"] and 1 <= progress[1] < PER_JOB
 
 
 @pytest.mark.timeout(400)
@@ -92,7 +99,8 @@ def test_three_chains_with_random_kills_finish_the_search_exactly(slurm, chain_e
         # a victim is mid-job: it has reported a trial of its own and has more to do before its stop
         own = _own_results(search_dir)
         running = [j["job_id"] for c in v["chains"] for j in c["jobs"] if j["status"] == "running"
-                   and j["job_id"] not in kills and 1 <= own.get(c["run_id"].rsplit("/", 1)[1], 0) < PER_JOB]
+                   and j["started_at"] and j["job_id"] not in kills
+                   and _mid_job(j, own.get(c["run_id"].rsplit("/", 1)[1]))]
         if len(kills) < 3 and running:
             victim = rng.choice(running)
             signal = ["-b", "-s", "KILL"] if len(kills) == 1 else []  # the batch shell: no `job end` runs
@@ -111,7 +119,8 @@ def test_three_chains_with_random_kills_finish_the_search_exactly(slurm, chain_e
     # a job reports at most PER_JOB + 1 trials (the one of its block running at the stop is collected)
     assert len(started) >= -(-TRIALS // (PER_JOB + 1)) and sum(j["status"] == "walltime" for j in started) >= 3
     for c in v["chains"]:  # every chain went on after its walltime or its kill
-        assert c["state"] == "done" and sum(1 for j in c["jobs"] if j["started_at"]) >= 2, c
+        said = (c["run_id"], c["state"], c.get("error"), [(j["job_id"], j["status"], j["rc"]) for j in c["jobs"]])
+        assert c["state"] == "done" and sum(1 for j in c["jobs"] if j["started_at"]) >= 2, said
         first = c["jobs"][0]["job_id"]
         assert "_" in first  # an array task, and its successor waited for that task alone
         assert c["jobs"][1]["depends_on"] == first
