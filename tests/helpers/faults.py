@@ -28,6 +28,10 @@ __all__ = ["BIN", "BRANIN", "REPO", "RUNTIME_MODELS", "error_lines", "nnlo_argv"
 HANG_LIMIT_S = 90.0
 #: Generous bound for a whole healthy run on a contended machine.
 RUN_LIMIT_S = 300.0
+#: ``NNLO_COMM_TIMEOUT`` of the tests that freeze or hang a rank on purpose. The watchdog bounds every wait, the
+#: ranks' start-up included (a master waits for workers still importing torch), so it must exceed a start-up on
+#: a loaded 2-core machine: 5 s did not (the watchdog fired before the first epoch).
+COMM_LIMIT = "30"
 
 
 def trials(default: int) -> int:

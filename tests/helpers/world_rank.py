@@ -156,6 +156,18 @@ def run_one(world: Any, sub: Any, req: dict[str, Any]) -> int:
     return rc
 
 
+def _save_coverage() -> None:
+    """Under coverage (scripts/test.sh), write this rank's data after every run: a world ended by a later failed
+    run is killed, and a killed process writes nothing at exit."""
+    try:
+        import coverage
+    except ImportError:
+        return
+    cov = coverage.Coverage.current()
+    if cov is not None:
+        cov.save()
+
+
 def serve(port: int) -> None:
     from mpi4py import MPI
 
@@ -176,6 +188,7 @@ def serve(port: int) -> None:
             rc = run_one(world, sub, req)
         finally:
             sub.Free()
+        _save_coverage()
         stream.write(json.dumps({"id": req["id"], "rank": rank, "rc": rc}).encode() + b"\n")
     conn.close()
 

@@ -8,6 +8,8 @@ import h5py
 import numpy as np
 import pytest
 
+from tests.helpers.faults import COMM_LIMIT
+
 pytestmark = [pytest.mark.mpi]
 
 
@@ -90,8 +92,8 @@ def test_contradictory_shapes_are_refused(run_train) -> None:
 
 def test_a_hanging_worker_ends_the_job_through_the_watchdog(run_train) -> None:
     run = run_train(3, "--mode", "downpour", "--epochs", "3", model="hangs_on_rank2.py",
-                    env={"NNLO_COMM_TIMEOUT": "4"}, launcher="mpirun")
+                    env={"NNLO_COMM_TIMEOUT": COMM_LIMIT}, launcher="mpirun")
     assert run.rc != 0, run.err
     lines = run.error_lines()
-    assert lines and "for more than 4 s: a peer died or hangs" in lines[0], run.err
+    assert lines and f"for more than {COMM_LIMIT} s: a peer died or hangs" in lines[0], run.err
     assert "Traceback" not in run.err
