@@ -55,6 +55,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         marks = _marks(item)
+        if "slurm" in marks:  # one private Slurm per session: with pytest-xdist, one worker runs them all
+            item.add_marker(pytest.mark.xdist_group("slurm"))
         missing = sorted({f"{fixture} needs @pytest.mark.{marker}" for fixture, marker in FIXTURE_MARKERS.items()
                           if fixture in getattr(item, "fixturenames", ()) and marker not in marks})
         if missing:

@@ -177,16 +177,16 @@ def test_pbs_checkpoint_resumes_in_a_successor_job(standins, plugin_env):
 
 @pytest.mark.slow
 def test_lsf_checkpoint_on_the_signal_resumes_in_a_successor_job(standins, plugin_env):
-    job = lsf_executor(plugin_env / "jobs").submit(funcs.Counter(), 20, 0.25)  # 5 s: the signal comes first
+    # the first job counts to 5 and waits there for the signal: it comes mid-count on any machine
+    job = lsf_executor(plugin_env / "jobs").submit(funcs.Counter(), 20, 0.05, 1, 5)
     first = job.job_id
     end = time.time() + TIMEOUT
-    while not (plugin_env / f"started-{first}").exists() and time.time() < end:
+    while not (plugin_env / f"held-{first}").exists() and time.time() < end:
         time.sleep(0.1)
-    time.sleep(0.5)
     job._interrupt()  # what LSF's -wa warning (or a preemption) does: SIGUSR2 to the job
     assert calls(standins, "bkill")[-1]["args"] == ["-s", "USR2", first]
     count, seen, steps = job.result()
-    assert count == 20 and sum(steps) == 20 and steps[0] < 20
+    assert count == 20 and steps == [5, 15]  # the second job went on from the first one's checkpointed count
     assert job.chain[0] == first and len(job.chain) == 2 and seen == job.chain
     assert calls(standins, "bsub")[1]["args"] == ["-w", f"ended({first})"]
     assert job.state == "COMPLETED"
