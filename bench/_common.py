@@ -47,6 +47,18 @@ def _version(module: str) -> str | None:
     return str(getattr(mod, "__version__", "?"))
 
 
+def gpu_name() -> str | None:
+    """The first visible CUDA device's name and count, or None (no torch, no GPU)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    except Exception:  # noqa: BLE001 - absent or broken: say nothing
+        return None
+
+
 def mpi_library() -> str | None:
     try:
         from mpi4py import MPI
@@ -68,6 +80,7 @@ def machine(mpi: bool = True) -> dict[str, Any]:
     """Where the numbers come from. ``loadavg`` matters: this may be a shared, busy machine."""
     info: dict[str, Any] = {
         "host": platform.node(),
+        "gpu": gpu_name(),
         "cores": os.cpu_count(),
         "cpu_model": cpu_model(),
         "python": platform.python_version(),
@@ -146,10 +159,15 @@ def relaunch(script: str, np_: int, argv: Sequence[str], timeout: float = 1800) 
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MKL_NUM_THREADS", "1")
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    cmd = [mpirun(), "-np", str(np_), sys.executable, script, *argv]
+    # one rank needs no launcher (MPI starts as a singleton): a GPU node without mpirun can still run it
+    cmd = [*([mpirun(), "-np", str(np_)] if np_ > 1 else []), sys.executable, script, *argv]
     print("+", " ".join(shlex.quote(c) for c in cmd), flush=True)
     try:
         return subprocess.run(cmd, env=env, timeout=timeout).returncode
+    except FileNotFoundError:
+        print(f"no {cmd[0]} to start {np_} ranks: install an MPI (pip install mpich) or put mpirun on PATH",
+              file=sys.stderr)
+        return 127
     except subprocess.TimeoutExpired:
         print(f"benchmark timed out after {timeout:g} s", file=sys.stderr)
         return 124

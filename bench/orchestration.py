@@ -122,7 +122,7 @@ def make_runs(home: Path, n: int) -> None:
     from nnlo_sched.state import JobRecord, read_state, write_state
 
     profile = load_profile("flatiron")
-    spec = RunSpec("train", ["--model", "m.py", "--train", "t.list", "--epochs", "10"], "flatiron",
+    spec = RunSpec.from_argv("train", ["--model", "m.py", "--train", "t.list", "--epochs", "10"], "flatiron",
                    name="bench", walltime_s=3600, workers=2, workdir=str(home))
     first = create_run(spec, profile, home=home)
     st = read_state(first.dir)

@@ -47,6 +47,8 @@ def machine_line(d: dict) -> str:
         parts.append(f"{m['mpi_library']} (mpi4py {m.get('mpi4py')})")
     if m.get("torch"):
         parts.append(f"torch {m['torch']}")
+    if m.get("gpu"):
+        parts.append(f"GPU {m['gpu']}")
     parts.append(f"load average {load[0]:.1f} at start, {d['loadavg_end'][0]:.1f} at end")
     return f"_Machine: {', '.join(parts)}; {d['when_utc']}, nnlo {m.get('nnlo_commit')}. Rerun: `{d['command']}`_"
 
@@ -54,14 +56,21 @@ def machine_line(d: dict) -> str:
 def ps_exchange(d: dict) -> str:
     rows = [[f"{s['params']:,}", f"{s['bytes'] / 1e6:.2f} MB", t(s["raw_round_trip_s"]),
              t(s.get("raw_two_messages_round_trip_s")), t(s["nnlo_round_trip_s"]),
-             spread(s["nnlo_round_trip_s"]), t(s.get("nnlo_one_message_round_trip_s")),
+             spread(s["nnlo_round_trip_s"]), t(s.get("nnlo_unframed_round_trip_s")),
+             t(s.get("nnlo_one_message_round_trip_s")),
              t(s.get("nnlo_two_messages_round_trip_s")), f"{s['raw_bandwidth_GBps']:.2f}",
              f"{s['nnlo_bandwidth_GBps']:.2f}",
              f"**{s['ratio_of_raw_bandwidth']:.2f}**", f"{s['ratio_paired_median']:.2f}"] for s in d["sizes"]]
     lat = d["latency"]
+    gpu = [[f"{g['params']:,}"] + [t(g["round_trip_s"].get(m)) for m in ("raw_host", "nnlo_gpu", "naive_gpu",
+                                                                           "raw_cuda_aware")]
+           + [f"{g['staged_over_naive']:.2f}"] for g in d.get("gpu_staging", [])]
+    gpu_table = [md(gpu, ["params", "raw host round trip", "nnlo, GPU worker (pinned, framed)",
+                          "pageable copies", "raw CUDA-aware MPI", "pinned speed-up"])] if gpu else []
     return "\n\n".join([md(rows, ["params", "bytes each way", "raw round trip", "raw, 2 messages each way",
-                                  "nnlo round trip", "nnlo p25-p75", "nnlo forced 1 message", "nnlo forced 2 messages",
-                                  "raw GB/s", "nnlo GB/s", "nnlo/raw", "paired median"]),
+                                  "nnlo round trip (framed)", "nnlo p25-p75", "nnlo unframed",
+                                  "unframed forced 1 message", "unframed forced 2 messages",
+                                  "raw GB/s", "nnlo GB/s", "nnlo/raw", "paired median"]), *gpu_table,
                         f"Measured by the same script: raw 8-byte one-way latency "
                         f"{t(lat['raw_one_way_8B_s'])}; nnlo header-only round trip "
                         f"{t(lat['nnlo_header_round_trip_s'])}; one-core memory copy "
@@ -69,15 +78,14 @@ def ps_exchange(d: dict) -> str:
 
 
 def allreduce(d: dict) -> str:
-    methods = ["mpi4py", "gloo", "horovod", "nnlo"]
+    methods = list(dict.fromkeys(m for r in d["communication"] for m in r["seconds"]))  # as measured, in order
     rows = []
     for r in d["communication"]:
         s = r["seconds"]
         rows.append([f"{r['params']:,}", f"{r['bytes'] / 1e6:.0f} MB"] + [t(s.get(m)) for m in methods]
                     + [f"{r['gloo_over_mpi4py']:.2f}", f"{r['nnlo_over_best_alternative']:.2f}"
                        if "nnlo_over_best_alternative" in r else "n/a"])
-    parts = [md(rows, ["params", "size", "mpi4py Allreduce", "gloo all_reduce", "Horovod", "nnlo", "gloo/mpi4py",
-                       "nnlo/best"])]
+    parts = [md(rows, ["params", "size", *methods, "gloo/mpi4py", "nnlo/best"])]
     if d.get("step") and "nnlo_flatten_overhead_s" in d["step"][0]:  # results from before the bucketed step
         rows = []
         for r in d["step"]:
@@ -97,6 +105,8 @@ def allreduce(d: dict) -> str:
                         + [f"**{r['nnlo_over_ddp']:.2f}**"])
         parts.append(md(rows, ["params", "local step", *[f"{m} (exposed)" for m in methods],
                                f"nnlo/DDP ({d['step'][0]['nnlo_method']})"]))
+        if d.get("engines"):
+            parts.append("Engines: " + "; ".join(f"`{m}` {e}" for m, e in d["engines"].items()) + ".")
     lat = d["latency"]
     parts.append("8-byte all-reduce latency, same script: " + ", ".join(
         f"{k.split('_')[0]} {t(v)}" for k, v in lat.items()) + f". nnlo all-reduce: {d['nnlo_allreduce']}. "
@@ -252,9 +262,80 @@ def startup(d: dict) -> str:
                         f"`-X importtime` added up): {tops}.", machine_line(d)])
 
 
+def fidelity(d: dict) -> str:
+    parts = []
+    r = d.get("ratio")
+    if r:
+        rows = []
+        for x in r["seeds"]:
+            rows.append([x["seed"], _sec(x["full"]["reached_s"], r["blocks"]), _sec(x["asha"]["reached_s"], r["blocks"]),
+                         f"{x['asha_over_full']:.2f}", _sec(x["hyperband"]["reached_s"], r["blocks"]),
+                         f"{x['hyperband_over_full']:.2f}", _num(x["full"]["best"]), _num(x["asha"]["best"]),
+                         _num(x["hyperband"]["best"]), "yes" if x["asha_as_good"] else "no"])
+        corr = ", ".join(f"{k} epoch(s) {v:.2f}" for k, v in r["rank_correlation_with_final"].items())
+        parts += [f"**Simulated** ({r['blocks']} blocks, {r['epoch_s']:g}-s epochs, --epochs {r['epochs']}, "
+                  f"min 1, eta 3, engine {r['engine']}, {r['rank_seconds_budget']:.0f} rank-seconds per search; "
+                  f"`examples/curves.py`, rank correlation with the final loss after {corr}). Target: the "
+                  f"{r['target_quantile']:.0%} quantile of the final loss over the prior, {r['target']:.4f}.",
+                  md(rows, ["seed", "full: rank-s to target", "ASHA", "ASHA/full", "Hyperband", "Hyperband/full",
+                            "best full", "best ASHA", "best Hyperband", "ASHA as good"]),
+                  f"Median ASHA/full rank-seconds to the target **{r['asha_over_full_rank_seconds_median']:.2f}** "
+                  f"(Hyperband {r['hyperband_over_full_rank_seconds_median']:.2f}); best at equal rank-seconds as good "
+                  f"or better: ASHA **{r['asha_as_good_seeds']}/{len(r['seeds'])}**, Hyperband "
+                  f"{r['hyperband_as_good_seeds']}/{len(r['seeds'])} seeds."]
+    p = d.get("pbt")
+    if p:
+        rows = [[x["seed"], f"{x['rank_seconds']:.0f}", _num(x["pbt"]), _num(x["asha"]), _num(x["random"])]
+                for x in p["seeds"]]
+        parts += [f"PBT (population {p['population']}, steps of {p['interval']} epochs, {p['budget_trials']} trials "
+                  f"at most) on the `{p['family']}` curves, where a learning-rate schedule pays; ASHA and random "
+                  f"search get the rank-seconds PBT used:",
+                  md(rows, ["seed", "rank-seconds", "best PBT", "best ASHA", "best random"]),
+                  f"Median gain of PBT: **{_num(p['pbt_gain_over_asha_median'])}** over ASHA, "
+                  f"**{_num(p['pbt_gain_over_random_median'])}** over random search (loss); PBT below the best "
+                  f"constant configuration of 20,000 draws ({p['best_constant_configuration']:.4f}) on "
+                  f"{p['pbt_below_every_constant_seeds']}/{len(p['seeds'])} seeds."]
+    b = d.get("busy")
+    if b:
+        sync = ", ".join(f"{v:.1%} with brackets of {n}" for n, v in b["sync_halving_busy"].items())
+        parts.append(f"{b['blocks']} simulated blocks, 1-s epochs (+-{b['jitter']:.0%}), ASHA, {b['horizon_s']:g} s: "
+                     f"blocks busy **{b['asha_busy']:.1%}** ({b['asha_jobs']} jobs, {b['asha_trials']} trials; the "
+                     f"coordinator's real decisions median {b['decide_ms_median']:.2f} ms, p99 "
+                     f"{b['decide_ms_p99']:.1f} ms, {b['saves']} saves, the last {b['save_ms_last']:.0f} ms, on the "
+                     f"simulated clock). Synchronous successive halving: {sync}.")
+    w = d.get("walltimes")
+    if w:
+        k, u = w["killed"], w["uninterrupted"]
+        parts.append(f"Across walltimes (real processes: 3 local chains of `nnlo optimize --shared --schedule asha`, "
+                     f"{k['trials']} trials): {len(k['kills'])} SIGKILLs of jobs; trials lost {len(k['lost'])}, rung "
+                     f"results recorded twice {k['rung_results_twice']}, rung histories intact "
+                     f"{k['rung_histories_intact']}, epochs trained twice beyond a checkpoint "
+                     f"{k['epochs_trained_twice_beyond_checkpoints']} (epochs of killed stages re-trained "
+                     f"{k['epochs_retrained_of_killed_stages']}); best configuration the same as the uninterrupted "
+                     f"run's: {w['same_best_configuration']} (promotion order the same: {w['same_promotions']}; "
+                     f"{k['wall_s']:.0f} s against {u['wall_s']:.0f} s).")
+    g = d.get("digits")
+    if g:
+        parts.append(f"Real training (`examples/digits_torch.py`, {g['ranks']} ranks, --epochs {g['epochs']}, "
+                     f"{g['rank_seconds']:.0f} rank-seconds of search each): best val_accuracy full "
+                     f"{_num(g['full']['best'])} ({g['full']['trials']} trials), ASHA {_num(g['asha']['best'])} "
+                     f"({g['asha']['trials']} trials); ASHA/full rank-seconds to full's best: "
+                     f"{_num(g['asha_over_full_rank_seconds'])}.")
+    parts.append(machine_line(d))
+    return "\n\n".join(parts)
+
+
+def _sec(reached: float | None, blocks: int) -> str:
+    return "not reached" if reached is None else f"{reached * blocks:.0f}"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
 REPORTS = {"startup": startup, "ps_exchange": ps_exchange, "allreduce": allreduce, "scaling": scaling,
            "search": search, "orchestration": orchestration, "slurm_requeue": slurm_requeue, "hetero": hetero,
-           "proposers": proposers}
+           "proposers": proposers, "fidelity": fidelity}
 
 
 def main(argv: list[str]) -> int:
@@ -269,10 +350,10 @@ def main(argv: list[str]) -> int:
     if a.update:
         return update(Path(a.update), Path(a.results), a.names or list(REPORTS))
     for name in a.names or list(REPORTS):
-        path = Path(a.results) / f"{name}.json"
-        if not path.exists():
-            continue
-        print(f"### {name}\n\n{REPORTS[name](json.loads(path.read_text()))}\n")
+        for suffix in ("", "-gpu"):  # bench/results/NAME-gpu.json: the same benchmark on a GPU node
+            path = Path(a.results) / f"{name}{suffix}.json"
+            if path.exists():
+                print(f"### {name}{suffix}\n\n{REPORTS[name](json.loads(path.read_text()))}\n")
     return 0
 
 

@@ -13,7 +13,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
-all=(ps_exchange allreduce scaling search orchestration startup hetero proposers validation fold_noise)
+all=(ps_exchange allreduce scaling search orchestration startup hetero proposers validation fold_noise fidelity)
 extra=(slurm_requeue)
 
 if [[ -n "${PYTHON:-}" ]]; then py="$PYTHON"

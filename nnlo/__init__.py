@@ -3,6 +3,12 @@
 The Python API (``nnlo.train``, ``nnlo.optimize``, data sources, callbacks; see :mod:`nnlo.api` and
 docs/python-api.md) is loaded on first use: ``import nnlo`` stays light (no torch, TensorFlow, mpi4py,
 scikit-optimize or matplotlib).
+
+``nnlo.optimize`` is the search function (:func:`nnlo.api.optimize`), not the package of the same name: the
+package (``sys.modules["nnlo.optimize"]``, light to import) is imported below first, so that the import system
+has set its attribute on this module once, and that attribute is then removed; from then on the name is looked
+up in :data:`_LAZY` like every other name of the API. ``import nnlo.optimize.options`` and ``from
+nnlo.optimize.space import Real`` reach the package's modules as always.
 """
 from __future__ import annotations
 
@@ -11,9 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+importlib.import_module("nnlo.optimize")  # the package first (it sets nnlo.optimize), then the function's name
+globals().pop("optimize", None)
+
 #: public name -> the module that defines it (imported when the name is first used)
 _LAZY = {
     "train": "nnlo.api",
+    "optimize": "nnlo.api",
     "run_train": "nnlo.api",
     "TrainResult": "nnlo.api",
     "SearchResult": "nnlo.api",
@@ -37,7 +47,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from nnlo.api import SearchResult, TrainResult, run_train, train
+    from nnlo.api import SearchResult, TrainResult, optimize, run_train, train
     from nnlo.config import TrainConfig
     from nnlo.data.source import ArraySource, DataSource, GeneratorSource
     from nnlo.errors import ConfigError, DataError, ModelError, NnloError, TrainingError
@@ -46,8 +56,6 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "optimize":  # the package nnlo.optimize is callable: nnlo.optimize(...) is nnlo.api.optimize
-        return importlib.import_module("nnlo.optimize")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'nnlo' has no attribute {name!r}")
@@ -57,4 +65,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, "optimize"})
+    return sorted({*globals(), *_LAZY})

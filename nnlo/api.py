@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnlo.config import TrainConfig, known_fields
-from nnlo.contract import BEST_FILE, CHECKPOINT_DIR, TRIALS_CSV, TRIALS_JSON, deadline_from_env
+from nnlo.config import TrainConfig, deadline_from_env, known_fields
+from nnlo.contract import BEST_FILE, CHECKPOINT_DIR, TRIALS_CSV, TRIALS_JSON
 from nnlo.errors import ConfigError
 
 if TYPE_CHECKING:  # imported where used: the command line imports this module for DEFAULT_RUNS

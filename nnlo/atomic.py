@@ -75,8 +75,8 @@ def json_default(obj: Any) -> Any:
     return str(obj)  # paths, enums, ...: their text
 
 
-def write_json(path: str | Path, data: Any, *, indent: int = 1, sort_keys: bool = False,
+def write_json(path: str | Path, data: Any, *, indent: int | None = 1, sort_keys: bool = False,
                allow_nan: bool = True) -> Path:
-    """``data`` as JSON (numpy values included), with a final newline."""
+    """``data`` as JSON (numpy values included), with a final newline (``indent=None``: one compact line)."""
     text = json.dumps(data, indent=indent, sort_keys=sort_keys, allow_nan=allow_nan, default=json_default)
     return write_text(path, text + "\n")

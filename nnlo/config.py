@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nnlo.contract import ENV_DEADLINE
 from nnlo.errors import ConfigError
 
 if TYPE_CHECKING:
     from nnlo.roles import Shape
 
 MODES = ("downpour", "easgd", "gem", "allreduce")
-ALLREDUCE_ENGINES = ("auto", "mpi", "horovod")
+ALLREDUCE_ENGINES = ("auto", "mpi", "torch", "horovod")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 BACKENDS = ("auto", "torch", "keras")
 #: ``--cache-data`` given without a folder: keep the data in memory (as ``--preload-data`` does)
@@ -78,9 +80,10 @@ class TrainConfig:
     seed: int = 0
     n_masters: int = 1
     n_processes: int = 1
-    allreduce_engine: str = "auto"  # auto|mpi|horovod: who sums gradients (all-reduce mode and worker groups)
+    allreduce_engine: str = "auto"  # auto|mpi|torch|horovod: who sums gradients (all-reduce mode and worker groups)
     bucket_mb: float = BUCKET_MB  # gradient all-reduce buckets started during backward; 0: one all-reduce after it
     scale_lr: bool = False  # all-reduce mode: worker optimizer lr times the number of ranks
+    amp: bool = False  # automatic mixed precision (torch): float16 + gradient scaler on GPUs, bfloat16 on CPUs
     monitor: bool = False
     timeline: bool = False
     deadline: float | None = None  # unix seconds; a complete checkpoint is written before it
@@ -240,3 +243,24 @@ class TrainConfig:
         raise ConfigError("--scale-lr multiplies the learning rate by the ranks that share one batch; with "
                           "--n-processes 1 and no --mode allreduce there are none: drop --scale-lr, or add "
                           "--n-processes K or --mode allreduce")
+
+
+def deadline_from_env(explicit: float | None = None, environ: Mapping[str, str] | None = None) -> float | None:
+    """The deadline: ``explicit`` if given, else ``$NNLO_DEADLINE`` (unix seconds), else None.
+
+    A malformed value is a one-line :class:`~nnlo.errors.ConfigError`.
+    """
+    if explicit is not None:
+        return float(explicit)
+    env = os.environ if environ is None else environ
+    raw = env.get(ENV_DEADLINE, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"{ENV_DEADLINE}={raw!r} is not unix seconds; unset it or export a number "
+                          f"(e.g. $(date -d '+2 hours' +%s))")
+    return value

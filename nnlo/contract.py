@@ -5,15 +5,12 @@ on. Both sides must agree on the exit codes, the environment variables that carr
 names of the files in a run directory and the signals that mean "checkpoint now and stop". Those facts live
 here, and only here; every other module imports them.
 
-Pure: no MPI, no I/O beyond reading ``os.environ`` in :func:`deadline_from_env`.
+Pure: no MPI, no I/O, no other module of nnlo (every module may import it). The deadline's default from
+``$NNLO_DEADLINE`` is read by :func:`nnlo.config.deadline_from_env`.
 """
 from __future__ import annotations
 
-import os
 import signal
-from collections.abc import Mapping
-
-from nnlo.errors import ConfigError
 
 # -- exit codes ---------------------------------------------------------------------------------------
 #: The run finished (all epochs, early stopping, target reached, search budget spent).
@@ -25,6 +22,8 @@ EXIT_BAD_INPUT = 2
 #: EX_TEMPFAIL: stopped before the deadline or on a stop signal after writing a complete checkpoint; a
 #: resubmitted job resumes from it.
 EXIT_RESUMABLE = 75
+#: A shell (and nnlo's own launch) reports a process ended by signal N as this + N (SIGTERM: 143).
+SIGNAL_STATUS_BASE = 128
 
 # -- environment variables ----------------------------------------------------------------------------
 #: Unix seconds by which the runtime must have stopped with a checkpoint (set by the job script).
@@ -47,6 +46,8 @@ ENV_LIVE = "NNLO_LIVE"
 ENV_JOB_ID = "NNLO_JOB_ID"
 #: A shared search's participant name (``nnlo optimize --shared``); the job scripts set it to the chain's name.
 ENV_PARTICIPANT = "NNLO_PARTICIPANT"
+#: Overrides the device every rank computes on ("cpu", "cuda:1"; :mod:`nnlo.device`).
+ENV_DEVICE = "NNLO_DEVICE"
 #: Testing hook: a training's master signals itself with SIGUSR1 after this many updates of its own job (a
 #: resumed job counts from its checkpoint), so a test stops a run, or every job of a chain, at an exact point.
 ENV_TEST_SIGNAL_AT_UPDATE = "NNLO_TEST_SIGNAL_AT_UPDATE"
@@ -58,6 +59,10 @@ SPEC_FILE = "spec.json"  # the submitted run (nnlo_sched.spec.RunSpec)
 STATE_FILE = "state.json"  # the chain's state (nnlo_sched.state)
 SCRIPT_FILE = "job.sh"  # the batch script every job of the chain runs
 LOG_DIR = "logs"  # logs/job-<id>.out, logs/rank-<r>.log
+#: one batch job's output in LOG_DIR (``{job_id}``: the id, or the scheduler's placeholder in a directive)
+JOB_LOG = "job-{job_id}.out"
+#: a job array's own output in LOG_DIR (each task logs into its chain's JOB_LOG)
+ARRAY_LOG = "array-{job_id}.out"
 CHECKPOINT_DIR = "checkpoints"  # complete checkpoints of a training
 CHAINS_DIR = "chains"  # a search run's chains, each an ordinary run directory (nnlo submit --jobs K)
 MANIFEST_FILE = "manifest.json"  # written last into a checkpoint folder: the checkpoint is complete
@@ -84,22 +89,17 @@ STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGUSR1, signal.SIGUSR2, sign
 INSISTING_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
 
 
-def deadline_from_env(explicit: float | None = None, environ: Mapping[str, str] | None = None) -> float | None:
-    """The deadline: ``explicit`` if given, else ``$NNLO_DEADLINE`` (unix seconds), else None.
+def signal_status(sig: int) -> int:
+    """The exit status a shell reports for a process ended by signal ``sig`` (SIGTERM: 143)."""
+    return SIGNAL_STATUS_BASE + int(sig)
 
-    A malformed value is a one-line :class:`~nnlo.errors.ConfigError`.
-    """
-    if explicit is not None:
-        return float(explicit)
-    env = os.environ if environ is None else environ
-    raw = env.get(ENV_DEADLINE, "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise ConfigError(f"{ENV_DEADLINE}={raw!r} is not unix seconds; unset it or export a number "
-                          f"(e.g. $(date -d '+2 hours' +%s))")
-    return value
+
+def status_signal(status: int) -> int | None:
+    """The number of the signal a shell's exit ``status`` says ended the process (143: 15), or None."""
+    number = status - SIGNAL_STATUS_BASE
+    return number if 0 < number < signal.NSIG else None
+
+
+def job_log(job_id: str) -> str:
+    """The file name (in LOG_DIR) of batch job ``job_id``'s output."""
+    return JOB_LOG.format(job_id=job_id)

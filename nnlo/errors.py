@@ -1,11 +1,13 @@
 """Errors a user can act on. Each message is one line that names the problem and the fix."""
 from __future__ import annotations
 
+from nnlo.contract import EXIT_BAD_INPUT, EXIT_FAILED
+
 
 class NnloError(Exception):
     """Bad input or a failed run: shown to the user as one line, never as a traceback."""
 
-    exit_code = 2
+    exit_code = EXIT_BAD_INPUT
 
 
 class ConfigError(NnloError):
@@ -23,4 +25,4 @@ class ModelError(NnloError):
 class TrainingError(NnloError):
     """Training diverged (NaN/inf loss) or a rank failed."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from nnlo.atomic import write_json
 from nnlo.contract import ENV_RANK_RECORDS as RECORDS_ENV
-from nnlo.contract import RANKS_DIR
+from nnlo.contract import RANKS_DIR, status_signal
 
 #: Folder (inside a run's output directory) holding one record per rank.
 #: Extra folder for the records, set by the ``-n`` relaunch wrapper (which does not know the run's out dir).
@@ -118,8 +118,8 @@ FATAL = frozenset(int(s) for s in (signal.SIGQUIT, signal.SIGILL, signal.SIGABRT
 
 def _signal_of(code: int) -> int | None:
     """The signal behind a launcher's exit code: Hydra reports the signal number, shells 128+n."""
-    if 128 < code < 128 + 65:
-        code -= 128
+    number = status_signal(code)
+    code = code if number is None else number
     return code if code in FATAL else None
 
 

@@ -505,7 +505,7 @@ def describe(world_size: int, shape: Shape | None = None) -> Hierarchy:
     if not shape.optimization:
         if world_size < 2 and not shape.allreduce:
             raise RoleError(
-                "1 rank cannot hold a master and a worker; use -n 2 or more "
+                f"1 rank cannot hold a master and a worker; use -n {shape.smallest_group} or more "
                 "(or --mode allreduce for a single process)"
             )
         g, gi = _layout_group(shape, 0, 0, 0, 0, world_size)

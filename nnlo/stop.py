@@ -30,7 +30,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any, Self
 
-from nnlo.contract import INSISTING_SIGNALS, STOP_SIGNALS
+from nnlo.contract import INSISTING_SIGNALS, STOP_SIGNALS, signal_status
 
 log = logging.getLogger("nnlo.stop")
 
@@ -104,7 +104,7 @@ class Stop:
             again = f"; {sig.name} again ends it at once" if sig in INSISTING_SIGNALS else ""
             log.warning("received %s: writing a checkpoint and stopping%s", sig.name, again)
         elif sig in INSISTING_SIGNALS and now - self._first_at >= INSIST_AFTER_S:
-            os._exit(128 + signum)  # asked again: the user (or the batch system) insists
+            os._exit(signal_status(signum))  # asked again: the user (or the batch system) insists
 
     # -- a search's questions --------------------------------------------------------------------------
     def request(self, why: str) -> None:

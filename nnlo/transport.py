@@ -19,8 +19,15 @@ buffers, so neither is copied); larger tensors keep their own message after the 
 message costs nothing measurable. Any other header (an error report, a checkpoint path, BatchNorm buffers,
 a value of another type) is announced by a block flagged "pickled" and follows as a pickle (a second message
 on the same tag). So the receiver always takes the first message with one ``Recv`` into its header block
-(and ``out`` when the tensor may be fused) and never probes (``docs/performance.md``, section 1, has the
+and ``out`` together (the tensor may be fused) and never probes (``docs/performance.md``, section 1, has the
 measurements behind the threshold).
+
+**Framed buffers: one message at any size, no copy.** :meth:`Link.frame` hands out a tensor buffer whose memory
+is preceded by a header slot (one allocation: ``[header block | tensor]``). A compact header sent with a framed
+tensor is packed into that slot and the two leave as *one contiguous message*; a framed ``out`` receives one
+the same way. The runtime's exchange buffers (a worker's send and receive buffers, a master's center and
+receive buffer) are framed, so a parameter-server round trip costs one message each way, as raw MPI does;
+any other tensor keeps the rules above.
 
 Tags: ``HEADER``/``ARRAY``/``BUFFERS`` for exchanges, ``ACK`` for "my checkpoint part is written" (a separate tag so a
 worker that acknowledges and immediately sends its next update is never confused with it).
@@ -35,6 +42,8 @@ import contextlib
 import struct
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -85,35 +94,47 @@ _ZEROS = (0.0,) * len(COMPACT_FIELDS)
 def pack_header(header: dict[str, Any], out: np.ndarray, fused: bool = False) -> bool:
     """Pack ``header`` into ``out`` (``HEADER_WORDS`` float64, its bytes written by one ``struct`` call); False
     (``out`` untouched) if it does not fit the compact schema, so it must be pickled. Pure."""
+    return _pack(header, out.data, fused)
+
+
+def _pack(header: dict[str, Any], out: memoryview, fused: bool) -> bool:
+    values = _encode(header)
+    if values is None:
+        return False
+    _BLOCK.pack_into(out, 0, _MAGIC, values[0], values[1], _FUSED if fused else 0, *values[2])
+    return True
+
+
+def _encode(header: dict[str, Any]) -> tuple[int, int, list[float]] | None:
+    """(present mask, None mask, one value a field) of a compact header, or None: it must be pickled."""
     values = list(_ZEROS)
     present = nones = 0
     for key, v in header.items():
         slot = _SLOT.get(key)
         if slot is None:
-            return False
+            return None
         i, kind, bit = slot
         present |= bit
         if v is None:
             nones |= bit
         elif kind is float:  # python floats and numpy float64 are float64: exact
             if not isinstance(v, float):
-                return False
+                return None
             values[i] = v
         elif kind is str:
             index = _WORD_INDEX.get(v) if type(v) is str else None
             if index is None:
-                return False
+                return None
             values[i] = index
         elif kind is bool:
             if type(v) is not bool:
-                return False
+                return None
             values[i] = 1.0 if v else 0.0
         else:  # int
             if type(v) is not int or not -_INT_LIMIT < v < _INT_LIMIT:
-                return False
+                return None
             values[i] = v
-    _BLOCK.pack_into(out.data, 0, _MAGIC, present, nones, _FUSED if fused else 0, *values)
-    return True
+    return present, nones, values
 
 
 def mark_pickled(out: np.ndarray) -> None:
@@ -122,17 +143,13 @@ def mark_pickled(out: np.ndarray) -> None:
     words[0], words[1], words[2], words[3] = _MAGIC, 0, 0, _PICKLED
 
 
-def flags_of(block: np.ndarray) -> int:
-    return int(block.view(np.uint64)[3])
-
-
-def is_compact(block: np.ndarray) -> bool:
-    return block.size >= HEADER_WORDS and int(block.view(np.uint64)[0]) == _MAGIC
-
-
 def unpack_header(block: np.ndarray) -> tuple[dict[str, Any], bool]:
     """The header :func:`pack_header` packed, and whether its tensor was fused into the same message. Pure."""
     _, present, nones, flags, *values = _BLOCK.unpack_from(block.data)
+    return _decode(present, nones, values), bool(flags & _FUSED)
+
+
+def _decode(present: int, nones: int, values: list[float]) -> dict[str, Any]:
     header: dict[str, Any] = {}
     for i, (key, kind) in enumerate(COMPACT_FIELDS):
         if not present >> i & 1:
@@ -147,7 +164,16 @@ def unpack_header(block: np.ndarray) -> tuple[dict[str, Any], bool]:
             header[key] = values[i] != 0.0
         else:
             header[key] = int(values[i])
-    return header, bool(flags & _FUSED)
+    return header
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One allocation ``[header block | tensor]`` (:meth:`Link.frame`): ``whole`` travels as one message."""
+
+    tensor: np.ndarray  # float32, what the caller uses
+    block: memoryview  # the header slot's bytes
+    whole: np.ndarray  # float32 view of both
 
 
 class Link:
@@ -167,8 +193,28 @@ class Link:
         self._MPI = MPI
         self._hdr_out = np.zeros(HEADER_WORDS, dtype=np.float64)
         self._hdr_in = np.zeros(HEADER_WORDS, dtype=np.float64)
+        self._out_mem, self._in_mem = self._hdr_out.data.cast("B"), self._hdr_in.data.cast("B")
         self._types: OrderedDict[tuple[int, int, int], Any] = OrderedDict()  # (header, tensor, size) -> type
+        self._frames: dict[int, Frame] = {}  # id(tensor) -> its frame (the tensor object itself, not views)
+        self._status = MPI.Status()
+        self._waits: dict[tuple[str, int], str] = {}  # the watchdog's words for (what, source), made once
         self.last_messages = 0  # messages the last recv took (1: header and tensor in one), for tests/traces
+
+    def frame(self, n: int, alloc: Callable[[int], np.ndarray] | None = None) -> np.ndarray:
+        """A float32 tensor buffer of ``n`` elements (contents undefined) that this link sends and receives as
+        one contiguous message with its header. ``alloc(k)`` makes the float32 memory (default ``np.empty``;
+        a GPU worker passes its backend's pinned :meth:`~nnlo.backends.base.Backend.host_buffer`)."""
+        words = HEADER_BYTES // 4
+        whole = (alloc or _empty)(words + n)
+        if whole.dtype != np.float32 or whole.size != words + n or not whole.flags.c_contiguous:
+            raise TypeError(f"frame memory must be {words + n} contiguous float32, got {whole.dtype} x {whole.size}")
+        tensor = whole[words:]
+        self._frames[id(tensor)] = Frame(tensor, whole[:words].data.cast("B"), whole)
+        return tensor
+
+    def frame_of(self, array: np.ndarray | None) -> Frame | None:
+        frame = self._frames.get(id(array)) if array is not None else None
+        return frame if frame is not None and frame.tensor is array else None
 
     def _fused_type(self, block: np.ndarray, array: np.ndarray) -> Any:
         """An MPI struct datatype over ``block`` and ``array`` (absolute addresses): one message, no copy.
@@ -198,24 +244,31 @@ class Link:
         if extra is not None:
             header["buffers_size"] = int(extra.size)
         tracer = get_tracer()
-        MPI = self._MPI
-        with tracer.span(f"send {header.get('kind', 'msg')}", "comm", dest=dest):
-            fused = array is not None and array.nbytes <= ONE_MESSAGE_BYTES
-            compact = extra is None and pack_header(header, self._hdr_out, fused)
-            if not compact:  # the block only says "a pickled header follows"
-                fused = False
-                mark_pickled(self._hdr_out)
-            if fused:
+        span = tracer.span(f"send {header.get('kind', 'msg')}", "comm", dest=dest) if tracer.enabled else _NO_SPAN
+        with span:
+            self._send(dest, header, array, extra)
+
+    def _send(self, dest: int, header: dict[str, Any], array: np.ndarray | None, extra: np.ndarray | None) -> None:
+        MPI, comm = self._MPI, self.comm
+        frame = self.frame_of(array)
+        fused = array is not None and (frame is not None or array.nbytes <= ONE_MESSAGE_BYTES)
+        compact = extra is None and _pack(header, frame.block if frame is not None else self._out_mem, fused)
+        if compact and fused:
+            if frame is not None:  # header slot and tensor are one contiguous message
+                comm.Send([frame.whole, MPI.FLOAT], dest=dest, tag=HEADER)
+            else:
                 assert array is not None
-                self.comm.Send([MPI.BOTTOM, 1, self._fused_type(self._hdr_out, array)], dest=dest, tag=HEADER)
-                return
-            self.comm.Send([self._hdr_out, MPI.BYTE], dest=dest, tag=HEADER)
-            if not compact:
-                self.comm.send(header, dest=dest, tag=HEADER)
-            if array is not None:
-                self.comm.Send([array, MPI.FLOAT], dest=dest, tag=ARRAY)
-            if extra is not None:
-                self.comm.Send([extra, MPI.FLOAT], dest=dest, tag=BUFFERS)
+                comm.Send([MPI.BOTTOM, 1, self._fused_type(self._hdr_out, array)], dest=dest, tag=HEADER)
+            return
+        if not compact:  # the block only says "a pickled header follows"
+            mark_pickled(self._hdr_out)
+        comm.Send([self._hdr_out, MPI.BYTE], dest=dest, tag=HEADER)
+        if not compact:
+            comm.send(header, dest=dest, tag=HEADER)
+        if array is not None:
+            comm.Send([array, MPI.FLOAT], dest=dest, tag=ARRAY)
+        if extra is not None:
+            comm.Send([extra, MPI.FLOAT], dest=dest, tag=BUFFERS)
 
     def ack(self, dest: int, error: str | None = None) -> None:
         """Tell ``dest`` that this rank's checkpoint part is written (or why it is not)."""
@@ -229,36 +282,45 @@ class Link:
         """
         tracer = get_tracer()
         MPI = self._MPI
-        status = MPI.Status()
-        may_fuse = out is not None and out.dtype == np.float32 and 0 < out.nbytes <= ONE_MESSAGE_BYTES
-        with tracer.span("wait", "wait"), self._armed(source, "waiting for a message from"):
-            self._wait(source, HEADER)
-            target = ([MPI.BOTTOM, 1, self._fused_type(self._hdr_in, out)] if may_fuse  # type: ignore[arg-type]
-                      else [self._hdr_in, MPI.BYTE])
-            try:
+        status = self._status
+        frame = self.frame_of(out)
+        # Whatever the sender does (a fused message, or the header alone), one receive takes it: into the frame,
+        # or into the header block and ``out`` through a struct datatype (no copy), or the header block alone.
+        if frame is not None:
+            block, target = frame.block, [frame.whole, MPI.FLOAT]
+        elif out is not None and out.dtype == np.float32 and out.nbytes > 0 and out.flags.c_contiguous:
+            block, target = self._in_mem, [MPI.BOTTOM, 1, self._fused_type(self._hdr_in, out)]
+        else:
+            block, target = self._in_mem, [self._hdr_in, MPI.BYTE]
+        watchdog = self.watchdog
+        if watchdog is not None:
+            watchdog.arm(self._wait_words("waiting for a message from", source))
+        try:
+            with tracer.span("wait", "wait") if tracer.enabled else _NO_SPAN:
+                self._wait(source, HEADER)
                 self.comm.Recv(target, source=source, tag=HEADER, status=status)
-            except MPI.Exception as e:  # a message longer than the header and the expected tensor
-                who = "a rank" if source == ANY else f"rank {source}"
-                raise TrainingError(f"{who} sent a tensor this rank cannot take ({e.Get_error_string()}); all "
-                                    f"ranks must load the same model") from None
+        except MPI.Exception as e:  # a message longer than the header and the expected tensor
+            who = "a rank" if source == ANY else f"rank {source}"
+            raise TrainingError(f"{who} sent a tensor this rank cannot take ({e.Get_error_string()}); all "
+                                f"ranks must load the same model") from None
+        finally:
+            if watchdog is not None:
+                watchdog.disarm()
         src = status.Get_source()
         nbytes = status.Get_count(MPI.BYTE)
-        if nbytes < HEADER_BYTES or not is_compact(self._hdr_in):
+        magic, present, nones, flags, *values = _BLOCK.unpack_from(block) if nbytes >= HEADER_BYTES else (0,) * 4
+        if magic != _MAGIC:
             raise TrainingError(f"rank {src} sent a message that is not an nnlo header ({nbytes} bytes); every "
                                 f"rank must run the same nnlo")
-        flags = flags_of(self._hdr_in)
         if flags & _FUSED:
-            header, _ = unpack_header(self._hdr_in)
+            header = _decode(present, nones, values)
             if out is None or nbytes != HEADER_BYTES + out.nbytes:
                 expected = "none" if out is None else out.size
                 raise TrainingError(f"rank {src} sent a tensor of {(nbytes - HEADER_BYTES) // 4} values, this rank "
                                     f"expects {expected}; all ranks must load the same model")
             self.last_messages = 1
             return src, header, out
-        if flags & _PICKLED:
-            header = self.comm.recv(source=src, tag=HEADER)
-        else:
-            header, _ = unpack_header(self._hdr_in)
+        header = self.comm.recv(source=src, tag=HEADER) if flags & _PICKLED else _decode(present, nones, values)
         self.last_messages = (1 + bool(flags & _PICKLED) + bool(header.get("array"))
                               + (header.get("buffers_size") is not None))
         if header.get("array"):
@@ -283,8 +345,13 @@ class Link:
     def _armed(self, source: int, what: str) -> Any:
         if self.watchdog is None:
             return contextlib.nullcontext()
-        who = "any worker" if source == ANY else f"rank {source}"
-        return self.watchdog.waiting(f"{what} {who}")
+        return self.watchdog.waiting(self._wait_words(what, source))
+
+    def _wait_words(self, what: str, source: int) -> str:
+        words = self._waits.get((what, source))
+        if words is None:
+            words = self._waits[what, source] = f"{what} {'any worker' if source == ANY else f'rank {source}'}"
+        return words
 
     def _wait(self, source: int, tag: int) -> None:
         if self.timeout is None:
@@ -295,6 +362,13 @@ class Link:
                 f"no message from {who} for {self.timeout:g} s; a peer hangs (raise the timeout "
                 f"if its steps are that slow)"
             )
+
+
+_NO_SPAN = contextlib.nullcontext()
+
+
+def _empty(n: int) -> np.ndarray:
+    return np.empty(n, dtype=np.float32)
 
 
 def _check(array: np.ndarray) -> None:

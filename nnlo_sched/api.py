@@ -18,17 +18,29 @@ Nothing heavy is imported here: the runtime (torch, MPI) never is.
 """
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from nnlo.contract import SCRIPT_FILE
 from nnlo.errors import ConfigError, NnloError
-from nnlo_sched.layout import Layout
-from nnlo_sched.profiles.schema import Profile
-from nnlo_sched.runs import Run
-from nnlo_sched.spec import RunSpec
+from nnlo.roles import Shape
+from nnlo_sched.chain import cancel_run
+from nnlo_sched.checks import check_run, check_run_home, check_site_run_home, skipped_checks
+from nnlo_sched.inner import InnerCommand, parse_inner
+from nnlo_sched.layout import Layout, compute_layout
+from nnlo_sched.profiles import Profile, load_profile
+from nnlo_sched.render import job_name, render_script, warning_signal
+from nnlo_sched.runs import Run, find_run, load_state, new_run_dir, runs_home, submit_run
+from nnlo_sched.schedulers import SchedulerError, get_scheduler, scheduler_class
+from nnlo_sched.search import cancel_search, check_cancel_search, check_search_options, submit_search, use_array
+from nnlo_sched.spec import DEFAULT_MAX_RESUBMITS, DEFAULT_MAX_RETRIES, RunSpec
+from nnlo_sched.state import ACTIVE_STATES, StateError
+from nnlo_sched.status import collect, views
+from nnlo_sched.walltime import parse_walltime
 
 RunRef = Run | str | Path
 
@@ -69,8 +81,6 @@ class RunStatus:
 
     @property
     def ended(self) -> bool:
-        from nnlo_sched.state import ACTIVE_STATES
-
         return self.state not in ACTIVE_STATES
 
     @property
@@ -96,33 +106,27 @@ def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = Non
          queue: str | None = None, account: str | None = None, nodes: int | None = None,
          workers: int | None = None, blocks: int | None = None, gpus_per_worker: float | None = None,
          constraint: str | None = None, max_resubmits: int | None = None, max_retries: int | None = None,
-         directives: Sequence[str] = (), workdir: str | Path | None = None, inner: Any = None) -> RunSpec:
+         directives: Sequence[str] = (), workdir: str | Path | None = None,
+         inner: InnerCommand | None = None) -> RunSpec:
     """A run spec as ``nnlo submit`` builds it: the inner ``train``/``optimize`` options parsed by that
     command's own parser, the walltime parsed (``"2h"``, ``"01:30:00"`` or seconds as an int), the layout
     computed on ``cluster``'s profile (a :class:`~nnlo_sched.layout.LayoutError` if it cannot be placed).
 
     ``inner``: ``args`` already parsed by :func:`nnlo_sched.inner.parse_inner` (``nnlo submit`` parses them
     itself, to word a misplaced option's error as a corrected command line)."""
-    import os
-
-    from nnlo_sched.inner import parse_inner
-    from nnlo_sched.layout import layout_for_spec
-    from nnlo_sched.profiles import load_profile
-    from nnlo_sched.spec import DEFAULT_MAX_RESUBMITS, DEFAULT_MAX_RETRIES, parse_walltime
-
     if inner is None:
         inner = parse_inner(kind, list(args))
+    elif inner.kind != kind:
+        raise ConfigError(f"the parsed options are of a {inner.kind} run, not of {kind}")
     profile = load_profile(cluster)
-    s = RunSpec(kind=kind, args=list(args), cluster=profile.name,
-                name=name or Path(inner.train.model).stem or f"nnlo-{kind}", walltime_s=parse_walltime(walltime),
-                queue=queue, account=account, nodes=nodes, workers=workers, blocks=blocks,
-                gpus_per_worker=gpus_per_worker, constraint=constraint,
-                max_resubmits=DEFAULT_MAX_RESUBMITS if max_resubmits is None else max_resubmits,
-                max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
-                directives=list(directives), workdir=str(workdir if workdir is not None else os.getcwd()),
-                config=inner.train, search=inner.search)
-    s.layout = layout_for_spec(s, profile, s.shape).to_dict(ranks=False)
-    return s
+    s = RunSpec.of(inner, list(args), profile.name,
+                   name=name or Path(inner.train.model).stem or f"nnlo-{kind}", walltime_s=parse_walltime(walltime),
+                   queue=queue, account=account, nodes=nodes, workers=workers, blocks=blocks,
+                   gpus_per_worker=gpus_per_worker, constraint=constraint,
+                   max_resubmits=DEFAULT_MAX_RESUBMITS if max_resubmits is None else max_resubmits,
+                   max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
+                   directives=list(directives), workdir=str(workdir if workdir is not None else os.getcwd()))
+    return replace(s, layout=s.layout_on(profile).record())
 
 
 def layout(target: RunSpec | str, *, kind: str | None = None, workers: int | None = None,
@@ -138,14 +142,8 @@ def layout(target: RunSpec | str, *, kind: str | None = None, workers: int | Non
     ``kind="optimize"`` or any of ``blocks``/``block_size``/``block_sizes``/``n_fold``/``proposers`` is given).
     ``nnlo layout`` calls this.
     """
-    from nnlo.roles import Shape
-    from nnlo_sched.layout import compute_layout, layout_for_spec
-    from nnlo_sched.profiles import load_profile
-    from nnlo_sched.schedulers import scheduler_class
-    from nnlo_sched.spec import parse_walltime
-
     if isinstance(target, RunSpec):
-        return layout_for_spec(target, load_profile(target.cluster), target.shape)
+        return target.layout_on(load_profile(target.cluster))
     profile = load_profile(target)
     if constraint and not scheduler_class(profile.scheduler).takes_constraint:
         raise ConfigError(f"--constraint is a Slurm option and {profile.name!r} uses {profile.scheduler}; "
@@ -167,26 +165,18 @@ def render(run_spec: RunSpec, run_dir: str | Path | None = None) -> str:
 
     Refuses what the profile cannot take (a missing account, a directive of another scheduler) with one line.
     """
-    from nnlo_sched.profiles import load_profile
-    from nnlo_sched.render import job_name, render_script
-    from nnlo_sched.runs import runs_home
-
     shown = Path(run_dir) if run_dir is not None else runs_home() / job_name(run_spec.name, "local")
     return render_script(run_spec, load_profile(run_spec.cluster), shown)
 
 
 def submit_argv(run_spec: RunSpec, run_dir: str | Path) -> list[str]:
     """The command line that would queue the first job of ``run_spec`` in ``run_dir``."""
-    from nnlo.contract import SCRIPT_FILE
-    from nnlo_sched.profiles import load_profile
-    from nnlo_sched.schedulers import get_scheduler
-
     profile = load_profile(run_spec.cluster)
     return get_scheduler(profile.scheduler, run_dir).submit_argv(Path(run_dir) / SCRIPT_FILE)
 
 
 # -- submission and after ------------------------------------------------------------------------------
-def check_chaining(profile: Any, queue: str | None, max_resubmits: int) -> None:
+def check_chaining(profile: Profile, queue: str | None, max_resubmits: int) -> None:
     """Refuse resubmissions on a queue that forbids job chaining (the profile says so)."""
     q = profile.queue(queue)
     if q is not None and not q.chaining and max_resubmits > 0:
@@ -216,20 +206,13 @@ def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str
     directive of another scheduler); and with ``check`` the model imports and its data and paths exist
     (:func:`nnlo_sched.checks.check_run`; ``check=False`` is ``--no-check``, said in a note).
     """
-    from nnlo_sched.checks import check_run, check_run_home, check_site_run_home, skipped_checks
-    from nnlo_sched.profiles import load_profile
-    from nnlo_sched.render import job_name, render_script, warning_signal
-    from nnlo_sched.runs import new_run_dir, runs_home
-
     profile = load_profile(run_spec.cluster)
     check_chaining(profile, run_spec.queue, run_spec.max_resubmits)
     if jobs is not None:
-        from nnlo_sched.search import check_search_args, use_array
-
         if run_spec.kind != "optimize":
             raise ConfigError("--jobs runs one search across many jobs and needs optimize, not train (a "
                               "training is one chain; give it more --nodes)")
-        check_search_args(run_spec.args)
+        check_search_options(run_spec.search)
         use_array(profile, jobs, array)
     target = new_run_dir(Path(run_dir)) if run_dir is not None else None
     home_dir = Path(home) if home is not None else runs_home()
@@ -255,24 +238,18 @@ def submit(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str | 
     array where the scheduler has them (``array`` forces it either way). A failed submission leaves the run
     directory marked failed and raises the reason.
     """
-    from nnlo_sched.runs import submit_run
-
     found = preflight(run_spec, run_dir=run_dir, home=home, check=check, jobs=jobs, array=array)
     if on_note is not None:
         for note in found.notes:
             on_note(note)
     home_dir = Path(home) if home is not None else None
     if jobs is not None:
-        from nnlo_sched.search import submit_search
-
         return submit_search(run_spec, found.profile, jobs, array=array, home=home_dir, run_dir=found.run_dir)
     return submit_run(run_spec, found.profile, home=home_dir, run_dir=found.run_dir)
 
 
 def find(ref: RunRef, *, changes: bool = False) -> Run:
     """The run ``ref`` names (a Run is taken as is); ``changes``: the stricter rule of cancel and resume."""
-    from nnlo_sched.runs import find_run
-
     return ref if isinstance(ref, Run) else find_run(str(ref), changes=changes)
 
 
@@ -281,20 +258,9 @@ def query(runs: Sequence[RunRef] | None = None) -> list[RunStatus]:
     system ONCE for all their jobs, as ``nnlo status`` does (a chain whose jobs all left the queue without a
     recorded end is marked failed). A damaged run raises its one-line reason when named, and is listed as
     ``damaged`` when not."""
-    from nnlo_sched.commands.status import collect
-
     if runs is None:
         return [RunStatus.from_view(v) for v in collect(None)]
-    from nnlo_sched.commands.status import _query_all, run_view
-    from nnlo_sched.runs import load_spec, load_state
-
-    found = [find(r) for r in runs]
-    checked = []
-    for r in found:
-        checked.append((r, load_state(r.dir)))
-        load_spec(r.dir)
-    answers = _query_all(checked)
-    return [RunStatus.from_view(run_view(r, answers)) for r in found]
+    return [RunStatus.from_view(v) for v in views([find(r) for r in runs], named=True)]
 
 
 def status(run: RunRef) -> RunStatus:
@@ -327,15 +293,9 @@ def wait(run: RunRef, timeout: float | None = None, *, every: float = 2.0,
 def check_cancel(run: RunRef) -> Run:
     """Refuse, before anything changes, a cancel the scheduler could not do: an unreadable record, an unknown
     scheduler, a job id that is not the scheduler's (``0``, ``all``, an option), a damaged queue."""
-    from nnlo_sched.runs import load_state
-    from nnlo_sched.schedulers import SchedulerError, get_scheduler
-    from nnlo_sched.state import StateError
-
     r = find(run, changes=True)
     st = load_state(r.dir)
     if st.is_search:
-        from nnlo_sched.search import check_cancel_search
-
         check_cancel_search(r.dir)
         return r
     try:
@@ -349,20 +309,14 @@ def check_cancel(run: RunRef) -> Run:
 def cancel(run: RunRef) -> list[str]:
     """Cancel ``run``'s chain (running job and queued successor, one scheduler call); the job ids cancelled.
     A prefix must have :data:`~nnlo_sched.runs.MIN_PREFIX` characters, as for ``nnlo cancel``."""
-    from nnlo_sched.chain import cancel_run
-
     r = check_cancel(run)
     if is_search(r):
-        from nnlo_sched.search import cancel_search
-
         return cancel_search(r.dir)
     return cancel_run(r.dir)
 
 
 def is_search(run: RunRef) -> bool:
     """Whether ``run`` is a search over many chains (``nnlo submit --jobs K``), not one chain."""
-    from nnlo_sched.runs import load_state
-
     return load_state(find(run).dir).is_search
 
 

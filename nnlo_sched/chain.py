@@ -27,17 +27,34 @@ Rules (each keeps allocations from being burnt in a loop):
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nnlo.contract import EXIT_DONE, EXIT_RESUMABLE, LOG_DIR, MANIFEST_FILE, OPTIMIZER_STATE_FILE, SEARCH_JOURNAL
+from nnlo.checkpoint import find_latest
+from nnlo.contract import (
+    EXIT_BAD_INPUT,
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_RESUMABLE,
+    LOG_DIR,
+    MANIFEST_FILE,
+    OPTIMIZER_STATE_FILE,
+    RANKS_DIR,
+    SEARCH_JOURNAL,
+    job_log,
+    signal_status,
+    status_signal,
+)
 from nnlo.errors import NnloError
-from nnlo_sched.runs import change_inner_options, load_profile_for, load_spec, submit_job
+from nnlo.observe.timeline import find_trace_dirs, merge_run
+from nnlo.rankfate import FATE_WORDS, fate_line
+from nnlo_sched.runs import change_inner_options, load_profile_for, search_done, submit_job
 from nnlo_sched.schedulers import JobInfo, get_scheduler
-from nnlo_sched.spec import RunSpec
+from nnlo_sched.spec import RunSpec, checkpoint_dir, load_spec
 from nnlo_sched.state import (
     ACTIVE_STATES,
     CANCELLED,
@@ -60,12 +77,14 @@ from nnlo_sched.state import (
     update_state,
 )
 
-KILLED_AT_LIMIT = (128 + 15, 128 + 9, 128 + 10, 128 + 12)  # SIGTERM, SIGKILL, SIGUSR1, SIGUSR2 as seen by bash
+#: How bash reports a job ended at its limit: by the batch system's SIGTERM/SIGKILL or a warning SIGUSR1/SIGUSR2.
+KILLED_AT_LIMIT = tuple(signal_status(s) for s in (signal.SIGTERM, signal.SIGKILL, signal.SIGUSR1, signal.SIGUSR2))
 #: A job ended by a rank's death and retried from its checkpoint (a job status beside state.py's outcomes).
 RETRIED = "rank-died"
 #: Exit statuses MPICH's Hydra reports for a rank killed by a signal (the signal's number: ABRT, BUS, KILL,
 #: SEGV, TERM); nnlo's own ranks exit 0, 1, 2 or 75.
-HYDRA_SIGNAL_CODES = (6, 7, 9, 11, 15)
+HYDRA_SIGNAL_CODES = tuple(int(s) for s in (signal.SIGABRT, signal.SIGBUS, signal.SIGKILL, signal.SIGSEGV,
+                                             signal.SIGTERM))
 
 
 class ChainError(NnloError):
@@ -81,17 +100,6 @@ class Decision:
 
 
 # -- checkpoints ---------------------------------------------------------------------------------------
-def checkpoint_dir(run_dir: Path, spec: RunSpec) -> Path:
-    """The training's output directory (``--checkpoint DIR``): the inner ``--checkpoint`` if the user gave
-    one, else the run directory itself, so that ``history.json`` sits in the run directory and the
-    checkpoints in ``<run>/checkpoints/`` (the runtime writes them into ``DIR/checkpoints``)."""
-    value = spec.train.checkpoint
-    if value:
-        p = Path(value).expanduser()
-        return p if p.is_absolute() else Path(spec.workdir or run_dir) / p
-    return Path(run_dir)
-
-
 def checkpoint_marker(run_dir: Path, spec: RunSpec) -> str | None:
     """A string that changes whenever the run writes a new complete checkpoint (None: none yet).
 
@@ -111,8 +119,6 @@ def checkpoint_marker(run_dir: Path, spec: RunSpec) -> str | None:
                 continue
             marks.append(f"{path.name}@{st.st_mtime_ns}:{st.st_size}")
         return " ".join(marks) or None
-    from nnlo.checkpoint import find_latest
-
     latest = find_latest(checkpoint_dir(run_dir, spec))
     if latest is None:
         return None
@@ -148,7 +154,7 @@ def job_start(run_dir: Path, job_id: str | None, *, submit_successor: bool = Tru
         if st.state in FINAL_STATES:
             rec.status, rec.ended_at = SKIPPED, now
             return Decision(False, f"run {st.run_id} is {st.state}; job {job_id} exits without running")
-        if st.search_dir and _search_finished(Path(st.search_dir)):  # another chain finished the shared search
+        if st.search_dir and search_done(Path(st.search_dir)):  # another chain finished the shared search
             rec.status, rec.ended_at = SKIPPED, now
             st.state, st.error = DONE, None
             return Decision(False, f"the search {Path(st.search_dir).name} is done; job {job_id} of its chain "
@@ -196,12 +202,6 @@ def job_start(run_dir: Path, job_id: str | None, *, submit_successor: bool = Tru
             if cancelled:  # `nnlo cancel` came in between: take the successor back
                 get_scheduler(st.scheduler, run_dir).cancel([succ])
     return Decision(True, f"run {run_id}: job {job_id} started")
-
-
-def _search_finished(search_dir: Path) -> bool:
-    from nnlo_sched.search import search_done
-
-    return search_done(search_dir)
 
 
 def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:
@@ -273,14 +273,12 @@ def rank_death(run_dir: Path, spec: RunSpec, job_id: str, rc: int) -> str | None
     Killed`` and the rank records) wins; else an ``nnlo: error:`` line means a Python failure; else an exit
     status from a signal (128+n through a shell, or Hydra's bare signal number) is a death without a name.
     """
-    from nnlo.rankfate import FATE_WORDS, RANKS_DIR, fate_line
-
     tail = log_tail(run_dir, job_id, 200)
     own = [ln.split("nnlo: error:", 1)[1].strip() for ln in tail if "nnlo: error:" in ln]
     named = [ln for ln in own if FATE_WORDS in ln]
     if named:
         return named[0]
-    if rc in (1, 2):
+    if rc in (EXIT_FAILED, EXIT_BAD_INPUT):
         return None  # nnlo's own error exit, or bad input
     folders = [Path(run_dir) / RANKS_DIR, checkpoint_dir(run_dir, spec) / RANKS_DIR]
     line = fate_line("\n".join(tail), *folders)
@@ -288,7 +286,7 @@ def rank_death(run_dir: Path, spec: RunSpec, job_id: str, rc: int) -> str | None
         return line
     if own:
         return None
-    if 128 < rc < 128 + 65 or rc in HYDRA_SIGNAL_CODES:
+    if status_signal(rc) is not None or rc in HYDRA_SIGNAL_CODES:
         return f"a rank was killed by a signal (exit {rc})"
     return None
 
@@ -302,8 +300,6 @@ def merge_timeline(run_dir: Path, spec: RunSpec) -> Path | None:
     """
     root = Path(run_dir) if spec.kind == "optimize" else checkpoint_dir(run_dir, spec)
     try:
-        from nnlo.observe.timeline import find_trace_dirs, merge_run
-
         if not find_trace_dirs(root):
             return None
         return Path(merge_run(root).path)
@@ -315,7 +311,7 @@ def merge_timeline(run_dir: Path, spec: RunSpec) -> Path | None:
 
 def log_path(run_dir: Path, job_id: str) -> Path:
     """Where Slurm, LSF and the local scheduler put a job's output (the scripts' ``-o``/``--output``)."""
-    return Path(run_dir) / LOG_DIR / f"job-{job_id}.out"
+    return Path(run_dir) / LOG_DIR / job_log(job_id)
 
 
 def job_logs(run_dir: Path, job_id: str) -> list[Path]:
@@ -329,7 +325,7 @@ def job_logs(run_dir: Path, job_id: str) -> list[Path]:
         return [first]
     seq = job_id.split(".")[0]
     logs = Path(run_dir) / LOG_DIR
-    found = [p for p in (logs / f"job-{seq}.out",) if p.exists()]
+    found = [p for p in (logs / job_log(seq),) if p.exists()]
     found += sorted(logs.glob(f"*.o{seq}")) + sorted(logs.glob(f"*.e{seq}"))
     return found
 
@@ -470,6 +466,6 @@ def reconcile(run_dir: Path, infos: dict[str, JobInfo]) -> RunState:
     return st
 
 
-__all__ = ["Decision", "ChainError", "checkpoint_dir", "checkpoint_marker", "job_start", "job_end",
+__all__ = ["Decision", "ChainError", "checkpoint_marker", "job_start", "job_end",
            "cancel_run", "resume_run", "reconcile", "alive_jobs", "log_tail", "log_path", "job_logs",
            "RESUBMITTING", "RUNNING", "QUEUED"]

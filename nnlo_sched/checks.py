@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from nnlo.checkpoint import RESTORE_AUTO, restore_point
 from nnlo.config import TrainConfig
+from nnlo.contract import ENV_HOME, OPTIMIZER_STATE_FILE
 from nnlo.errors import ConfigError, NnloError
-from nnlo.optimize.options import SearchConfig
+from nnlo.models import data_plan, load_model_source
+from nnlo.optimize.options import SearchConfig, check_schedule, trial_overrides
 
 if TYPE_CHECKING:
     from nnlo_sched.profiles.schema import Profile
@@ -51,9 +53,8 @@ def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | N
     """
     cwd = Path(cwd or os.getcwd())
     if search is not None:
-        from nnlo.optimize.options import trial_overrides
-
         trial_overrides(config, cwd, "")  # a search refuses --restore before any path is looked at
+        search.schedule_spec(config)  # and a schedule that cannot run (--min-epochs above --epochs, ...)
     _check_paths(config, search, cwd)
     return _probe(config, search, cwd)
 
@@ -68,11 +69,11 @@ def check_run_home(run_dir: Path | None, home: Path) -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise ConfigError(f"cannot create the run directory under {target}: {probe} is not a folder; "
-                          "choose another --run-dir or set NNLO_HOME")
+                          f"choose another --run-dir or set {ENV_HOME}")
     if not os.access(probe, os.W_OK | os.X_OK):
         what = "--run-dir" if run_dir is not None else "the runs home"
         raise ConfigError(f"{what} {target} cannot be written ({probe} is not writable by you); "
-                          "choose another --run-dir or set NNLO_HOME to a folder you can write")
+                          f"choose another --run-dir or set {ENV_HOME} to a folder you can write")
 
 
 def _under(path: Path, folder: Path) -> bool:
@@ -87,8 +88,8 @@ def check_site_run_home(profile: Profile, account: str | None, target: Path) -> 
     real = Path(os.path.realpath(target))
     home_hint = profile.expand_runs_home(account)
     shown = home_hint or profile.runs_home_for(account)
-    fix = (f"set NNLO_HOME={shown} or pass --run-dir under it" if shown else
-           f"set NNLO_HOME (or --run-dir) to a folder on a file system that {profile.name}'s compute nodes write")
+    fix = (f"set {ENV_HOME}={shown} or pass --run-dir under it" if shown else
+           f"set {ENV_HOME} (or --run-dir) to a folder on a file system that {profile.name}'s compute nodes write")
     for folder in profile.compute_read_only:
         ro = Path(os.path.abspath(os.path.expanduser(os.path.expandvars(folder))))
         if _under(target, ro) or _under(real, ro) or _under(real, Path(os.path.realpath(ro))):
@@ -122,8 +123,6 @@ def _check_paths(config: TrainConfig, search: SearchConfig | None, cwd: Path) ->
         raise ConfigError(f"--space {search.space} does not exist; write a TOML file with one [name] table "
                           "per parameter, or leave --space out to use get_model.parameter_range")
     if search.opt_restore and search.output and not search.shared:  # a shared search resumes its journal anyway
-        from nnlo.contract import OPTIMIZER_STATE_FILE
-
         state = _abs(search.output, cwd) / OPTIMIZER_STATE_FILE
         if not state.is_file():
             raise ConfigError(f"--opt-restore: {search.output} holds no search to resume (no {OPTIMIZER_STATE_FILE}); "
@@ -168,18 +167,14 @@ def _probe(config: TrainConfig, search: SearchConfig | None, cwd: Path) -> list[
 # -- the probe (runs in its own interpreter) -----------------------------------------------------------
 def probe(config: TrainConfig, search: SearchConfig | None) -> list[str]:
     """Load the model as a rank would, check a search's space and open a sample of the data; the notes."""
-    from nnlo.data.check import check_plan
-    from nnlo.models import data_plan, load_model_source
+    from nnlo.data.check import check_plan  # lazy: h5py, numpy (only the probe's own interpreter reads data)
+    from nnlo.optimize import space as space_mod  # lazy: numpy
 
     source = load_model_source(config.model)
     hook = False
     if search is not None:
-        from nnlo.optimize import space as space_mod
-
-        if search.space:
-            space_mod.from_toml(search.space)
-        else:
-            space_mod.from_model(source.module)
+        space = space_mod.from_toml(search.space) if search.space else space_mod.from_model(source.module)
+        check_schedule(search.schedule_spec(config), space.names, source.module, config.model)
         hook = source.module is not None and callable(getattr(source.module, "evaluate", None))
     if hook:
         return []  # a synthetic objective: no data is read

@@ -1,7 +1,8 @@
 """The ``nnlo`` command line.
 
 Each sub-command lives in its own module under ``nnlo_sched/commands/`` and is imported only when it is
-run, so ``nnlo --help`` and ``nnlo status`` never import torch or MPI. Errors a user can act on
+run (``nnlo --help`` lists them from :data:`COMMANDS` without importing any), so ``nnlo --help`` and
+``nnlo status`` never import torch or MPI. Errors a user can act on
 (:class:`nnlo.errors.NnloError`, :class:`nnlo.roles.RoleError`) and click's usage errors print as one line
 ``nnlo: error: <problem>; <fix>``, never a traceback. An unexpected exception (a bug) is the last resort:
 one line, exit 1, and its traceback written to a file the line names.
@@ -9,12 +10,20 @@ one line, exit 1, and its traceback written to a file the line names.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import tempfile
+import time
+import traceback
 
 import click
 
-# name -> (module defining a click command called ``command``, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
+from nnlo.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, signal_status
+from nnlo.errors import NnloError
+from nnlo.roles import RoleError
+
+# name -> (module defining a click command called ``command``, one-line help; None: internal, not listed)
+COMMANDS: dict[str, tuple[str, str | None]] = {
     "train": ("nnlo_sched.commands.train", "Train one model with a master and workers (or all-reduce)."),
     "optimize": ("nnlo_sched.commands.optimize", "Search hyperparameters with a coordinator and blocks."),
     "layout": ("nnlo_sched.commands.layout", "Show the resource layout of a run on a cluster."),
@@ -25,8 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("nnlo_sched.commands.control", "Cancel a run and its queued successors."),
     "logs": ("nnlo_sched.commands.control", "Show or follow a run's logs."),
     "resume": ("nnlo_sched.commands.control", "Resubmit a stopped run from its newest checkpoint."),
-    "job": ("nnlo_sched.commands.job", "Chain bookkeeping inside a batch job (internal)."),
-    "run": ("nnlo_sched.commands.run", "Run a run directory's job inside an allocation (used by batch scripts)."),
+    "job": ("nnlo_sched.commands.job", None),  # chain bookkeeping inside a batch job
+    "run": ("nnlo_sched.commands.run", None),  # a run's payload on every rank (batch scripts, -n)
     "timeline": ("nnlo_sched.commands.timeline", "Merge a run's per-rank trace into one Chrome trace."),
     "plot": ("nnlo_sched.commands.plot", "Write PNG plots of a run's history, trials and timeline."),
 }
@@ -38,6 +47,12 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of ``nnlo --help``, from :data:`COMMANDS` alone (no command module is imported)."""
+        rows = [(name, short) for name, (_, short) in COMMANDS.items() if short is not None]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
@@ -46,6 +61,7 @@ class LazyGroup(click.Group):
         cmd: click.Command = getattr(module, name.replace("-", "_") + "_command", None) or module.command
         if cmd.short_help is None:
             cmd.short_help = short
+        cmd.hidden = short is None
         return cmd
 
 
@@ -63,17 +79,13 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from nnlo.contract import EXIT_BAD_INPUT, EXIT_FAILED
-    from nnlo.errors import NnloError
-    from nnlo.roles import RoleError
-
     try:
         rv = cli.main(args=argv, prog_name="nnlo", standalone_mode=False)
         if isinstance(rv, int) and rv:
             sys.exit(rv)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
-        sys.exit(130)
+        sys.exit(signal_status(signal.SIGINT))
     except click.ClickException as e:
         click.echo(f"nnlo: error: {click_message(e, sys.argv[1:] if argv is None else argv)}", err=True)
         sys.exit(EXIT_BAD_INPUT if isinstance(e, click.UsageError) else e.exit_code)
@@ -82,11 +94,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(getattr(e, "exit_code", EXIT_BAD_INPUT))
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
-        sys.exit(130)
+        sys.exit(signal_status(signal.SIGINT))
     except SystemExit:
         raise
     except BrokenPipeError:
-        sys.exit(0)
+        sys.exit(EXIT_DONE)
     except Exception as e:  # noqa: BLE001 - the last resort: a bug still gets one line and a report, not a traceback
         click.echo(f"nnlo: error: internal error ({type(e).__name__}: {one_line(str(e), 200)}); "
                    f"{_write_report(argv)}", err=True)
@@ -112,10 +124,6 @@ def click_message(e: click.ClickException, argv: list[str]) -> str:
 
 def _write_report(argv: list[str] | None) -> str:
     """Write the traceback of the exception being handled to a file; say where (or that it could not be)."""
-    import tempfile
-    import time
-    import traceback
-
     text = f"nnlo {' '.join(sys.argv[1:] if argv is None else argv)}\n{time.ctime()}\n{traceback.format_exc()}"
     try:
         fd, path = tempfile.mkstemp(prefix="nnlo-error-", suffix=".txt")

@@ -1,8 +1,9 @@
 """Batch scripts: a run spec + a profile -> the script text (submitting it is the scheduler's work).
 
 Templates (``templates/*.sh``, Jinja2) are chosen by the profile: a site template (``summit.sh``) extends its
-scheduler's (``lsf.sh``), which extends ``base.sh`` (the job body shared by every cluster). Two filters guard
-what users type:
+scheduler's (``lsf.sh``), which extends ``base.sh``: the one job body every batch job of nnlo runs - a run's
+chain job, a search's job array, or a submitit function's :class:`Program` - from one context
+(:func:`render_context`). Three filters guard what users type:
 
 * ``q`` shell-quotes a value for the script body (``shlex.quote``): names or paths with spaces, quotes,
   ``$()``, backticks or newlines are inert words there;
@@ -28,23 +29,31 @@ from typing import Any
 import jinja2
 
 from nnlo.contract import (  # LOG_DIR is created before the job starts (Slurm/LSF do not)
+    ARRAY_LOG,
+    ENV_DEADLINE,
     ENV_PARTICIPANT,
+    ENV_RUN_DIR,
+    EXIT_DONE,
+    EXIT_FAILED,
     LOG_DIR,
     SCRIPT_FILE,
-    STOP_SIGNALS,
+    SIGNAL_STATUS_BASE,
+    job_log,
 )
 from nnlo.errors import ConfigError
 from nnlo_sched.launchers import launcher_for
-from nnlo_sched.layout import Layout, layout_for_spec
-from nnlo_sched.profiles.schema import Profile
+from nnlo_sched.layout import LayoutRecord
+from nnlo_sched.profiles import Profile, user_dirs
 from nnlo_sched.resources import templates_dir
 from nnlo_sched.schedulers import scheduler_class
-from nnlo_sched.spec import RunSpec, format_hms, format_lsf_minutes
+from nnlo_sched.spec import FUNCTION, RunSpec
+from nnlo_sched.walltime import format_hms
 
 _DIRECTIVE_SAFE = re.compile(r"^[A-Za-z0-9_.,:@%+=/~&|!\[\]*-]+$")
 
 
-def _directive_value(value: Any) -> str:
+def directive_value(value: Any) -> str:
+    """``value`` as text that may go onto a batch directive line (the ``d`` filter); else a one-line error."""
     text = str(value)
     if not _DIRECTIVE_SAFE.match(text):
         bad = sorted({c for c in text if not _DIRECTIVE_SAFE.match(c)})
@@ -69,8 +78,6 @@ def job_name(name: str, scheduler: str) -> str:
 def template_dirs() -> list[str]:
     """Where templates are looked up: the user's profile directories first (a site template such as
     ``mysite.sh`` may ``{% extends "slurm.sh" %}``), then the built-in ones."""
-    from nnlo_sched.profiles import user_dirs
-
     users = [str(d) for d in reversed(user_dirs()) if d.is_dir()]
     return [*users, str(templates_dir())]
 
@@ -90,55 +97,26 @@ def _environment_for(directories: tuple[str, ...]) -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters["q"] = lambda v: shlex.quote(str(v))
-    env.filters["d"] = _directive_value
+    env.filters["d"] = directive_value
     env.filters["comment"] = _comment_text
     return env
 
 
-def spec_layout(spec: RunSpec, profile: Profile) -> dict[str, Any]:
-    """The spec's stored layout, or a freshly computed one (without the per-rank list)."""
+def spec_layout(spec: RunSpec, profile: Profile) -> LayoutRecord:
+    """The spec's stored layout, or a freshly computed one."""
     if spec.layout is not None:
         return spec.layout
-    return compute_spec_layout(spec, profile).to_dict(ranks=False)
+    return spec.layout_on(profile).record()
 
 
-def compute_spec_layout(spec: RunSpec, profile: Profile) -> Layout:
-    return layout_for_spec(spec, profile, spec.shape)
-
-
-def _slurm_time(seconds: int) -> str:
-    days, rest = divmod(int(seconds), 86400)
-    hms = format_hms(rest)
-    return f"{days}-{hms}" if days else hms
-
-
-def _extra_directives(spec: RunSpec, profile: Profile) -> list[str]:
-    prefix = scheduler_class(profile.scheduler).directive_prefix
-    reads_directives = prefix != "#"  # where none are read (local), any comment will do
-    out = list(profile.directives)
-    for d in spec.directives:
-        d = d.strip()
-        if d.startswith("#") and reads_directives and not d.startswith(prefix + " "):
-            raise ConfigError(
-                f"directive {d!r} is not a {profile.scheduler} directive; write it as '{prefix} ...' "
-                "or give only the option"
-            )
-        out.append(d if d.startswith("#") else f"{prefix} {d}")
-    return out
-
-
-def _gpus_per_node_request(layout: dict[str, Any]) -> int:
+def _gpus_per_node_request(layout: LayoutRecord) -> int:
     """GPUs to ask the scheduler for on each node: every bound rank slot's, or those the layout uses."""
-    gpw = Fraction(layout["gpus_per_worker"]).limit_denominator(64)
+    gpw = Fraction(layout.gpus_per_worker).limit_denominator(64)
     if gpw == 0:
         return 0
-    if layout["gpu_binding"] == "layout":
-        return min(layout["gpus_per_node"], layout["gpus_used"])
-    return min(layout["gpus_per_node"], -(-layout["ranks_per_node"] * gpw // 1))
-
-
-#: Units in which a scheduler takes the warning lead (LSF's ``-wt`` is in minutes; Slurm's ``@S`` in seconds).
-_LEAD_UNIT_S = {"lsf": 60}
+    if layout.gpu_binding == "layout":
+        return min(layout.gpus_per_node, layout.gpus_used)
+    return min(layout.gpus_per_node, -(-layout.ranks_per_node * gpw // 1))
 
 
 def warning_signal(spec: RunSpec, profile: Profile) -> tuple[str | None, int, str | None]:
@@ -151,7 +129,7 @@ def warning_signal(spec: RunSpec, profile: Profile) -> tuple[str | None, int, st
     sched = scheduler_class(profile.scheduler)
     if not (profile.signal and sched.warns_before_walltime):
         return None, profile.signal_lead_s, None
-    unit = _LEAD_UNIT_S.get(profile.scheduler, 1)
+    unit = sched.warning_lead_unit_s
     lead = -(-profile.signal_lead_s // unit) * unit
     if 2 * lead <= spec.walltime_s:
         return profile.signal, lead, None
@@ -188,8 +166,20 @@ def _array_context(array: ArrayPlan | None, profile: Profile) -> dict[str, Any] 
     if array.tasks < sched.array_min_tasks:
         raise ConfigError(f"a {profile.scheduler} job array needs at least {sched.array_min_tasks} tasks, got "
                           f"{array.tasks}; use --no-array or more --jobs")
-    return {"range": f"{array.first}-{array.last}", "tasks": array.tasks, "chains_dir": str(array.chains_dir),
-            "prefix": array.prefix, "index_var": sched.array_index_var, "job_id_expr": sched.array_job_id_expr}
+    return {"range": sched.array_directive_range(array.first, array.last), "tasks": array.tasks,
+            "chains_dir": str(array.chains_dir), "prefix": array.prefix, "index_var": sched.array_index_var,
+            "job_id_expr": sched.array_job_id_expr}
+
+
+@dataclass(frozen=True)
+class Program:
+    """What a job runs in place of a run's payload (a submitit function, :mod:`nnlo_sched.submitit`): ``command``
+    (already shell words) exec'd after the set-up, through the layout's launcher if it has one, with ``env``
+    exported and ``setup`` run after the profile's own set-up lines."""
+
+    command: str
+    env: tuple[tuple[str, str], ...] = ()
+    setup: tuple[str, ...] = ()
 
 
 def _python(profile: Profile) -> str:
@@ -197,12 +187,15 @@ def _python(profile: Profile) -> str:
 
 
 def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path, *, participant: str | None = None,
-                   array: ArrayPlan | None = None) -> dict[str, Any]:
+                   array: ArrayPlan | None = None, program: Program | None = None) -> dict[str, Any]:
     """Everything the templates see (exposed for tests and for ``nnlo submit --dry-run``).
 
     ``participant``: the script is one chain's of a shared search; its jobs export it as ``NNLO_PARTICIPANT``.
     ``array``: the script is a job array whose tasks start the search's chains (each runs its chain's script).
+    ``program``: the script runs this program (a function's spec, :data:`~nnlo_sched.spec.FUNCTION`).
     """
+    if (program is not None) != (spec.kind == FUNCTION):
+        raise ValueError("a function's spec is rendered with its program, a run's without one")
     profile = profile.for_constraint(spec.constraint)
     layout = spec_layout(spec, profile)
     sched = scheduler_class(profile.scheduler)
@@ -217,54 +210,60 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path, *, part
     launcher = launcher_for(profile)
     python = _python(profile)
     nnlo = profile.nnlo or f"{shlex.quote(python)} -m nnlo_sched"
-    shares = 0 < layout["gpus_per_worker"] < 1
+    shares = 0 < layout.gpus_per_worker < 1
     signal, lead_s, _ = warning_signal(spec, profile)
-    # the batch shell relays every stop signal (the profile's warning first), whoever sends it
-    signals = [s for s in (profile.signal, "TERM", *(sig.name.removeprefix("SIG") for sig in STOP_SIGNALS)) if s]
-    lead_min = -(-lead_s // 60)
-    roles = ", ".join(f"{n} {r}" for r, n in layout["roles"].items())
+    roles = ", ".join(f"{n} {r}" for r, n in layout.roles.items())
     return {
         "name": spec.name,
         "job_name": sched.job_name(spec.name),
         "cluster": profile.name,
-        "summary": f"{layout['world_size']} ranks ({roles}) on {layout['nodes']} node(s)",
+        "summary": f"{layout.world_size} ranks ({roles}) on {layout.nodes} node(s)",
         "workdir": spec.workdir,
         "run_dir": str(run_dir),
         "log_dir": f"{run_dir}/{LOG_DIR}",
         "walltime_s": spec.walltime_s,
-        "slurm_time": _slurm_time(spec.walltime_s),
-        "lsf_walltime": format_lsf_minutes(spec.walltime_s),
-        "lsf_warning": f"{lead_min // 60}:{lead_min % 60:02d}" if lead_min >= 60 else str(lead_min),
-        "pbs_walltime": format_hms(spec.walltime_s),
+        "walltime": sched.walltime_directive(spec.walltime_s),  # as the scheduler's directive spells it
         "account": spec.account,
-        "queue": layout.get("queue") or spec.queue,
+        "queue": layout.queue or spec.queue,
         "constraint": spec.constraint or profile.constraint,
-        "nodes": layout["nodes"],
-        "ranks_per_node": layout["ranks_per_node"],
-        "cores_per_rank": layout["cores_per_rank"],
+        "nodes": layout.nodes,
+        "ranks_per_node": layout.ranks_per_node,
+        "cores_per_rank": layout.cores_per_rank,
         "gpus_per_node_request": _gpus_per_node_request(layout),
         "gpu_directive": profile.gpu_directive,
         "shares_gpus": shares,
         "signal": signal,
-        "signal_lead_s": lead_s,
-        "traps": [(sig, launcher.relay(sig)) for sig in dict.fromkeys(signals)],
-        "setup": list(profile.setup) + (list(profile.share_setup) if shares else []),
-        "directives": _extra_directives(spec, profile),
+        "signal_lead": sched.lead_directive(lead_s),
+        # the batch shell relays every stop signal (the profile's warning first), whoever sends it
+        "traps": list(launcher.relays(profile.signal).items()),
+        "setup": [*profile.setup, *(profile.share_setup if shares else ()), *(program.setup if program else ())],
+        "directives": [*profile.directives, *sched.directive_lines(spec.directives)],
         "python": python,
         "nnlo": nnlo,
-        "launch": shlex.join(layout["launcher"]),
+        "launch": shlex.join(layout.launcher),
         "participant": participant,
-        "participant_var": ENV_PARTICIPANT,
         "array": _array_context(array, profile),
+        "program": program,
+        # the contract's names (nnlo/contract.py): the templates never spell them out
+        "participant_var": ENV_PARTICIPANT,
+        "run_dir_var": ENV_RUN_DIR,
+        "deadline_var": ENV_DEADLINE,
         "script_file": SCRIPT_FILE,
+        "log_dir_name": LOG_DIR,
+        "job_log": job_log(sched.log_id_placeholder),
+        "array_log": ARRAY_LOG.format(job_id=sched.array_log_id_placeholder),
+        "job_log_of_shell_id": job_log("$id"),
+        "exit_done": EXIT_DONE,
+        "exit_failed": EXIT_FAILED,
+        "signal_status_base": SIGNAL_STATUS_BASE,
     }
 
 
 def render_script(spec: RunSpec, profile: Profile, run_dir: str | Path, *, participant: str | None = None,
-                  array: ArrayPlan | None = None) -> str:
+                  array: ArrayPlan | None = None, program: Program | None = None) -> str:
     """The batch script of ``spec`` on ``profile``, whose jobs work in ``run_dir`` (see :func:`render_context`
-    for ``participant`` and ``array``)."""
-    ctx = render_context(spec, profile, run_dir, participant=participant, array=array)
+    for ``participant``, ``array`` and ``program``)."""
+    ctx = render_context(spec, profile, run_dir, participant=participant, array=array, program=program)
     try:
         return _environment().get_template(profile.template_name).render(**ctx)
     except jinja2.TemplateNotFound as e:

@@ -17,21 +17,30 @@ default ``./nnlo-runs``)::
 """
 from __future__ import annotations
 
-import json
-import math
 import os
 import secrets
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from nnlo.contract import CHECKPOINT_DIR, ENV_CLUSTERS, ENV_HOME, LOG_DIR, SCRIPT_FILE, SPEC_FILE, STATE_FILE
+from nnlo.contract import (
+    CHAINS_DIR,
+    CHECKPOINT_DIR,
+    ENV_CLUSTERS,
+    ENV_HOME,
+    LOG_DIR,
+    SCRIPT_FILE,
+    SPEC_FILE,
+    STATE_FILE,
+)
 from nnlo.errors import ConfigError, NnloError
-from nnlo_sched.profiles.schema import Profile
-from nnlo_sched.schedulers import get_scheduler
-from nnlo_sched.spec import RunSpec
+from nnlo_sched.inner import changed, parse_changes
+from nnlo_sched.profiles import Profile, load_profile
+from nnlo_sched.render import render_script
+from nnlo_sched.schedulers import NAMES, get_scheduler
+from nnlo_sched.spec import RunNotFound, RunSpec, load_spec
 from nnlo_sched.state import (
+    DONE,
     FAILED,
     QUEUED,
     JobRecord,
@@ -45,10 +54,6 @@ from nnlo_sched.state import (
 
 # environment the jobs need to find the same profiles as the submitting shell (PBS does not pass it on)
 CARRIED_ENV = (ENV_CLUSTERS, "XDG_CONFIG_HOME", ENV_HOME)
-
-
-class RunNotFound(NnloError):
-    """No run matches what the user typed."""
 
 
 def runs_home() -> Path:
@@ -101,67 +106,8 @@ class Run:
         return self.dir / LOG_DIR
 
 
-def _finite(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _whole(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-# a RunSpec field's annotation -> the check of its JSON value (a field with another annotation is not checked)
-_SPEC_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
-    "str": (lambda v: isinstance(v, str), "a string"),
-    "str | None": (lambda v: v is None or isinstance(v, str), "a string or null"),
-    "int": (_whole, "an integer"),
-    "int | None": (lambda v: v is None or _whole(v), "an integer or null"),
-    "float | None": (lambda v: v is None or _finite(v), "a finite number or null"),
-    "list[str]": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
-    "dict[str, Any] | None": (lambda v: v is None or isinstance(v, dict), "an object or null"),
-    "TrainConfig | None": (lambda v: v is None or isinstance(v, dict), "an object or null"),
-    "SearchConfig | None": (lambda v: v is None or isinstance(v, dict), "an object or null"),
-}
-
-
-def _spec_problem(text: str) -> str:
-    """What is wrong with the types of a spec record's fields ("" if nothing; RunSpec checks the rest)."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return ""  # RunSpec.from_json says it
-    if not isinstance(data, dict):
-        return ""
-    for f in fields(RunSpec):
-        check = _SPEC_TYPES.get(str(f.type))
-        if check is not None and f.name in data and not check[0](data[f.name]):
-            return f"'{f.name}' must be {check[1]}, got {json.dumps(data[f.name])[:40]}"
-    return ""
-
-
-def load_spec(run_dir: Path) -> RunSpec:
-    """The run's spec record, its fields' types checked; StateError (one line) if it is damaged."""
-    path = Path(run_dir) / SPEC_FILE
-    try:
-        text = path.read_text()
-        problem = _spec_problem(text)
-        if problem:
-            raise StateError(f"{path} is corrupt: {problem}; the run directory is damaged")
-        return RunSpec.from_json(text)
-    except StateError:
-        raise
-    except FileNotFoundError:
-        raise RunNotFound(f"{run_dir} is not an nnlo run directory (no {SPEC_FILE})") from None
-    except NnloError as e:
-        raise StateError(f"{path}: {e}; the run directory is damaged") from None
-    except (OSError, ValueError, TypeError, AttributeError, KeyError, RecursionError) as e:
-        raise StateError(f"{path} cannot be read ({' '.join(str(e).split())[:200]}); the run directory is "
-                         f"damaged") from None
-
-
 def load_state(run_dir: Path) -> RunState:
     """The run's record, checked beyond its types: it names a scheduler nnlo knows. StateError otherwise."""
-    from nnlo_sched.schedulers import NAMES
-
     st = read_state(run_dir)
     if st.scheduler not in NAMES:
         raise StateError(f"{Path(run_dir) / STATE_FILE} is corrupt: unknown scheduler {st.scheduler!r} "
@@ -170,22 +116,18 @@ def load_state(run_dir: Path) -> RunState:
 
 
 def change_inner_options(run_dir: Path, options: list[str]) -> RunSpec:
-    """Append ``options`` to a stopped run's inner command (later options win), re-parsed by the one parser.
+    """Change a stopped run's options: ``options`` (of its train/optimize command) parsed on their own and put
+    into its typed record (later options win, as on a command line).
 
     The run's shape is its layout and its job script: options that would change it are refused. Returns the
-    new spec, written atomically.
+    new spec, written atomically; ``args`` (for display) gets the options appended.
     """
-    from dataclasses import replace
-
-    from nnlo_sched.inner import parse_inner
-
     spec = load_spec(run_dir)
-    args = [*spec.args, *options]
-    inner = parse_inner(spec.kind, args)
+    inner = changed(spec.inner, parse_changes(spec.kind, options))
     if inner.shape != spec.shape:
         raise ConfigError(f"{' '.join(options)} changes the run's shape ({spec.shape} -> {inner.shape}), which "
                           "its job script was laid out for; submit a new run instead")
-    new = replace(spec, args=args, config=inner.train, search=inner.search)
+    new = replace(spec, args=[*spec.args, *options], config=inner.train, search=inner.search)
     write_json_atomic(Path(run_dir) / SPEC_FILE, new.to_dict())
     return new
 
@@ -226,7 +168,7 @@ def make_run_dir(name: str, home: Path | None = None, run_dir: Path | None = Non
         try:
             home.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ConfigError(f"cannot create the runs directory {home} ({e.strerror}); set NNLO_HOME") from None
+            raise ConfigError(f"cannot create the runs directory {home} ({e.strerror}); set {ENV_HOME}") from None
         for _ in range(10):
             run_id = new_run_id(name)
             run_dir = home / run_id
@@ -245,8 +187,6 @@ def create_run(spec: RunSpec, profile: Profile, home: Path | None = None, run_di
     """Make the run directory (``run_dir``, or a new one under ``home``): spec, rendered script, logs folder
     and a fresh state record. ``participant`` and ``search_dir``: the run is a chain of that search run
     (:mod:`nnlo_sched.search`), its jobs taking part as ``participant``."""
-    from nnlo_sched.render import render_script
-
     run_dir, run_id = make_run_dir(spec.name, home, run_dir)
     (run_dir / LOG_DIR).mkdir()
     script = render_script(spec, profile, run_dir, participant=participant)
@@ -295,8 +235,6 @@ def submit_job(run_dir: Path, spec: RunSpec, profile: Profile, depends_on: str |
 
 def load_profile_for(run_dir: Path, cluster: str, env: dict[str, str] | None = None) -> Profile:
     """The profile a run was submitted with, found with the submitting shell's profile search path."""
-    from nnlo_sched.profiles import load_profile
-
     for k, v in (env or {}).items():
         os.environ.setdefault(k, v)
     return load_profile(cluster)
@@ -309,7 +247,7 @@ def list_runs(home: Path | None = None) -> list[Run]:
     try:
         entries = list(home.iterdir()) if home.is_dir() else []
     except OSError as e:
-        raise ConfigError(f"cannot list the runs directory {home} ({e.strerror}); check it or set NNLO_HOME") from None
+        raise ConfigError(f"cannot list the runs directory {home} ({e.strerror}); check it or set {ENV_HOME}") from None
     runs = [Run(p.name, p) for p in entries if _is_run_dir(p)]
     return sorted(runs, key=lambda r: (_created(r), r.id))
 
@@ -362,4 +300,20 @@ def find_run(ref: str, home: Path | None = None, *, changes: bool = False) -> Ru
     if len(matches) > 1:
         shown = ", ".join(r.id for r in matches[:5])
         raise RunNotFound(f"{ref!r} matches {len(matches)} runs ({shown}); give more of the run id")
-    raise RunNotFound(f"no run {ref!r} under {home}; see `nnlo status` for run ids (or set NNLO_HOME)")
+    raise RunNotFound(f"no run {ref!r} under {home}; see `nnlo status` for run ids (or set {ENV_HOME})")
+
+
+# -- a search run's chains (nnlo submit --jobs K: each an ordinary run directory under chains/) -------------
+def chain_runs(search_dir: Path, st: RunState | None = None) -> list[Run]:
+    """The chains of the search run in ``search_dir``, in the order they were added."""
+    st = st or read_state(search_dir)
+    return [Run(f"{Path(search_dir).name}/{name}", Path(search_dir) / CHAINS_DIR / name) for name in st.chains]
+
+
+def search_done(search_dir: Path) -> bool:
+    """Whether a chain of the search finished it (its runtime saw the whole budget spent)."""
+    try:
+        st = read_state(search_dir)
+        return any(read_state(c.dir).state == DONE for c in chain_runs(search_dir, st))
+    except NnloError:
+        return False

@@ -20,6 +20,7 @@ else failed.
 """
 from __future__ import annotations
 
+import csv
 import json
 import re
 import time
@@ -37,10 +38,13 @@ from nnlo.contract import (
     TRIALS_CSV,
 )
 from nnlo.errors import ConfigError, NnloError
-from nnlo_sched.profiles.schema import Profile
-from nnlo_sched.runs import Run, create_run, load_spec, make_run_dir, submit_job
-from nnlo_sched.schedulers import get_scheduler, scheduler_class
-from nnlo_sched.spec import RunSpec
+from nnlo.optimize.options import SearchConfig
+from nnlo_sched.chain import resume_run
+from nnlo_sched.profiles import Profile
+from nnlo_sched.render import ArrayPlan, render_script
+from nnlo_sched.runs import Run, chain_runs, create_run, load_state, make_run_dir, submit_job
+from nnlo_sched.schedulers import SchedulerError, get_scheduler, scheduler_class
+from nnlo_sched.spec import RunSpec, load_spec
 from nnlo_sched.state import (
     ACTIVE_STATES,
     CANCELLED,
@@ -72,29 +76,27 @@ class SearchError(NnloError):
     """A search-run operation that cannot be done (the message says why and what to do)."""
 
 
-# -- the inner command of a chain ------------------------------------------------------------------------
-def shared_flag() -> list[str]:
-    """``["--shared"]``: the inner option that makes ``nnlo optimize`` a participant of a shared search."""
-    return ["--shared"]
+# -- the options of a chain ------------------------------------------------------------------------------
+#: the search options the search run sets for every chain (its folder, --shared, each chain's name)
+CHAIN_SET_OPTIONS = (("--output", "output"), ("--shared", "shared"), ("--participant", "participant"))
 
 
-def check_search_args(args: list[str]) -> None:
-    """Refuse inner options that the search run sets itself for every chain."""
-    for a in args:
-        name = a.split("=", 1)[0]
-        if name in ("--output", "--shared", "--participant"):
-            raise ConfigError(f"{name} is set by nnlo submit --jobs/--join for every chain (the search run's folder "
+def check_search_options(search: SearchConfig | None) -> None:
+    """Refuse search options that the search run sets itself for every chain (one line naming the first)."""
+    for flag, name in CHAIN_SET_OPTIONS:
+        if search is not None and getattr(search, name):
+            raise ConfigError(f"{flag} is set by nnlo submit --jobs/--join for every chain (the search run's folder "
                               f"and each chain's name); leave it out")
 
 
 def chain_spec(spec: RunSpec, search_dir: Path) -> RunSpec:
-    """``spec`` (the search's, or a joining chain's) as one chain runs it: ``--output SEARCH_DIR --shared``."""
-    from nnlo_sched.inner import parse_inner
-
-    check_search_args(spec.args)
-    args = [*spec.args, "--output", str(search_dir), *shared_flag()]
-    inner = parse_inner("optimize", args)
-    return replace(spec, args=args, config=inner.train, search=inner.search)
+    """``spec`` (the search's, or a joining chain's) as one chain runs it: its search's ``output`` is the
+    search run's folder and ``shared`` is on (``args``, for display, say so)."""
+    check_search_options(spec.search)
+    if spec.search is None:
+        raise ConfigError("--jobs/--join run a search: they need nnlo submit ... optimize, not train")
+    search = replace(spec.search, output=str(search_dir), shared=True)
+    return replace(spec, args=[*spec.args, "--output", str(search_dir), "--shared"], search=search)
 
 
 def differences(search: RunSpec, joining: RunSpec) -> list[str]:
@@ -153,8 +155,6 @@ def use_array(profile: Profile, jobs: int, array: bool | None) -> bool:
 
 def render_array(spec: RunSpec, profile: Profile, search_dir: Path, names: list[str]) -> str:
     """The job array script whose task I starts chain ``cI`` (its first job)."""
-    from nnlo_sched.render import ArrayPlan, render_script
-
     first = int(names[0][len(CHAIN_PREFIX):])
     plan = ArrayPlan(first, first + len(names) - 1, search_dir / CHAINS_DIR, CHAIN_PREFIX)
     return render_script(spec, profile, search_dir, array=plan)
@@ -220,12 +220,10 @@ def check_joinable(search: Run) -> None:
 def joining_spec(search: Run, spec: RunSpec, profile: Profile, *, inner_given: bool) -> RunSpec:
     """The spec of a chain joining ``search`` on ``profile`` (resources from ``spec``), laid out; SearchError
     (one line) for a search that cannot be joined or inner options (``inner_given``) whose trials differ."""
-    from nnlo_sched.layout import layout_for_spec
-
     check_joinable(search)
     base = load_spec(search.dir)
     if inner_given:
-        check_search_args(spec.args)
+        check_search_options(spec.search)
         diff = differences(base, spec)
         if diff:
             raise SearchError(f"the joining chain's options differ from search {search.id}'s: {'; '.join(diff)}; "
@@ -233,8 +231,7 @@ def joining_spec(search: Run, spec: RunSpec, profile: Profile, *, inner_given: b
     else:
         spec = replace(spec, args=list(base.args), config=base.config, search=base.search)
     one = chain_spec(spec, search.dir)
-    one.layout = layout_for_spec(one, profile, one.shape).to_dict(ranks=False)
-    return one
+    return replace(one, layout=one.layout_on(profile).record())
 
 
 def join_search(search: Run, spec: RunSpec, profile: Profile, *, inner_given: bool) -> tuple[str, str]:
@@ -261,16 +258,6 @@ def join_search(search: Run, spec: RunSpec, profile: Profile, *, inner_given: bo
 
 
 # -- reading ---------------------------------------------------------------------------------------------
-def chain_runs(search_dir: Path, st: RunState | None = None) -> list[Run]:
-    """The search's chains, in the order they were added (those whose folder is missing left out)."""
-    st = st or read_state(search_dir)
-    out = []
-    for name in st.chains:
-        d = Path(search_dir) / CHAINS_DIR / name
-        out.append(Run(f"{Path(search_dir).name}/{name}", d))
-    return out
-
-
 def search_state(search_dir: Path) -> tuple[str, str | None]:
     """The search's state and error, from its chains' (see the module's docstring)."""
     st = read_state(search_dir)
@@ -294,15 +281,6 @@ def search_state(search_dir: Path) -> tuple[str, str | None]:
         return CANCELLED, "cancelled"
     errors = [f"{c.run_id}: {c.error}" for c in states if c.state == FAILED and c.error]
     return FAILED, "; ".join(errors)[:600] or "every chain ended without finishing the search"
-
-
-def search_done(search_dir: Path) -> bool:
-    """Whether a chain of the search finished it (its runtime saw the whole budget spent)."""
-    try:
-        st = read_state(search_dir)
-        return any(read_state(c.dir).state == DONE for c in chain_runs(search_dir, st))
-    except NnloError:
-        return False
 
 
 @dataclass
@@ -330,11 +308,10 @@ def journal_counts(folder: Path, running_participants: set[str]) -> TrialCounts 
     if not (Path(folder) / SEARCH_JOURNAL).is_file():
         return None
     try:
-        import importlib
+        from nnlo.optimize.journal import read_journal, rebuild  # lazy: imports numpy; nnlo status stays light
 
-        runtime = importlib.import_module("nnlo.optimize.journal")  # the runtime's reader (issue 18)
-        records, _ = runtime.read_journal(folder, final=False)
-        c = runtime.rebuild(records).counts(time.time())
+        records, _ = read_journal(folder, final=False)
+        c = rebuild(records).counts(time.time())
         return TrialCounts(done=int(c["done"]), failed=int(c["failed"]), leased=int(c["running"] + c["expired"]),
                            running=int(c["running"]), source=SEARCH_JOURNAL)
     except (ImportError, AttributeError, KeyError, TypeError, ValueError, OSError):
@@ -393,8 +370,6 @@ def _failed(rec: dict[str, Any], kind: str) -> bool:
 
 def csv_counts(path: Path) -> TrialCounts | None:
     """Trials finished and failed from ``trials.csv`` (None when there is none)."""
-    import csv
-
     try:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
@@ -426,9 +401,6 @@ def _read_json(path: Path) -> Any:
 # -- cancelling ------------------------------------------------------------------------------------------
 def check_cancel_search(search_dir: Path) -> None:
     """Refuse, before anything changes, a cancel some chain's scheduler could not do (see control.py)."""
-    from nnlo_sched.runs import load_state
-    from nnlo_sched.schedulers import SchedulerError
-
     for chain in chain_runs(search_dir):
         st = load_state(chain.dir)
         try:
@@ -484,8 +456,6 @@ def cancel_search(search_dir: Path) -> list[str]:
 
 def resume_search(search_dir: Path, *, options: list[str] | None = None) -> list[tuple[str, str]]:
     """Start a new chain for every stopped (failed or cancelled) chain of the search; returns (chain, job)."""
-    from nnlo_sched.chain import resume_run
-
     search_dir = Path(search_dir)
     if search_state(search_dir)[0] == DONE:
         raise SearchError(f"search {search_dir.name} is done; submit a new search to search more")
@@ -515,5 +485,5 @@ def participants_running(search_dir: Path) -> set[str]:
     return out
 
 
-__all__ = ["submit_search", "join_search", "search_state", "search_done", "cancel_search", "resume_search",
-           "chain_runs", "trial_counts", "TrialCounts", "SearchError", "ARRAY_SCRIPT", "SCRIPT_FILE"]
+__all__ = ["submit_search", "join_search", "search_state", "cancel_search", "resume_search", "trial_counts",
+           "TrialCounts", "SearchError", "ARRAY_SCRIPT", "SCRIPT_FILE"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,10 @@ from typing import Any
 
 import click
 
+from nnlo.contract import ENV_LAUNCHED, EXIT_BAD_INPUT, HISTORY_FILE, LOG_DIR
 from nnlo.errors import ConfigError
+from nnlo_sched.launchers.local_launch import launch_rank
+from nnlo_sched.params import TypedCommand, keep_typed
 
 TRAINING = "TrainingDriver.py"
 OPTIMIZATION = "OptimizationDriver.py"
@@ -164,16 +168,16 @@ TABLE: tuple[Upstream, ...] = (
     _same("--trial-name", TM, True, "names the run directory nnlo-runs/NAME",
           unused_in_search="one warning: it names the search (its default --output and its trials "
                            "NAME-<trial>-fold-<f>)"),
-    _refuse("--output", T, True, "nnlo train writes history.json, the model and checkpoints into its run "
+    _refuse("--output", T, True, f"nnlo train writes {HISTORY_FILE}, the model and checkpoints into its run "
             "directory: pass --checkpoint DIR (nnlo optimize has --output: its run directory)", only="train"),
     _same("--log-level", T, True, "warn, critical and fatal are accepted (critical/fatal = error)",
           values=_LEVELS),
-    _refuse("--log-file", T, True, "nnlo writes every rank's log to <run dir>/logs/rank-<r>.log; redirect "
+    _refuse("--log-file", T, True, f"nnlo writes every rank's log to <run dir>/{LOG_DIR}/rank-<r>.log; redirect "
             "the console with 2> FILE"),
     _same("--monitor", TM, False),
     _same("--timeline", T, False, "see nnlo timeline RUN"),
     _alias("--trace", M, False, "--timeline"),
-    _noop("--verbose", TM, False, "per-epoch metrics go to the console and history.json; --log-level debug "
+    _noop("--verbose", TM, False, f"per-epoch metrics go to the console and {HISTORY_FILE}; --log-level debug "
           "shows more"),
     _noop("--profile", M, False, "it profiled Theano; use --timeline or --monitor"),
     _noop("--thread_validation", T, False, "validation runs on the master between updates"),
@@ -379,11 +383,6 @@ def speaks_for_the_world() -> bool:
     """Whether this process prints the command line's messages, so that they are printed once: not in the
     ranks of nnlo's own ``-n`` launch (the ``nnlo`` that launched them has spoken), and only rank 0 of any
     other MPI launch."""
-    import os
-
-    from nnlo.contract import ENV_LAUNCHED
-    from nnlo_sched.launchers.local_launch import launch_rank
-
     return not os.environ.get(ENV_LAUNCHED) and launch_rank() in (None, 0)
 
 
@@ -393,15 +392,17 @@ def warn(lines: Sequence[str]) -> None:
             click.echo(line, err=True)
 
 
-class UpstreamCommand(click.Command):
-    """A click command that first rewrites upstream command lines (:func:`translate`)."""
+class UpstreamCommand(TypedCommand):
+    """A click command that first rewrites upstream command lines (:func:`translate`); the arguments as typed,
+    before the rewriting, are :func:`~nnlo_sched.params.typed_args`."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        keep_typed(ctx, args)
         try:
             result = translate(self.name or "", native_options(self), args)
         except UpstreamError:
             if not speaks_for_the_world():
-                raise SystemExit(2) from None  # rank 0 says it
+                raise SystemExit(EXIT_BAD_INPUT) from None  # rank 0 says it
             raise
         warn(result.warnings)
         return super().parse_args(ctx, result.args)

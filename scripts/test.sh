@@ -24,9 +24,10 @@ fi
 if [ "${CI:-}" = "true" ]; then
   export NNLO_REQUIRE_SLURM=1 NNLO_REQUIRE_MPI=1 NNLO_REQUIRE_TF=1 NNLO_REQUIRE_HOROVOD=1
 fi
-# Lint and type checks first (configured in pyproject.toml): a finding fails the test command.
+# Lint, type and import-layer checks first (configured in pyproject.toml): a finding fails the test command.
 .venv/bin/ruff check nnlo nnlo_sched
 .venv/bin/mypy
+.venv/bin/lint-imports
 
 if [ "$fast" = 1 ]; then
   exec .venv/bin/python -m pytest -q -rs -m "not (mpi or slurm or slow or gpu)" "$@"

@@ -7,22 +7,34 @@
 # where the chain's jobs log. Re-render it with nnlo, do not edit.
 dir={{ array.chains_dir | q }}/{{ array.prefix | q }}"${{ '{' }}{{ array.index_var }}:?not an array task}"
 id="{{ array.job_id_expr }}"
-mkdir -p "$dir/logs" || exit 1
-exec >>"$dir/logs/job-$id.out" 2>&1
+mkdir -p "$dir/{{ log_dir_name }}" || exit {{ exit_failed }}
+exec >>"$dir/{{ log_dir_name }}/{{ job_log_of_shell_id }}" 2>&1
 exec /bin/bash "$dir/{{ script_file }}"
 {% else %}
+{% if program %}
+# A function submitted through nnlo's submitit plugin; a checkpointed function's successor job runs this same
+# script (the function's pickles are in its folder). Re-render it with nnlo, do not edit.
+{% else %}
 # Every job of the run's checkpoint-restart chain runs this same script; re-render it with nnlo, do not edit.
-{% if workdir %}
-cd {{ workdir | q }} || exit 1
 {% endif %}
-export NNLO_RUN_DIR={{ run_dir | q }}
+{% if workdir %}
+cd {{ workdir | q }} || exit {{ exit_failed }}
+{% endif %}
+{% if program %}
+{% for name, value in program.env %}
+export {{ name }}={{ value | q }}
+{% endfor %}
+{% else %}
+export {{ run_dir_var }}={{ run_dir | q }}
+{% endif %}
 {% if participant %}
 # One chain of a search shared by many jobs: every job of it takes part as this participant.
 export {{ participant_var }}={{ participant | q }}
 {% endif %}
 # The deadline is taken before the (possibly slow) set-up so that it is never later than the real limit.
-export NNLO_DEADLINE=$(( $(date +%s) + {{ walltime_s }} ))
+export {{ deadline_var }}=$(( $(date +%s) + {{ walltime_s }} ))
 export OMP_NUM_THREADS={{ cores_per_rank }}
+{% if not program %}
 # Signals are trapped from here on: one that arrives before the program starts is passed on once it runs.
 child=
 pending=
@@ -30,14 +42,19 @@ forward() { caught=$1; if [ -n "$child" ]; then kill -"$1" "$child" 2>/dev/null;
 {% for sig, relay in traps %}
 trap 'forward {{ relay }}' {{ sig }}
 {% endfor %}
+{% endif %}
 {% block setup %}
 {% for line in setup %}
 {{ line }}
 {% endfor %}
 {% endblock %}
-{{ nnlo }} job start "$NNLO_RUN_DIR" || exit 0
+{% if program %}
+# The program replaces the batch shell, so that the scheduler's signals reach it.
+exec {% if launch %}{{ launch }} {% endif %}{{ program.command }}
+{% else %}
+{{ nnlo }} job start "${{ run_dir_var }}" || exit {{ exit_done }}
 # The MPI program runs in the background so that the batch shell can catch the scheduler's signals.
-{{ launch }} {{ python | q }} -m nnlo_sched run "$NNLO_RUN_DIR" &
+{{ launch }} {{ python | q }} -m nnlo_sched run "${{ run_dir_var }}" &
 child=$!
 [ -n "$pending" ] && kill -"$pending" "$child" 2>/dev/null
 while :; do
@@ -45,7 +62,7 @@ while :; do
     wait "$child"
     rc=$?
     # A trapped signal interrupts wait (status > 128): wait again for the program's own exit status.
-    if [ -n "$caught" ] && [ "$rc" -gt 128 ]; then
+    if [ -n "$caught" ] && [ "$rc" -gt {{ signal_status_base }} ]; then
         kill -0 "$child" 2>/dev/null && continue
         wait "$child" 2>/dev/null
         last=$?
@@ -53,6 +70,7 @@ while :; do
     fi
     break
 done
-{{ nnlo }} job end "$NNLO_RUN_DIR" "$rc"
+{{ nnlo }} job end "${{ run_dir_var }}" "$rc"
 exit $rc
+{% endif %}
 {% endif %}

@@ -5,21 +5,21 @@
 {% if account %}
 #BSUB -P {{ account | d }}
 {% endif %}
-#BSUB -W {{ lsf_walltime }}
+#BSUB -W {{ walltime }}
 #BSUB -nnodes {{ nodes }}
 {% if queue %}
 #BSUB -q {{ queue | d }}
 {% endif %}
 {% if array %}
-#BSUB -o {{ log_dir | d }}/array-%J_%I.out
-#BSUB -e {{ log_dir | d }}/array-%J_%I.out
+#BSUB -o {{ log_dir | d }}/{{ array_log | d }}
+#BSUB -e {{ log_dir | d }}/{{ array_log | d }}
 {% else %}
-#BSUB -o {{ log_dir | d }}/job-%J.out
-#BSUB -e {{ log_dir | d }}/job-%J.out
+#BSUB -o {{ log_dir | d }}/{{ job_log | d }}
+#BSUB -e {{ log_dir | d }}/{{ job_log | d }}
 {% endif %}
 {% if signal %}
 #BSUB -wa {{ signal }}
-#BSUB -wt {{ lsf_warning }}
+#BSUB -wt {{ signal_lead }}
 {% endif %}
 {% block site_directives %}{% endblock %}
 {% for line in directives %}

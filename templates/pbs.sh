@@ -4,7 +4,7 @@
 {% if account %}
 #PBS -A {{ account | d }}
 {% endif %}
-#PBS -l walltime={{ pbs_walltime }}
+#PBS -l walltime={{ walltime }}
 {% if array %}
 #PBS -J {{ array.range | d }}
 {% endif %}

@@ -4,7 +4,7 @@
 #SBATCH --nodes={{ nodes }}
 #SBATCH --ntasks-per-node={{ ranks_per_node }}
 #SBATCH --cpus-per-task={{ cores_per_rank }}
-#SBATCH --time={{ slurm_time }}
+#SBATCH --time={{ walltime }}
 {% if account %}
 #SBATCH --account={{ account | d }}
 {% endif %}
@@ -22,15 +22,15 @@
 {% endif %}
 {% endif %}
 {% if signal %}
-#SBATCH --signal=B:{{ signal }}@{{ signal_lead_s }}
+#SBATCH --signal=B:{{ signal }}@{{ signal_lead }}
 {% endif %}
 {% if array %}
 #SBATCH --array={{ array.range | d }}
-#SBATCH --output={{ log_dir | d }}/array-%A_%a.out
-#SBATCH --error={{ log_dir | d }}/array-%A_%a.out
+#SBATCH --output={{ log_dir | d }}/{{ array_log | d }}
+#SBATCH --error={{ log_dir | d }}/{{ array_log | d }}
 {% else %}
-#SBATCH --output={{ log_dir | d }}/job-%j.out
-#SBATCH --error={{ log_dir | d }}/job-%j.out
+#SBATCH --output={{ log_dir | d }}/{{ job_log | d }}
+#SBATCH --error={{ log_dir | d }}/{{ job_log | d }}
 {% endif %}
 {% block site_directives %}{% endblock %}
 {% for line in directives %}

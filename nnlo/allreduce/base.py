@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from nnlo.allreduce.flat import check_host as check_buffer  # noqa: F401 - the host engines' check
+
 
 class Pending(Protocol):
     """A started all-reduce: :meth:`wait` returns once the buffer holds the sum."""
@@ -31,15 +33,23 @@ class Engine(abc.ABC):
     """Sums and broadcasts contiguous float32 buffers over a fixed set of ranks."""
 
     name: str = "base"
+    #: where :meth:`zeros` puts step buffers: "cpu" (numpy arrays) or a torch device such as "cuda:0" (tensors
+    #: that stay on the GPU: the NCCL path); :mod:`nnlo.allreduce.flat` works on either
+    device: str = "cpu"
 
     def __init__(self, size: int, rank: int) -> None:
         self.size, self.rank = size, rank
 
-    @abc.abstractmethod
-    def allreduce_sum(self, buf: np.ndarray) -> None:
-        """Replace ``buf`` (flat, contiguous float32) by its element-wise sum over all ranks."""
+    def zeros(self, n: int) -> Any:
+        """A zeroed flat float32 step buffer of ``n`` elements where this engine sums fastest (see ``device``)."""
+        return np.zeros(n, dtype=np.float32)
 
-    def iallreduce_sum(self, buf: np.ndarray, key: int = 0) -> Pending:
+    @abc.abstractmethod
+    def allreduce_sum(self, buf: Any) -> None:
+        """Replace ``buf`` (flat, contiguous float32; a numpy array, or a buffer from :meth:`zeros`) by its
+        element-wise sum over all ranks."""
+
+    def iallreduce_sum(self, buf: Any, key: int = 0) -> Pending:
         """Start summing ``buf`` (a contiguous slice of a flat float32 buffer) and return at once; the sum is
         there after ``.wait()``. Every rank must start the same buffers in the same order; ``key`` tells apart
         the buffers in flight at once (bucket numbers). Default: blocking."""
@@ -56,17 +66,10 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def broadcast(self, buf: np.ndarray, root: int = 0) -> None:
-        """Overwrite ``buf`` on every rank with ``root``'s ``buf``."""
+        """Overwrite ``buf`` (a host array) on every rank with ``root``'s ``buf``."""
 
     def close(self) -> None:
         """Release what the engine holds (communicators, library state)."""
 
     def describe(self) -> str:
         return f"{self.name} over {self.size} rank(s)"
-
-
-def check_buffer(buf: np.ndarray) -> None:
-    """Collectives write into the caller's memory: refuse anything but a flat contiguous float32 array."""
-    if buf.dtype != np.float32 or buf.ndim != 1 or not buf.flags.c_contiguous:
-        raise TypeError(f"all-reduce buffers are flat contiguous float32 arrays, got {buf.dtype} "
-                        f"shape {buf.shape} (contiguous={buf.flags.c_contiguous})")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from nnlo.allreduce import flat
 from nnlo.allreduce.base import Engine
 from nnlo.allreduce.buckets import BucketPlan, assign_buckets
 
@@ -21,15 +22,17 @@ MB = 1 << 20
 
 
 class BucketedReducer:
-    """Sums ``buf`` (flat float32: ``n`` gradient elements, then the step's scalars) over the engine's ranks,
-    bucket by bucket, for parameters of ``sizes`` elements laid out one after the other in ``buf[:n]``."""
+    """Sums ``buf`` (flat float32: ``n`` gradient elements, then the step's scalars; host or device memory,
+    :mod:`nnlo.allreduce.flat`) over the engine's ranks, bucket by bucket, for parameters of ``sizes``
+    elements laid out one after the other in ``buf[:n]``."""
 
-    def __init__(self, engine: Engine, buf: np.ndarray, sizes: list[int], bucket_mb: float,
+    def __init__(self, engine: Engine, buf: Any, sizes: list[int], bucket_mb: float,
                  thread: bool = False) -> None:
         self.engine, self.buf = engine, buf
         self.n = int(sum(sizes))
-        if self.n > buf.size:
-            raise ValueError(f"the buffer has {buf.size} elements, the parameters {self.n}")
+        self.length = flat.length(buf)
+        if self.n > self.length:
+            raise ValueError(f"the buffer has {self.length} elements, the parameters {self.n}")
         self.plan = BucketPlan(assign_buckets(sizes, bucket_mb * MB), len(sizes))
         self.pending: list[Any] = []
         # thread=True: a communication thread sums the buckets with blocking calls, in order, while backward
@@ -67,10 +70,10 @@ class BucketedReducer:
             self._start(b)
         if self._thread is not None:
             self._thread.wait()  # then the scalars on this thread: the ranks' calls stay in one order
-            if self.buf.size > self.n:
+            if self.length > self.n:
                 self.engine.allreduce_sum(self.buf[self.n:])
             return
-        if self.buf.size > self.n:
+        if self.length > self.n:
             self.pending.append(self.engine.iallreduce_sum(self.buf[self.n:], key=self.n_buckets))
         pending, self.pending = self.pending, []
         self.engine.wait_all(pending)
@@ -131,10 +134,11 @@ class _CommThread:
         self._worker.join(timeout=5)
 
 
-def make_reducer(engine: Engine, backend: Any, buf: np.ndarray, bucket_mb: float) -> BucketedReducer | None:
+def make_reducer(engine: Engine, backend: Any, buf: Any, bucket_mb: float) -> BucketedReducer | None:
     """The bucketed reducer for ``--bucket-mb`` (None: one all-reduce after backward, when ``bucket_mb`` is
-    0 or the backend cannot report gradients during backward, e.g. Keras or a model on a GPU)."""
-    if bucket_mb <= 0 or not backend.grad_hooks:
+    0 or the backend cannot write gradients into ``buf`` during backward: Keras, or a model on a GPU with a
+    host buffer, i.e. a host engine)."""
+    if bucket_mb <= 0 or not backend.can_hook_into(buf):
         return None
     return BucketedReducer(engine, buf, backend.param_sizes(), bucket_mb)
 

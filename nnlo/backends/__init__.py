@@ -22,10 +22,18 @@ def make_backend(model: Any, config: TrainConfig, device: str = "cpu") -> Backen
     so a model module that returns the other kind stops with one line instead of training the wrong thing.
     """
     check_backend_choice(model, getattr(config, "backend", "auto"))
+    amp = bool(getattr(config, "amp", False))
     if is_torch_model(model):
+        import torch
+
+        from nnlo.backends.torch_amp import amp_policy
         from nnlo.backends.torch_backend import TorchBackend
 
-        return TorchBackend(model, config.loss, config.worker_optimizer_spec, device)
+        policy = amp_policy(torch.device(device)) if amp else None
+        return TorchBackend(model, config.loss, config.worker_optimizer_spec, device, amp=policy)
+    if amp:
+        raise ConfigError("--amp is for torch models; for a Keras model set a mixed-precision policy in the model "
+                          "module (keras.mixed_precision.set_global_policy('mixed_float16')) and drop --amp")
     from nnlo.backends import keras_backend  # lazy: only Keras users import TensorFlow
 
     return keras_backend.make_backend(model, config)

@@ -36,6 +36,16 @@ class Backend(abc.ABC):
     def set_weights(self, flat: np.ndarray) -> None:
         """Load a flat float32 vector (length ``n_params``) into the model."""
 
+    def weights_into(self, out: np.ndarray) -> None:
+        """Write the flat weights into ``out`` (float32, ``n_params`` long): :meth:`get_weights` without the
+        new array (a backend on a GPU copies straight into ``out``, by DMA when it came from :meth:`host_buffer`)."""
+        np.copyto(out, self.get_weights())
+
+    def host_buffer(self, n: int) -> np.ndarray:
+        """A host float32 array of ``n`` elements for weights that travel to and from this backend's device
+        (page-locked memory on a GPU, so the copies run at full speed); contents undefined."""
+        return np.empty(n, dtype=np.float32)
+
     # -- buffers: state a model keeps besides its trainable weights ------------------------------------
     # BatchNorm running statistics (torch buffers, Keras non-trainable variables). Replicas update them
     # locally while training; the runtime averages them into the master's model at every epoch end, so
@@ -67,6 +77,11 @@ class Backend(abc.ABC):
     #: True when :meth:`gradient_sum_into` reports parameters from hooks *during* backward (overlap possible);
     #: False: it reports them all after backward, and the runtime keeps one all-reduce after backward
     grad_hooks: bool = False
+
+    def can_hook_into(self, buf: Any) -> bool:
+        """Whether :meth:`gradient_sum_into` fills ``buf`` from hooks during backward (buckets can start early);
+        False: it reports every parameter after backward, and the runtime keeps one all-reduce after it."""
+        return self.grad_hooks and isinstance(buf, np.ndarray)
 
     def param_sizes(self) -> list[int]:
         """Elements of each parameter, in the order of the flat vector (one entry: the backend reports the

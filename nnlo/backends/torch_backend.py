@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from nnlo.algorithms.optimizers import torch_equivalent
 from nnlo.backends.base import Backend
+from nnlo.backends.torch_amp import STATE_KEY, Amp, AmpPolicy
 from nnlo.errors import ConfigError, ModelError
 
 log = logging.getLogger("nnlo.backend.torch")
@@ -106,15 +107,28 @@ def _to_torch(obj: Any) -> Any:
     return obj
 
 
+def _address(buf: Any) -> tuple[int, int]:
+    """(memory address, elements) of a flat numpy array or tensor: how a bound buffer is recognised."""
+    if isinstance(buf, np.ndarray):
+        return buf.ctypes.data, buf.size
+    return buf.data_ptr(), buf.numel()
+
+
 class TorchBackend(Backend):
-    """One torch model replica on one device with its worker optimizer (from a spec string)."""
+    """One torch model replica on one device with its worker optimizer (from a spec string).
+
+    ``amp``: an :class:`~nnlo.backends.torch_amp.AmpPolicy` (``--amp``: :func:`~nnlo.backends.torch_amp.amp_policy`)
+    or None for full precision."""
 
     name = "torch"
 
-    def __init__(self, model: torch.nn.Module, loss: str, worker_optimizer: str, device: str = "cpu") -> None:
+    def __init__(self, model: torch.nn.Module, loss: str, worker_optimizer: str, device: str = "cpu",
+                 amp: AmpPolicy | None = None) -> None:
         if not isinstance(model, torch.nn.Module):
             raise ModelError(f"get_model() returned a {type(model).__name__}, not a torch nn.Module")
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:  # compare equal to the tensors' device
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.model = model.to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         if not self.params:
@@ -131,6 +145,8 @@ class TorchBackend(Backend):
         self.loss = loss_spec(loss)
         self._optimizer_args = torch_equivalent(worker_optimizer)  # a bad spec is refused here, at once
         self._optimizer: torch.optim.Optimizer | None = None
+        self.amp = Amp(amp, self.device)
+        self._device_weights: torch.Tensor | None = None  # weights_into's flat copy on a GPU (allocated once)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -152,15 +168,37 @@ class TorchBackend(Backend):
             flat = torch.cat([p.detach().reshape(-1) for p in self.params])
         return np.ascontiguousarray(flat.to("cpu", torch.float32).numpy()).copy()
 
+    def host_buffer(self, n: int) -> np.ndarray:
+        """On a GPU: page-locked (pinned) host memory, which the device copies to and from by DMA at full speed
+        (pageable memory goes through the driver's own staging buffer at a fraction of it)."""
+        if self.device.type != "cuda":
+            return super().host_buffer(n)
+        return torch.empty(n, dtype=torch.float32, pin_memory=True).numpy()  # the array keeps the tensor alive
+
+    def weights_into(self, out: np.ndarray) -> None:
+        if self.device.type != "cuda" or out.dtype != np.float32 or out.size != self._n:
+            super().weights_into(out)
+            return
+        with torch.no_grad():
+            if self._device_weights is None:
+                self._device_weights = torch.empty(self._n, dtype=torch.float32, device=self.device)
+            torch.cat([p.detach().reshape(-1) for p in self.params], out=self._device_weights)
+            torch.from_numpy(out).copy_(self._device_weights, non_blocking=True)  # DMA when out is pinned
+        torch.cuda.current_stream(self.device).synchronize()  # out is read by MPI next
+
     def set_weights(self, flat: np.ndarray) -> None:
         if flat.size != self._n:
             raise ValueError(f"weight vector has {flat.size} values, the model {self._n}")
-        src = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float32)).to(self.device)
+        host = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float32))
+        cuda = self.device.type == "cuda"
+        src = host.to(self.device, non_blocking=cuda)  # pinned memory (host_buffer): one DMA copy
         offset = 0
         with torch.no_grad():
             for p, n in zip(self.params, self._sizes, strict=True):
                 p.copy_(src[offset:offset + n].view_as(p))  # copy: never alias the caller's buffer
                 offset += n
+        if cuda:  # the caller may overwrite flat (the next receive) as soon as this returns
+            torch.cuda.current_stream(self.device).synchronize()
 
     def _buffer_tensors(self) -> list[torch.Tensor]:
         """Floating-point buffers (running statistics) and integer counters (num_batches_tracked), not masks.
@@ -214,6 +252,12 @@ class TorchBackend(Backend):
     def _forward(self, xt: Any) -> torch.Tensor:
         return self.model(*xt) if isinstance(xt, list) else self.model(xt)
 
+    def _forward_loss(self, xt: Any, yt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's output and the batch's mean loss, under ``--amp``'s autocast when asked."""
+        with self.amp.autocast():
+            out = self._forward(xt)
+            return out, self.loss.fn(out, yt)
+
     def _metrics(self, out: torch.Tensor, yt: torch.Tensor, loss: torch.Tensor) -> dict[str, float]:
         m = {"loss": float(loss.detach()), "count": float(out.shape[0])}
         correct = self._correct(out, yt)
@@ -256,9 +300,8 @@ class TorchBackend(Backend):
         else:
             self.optimizer.zero_grad(set_to_none=False)
         xt, yt = self._tensors(x, y)
-        out = self._forward(xt)
-        loss = self.loss.fn(out, yt)
-        loss.backward()
+        out, loss = self._forward_loss(xt, yt)
+        self.amp.scale(loss).backward()
         if views is not None and all(p.grad is v for p, v in zip(self.params, views, strict=True)):
             flat = self._flat_grad.detach()  # type: ignore[union-attr]
             result = flat.numpy() if flat.device.type == "cpu" else flat.cpu().numpy()
@@ -271,16 +314,26 @@ class TorchBackend(Backend):
     # -- gradients reported from hooks during backward (the bucketed all-reduce) --------------------
     @property
     def grad_hooks(self) -> bool:  # type: ignore[override]
-        return self.device.type == "cpu" and all(p.dtype == torch.float32 for p in self.params)
+        return all(p.dtype == torch.float32 for p in self.params)
+
+    def can_hook_into(self, buf: Any) -> bool:
+        """Hooks write straight into ``buf`` when it lives where the model computes: a numpy array for a model on
+        the CPU, a float32 tensor on the model's own device (the NCCL engine's step buffer)."""
+        if not self.grad_hooks:
+            return False
+        if isinstance(buf, np.ndarray):
+            return self.device.type == "cpu" and buf.dtype == np.float32 and buf.flags.c_contiguous
+        return (isinstance(buf, torch.Tensor) and buf.device == self.device and buf.dtype == torch.float32
+                and buf.is_contiguous())
 
     def param_sizes(self) -> list[int]:
         return list(self._sizes)
 
-    def _bind(self, out: np.ndarray) -> list[torch.Tensor]:
-        """Per-parameter views of ``out`` (a flat float32 numpy array, memory shared, no copy)."""
-        key = (out.ctypes.data, out.size)
+    def _bind(self, out: Any) -> list[torch.Tensor]:
+        """Per-parameter views of ``out`` (a flat float32 numpy array or tensor, memory shared, no copy)."""
+        key = _address(out)
         if self._bound is None or self._bound[:2] != key:
-            flat = torch.from_numpy(out)
+            flat = torch.from_numpy(out) if isinstance(out, np.ndarray) else out
             views, offset = [], 0
             for p, n in zip(self.params, self._sizes, strict=True):
                 views.append(flat[offset:offset + n].view_as(p))
@@ -299,10 +352,16 @@ class TorchBackend(Backend):
         seen[i] = True
         ready(i)
 
-    def gradient_sum_into(self, x: Any, y: Any, out: np.ndarray,
+    def gradient_sum_into(self, x: Any, y: Any, out: Any,
                           ready: Callable[[int], None]) -> dict[str, float]:
-        if not self.grad_hooks or out.dtype != np.float32 or out.size != self._n or not out.flags.c_contiguous:
-            return super().gradient_sum_into(x, y, out, ready)
+        if not self.can_hook_into(out) or out.shape[0] != self._n:
+            if isinstance(out, np.ndarray):
+                return super().gradient_sum_into(x, y, out, ready)
+            grad, metrics = self.compute_gradients(x, y)  # a device buffer the hooks cannot fill: copy once
+            torch.mul(torch.from_numpy(grad).to(out.device), float(metrics.get("count", len(y))), out=out)
+            for i in range(len(self.params)):
+                ready(i)
+            return metrics
         if not self._hooked:
             for i, p in enumerate(self.params):
                 p.register_post_accumulate_grad_hook(lambda q, i=i: self._on_grad(i, q))
@@ -312,12 +371,11 @@ class TorchBackend(Backend):
         for p in self.params:
             p.grad = None  # backward then hands its own gradient tensors over (no zeroing, no accumulation)
         xt, yt = self._tensors(x, y)
-        o = self._forward(xt)
-        loss = self.loss.fn(o, yt)
+        o, loss = self._forward_loss(xt, yt)
         seen = [False] * len(self.params)
         self._in_flight = (views, float(o.shape[0]), ready, seen)
         try:
-            loss.backward()
+            self.amp.scale(loss).backward()
         finally:
             self._in_flight = None
         for i, done in enumerate(seen):
@@ -326,15 +384,19 @@ class TorchBackend(Backend):
                 ready(i)
         return self._metrics(o, yt, loss)
 
-    def apply_gradients(self, flat_grad: np.ndarray) -> None:
+    def apply_gradients(self, flat_grad: Any) -> None:
+        """One optimizer step with ``flat_grad`` (a numpy array, or a tensor such as a device step buffer; with
+        ``--amp``'s scaler, in the scaler's units)."""
         bound = self._bound
-        if (bound is not None and isinstance(flat_grad, np.ndarray) and flat_grad.dtype == np.float32
-                and (flat_grad.ctypes.data, flat_grad.size) == bound[:2]):
+        if bound is not None and _address(flat_grad) == bound[:2] and (
+                flat_grad.dtype == np.float32 if isinstance(flat_grad, np.ndarray)
+                else flat_grad.dtype == torch.float32):
             for p, v in zip(self.params, bound[2], strict=True):  # the buffer gradient_sum_into filled:
                 p.grad = v  # the optimizer reads it in place, no copy
-            self.optimizer.step()
+            self.amp.step(self.optimizer)
             return
-        src = torch.from_numpy(np.ascontiguousarray(flat_grad, dtype=np.float32))
+        src = (torch.from_numpy(np.ascontiguousarray(flat_grad, dtype=np.float32))
+               if isinstance(flat_grad, np.ndarray) else flat_grad)
         views = self._grad_views()
         if views is not None:
             self._flat_grad.copy_(src)  # type: ignore[union-attr]  # one copy (none if it is our own buffer)
@@ -344,24 +406,22 @@ class TorchBackend(Backend):
             for p, n in zip(self.params, self._sizes, strict=True):
                 p.grad = src[offset:offset + n].view_as(p).to(p.dtype)
                 offset += n
-        self.optimizer.step()
+        self.amp.step(self.optimizer)
 
     def train_on_batch(self, x: Any, y: Any) -> dict[str, float]:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         xt, yt = self._tensors(x, y)
-        out = self._forward(xt)
-        loss = self.loss.fn(out, yt)
-        loss.backward()
-        self.optimizer.step()
+        out, loss = self._forward_loss(xt, yt)
+        self.amp.scale(loss).backward()
+        self.amp.step(self.optimizer)
         return self._metrics(out, yt, loss)
 
     def evaluate_batch(self, x: Any, y: Any) -> dict[str, float]:
         self.model.eval()
         with torch.no_grad():
             xt, yt = self._tensors(x, y)
-            out = self._forward(xt)
-            loss = self.loss.fn(out, yt)
+            out, loss = self._forward_loss(xt, yt)
         n = float(out.shape[0])
         m = {"loss_sum": float(loss) * n, "count": n}
         correct = self._correct(out, yt)
@@ -371,12 +431,20 @@ class TorchBackend(Backend):
 
     # -- state -------------------------------------------------------------------------------------
     def optimizer_state(self) -> dict[str, Any]:
-        return _to_numpy(self.optimizer.state_dict())
+        """The optimizer's state dict (numpy), with ``--amp``'s gradient scaler under ``STATE_KEY``."""
+        return {**_to_numpy(self.optimizer.state_dict()), **self.amp.state_dict()}
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        restored = _to_torch(state)
+        """Restore :meth:`optimizer_state`. The current spec's options win over the saved ones (lr, momentum,
+        ...: a restarted run may change them, and PBT's explore does), as for the Keras backend and the
+        master's rule; the state vectors (momentum buffers, Adam's moments, step counts) are restored."""
+        self.amp.load_state_dict(state)
+        restored = _to_torch({k: v for k, v in state.items() if k != STATE_KEY})
+        options = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
         # torch keeps integer parameter ids as keys of "state"; pickling preserves them.
         self.optimizer.load_state_dict(restored)
+        for group, current in zip(self.optimizer.param_groups, options, strict=True):
+            group.update(current)
 
     def save_model(self, path: str) -> str:
         """``torch.save(model)`` (loadable with ``--model file.pt``); a state_dict if the class cannot be

@@ -184,6 +184,7 @@ class Monitor:
             out = self._total.aggregate(self.gpu is not None)
         if self.gpu is not None:
             out["gpu_name"] = self.gpu.name
+            out["gpu_index"] = self.gpu.index  # NVML's number of the node's GPU: one record per GPU in use
         return out
 
     def set_device(self, device: str) -> None:

@@ -5,23 +5,25 @@ trials to blocks of ranks as they free up; each block (:mod:`.block`) trains one
 split into fold groups for k-fold. :mod:`.search` is the MPI-free bookkeeping (budget, pending points,
 failures), :mod:`.results` the trials table, :mod:`.state` the atomic checkpoint of the whole search.
 
-The package is also the Python API's search function: ``nnlo.optimize(model=..., space=..., ...)`` calls
-:func:`nnlo.api.optimize` (a package attribute of ``nnlo`` cannot be a function and a package at once).
+The search space's dimensions are importable from here (``from nnlo.optimize import Integer, Real``) and load
+on first use, so importing a submodule (``nnlo.optimize.options``) stays light. The Python API's search
+function is ``nnlo.optimize(...)``: the name ``optimize`` of the package ``nnlo`` is that function
+(:func:`nnlo.api.optimize`, see :mod:`nnlo`), and this package is ``sys.modules["nnlo.optimize"]``.
 """
-import sys
-import types
-from typing import Any
+from __future__ import annotations
 
-from nnlo.optimize.space import Categorical, Integer, Real, Space
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["Categorical", "Integer", "Real", "Space"]
 
-
-class _SearchPackage(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from nnlo.api import optimize
-
-        return optimize(*args, **kwargs)
+if TYPE_CHECKING:
+    from nnlo.optimize.space import Categorical, Integer, Real, Space
 
 
-sys.modules[__name__].__class__ = _SearchPackage
+def __getattr__(name: str) -> Any:
+    if name in __all__:  # the space's types import numpy: only when asked for
+        value = getattr(importlib.import_module("nnlo.optimize.space"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'nnlo.optimize' has no attribute {name!r}")

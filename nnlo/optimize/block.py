@@ -46,10 +46,12 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
         if msg.get("stop"):
             return int(msg.get("code", 0))
         trial_id, params = int(msg["trial"]), dict(msg["params"])
+        epochs = msg.get("epochs")  # a schedule's stage: train to this many epochs (None: --epochs)
         t0 = time.time()
         outcome: FoldOutcome | None
         try:
-            outcome = runner.run(group_comm, trial_id, params, int(info.fold or 0), n_fold, out_dir)
+            outcome = runner.run(group_comm, trial_id, params, int(info.fold or 0), n_fold, out_dir,
+                                 epochs=None if epochs is None else int(epochs))
         except Exception as e:  # noqa: BLE001 - a trial may fail in any way; the search must go on
             outcome = outcome_of_exception(e)
             log.warning("trial %d fold %s failed on rank %d: %s", trial_id, info.fold, rank, outcome.error)

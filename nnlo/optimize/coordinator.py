@@ -1,8 +1,13 @@
 """The coordinator (world rank 0): hands trials to blocks as they free up and records their results.
 
 No block ever waits for another: the coordinator sends a trial to every idle block, then takes whichever
-result arrives first (``Iprobe`` on any source), records it, saves the state and the tables atomically,
-and gives that block its next trial - proposed with the still-running trials as pending points.
+result arrives first (``Iprobe`` on any source), records it, gives that block its next trial - proposed with
+the still-running trials as pending points - and saves the state and the tables atomically. A save rewrites
+every trial, which under a schedule means thousands (~0.3 s at 3,000), and blocks must not queue behind
+saves: results that arrive together are recorded (and their blocks served) before one save covers them all,
+and saves take at most :data:`SAVE_SHARE` of the coordinator's time (after a save of d seconds the next waits
+d / SAVE_SHARE; a few milliseconds for hundreds of trials). A kill loses at most the results since the last
+save: their jobs re-run, a schedule's stage from the checkpoint it ended with (at once).
 
 Stopping: at ``--deadline``/``NNLO_DEADLINE`` or on a stop signal (:mod:`nnlo.stop`) it stops handing out
 trials (also when the typical trial would not finish before the deadline), collects running trials for up to
@@ -32,6 +37,9 @@ from nnlo.stop import InjectedSignal, Stop
 
 log = logging.getLogger("nnlo.optimize.coordinator")
 
+#: the most of its time the coordinator spends saving the search (see the module's docstring)
+SAVE_SHARE = 0.05
+
 class Coordinator:
     def __init__(self, world: Any, hierarchy: Hierarchy, search: Search, stop: Stop, *,
                  grace_s: float = 60.0, poll_s: float = 0.02, progress: Any = None, assign: Policy | None = None):
@@ -45,6 +53,8 @@ class Coordinator:
         self.busy: dict[int, int] = {}  # block -> trial id
         self.idle: list[int] = list(range(len(hierarchy.blocks)))
         self.injected = InjectedSignal(ENV_TEST_SIGNAL_AT_TRIAL)  # test hook: the real signal path
+        self._unsaved = False  # results or hand-outs since the last save
+        self._save_after = 0.0  # monotonic time before which saving waits (SAVE_SHARE)
         search.blocks = len(hierarchy.blocks)
         if assign is not None:
             search.assign = assign
@@ -85,6 +95,9 @@ class Coordinator:
                 self._dispatch(now)
                 if self.proposers is not None and search.can_hand_out():
                     self.proposers.pump(search.pending())  # proposers work while the blocks train
+            if self._unsaved and (not self.busy or stop_reason is not None
+                                  or (time.monotonic() >= self._save_after and not self._result_waiting())):
+                self._save()  # every result and hand-out so far: a kill now re-runs exactly the running trials
             if not self.busy:
                 break
             if give_up_at is not None and now > give_up_at:
@@ -119,12 +132,27 @@ class Coordinator:
                 break
             self.idle.pop(0)
             self.busy[block] = trial.id
-            self.world.send({"trial": trial.id, "params": trial.params},
-                            dest=self.hierarchy.block_leader(block), tag=TAG_TASK)
-            log.debug("trial %d -> block %d: %s", trial.id, block, trial.params)
+            task: dict[str, Any] = {"trial": trial.id, "params": trial.params}
+            epochs = self.search.job_epochs(trial)
+            if epochs is not None:  # a schedule's stage: train (on) to this many epochs in total
+                task["epochs"] = epochs
+            self.world.send(task, dest=self.hierarchy.block_leader(block), tag=TAG_TASK)
+            log.debug("trial %d -> block %d: %s%s", trial.id, block, trial.params,
+                      "" if epochs is None else f" to epoch {epochs}")
             handed_out = True
-        if handed_out:  # persist the hand-out: a kill now re-runs exactly these trials
-            self.search.save()
+        if handed_out:  # persisted by the next save: a kill then re-runs exactly these trials
+            self._unsaved = True
+
+    def _save(self) -> None:
+        t0 = time.monotonic()
+        self.search.save()
+        self._unsaved = False
+        self._save_after = time.monotonic() + (time.monotonic() - t0) / SAVE_SHARE
+
+    def _result_waiting(self) -> bool:
+        from mpi4py import MPI
+
+        return bool(self.world.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_RESULT))
 
     def _on_result(self, msg: dict[str, Any]) -> None:
         block, trial_id = int(msg["block"]), int(msg["trial"])
@@ -140,7 +168,7 @@ class Coordinator:
             self.search.save()
             return
         trial = self.search.record(trial_id, folds, block)
-        self.search.save()
+        self._unsaved = True
         self._report(trial)
         self.injected.tick()
 
@@ -150,7 +178,8 @@ class Coordinator:
         fom = f"{search.objective.name}={trial.fom:.6g}" if trial.fom is not None else f"FAILED ({trial.error})"
         if trial.fom is not None and search.n_fold > 1:
             fom += f" ±{trial.fom_std:.3g}"
-        log.info("trial %d [block %d] %s %s", trial.id, trial.block, fom, trial.params)
+        stage = "" if trial.rung is None else f" rung {trial.rung} ({trial.epochs} epochs)"
+        log.info("trial %d [block %d]%s %s %s", trial.id, trial.block, stage, fom, trial.params)
         if self.progress is not None:
             self.progress.update(trial=len(search.finished), fom=trial.fom, running=len(self.busy),
                                  failed=search.n_failed or None,
@@ -166,7 +195,7 @@ class Coordinator:
             print(f"nnlo: error: the first {search.n_failed} trial(s) all failed; first error: {broken.error}",
                   file=sys.stderr)
             return EXIT_BAD_INPUT if broken.error_code == EXIT_BAD_INPUT else EXIT_FAILED
-        if search.target_reached() or (len(search.finished) >= search.num_iterations and not search.requeue):
+        if search.complete():
             return EXIT_DONE
         log.warning("search stopped (%s) with %d/%d trials done; state saved in %s - resubmit to resume",
                     stop_reason or "deadline", len(search.finished), search.num_iterations, search.out_dir)

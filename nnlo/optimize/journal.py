@@ -29,6 +29,15 @@ over from ``from`` whose lease expired), ``renew`` (``p`` extends its leases ``i
 ``release`` (``p`` gives trial ``id`` back: stopped at the deadline), ``result`` (trial ``id`` finished:
 the whole trial as in ``trials.json``; the first result of a trial counts, a later one is ignored).
 
+Under a schedule (``--schedule asha|hyperband|pbt``) a trial reports once per rung and trains on between:
+``propose`` also carries the job (``target``: the rung it trains toward; ``bracket``; for PBT's exploit
+``parent``, ``replaces`` and ``start_epochs``); ``result`` carries ``rung`` and the whole trial with every rung
+so far (``rungs``): the trial is then *paused* (finished for now, its checkpoint in ``trials/<id>``), and the
+first result *at each rung* counts; ``resume`` (``p`` takes paused trial ``id`` on toward rung ``job.target``,
+leased until ``until``: a promotion, or PBT's next step) reopens it. Leases, renewals, releases and expiry work
+on such a job as on a new trial: a job whose participant died goes back to the pool with its target and is
+re-run from the trial's last checkpoint. A journal without these fields is a ``full`` search, as before.
+
 Leases expire by wall clock (``until`` against the reader's clock): clocks of the nodes must agree to well
 within the lease timeout (NTP does).
 """
@@ -282,6 +291,13 @@ class Lease:
     params: dict[str, Any]
     holder: str | None  # None: in the pool (released, or its result lost)
     until: float | None
+    job: dict[str, Any] = field(default_factory=dict)  # under a schedule: target, bracket, parent, replaces, ...
+
+    @property
+    def target(self) -> int | None:
+        """The rung this job trains toward (None: a ``full`` search's trial)."""
+        t = self.job.get("target")
+        return None if t is None else int(t)
 
     def expired(self, now: float) -> bool:
         return self.holder is not None and self.until is not None and self.until < now
@@ -292,9 +308,9 @@ class SharedState:
     """The search state a journal describes: :func:`rebuild` (pure) folds records into it."""
 
     header: dict[str, Any] | None = None
-    open: dict[int, Lease] = field(default_factory=dict)  # proposed trials without a result
-    finished: dict[int, Trial] = field(default_factory=dict)
-    order: list[int] = field(default_factory=list)  # finished trial ids in journal order
+    open: dict[int, Lease] = field(default_factory=dict)  # jobs without a result (new trials, or resumed ones)
+    finished: dict[int, Trial] = field(default_factory=dict)  # trials with a result (under a schedule: paused too)
+    order: list[int] = field(default_factory=list)  # finished trial ids in the journal order of their first result
     next_id: int = 0
     participants: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> join/leave facts
     ignored: int = 0  # records that did not apply (a second result, a lease on a finished trial, ...)
@@ -330,24 +346,20 @@ class SharedState:
                     lease.until, renewed = until, True
             return renewed
         if kind == "result":
-            trial = Trial.from_dict(rec["trial"])
-            trial.id = tid = int(rec["id"])
-            if tid in self.finished:
-                return False
-            self.open.pop(tid, None)
-            self.finished[tid] = trial
-            self.order.append(tid)
-            self.next_id = max(self.next_id, tid + 1)
-            return True
+            return self._result(rec)
         tid = int(rec["id"])
-        if tid in self.finished:
-            return False
         lease = self.open.get(tid)
         if kind == "propose":
             if lease is not None or tid < self.next_id:
                 return False  # an id is proposed once
-            self.open[tid] = Lease(tid, dict(rec["params"]), p, float(rec["until"]))
+            self.open[tid] = Lease(tid, dict(rec["params"]), p, float(rec["until"]), job_of(rec))
             self.next_id = tid + 1
+            return True
+        if kind == "resume":  # a paused trial trains on (a schedule's promotion or next step)
+            paused = self.finished.get(tid)
+            if lease is not None or paused is None or paused.status != "ok" or not paused.rungs:
+                return False
+            self.open[tid] = Lease(tid, dict(paused.params), p, float(rec["until"]), dict(rec["job"]))
             return True
         if lease is None:
             return False
@@ -359,11 +371,34 @@ class SharedState:
             return True
         return False
 
+    def _result(self, rec: dict[str, Any]) -> bool:
+        trial = Trial.from_dict(rec["trial"])
+        trial.id = tid = int(rec["id"])
+        have = self.finished.get(tid)
+        rung = rec.get("rung")
+        if rung is None:  # a full search's result: the trial's one and only
+            if have is not None:
+                return False
+            self.open.pop(tid, None)
+        else:  # a rung's result: the first at each rung counts
+            rung = int(rung)
+            if have is not None and have.rung is not None and have.rung >= rung:
+                return False
+            lease = self.open.get(tid)
+            if lease is not None and (lease.target is None or lease.target <= rung):
+                del self.open[tid]
+            trial.target = None
+        if have is None:
+            self.order.append(tid)
+        self.finished[tid] = trial
+        self.next_id = max(self.next_id, tid + 1)
+        return True
+
     # -- questions -------------------------------------------------------------------------------------
     @property
     def n_trials(self) -> int:
         """Trials proposed so far (finished or not): what the budget counts."""
-        return len(self.open) + len(self.finished)
+        return len(set(self.open) | set(self.finished))
 
     def claimable(self, now: float, me: str, running: Iterable[int] = ()) -> list[Lease]:
         """Open trials ``me`` may run now, lowest id first: in the pool, leased by ``me`` but not running
@@ -395,6 +430,15 @@ class SharedState:
     def results(self) -> list[Trial]:
         """The finished trials in journal order."""
         return [self.finished[i] for i in self.order]
+
+
+#: the fields of a schedule's job in a ``propose`` record (absent in a full search)
+JOB_FIELDS = ("target", "bracket", "parent", "replaces", "start_epochs")
+
+
+def job_of(rec: dict[str, Any]) -> dict[str, Any]:
+    """The schedule's job a ``propose`` record carries (empty for a full search)."""
+    return {k: rec[k] for k in JOB_FIELDS if rec.get(k) is not None}
 
 
 def _value(trial: Trial, objective: Objective) -> float | None:

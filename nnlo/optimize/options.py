@@ -19,6 +19,7 @@ from typing import Any
 from nnlo.config import TrainConfig, known_fields
 from nnlo.contract import ENV_RUN_DIR, LEASE_TIMEOUT_S
 from nnlo.errors import ConfigError
+from nnlo.optimize.schedules import DEFAULT_ETA, PBT_POPULATION, SCHEDULES, ScheduleError, ScheduleSpec
 from nnlo.roles import RoleError, Shape
 
 
@@ -48,6 +49,7 @@ class OptimizeOptions:
     block_sizes: tuple[int, ...] | None = None  # heterogeneous blocks (--block-sizes), else block_size each
     proposers: int = 1
     assign: str = "auto"
+    schedule: ScheduleSpec = field(default_factory=ScheduleSpec)  # --schedule and its options, resolved
     extra: dict[str, Any] = field(default_factory=dict)
 
     def initial_points(self) -> int:
@@ -90,6 +92,31 @@ def trial_overrides(train: TrainConfig, out_dir: Path, name: str) -> list[str]:
     return notes
 
 
+def check_schedule(spec: ScheduleSpec, space_names: list[str], module: Any, model: str) -> None:
+    """What a schedule needs of the model and the space, refused in one line before any trial runs.
+
+    A schedule trains each trial in stages and resumes it from its checkpoint: a training always can (its
+    checkpoints are complete), an objective hook only if its ``evaluate`` takes ``epochs=`` and ``state=``.
+    The epochs are the schedule's to set: a search parameter named ``epochs`` would fight it.
+    """
+    if not spec.staged:
+        return
+    if "epochs" in space_names:
+        raise ConfigError(f"--schedule {spec.name} sets each trial's epochs (its budget); remove the search "
+                          "parameter 'epochs' (and use --epochs for the most a trial trains), or use --schedule full")
+    evaluate = getattr(module, "evaluate", None) if module is not None else None
+    if callable(evaluate):
+        from nnlo.optimize.runners import STAGED_HOOK_KEYWORDS, hook_keywords
+
+        missing = [k for k in STAGED_HOOK_KEYWORDS if k not in hook_keywords(evaluate)]
+        if missing:
+            raise ConfigError(
+                f"--schedule {spec.name} trains trials in stages and resumes them from checkpoints, but "
+                f"{model}'s evaluate() takes no {' or '.join(k + '=' for k in missing)} (it cannot save one); "
+                "give it epochs= and state= (see docs/optimization.md, stopping bad trials early) or use "
+                "--schedule full")
+
+
 @dataclass(frozen=True)
 class SearchConfig:
     """``nnlo optimize``'s own options as given on its command line (None: the option's default)."""
@@ -112,6 +139,11 @@ class SearchConfig:
     block_sizes: tuple[int, ...] | None = None  # --block-sizes 6,6,3,3 (exclusive with --block-size)
     proposers: int = 1  # --proposers P: P > 1 adds P proposer ranks after the coordinator
     assign: str = "auto"  # --assign auto|fifo|hardware-aware
+    schedule: str = "full"  # --schedule full|asha|hyperband|pbt (nnlo.optimize.schedules)
+    min_epochs: int | None = None  # --min-epochs: asha/hyperband's lowest rung (None: 1)
+    reduction_factor: float | None = None  # --reduction-factor eta: asha/hyperband (None: 3)
+    population: int | None = None  # --population: pbt (None: PBT_POPULATION, at most --num-iterations)
+    pbt_interval: int | None = None  # --pbt-interval: epochs per pbt step (None: a tenth of --epochs, >= 1)
 
     def __post_init__(self) -> None:
         if self.block_sizes is not None:  # a list when read back from spec.json
@@ -126,9 +158,46 @@ class SearchConfig:
         if self.shared and self.proposers > 1:  # their ranks would idle: a shared search asks under the lock
             raise ConfigError("--proposers does not apply to a shared search (--shared, nnlo submit --jobs/--join): "
                               "each job's coordinator proposes under the journal's lock; leave --proposers out")
+        self._check_schedule_options()
+
+    def _check_schedule_options(self) -> None:
+        """The schedule's options on their own (against --epochs: :meth:`schedule_spec`)."""
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"--schedule {self.schedule!r} is unknown; use one of {', '.join(SCHEDULES)}")
+        belongs = {"min_epochs": ("asha", "hyperband"), "reduction_factor": ("asha", "hyperband"),
+                   "population": ("pbt",), "pbt_interval": ("pbt",)}
+        for name, schedules in belongs.items():
+            if getattr(self, name) is not None and self.schedule not in schedules:
+                raise ConfigError(f"--{name.replace('_', '-')} applies to --schedule {' or '.join(schedules)}, not "
+                                  f"{self.schedule}; add --schedule {schedules[0]} or leave it out")
+        if self.schedule == "pbt" and self.population is None and self.num_iterations < 2:
+            raise ConfigError(f"--schedule pbt trains a population of at least 2 trials; --num-iterations "
+                              f"{self.num_iterations} is too few: raise it")
+        if self.population is not None and _int(self.population) and self.population > self.num_iterations:
+            raise ConfigError(f"--population {self.population} is larger than the budget, --num-iterations "
+                              f"{self.num_iterations} trials (the population and every PBT child count); raise "
+                              f"--num-iterations or lower --population")
+
+    def schedule_spec(self, train: TrainConfig) -> ScheduleSpec:
+        """The schedule resolved against the training (``--epochs`` is the most a trial trains); a bad
+        combination is one line (``--min-epochs`` above ``--epochs``, eta below 2, ...)."""
+        n, pbt = self.num_iterations, self.schedule == "pbt"  # options of other schedules are None here
+        try:
+            return ScheduleSpec(
+                name=self.schedule, max_epochs=train.epochs,
+                min_epochs=1 if self.min_epochs is None else self.min_epochs,
+                eta=DEFAULT_ETA if self.reduction_factor is None else self.reduction_factor,
+                population=(min(n, PBT_POPULATION) if self.population is None else self.population) if pbt else 0,
+                interval=(max(1, train.epochs // 10) if self.pbt_interval is None else self.pbt_interval) if pbt else 0,
+            )
+        except ScheduleError as e:
+            raise ConfigError(str(e)) from None
 
     def shape(self, train: TrainConfig) -> Shape:
-        """The run's role shape (coordinator, blocks, folds, each fold a training group of ``train``)."""
+        """The run's role shape (coordinator, blocks, folds, each fold a training group of ``train``); its
+        options are checked against the training's too (a schedule against ``--epochs``), so a submission
+        refuses them before anything is queued."""
+        self.schedule_spec(train)
         try:
             return Shape.for_run(mode=train.mode, n_masters=train.n_masters, n_processes=train.n_processes,
                                  block_size=self.block_size, n_fold=self.n_fold, search=True,
@@ -162,6 +231,7 @@ class SearchConfig:
             shared=self.shared,
             participant=self.participant,
             lease_s=self.lease_timeout,
+            schedule=self.schedule_spec(train),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -171,3 +241,7 @@ class SearchConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> SearchConfig:
         """Inverse of :meth:`to_dict`; unknown keys are an error (a typo must not be silently ignored)."""
         return cls(**known_fields(cls, data, "search option(s)"))
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

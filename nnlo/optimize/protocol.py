@@ -1,9 +1,11 @@
 """Messages between the coordinator (world rank 0) and the block leaders.
 
 They are small control objects, so they travel pickled with lowercase mpi4py calls; no tensor ever goes
-through the coordinator. ``TASK`` goes to a block leader: ``{"trial": id, "params": {...}}`` or
-``{"stop": True, "code": rc}``. ``RESULT`` comes back: ``{"trial": id, "block": b, "folds": [outcome, ...]}``
-with one outcome per fold (``FoldOutcome.to_dict()``).
+through the coordinator. ``TASK`` goes to a block leader: ``{"trial": id, "params": {...}}`` (under a
+schedule also ``"epochs": E``: train, resuming the trial's checkpoint, until E epochs in total) or
+``{"stop": True, "code": rc}``. ``RESULT``
+comes back: ``{"trial": id, "block": b, "folds": [outcome, ...]}`` with one outcome per fold
+(``FoldOutcome.to_dict()``: metrics or error, and the epochs trained and the checkpoint written).
 """
 from __future__ import annotations
 

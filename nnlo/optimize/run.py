@@ -14,15 +14,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nnlo.contract import ENV_RUN_DIR, SEARCH_JOURNAL, deadline_from_env
+from nnlo.config import deadline_from_env
+from nnlo.contract import ENV_RUN_DIR, SEARCH_JOURNAL
 from nnlo.errors import ConfigError, NnloError
 from nnlo.optimize import space as space_mod
 from nnlo.optimize.assign import make_policy
 from nnlo.optimize.coordinator import Coordinator
 from nnlo.optimize.engines import ENGINES, Engine, make_engine
-from nnlo.optimize.options import OptimizeOptions, trial_overrides
+from nnlo.optimize.options import OptimizeOptions, check_schedule, trial_overrides
 from nnlo.optimize.results import Objective
 from nnlo.optimize.runners import TrainRunner
+from nnlo.optimize.schedules import make_schedule
 from nnlo.optimize.search import Search
 from nnlo.optimize.state import STATE_FILE
 from nnlo.roles import Role, Shape, describe
@@ -41,14 +43,16 @@ def build_engine(opts: OptimizeOptions, space: space_mod.Space) -> Engine:
 
 def build_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
     engine = build_engine(opts, space)
+    schedule = make_schedule(opts.schedule, space)
     if opts.shared:  # one search across many jobs: the journal in out_dir is the state
         from nnlo.optimize.shared import SharedSearch, participant_name
 
         return SharedSearch(engine, Objective.parse(opts.fom), num_iterations=opts.num_iterations,
                             out_dir=opts.out_dir, target=opts.target_objective, n_fold=opts.n_fold,
-                            participant=participant_name(opts.participant), lease_s=opts.lease_s)
+                            participant=participant_name(opts.participant), lease_s=opts.lease_s,
+                            schedule=schedule)
     return Search(engine, Objective.parse(opts.fom), num_iterations=opts.num_iterations, out_dir=opts.out_dir,
-                  target=opts.target_objective, n_fold=opts.n_fold)
+                  target=opts.target_objective, n_fold=opts.n_fold, schedule=schedule)
 
 
 def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
@@ -133,6 +137,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         given_space = space if space is not None else load_space(opts, module)
         Objective.parse(opts.fom)
         hook = module is not None and callable(getattr(module, "evaluate", None))
+        check_schedule(opts.schedule, given_space.names, module, config.model)
         notes = trial_overrides(config, opts.out_dir, opts.name)
         if not hook:
             config.validate()
@@ -169,12 +174,16 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     if error:
         raise ConfigError(error)
 
-    # every rank: the coordinator decides on the stop, a block's trainings install their own over this one
-    with Stop(deadline_from_env(opts.deadline)) as stop:
+    from nnlo.device import world_node_place
+
+    # every rank: the coordinator decides on the stop, a block's trainings install their own over this one;
+    # blocks share nodes: each node's workers are counted over the world when they pick their GPUs
+    with world_node_place(world, info.needs_device), Stop(deadline_from_env(opts.deadline)) as stop:
         if info.role is Role.COORDINATOR:
             assert search is not None
-            log.info("%s; %s search of %d trial(s) over %s, fom %s; results in %s", hierarchy.summary(),
-                     opts.hyper_opt, opts.num_iterations, ", ".join(space.names), search.objective, opts.out_dir)
+            log.info("%s; %s search of %d trial(s) over %s, fom %s%s; results in %s", hierarchy.summary(),
+                     opts.hyper_opt, opts.num_iterations, ", ".join(space.names), search.objective,
+                     _schedule_note(search), opts.out_dir)
             progress = _progress(opts.num_iterations, progress_stream)
             if opts.shared:  # waiting for trials that run in other jobs ends at this job's stop
                 from nnlo.optimize.shared import SharedSearch
@@ -190,18 +199,19 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
             from nnlo.optimize.proposers import run_proposer
 
             return run_proposer(world, 0, build_engine(opts, space))
+        keep = 2 if opts.schedule.name == "pbt" else 1  # a PBT donor's checkpoint may be copied while it trains on
         runner: HookRunner | TrainRunner = (HookRunner(module, Objective.parse(opts.fom).name) if hook
-                                            else TrainRunner(config, opts.seed, opts.name))
+                                            else TrainRunner(config, opts.seed, opts.name, keep))
         if inputs is not None and not hook:
-            runner = _GivenInputsRunner(config, opts.seed, opts.name, inputs)
+            runner = _GivenInputsRunner(config, opts.seed, opts.name, inputs, keep)
         return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
 
 
 class _GivenInputsRunner(TrainRunner):
     """Trains each trial with a Python caller's model object and data sources (``nnlo.optimize``)."""
 
-    def __init__(self, config: Any, seed: int, name: str, inputs: Any) -> None:
-        super().__init__(config, seed, name)
+    def __init__(self, config: Any, seed: int, name: str, inputs: Any, keep: int = 1) -> None:
+        super().__init__(config, seed, name, keep)
         self.inputs = inputs
 
     def n_samples(self) -> int:
@@ -253,6 +263,15 @@ def _on_every_rank(world: Any, fn: Any) -> Any:
     if first is not None:
         raise InputError(first[0], first[1])
     return value
+
+
+def _schedule_note(search: Search) -> str:
+    if search.schedule is None:
+        return ""
+    from nnlo.optimize.search import describe_schedule
+
+    budgets = ", ".join(str(b) for b in search.schedule.budgets)
+    return f"; schedule {describe_schedule(search.schedule.spec)} (rungs at {budgets} epochs)"
 
 
 def _record(rank: int, info: Any, out_dir: Path) -> None:

@@ -7,7 +7,10 @@ own (``<out>/trials/<trial-id>/fold-<f>/``), so nothing collides between folds, 
 
 :class:`HookRunner` is for synthetic objectives (benchmarks of the search itself, tests): a model module
 that defines ``evaluate(params, *, fold, n_fold)`` returning a float (the figure of merit) or a dict of
-metrics is evaluated on the group's top rank without training. ``examples/branin.py`` is one.
+metrics is evaluated on the group's top rank without training. ``examples/branin.py`` is one. A hook that
+takes ``epochs=`` and ``state=`` (``examples/curves.py``) can be trained in stages by a schedule: it gets the
+epochs to reach and the state it returned last time (``None`` at first), and returns its metrics with the
+new ``"state"`` (any JSON), which nnlo keeps in the fold's folder as the trial's checkpoint.
 
 Routing of hyperparameters (documented in docs/optimization.md): a parameter named like a tunable training
 option (:data:`TRAINING_PARAMS`, e.g. ``batch``, ``epochs``, ``worker_optimizer``, ``gem_lr``) sets that
@@ -21,6 +24,8 @@ import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from nnlo.optimize.trial_files import read_hook_state, trial_dir, write_hook_state
 
 TRAINING_PARAMS = frozenset({
     "loss", "epochs", "batch", "optimizer", "worker_optimizer", "mode", "sync_every", "synchronous",
@@ -37,20 +42,25 @@ class FoldOutcome:
     error: str | None = None
     interrupted: bool = False
     code: int = 1  # exit-code class of the error: 2 = bad input (config, model, data), 1 = a failure
+    epochs: int | None = None  # epochs trained in total (None: not known)
+    checkpoint: str | None = None  # the newest checkpoint the training left (a schedule resumes from it)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"metrics": self.metrics, "error": self.error, "interrupted": self.interrupted, "code": self.code}
+        out: dict[str, Any] = {"metrics": self.metrics, "error": self.error, "interrupted": self.interrupted,
+                               "code": self.code}
+        if self.epochs is not None:
+            out["epochs"] = self.epochs
+        if self.checkpoint is not None:
+            out["checkpoint"] = self.checkpoint
+        return out
 
 
 class Runner(Protocol):
     def run(self, comm: Any, trial_id: int, params: dict[str, Any], fold: int, n_fold: int,
-            out_dir: Path) -> FoldOutcome | None:
-        """Called by every rank of a fold group; the group's top rank returns the outcome, others None."""
+            out_dir: Path, epochs: int | None = None) -> FoldOutcome | None:
+        """Called by every rank of a fold group; the group's top rank returns the outcome, others None.
+        ``epochs``: a schedule's stage, train (on, from the trial's checkpoint) to this many epochs in total."""
         ...
-
-
-def trial_dir(out_dir: Path, trial_id: int, fold: int) -> Path:
-    return Path(out_dir) / "trials" / f"{trial_id:04d}" / f"fold-{fold}"
 
 
 def outcome_of_exception(e: BaseException) -> FoldOutcome:
@@ -63,18 +73,48 @@ def outcome_of_exception(e: BaseException) -> FoldOutcome:
     return FoldOutcome(error=message, code=code)
 
 
+#: the keywords an objective hook must take to be trained in stages by a schedule
+STAGED_HOOK_KEYWORDS = ("epochs", "state")
+
+
+def hook_keywords(evaluate: Any) -> set[str]:
+    """Which of :data:`STAGED_HOOK_KEYWORDS` ``evaluate`` accepts (all of them with ``**kwargs``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(evaluate).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return set(STAGED_HOOK_KEYWORDS)
+    return {p.name for p in params if p.name in STAGED_HOOK_KEYWORDS}
+
+
 class HookRunner:
-    """Evaluates ``module.evaluate(params, fold=, n_fold=)`` on the fold group's top rank."""
+    """Evaluates ``module.evaluate(params, fold=, n_fold=)`` on the fold group's top rank; a schedule's stage
+    adds ``epochs=`` and ``state=`` (the state the hook returned last, kept in the fold's folder)."""
 
     def __init__(self, module: Any, fom_name: str):
         self.evaluate = module.evaluate
         self.fom_name = fom_name
 
     def run(self, comm: Any, trial_id: int, params: dict[str, Any], fold: int, n_fold: int,
-            out_dir: Path) -> FoldOutcome | None:
+            out_dir: Path, epochs: int | None = None) -> FoldOutcome | None:
         if comm.Get_rank() != 0:
             return None
-        value = self.evaluate(dict(params), fold=fold, n_fold=n_fold)
+        if epochs is None:
+            return self._outcome(self.evaluate(dict(params), fold=fold, n_fold=n_fold))
+        folder = trial_dir(out_dir, trial_id, fold)
+        state, done = read_hook_state(folder)
+        value = self.evaluate(dict(params), fold=fold, n_fold=n_fold, epochs=epochs, state=state)
+        if isinstance(value, dict) and "state" in value:
+            value = dict(value)
+            write_hook_state(folder, value.pop("state"), max(done, epochs))
+        outcome = self._outcome(value)
+        outcome.epochs = epochs
+        return outcome
+
+    def _outcome(self, value: Any) -> FoldOutcome:
         if isinstance(value, dict):
             return FoldOutcome(metrics=dict(value))
         if isinstance(value, numbers.Real):
@@ -101,25 +141,30 @@ def with_lr(spec: str, lr: float) -> str:
 class TrainRunner:
     """Trains the trial's model on the fold group's communicator with the real runtime."""
 
-    def __init__(self, config: Any, seed: int, name: str = "trial"):
+    def __init__(self, config: Any, seed: int, name: str = "trial", keep: int = 1):
         self.config = config
         self.seed = seed
         self.name = name  # the search's name: trials train as <name>-<trial>-fold-<f>
+        self.keep = keep  # checkpoints kept per fold (PBT keeps 2: a donor's may be copied while it trains on)
         self._n_samples: int | None = None
 
-    def config_for(self, params: dict[str, Any], out: Path) -> Any:
+    def config_for(self, params: dict[str, Any], out: Path, epochs: int | None = None) -> Any:
         """The trial's TrainConfig: overrides applied, hyperparameters to get_model, its own directory.
 
         Checkpoints go to the trial's fold directory (one kept) and ``restore="auto"`` resumes from one if a
         deadline interrupted this very trial before (a fresh trial's directory has none: it starts fresh).
+        ``epochs`` (a schedule's stage) replaces ``--epochs``: the training resumes its checkpoint (the previous
+        stage's last one) and trains on until that many epochs in total - the ordinary restore path.
         """
         overrides, model_args = split_params(params)
         lr = overrides.pop(WORKER_LR, None)
+        if epochs is not None:
+            overrides["epochs"] = epochs
         cfg = self.config.replace(
             **overrides,
             model_args={**self.config.model_args, **model_args},
             checkpoint=str(out),
-            checkpoint_keep=1,
+            checkpoint_keep=self.keep,
             restore="auto",
             trial_name=f"{self.name}-{out.parent.name}-{out.name}",
             # trainings of many blocks at once would flood the console: their progress goes to the fold's
@@ -155,11 +200,11 @@ class TrainRunner:
         return kfold(self.n_samples(), n_fold, self.seed)[fold]
 
     def run(self, comm: Any, trial_id: int, params: dict[str, Any], fold: int, n_fold: int,
-            out_dir: Path) -> FoldOutcome | None:
+            out_dir: Path, epochs: int | None = None) -> FoldOutcome | None:
         from nnlo.training.driver import train
 
         out = trial_dir(out_dir, trial_id, fold)
-        cfg = self.config_for(params, out)
+        cfg = self.config_for(params, out, epochs)
         train_idx = val_idx = None
         if n_fold > 1:
             train_idx, val_idx = self.fold_indices(fold, n_fold)
@@ -171,11 +216,14 @@ class TrainRunner:
             return FoldOutcome(error="training returned no result on the group's top rank")
         metrics = dict(getattr(result, "final", None) or {})
         reason = str(getattr(result, "stopped_reason", "") or "")
+        outcome = FoldOutcome(metrics=metrics, epochs=int(getattr(result, "epochs_done", 0) or 0),
+                              checkpoint=getattr(result, "checkpoint", None))
         if reason in ("deadline", "signal"):
-            return FoldOutcome(metrics=metrics, interrupted=True)
-        if reason == "failed":
-            return FoldOutcome(metrics=metrics, error="training failed (see the fold's logs/)")
-        for k, v in metrics.items():
-            if isinstance(v, float) and not math.isfinite(v):
-                return FoldOutcome(metrics=metrics, error=f"{k} is {v} (training diverged)")
-        return FoldOutcome(metrics=metrics)
+            outcome.interrupted = True
+        elif reason == "failed":
+            outcome.error = "training failed (see the fold's logs/)"
+        else:
+            bad = next((f"{k} is {v} (training diverged)" for k, v in metrics.items()
+                        if isinstance(v, float) and not math.isfinite(v)), None)
+            outcome.error = bad
+        return outcome

@@ -16,21 +16,42 @@ Assignment (:mod:`nnlo.optimize.assign`): proposals wait in a small pool (one po
 the hardware-aware policy), and the policy picks which pooled point an idle block gets. Pooled points are
 pending (told to the engine as lies) like running trials. With ``--proposers P`` > 1 the points come from
 the proposer ranks (:attr:`Search.propose`, set by the coordinator) instead of the engine's own ask.
+
+Schedules (``--schedule asha|hyperband|pbt``, :mod:`nnlo.optimize.schedules`): a trial trains in stages.
+The schedule picks each free block's job - a new trial at some rung, or an existing trial trained on to a
+higher rung (from its own checkpoint) - and every rung's result is recorded in the trial (``rungs``); the
+engine is fed the results of one rung (:func:`nnlo.optimize.schedules.ledger.feed`). The budget counts trials
+started; the search is complete when the schedule has no job left and nothing runs. Under ``full`` (no
+schedule) everything is as it was.
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from nnlo.contract import OPTIMIZER_STATE_FILE
 from nnlo.errors import ConfigError
 from nnlo.optimize.ask_ahead import AskAhead, describe, worth_it
 from nnlo.optimize.assign import Candidate, Fifo, Observation, Policy
 from nnlo.optimize.engines import Engine, engine_options
-from nnlo.optimize.results import FAILED, OK, Objective, Trial, best_trial, fold_variance, write_results
+from nnlo.optimize.results import (
+    FAILED,
+    OK,
+    Objective,
+    Trial,
+    best_trial,
+    fold_variance,
+    mean_variance,
+    write_results,
+)
+from nnlo.optimize.schedules import Job, Ledger, Schedule, ScheduleSpec
+from nnlo.optimize.schedules.ledger import RungResults, min_results
 from nnlo.optimize.state import load_state, save_state
 
 log = logging.getLogger("nnlo.optimize.search")
@@ -47,6 +68,7 @@ class Search:
         target: float | None = None,
         n_fold: int = 1,
         max_failures_at_start: int = 3,
+        schedule: Schedule | None = None,
     ):
         if num_iterations < 1:
             raise ConfigError(f"--num-iterations must be at least 1, got {num_iterations}")
@@ -70,15 +92,37 @@ class Search:
         self.propose: Any = None  # with --proposers P > 1: pending points -> a point from a proposer rank
         self.dropped = 0  # pooled proposals that expired unused (hardware-aware policy)
         self._learned = -1
+        self.schedule = schedule  # None: --schedule full (every trial trains --epochs at once)
+        self._version = 0  # bumped by every change of the trials: the schedule's job is asked once per state
+        self._asked: tuple[int, Job | None] = (-1, None)
+        self._ledger = Ledger()  # the schedule's view of every trial, updated trial by trial (_touch)
+        self._results = RungResults(min_results(engine))  # what the engine is told under a schedule
+        self._stages: list[float] = []  # durations of every stage (schedules), sorted: the typical job
+        self._counted: tuple[int, tuple[int, int]] = (-1, (0, 0))
 
     # -- hand-out ------------------------------------------------------------------------------------
     @property
     def n_ok(self) -> int:
-        return sum(1 for t in self.finished.values() if t.status == OK)
+        return self._tally()[0]
 
     @property
     def n_failed(self) -> int:
-        return sum(1 for t in self.finished.values() if t.status == FAILED)
+        return self._tally()[1]
+
+    def _tally(self) -> tuple[int, int]:
+        """(ok, failed) finished trials (recounted when the trials changed other than by :meth:`record`)."""
+        if self._counted[0] != self._version:
+            ok = sum(1 for t in self.finished.values() if t.status == OK)
+            failed = sum(1 for t in self.finished.values() if t.status == FAILED)
+            self._counted = (self._version, (ok, failed))
+        return self._counted[1]
+
+    def _recount(self, before: str | None, after: str) -> None:
+        """Keep the tally across a result (``before``: the trial's status before it, None if unfinished)."""
+        ok, failed = self._tally()
+        ok += (after == OK) - (before == OK)
+        failed += (after == FAILED) - (before == FAILED)
+        self._counted = (self._version, (ok, failed))
 
     def broken(self) -> Trial | None:
         """The first failed trial, if every one of the first trials failed (the model, not the point, is bad)."""
@@ -87,6 +131,11 @@ class Search:
         return None
 
     def target_reached(self) -> bool:
+        if self.target is None:
+            return False
+        if self.schedule is not None:  # only a trial trained to --epochs counts
+            return any(t.status == OK and t.fom is not None and self.objective.reached(t.fom, self.target)
+                       for t in self.finished.values() if self._completed(t))
         best = self.best()
         return best is not None and best.fom is not None and self.objective.reached(best.fom, self.target)
 
@@ -94,35 +143,162 @@ class Search:
         """Nothing more to hand out or wait for."""
         return not self.in_flight and (not self.can_hand_out())
 
+    def complete(self) -> bool:
+        """The search has ended for good: budget done (every staged trial as far as its schedule takes it),
+        target reached, or the model broken (a search stopped by a deadline is not complete)."""
+        if self.target_reached() or self.broken() is not None:
+            return True
+        if self.schedule is None:
+            return len(self.finished) >= self.num_iterations and not self.requeue
+        return not self.in_flight and not self.requeue and self._job() is None
+
     def can_hand_out(self) -> bool:
         if self.target_reached() or self.broken():
             return False
+        if self.schedule is not None:
+            return bool(self.requeue) or self._job() is not None
         return len(self.finished) + len(self.in_flight) < self.num_iterations
 
     def next_trial(self, block: int, now: float | None = None) -> Trial | None:
-        """A trial for an idle block, or None when the budget is spent / the target reached."""
+        """A trial for an idle block, or None when the budget is spent / the target reached (under a
+        schedule: also when nothing can run until a running trial reports)."""
         if not self.can_hand_out():
             self._ahead.discard()
             return None
         if self.requeue:
             trial = self.requeue.pop(0)
+        elif self.schedule is not None:
+            job = self._job()
+            assert job is not None  # can_hand_out() said so
+            trial = self._start(job, self.next_id, block)
         else:
-            self._learn()
-            want = max(1, self.assign.pool_size(self.blocks))
-            while len(self.pool) < want:
-                self.pool.append(Candidate(self._proposal()))
-            chosen = self.pool.pop(self.assign.choose(block, self.pool))
-            for c in self.pool:
-                c.age += 1
-            for i in sorted(self.assign.expired(self.pool), reverse=True):
-                del self.pool[i]
-                self.dropped += 1
-            trial = Trial(self.next_id, chosen.point)
+            trial = Trial(self.next_id, self._pooled_point(block))
             self.next_id += 1
-        trial.status, trial.block, trial.started = "running", block, now if now is not None else time.time()
+        if not trial.rungs:  # a trial with results keeps its status (ok) while it trains on
+            trial.status = "running"
+        trial.block, trial.started = block, now if now is not None else time.time()
         self.in_flight[trial.id] = trial
+        self._touch(trial)
+        tally = self._tally()
+        self.changed()
+        self._counted = (self._version, tally)  # a hand-out finishes nothing
         self._ask_ahead()
         return trial
+
+    def _pooled_point(self, block: int) -> dict[str, Any]:
+        """A new point for ``block``: the assignment policy's pick from the pool of proposals."""
+        self._learn()
+        want = max(1, self.assign.pool_size(self.blocks))
+        while len(self.pool) < want:
+            self.pool.append(Candidate(self._proposal()))
+        chosen = self.pool.pop(self.assign.choose(block, self.pool))
+        for c in self.pool:
+            c.age += 1
+        for i in sorted(self.assign.expired(self.pool), reverse=True):
+            del self.pool[i]
+            self.dropped += 1
+        return chosen.point
+
+    # -- schedules -----------------------------------------------------------------------------------
+    @property
+    def staged(self) -> bool:
+        return self.schedule is not None
+
+    def schedule_spec(self) -> ScheduleSpec:
+        return self.schedule.spec if self.schedule is not None else ScheduleSpec()
+
+    def job_epochs(self, trial: Trial) -> int | None:
+        """The epochs ``trial``'s job trains to (in total); None under ``full`` (the options' --epochs)."""
+        if self.schedule is None or trial.target is None:
+            return None
+        return self.schedule.budgets[trial.target]
+
+    def ledger(self) -> Ledger:
+        """Every trial as the schedule sees it (running ones with the rung they train toward)."""
+        return self._ledger
+
+    def _touch(self, trial: Trial) -> None:
+        """``trial`` changed (started, reported, re-queued): update its view in the ledger."""
+        if self.schedule is None:
+            return
+        from nnlo.optimize.schedules.ledger import view
+
+        running = trial.target if trial.id in self.in_flight or any(t is trial for t in self.requeue) else None
+        self._ledger.update(view(trial, self.objective, running))
+
+    def _rebuild_ledger(self) -> None:
+        from nnlo.optimize.schedules.ledger import ledger
+
+        jobs = [*self.in_flight.values(), *self.requeue]
+        self._ledger = ledger([*self.finished.values(), *jobs], self.objective, {t.id: t.target for t in jobs})
+
+    def _new_allowed(self) -> bool:
+        return self.next_id < self.num_iterations and not self.target_reached() and self.broken() is None
+
+    def _job(self) -> Job | None:
+        """The schedule's next job now (a pure question: asking twice gives the same job, so it is asked once
+        per state of the trials)."""
+        assert self.schedule is not None
+        if self._asked[0] != self._version:
+            job = self.schedule.next_job(self.ledger(), new=self._new_allowed(), rng=self._rng(self.next_id))
+            self._asked = (self._version, job)
+        return self._asked[1]
+
+    def changed(self) -> None:
+        """The trials changed (a hand-out, a result, a re-run, or another participant's records)."""
+        self._version += 1
+
+    def _rng(self, tid: int) -> np.random.Generator:
+        """The stream of the schedule's draws for the job that may become trial ``tid``: the same state gives
+        the same job (a peek and the hand-out agree; a restored search draws as the uninterrupted one)."""
+        return np.random.default_rng([self.engine.seed, 0x5C4, tid, self._results.total])
+
+    def _start(self, job: Job, tid: int, block: int) -> Trial:
+        """The trial ``job`` trains: an existing one to a higher rung, or a new one (id ``tid``)."""
+        if job.trial is not None:
+            trial = self.finished[job.trial]
+            trial.target = job.rung
+            return trial
+        params = dict(job.params) if job.params is not None else self._pooled_point(block)
+        trial = self._new_trial(job, tid, params)
+        self.next_id = max(self.next_id, tid + 1)
+        return trial
+
+    def _new_trial(self, job: Job, tid: int, params: dict[str, Any]) -> Trial:
+        """Trial ``tid`` of ``job``; PBT's child gets its parent's checkpoint copied into its folder first."""
+        trial = Trial(tid, params, bracket=job.bracket, parent=job.parent, replaces=job.replaces, target=job.rung)
+        if job.parent is not None and self.schedule is not None:
+            from nnlo.optimize.trial_files import inherit
+
+            budgets = self.schedule.budgets
+            # the donor's checkpoint at the step it was compared (it may have trained on since)
+            start = inherit(self.out_dir, job.parent, tid, self.n_fold, budgets[max(0, job.rung - 1)])
+            trial.start_epochs = start
+            if start is not None and start >= budgets[job.rung]:  # the copy is further along: its next step
+                trial.target = next((k for k, b in enumerate(budgets) if b > start), len(budgets) - 1)
+            log.info("trial %d starts from trial %d's checkpoint (epoch %s) with %s, in the place of trial %s",
+                     tid, job.parent, start, params, job.replaces)
+        return trial
+
+    def _trial(self, tid: int) -> Trial | None:
+        return self.finished.get(tid) or self.in_flight.get(tid)
+
+    def _completed(self, trial: Trial) -> bool:
+        if self.schedule is None:
+            return True
+        from nnlo.optimize.schedules.ledger import view
+
+        return self.schedule.completed(view(trial, self.objective))
+
+    def _feed(self) -> None:
+        """Tell the engine the results of the rung its model learns from (a schedule's search)."""
+        self._results.feed(self.engine)
+
+    def _rebuild_results(self) -> None:
+        """What is kept up to date result by result, from the trial records (a restored or shared search)."""
+        self._results = RungResults.of(self.finished.values(), self.objective, min_results(self.engine))
+        self._stages = sorted(float(r["duration_s"]) for t in self.finished.values() for r in t.rungs
+                              if r.get("duration_s"))
 
     def _proposal(self) -> dict[str, Any]:
         """The next proposed point: from a proposer rank, the ask-ahead thread, or the engine now."""
@@ -140,38 +316,61 @@ class Search:
         return point
 
     def _learn(self) -> None:
-        """Tell the assignment policy every finished trial (once per new result)."""
-        if self._learned == len(self.finished):
+        """Tell the assignment policy every finished trial (once per new result; FIFO learns nothing)."""
+        if self._learned == len(self.finished) or isinstance(self.assign, Fifo):
             return
         self._learned = len(self.finished)
         self.assign.learn(self.observations())
 
     def observations(self) -> list[Observation]:
-        """Finished trials as the assignment policy sees them (duration, block, minimised value)."""
-        return [Observation(t.params, int(t.block), float(t.duration_s),
-                            None if t.fom is None else self.objective.value(t.fom))
-                for t in sorted(self.finished.values(), key=lambda t: t.id)
-                if t.duration_s and t.block is not None and t.block < self.blocks]
+        """Finished trials as the assignment policy sees them (duration, block, minimised value). Under a
+        schedule the duration is a trial's first stage's per epoch, on the block that ran it (what a new trial
+        costs, whichever rungs it later reaches)."""
+        out = []
+        for t in sorted(self.finished.values(), key=lambda t: t.id):
+            duration, block = t.duration_s, t.block
+            if t.rungs:
+                first = t.rungs[0]
+                trained = int(first.get("epochs") or 0) - int(t.start_epochs or 0)
+                duration = float(first["duration_s"]) / trained if first.get("duration_s") and trained > 0 else None
+                block = first.get("block")
+            if duration and block is not None and block < self.blocks:
+                out.append(Observation(t.params, int(block), float(duration),
+                                       None if t.fom is None else self.objective.value(t.fom)))
+        return out
 
     def pending(self) -> list[dict[str, Any]]:
         """Points proposed and not finished: running, to re-run, pooled (told to the engine as lies)."""
         return self._pending()
 
     def _pending(self) -> list[dict[str, Any]]:
-        return ([t.params for t in self.in_flight.values()] + [t.params for t in self.requeue]
-                + [c.point for c in self.pool])
+        """Running, to re-run and pooled points; under a schedule only trials without a result yet (the others
+        are the engine's observations already)."""
+        jobs = [t for t in [*self.in_flight.values(), *self.requeue] if not t.rungs]
+        return [t.params for t in jobs] + [c.point for c in self.pool]
 
     def typical_trial_s(self) -> float | None:
+        """The median duration of a job: a whole trial, or under a schedule one stage of one."""
+        if self.schedule is not None:
+            stages = self._stages
+            if not stages:
+                return None
+            mid = len(stages) // 2
+            return stages[mid] if len(stages) % 2 else (stages[mid - 1] + stages[mid]) / 2
         durations = [t.duration_s for t in self.finished.values() if t.duration_s]
         return statistics.median(durations) if durations else None
 
     def _ask_ahead(self) -> None:
         """Start proposing the next point now, if another trial will be handed out and asks are slow."""
-        if self.propose is not None or self._ahead.running or self.requeue or not self.can_hand_out():
-            return  # proposer ranks propose; or the budget is handed out
+        if self.propose is not None or self._ahead.running or self.requeue:
+            return  # proposer ranks propose
         typical = self.typical_trial_s()
-        if not worth_it(self.ask_s, typical, self.blocks):
-            return
+        if not worth_it(self.ask_s, typical, self.blocks) or not self.can_hand_out():
+            return  # asks are cheap; or the budget is handed out
+        if self.schedule is not None:
+            job = self._job()
+            if job is None or not job.new or job.params is not None:
+                return  # the next job trains a trial on, or its point is the schedule's
         if not self._ahead_announced:
             log.info(describe(self.ask_s, typical))  # type: ignore[arg-type]
             self._ahead_announced = True
@@ -183,36 +382,63 @@ class Search:
 
     # -- results -------------------------------------------------------------------------------------
     def record(self, trial_id: int, fold_results: list[dict[str, Any]], block: int, now: float | None = None) -> Trial:
-        """Finish a trial from its folds' results; tell the engine; caller then :meth:`save`."""
+        """Finish a trial (under a schedule: its rung) from its folds' results; tell the engine; caller then
+        :meth:`save`."""
         trial = self.in_flight.pop(trial_id)
+        before = trial.status if trial.id in self.finished else None
+        self._tally()
+        self.changed()
+        self._counted = (self._version, self._counted[1])
+        if self.schedule is not None:
+            assert trial.target is not None, f"trial {trial_id} ran without a rung"
+            trial.finish_stage(fold_results, self.objective, block, trial.target,
+                               self.schedule.budgets[trial.target], now)
+            self.finished[trial.id] = trial
+            self._recount(before, trial.status)
+            self._touch(trial)
+            last = trial.rungs[-1]
+            value = None if trial.fom is None else self.objective.value(trial.fom)
+            self._results.add(trial.params, int(trial.rung or 0), value,
+                              mean_variance(last["fom"], last["fom_std"], last["fold_foms"]))
+            if last.get("duration_s"):
+                bisect.insort(self._stages, float(last["duration_s"]))
+            self._feed()
+            return trial
         trial.finish(fold_results, self.objective, block, now)
         self.finished[trial.id] = trial
+        self._recount(before, trial.status)
         self.engine.tell(trial.params, None if trial.fom is None else self.objective.value(trial.fom),
                          fold_variance(trial))
         return trial
 
     def interrupted(self, trial_id: int) -> None:
-        """A trial stopped by the deadline: it is neither finished nor lost; it re-runs after resubmission."""
+        """A trial stopped by the deadline: it is neither finished nor lost; it re-runs after resubmission
+        (under a schedule: the same job, toward the same rung, from its checkpoint)."""
         trial = self.in_flight.pop(trial_id)
-        trial.status, trial.block, trial.started = "pending", None, None
+        self.changed()
+        if not trial.rungs:
+            trial.status = "pending"
+        trial.block, trial.started = None, None
         self.requeue.append(trial)
+        self._touch(trial)
 
     def best(self) -> Trial | None:
         return best_trial(list(self.finished.values()), self.objective)
 
     # -- persistence ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        staged = {"schedule": self.schedule.spec.to_dict()} if self.schedule is not None else {}
         return {
+            **staged,
             "space": self.engine.space.to_dict(),
             "engine_options": engine_options(self.engine),
             "engine_state": self.engine.state_dict(),
             "objective": {"name": self.objective.name, "direction": self.objective.direction},
             "n_fold": self.n_fold,
             "next_id": self.next_id,
-            "finished": [t.to_dict() for t in sorted(self.finished.values(), key=lambda t: t.id)],
+            "finished": [t.fields() for t in sorted(self.finished.values(), key=lambda t: t.id)],
             # in-flight and re-queued trials are stored as "to re-run": their results never arrived
-            "rerun": [{"id": t.id, "params": t.params} for t in
-                      sorted([*self.in_flight.values(), *self.requeue], key=lambda t: t.id)],
+            "rerun": [rerun_entry(t) for t in sorted([*self.in_flight.values(), *self.requeue], key=lambda t: t.id)],
         }
 
     def save(self) -> None:
@@ -236,6 +462,9 @@ class Search:
             mismatch.append(f"--fom ({state['objective']['name']}:{state['objective']['direction']})")
         if state["n_fold"] != self.n_fold:
             mismatch.append(f"--n-fold ({state['n_fold']})")
+        saved = ScheduleSpec.from_dict(state.get("schedule"))
+        if saved != self.schedule_spec():
+            mismatch.append(f"schedule ({describe_schedule(saved)})")
         if mismatch:
             raise ConfigError(
                 f"{path} was written by a search with a different {', '.join(mismatch)}; "
@@ -244,6 +473,42 @@ class Search:
         self.engine.load_state_dict(state["engine_state"])
         self.next_id = int(state["next_id"])
         self.finished = {t.id: t for t in (Trial.from_dict(d) for d in state["finished"])}
-        self.requeue = [Trial(int(d["id"]), self.engine.space.point(d["params"])) for d in state["rerun"]]
+        for t in self.finished.values():
+            t.target = None  # jobs under way when the state was saved are the "rerun" entries
+        self.requeue = [rerun_trial(d, self.finished, self.engine.space) for d in state["rerun"]]
         self.in_flight = {}
+        self.changed()
+        if self.schedule is not None:
+            self._rebuild_ledger()
+            self._rebuild_results()
+            self._feed()
         return True
+
+
+def rerun_entry(trial: Trial) -> dict[str, Any]:
+    """A job to re-run, as the state stores it: the trial's id and parameters, and under a schedule the rung
+    it trains toward and where it comes from."""
+    entry: dict[str, Any] = {"id": trial.id, "params": trial.params}
+    if trial.target is not None:
+        entry.update(target=trial.target, bracket=trial.bracket, parent=trial.parent, replaces=trial.replaces,
+                     start_epochs=trial.start_epochs)
+    return entry
+
+
+def rerun_trial(entry: dict[str, Any], finished: dict[int, Trial], space: Any) -> Trial:
+    """The trial a stored :func:`rerun_entry` re-runs (the finished record itself when it has results)."""
+    tid = int(entry["id"])
+    trial = finished.get(tid) or Trial(tid, space.point(entry["params"]), bracket=entry.get("bracket"),
+                                       parent=entry.get("parent"), replaces=entry.get("replaces"),
+                                       start_epochs=entry.get("start_epochs"))
+    trial.target = entry.get("target")
+    return trial
+
+
+def describe_schedule(spec: ScheduleSpec) -> str:
+    """``asha, epochs 1..27, eta 3`` (for messages)."""
+    if spec.name == "full":
+        return f"full, {spec.max_epochs} epochs" if spec.max_epochs > 1 else "full"
+    if spec.name == "pbt":
+        return (f"pbt, population {spec.population}, every {spec.interval} of {spec.max_epochs} epochs")
+    return f"{spec.name}, epochs {spec.min_epochs}..{spec.max_epochs}, eta {spec.eta:g}"

@@ -25,9 +25,16 @@ The coordinator uses :class:`SharedSearch` exactly like a :class:`Search`; under
   that trial over) or its deadline/stop signal comes (exit 75).
 * **Restore.** The journal is the state: every participant rebuilds the search from it when it starts
   (``--opt-restore`` is implied); ``optimizer-state.json`` is only derived from it.
+* **Schedules** (``--schedule asha|hyperband|pbt``): after the claimable jobs, a participant asks the schedule
+  for the next job with the journal's trials (every participant decides from the same state, under the lock):
+  a ``resume`` record takes a paused trial on to a higher rung (from its own checkpoint, whichever job wrote
+  it), a ``propose`` starts a new trial (PBT's child gets its donor's checkpoint copied in first). A job's
+  result is a ``result`` at its rung. A trial paused by one job is resumed by another; a job that dies goes
+  back to the pool after its lease, with the trial's last checkpoint.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import socket
@@ -40,8 +47,9 @@ from typing import Any
 from nnlo.contract import ENV_PARTICIPANT, LEASE_TIMEOUT_S, SEARCH_JOURNAL
 from nnlo.errors import ConfigError
 from nnlo.optimize.engines import Engine, engine_options
-from nnlo.optimize.journal import Journal, SharedState
+from nnlo.optimize.journal import JOB_FIELDS, Journal, Lease, SharedState
 from nnlo.optimize.results import Objective, Trial, fold_variance, write_results
+from nnlo.optimize.schedules import Job, Ledger, Schedule
 from nnlo.optimize.search import Search
 from nnlo.optimize.state import save_state
 
@@ -67,9 +75,10 @@ class SharedSearch(Search):
     def __init__(self, engine: Engine, objective: Objective, *, num_iterations: int, out_dir: Path,
                  target: float | None = None, n_fold: int = 1, max_failures_at_start: int = 3,
                  participant: str, lease_s: float = LEASE_TIMEOUT_S,
-                 clock: Callable[[], float] = time.time, heartbeat: bool = True) -> None:
+                 clock: Callable[[], float] = time.time, heartbeat: bool = True,
+                 schedule: Schedule | None = None) -> None:
         super().__init__(engine, objective, num_iterations=num_iterations, out_dir=out_dir, target=target,
-                         n_fold=n_fold, max_failures_at_start=max_failures_at_start)
+                         n_fold=n_fold, max_failures_at_start=max_failures_at_start, schedule=schedule)
         if not lease_s >= MIN_LEASE_S:
             raise ConfigError(f"--lease-timeout {lease_s} is too short; use at least {MIN_LEASE_S:g} seconds "
                               f"(default {LEASE_TIMEOUT_S:g})")
@@ -89,13 +98,15 @@ class SharedSearch(Search):
         self._lost: set[int] = set()
         self._joined = False
         self._slow_announced = False
+        self._built: tuple[int, Ledger] = (-1, Ledger())
 
     # -- the journal -----------------------------------------------------------------------------------
     def _identity(self) -> dict[str, Any]:
+        staged = {"schedule": self.schedule.spec.to_dict()} if self.schedule is not None else {}
         return {"space": self.engine.space.to_dict(), "engine_options": engine_options(self.engine),
                 "seed": self.engine.seed,
                 "objective": {"name": self.objective.name, "direction": self.objective.direction},
-                "n_fold": self.n_fold, "num_iterations": self.num_iterations, "target": self.target}
+                "n_fold": self.n_fold, "num_iterations": self.num_iterations, "target": self.target, **staged}
 
     def _catch_up(self) -> None:
         """Fold the records appended since the last read (call under the lock)."""
@@ -115,11 +126,17 @@ class SharedSearch(Search):
         self._append({"kind": kind, "p": self.participant, "t": self.clock(), **fields})
 
     def _sync(self) -> None:
-        """Tell the engine the results it has not seen, in journal order; follow the trial ids."""
+        """Tell the engine the results it has not seen, in journal order (under a schedule: feed it the
+        results of its model's rung); follow the trial ids."""
         order = self.shared.order
-        for tid in order[self._told:]:
-            t = self.shared.finished[tid]
-            self.engine.tell(t.params, None if t.fom is None else self.objective.value(t.fom), fold_variance(t))
+        self.changed()
+        if self.schedule is not None:  # the journal's trials, as any participant reads them
+            self._rebuild_results()
+            self._feed()
+        else:
+            for tid in order[self._told:]:
+                t = self.shared.finished[tid]
+                self.engine.tell(t.params, None if t.fom is None else self.objective.value(t.fom), fold_variance(t))
         self._told = len(order)
         self.next_id = self.shared.next_id
         self.engine.n_asked = self.next_id  # trial i is proposed with the random stream (seed, i)
@@ -144,11 +161,12 @@ class SharedSearch(Search):
                 self._record("search", spec=self._identity())
             else:
                 mine = self._identity()
-                diff = [k for k in mine if header.get(k) != mine[k]]
+                keys = [*mine, *(["schedule"] if "schedule" not in mine else [])]  # a full search has none
+                diff = [k for k in keys if header.get(k) != mine.get(k)]
                 if diff:
                     raise ConfigError(
                         f"{self.journal.path} belongs to a search with a different {', '.join(diff)} "
-                        f"({'; '.join(f'{k} {header.get(k)}, this job {mine[k]}' for k in diff)}); join it "
+                        f"({'; '.join(f'{k} {header.get(k)}, this job {mine.get(k)}' for k in diff)}); join it "
                         "with the same options, or use a new --output directory")
             self._record("join", host=socket.gethostname(), pid=os.getpid())
         self._joined = True
@@ -203,14 +221,51 @@ class SharedSearch(Search):
 
     # -- hand-out --------------------------------------------------------------------------------------
     def _over(self) -> bool:
-        """Nothing more will be handed out by anyone: budget finished, target reached or model broken."""
-        return len(self.finished) >= self.num_iterations or self.target_reached() or self.broken() is not None
+        """Nothing more will be handed out by anyone: budget finished, target reached or model broken (under
+        a schedule: no job runs anywhere and the schedule has none left)."""
+        if self.target_reached() or self.broken() is not None:
+            return True
+        if self.schedule is not None:
+            return not self.shared.open and self._job() is None
+        return len(self.finished) >= self.num_iterations
+
+    def complete(self) -> bool:
+        return self._over()
 
     def can_hand_out(self) -> bool:
         if self.target_reached() or self.broken():
             return False
-        return (self.shared.n_trials < self.num_iterations
-                or bool(self.shared.claimable(self.clock(), self.participant, self.in_flight)))
+        if self.shared.claimable(self.clock(), self.participant, self.in_flight):
+            return True
+        if self.schedule is not None:
+            return self._job() is not None
+        return self.shared.n_trials < self.num_iterations
+
+    # -- the schedule's view of the journal --------------------------------------------------------------
+    def ledger(self) -> Ledger:
+        """Every trial of the journal (open jobs with the rung they train toward, wherever they run), rebuilt
+        when the journal brought something new."""
+        from nnlo.optimize.schedules.ledger import ledger
+
+        if self._built[0] != self._version:
+            opened = [self._lease_trial(lease) for lease in self.shared.open.values()
+                      if lease.id not in self.shared.finished]
+            self._built = (self._version, ledger([*self.shared.finished.values(), *opened], self.objective,
+                                                 {lease.id: lease.target for lease in self.shared.open.values()}))
+        return self._built[1]
+
+    def _lease_trial(self, lease: Lease) -> Trial:
+        """The trial an open job trains: a copy of its paused record (so this job's result is folded in by
+        the journal, not by hand), or a new trial with the job's fields."""
+        paused = self.shared.finished.get(lease.id)
+        if paused is not None:
+            trial = copy.deepcopy(paused)
+        else:
+            job = lease.job
+            trial = Trial(lease.id, self.engine.space.point(lease.params), bracket=job.get("bracket"),
+                          parent=job.get("parent"), replaces=job.get("replaces"), start_epochs=job.get("start_epochs"))
+        trial.target = lease.target
+        return trial
 
     def next_trial(self, block: int, now: float | None = None) -> Trial | None:
         """A trial for an idle block, or None. With every block idle and trials still running elsewhere,
@@ -260,11 +315,38 @@ class SharedSearch(Search):
             why = ("from the pool" if lease.holder is None else "back (this participant's lease)"
                    if lease.holder == self.participant else f"over from {lease.holder} (lease expired)")
             self._record("lease", id=lease.id, until=until, **({"from": lease.holder} if lease.holder else {}))
-            log.info("trial %d taken %s: re-run with the same parameters", lease.id, why)
-            return Trial(lease.id, self.engine.space.point(lease.params))
+            log.info("trial %d taken %s: re-run with the same parameters%s", lease.id, why,
+                     "" if lease.target is None else f", on from its last checkpoint toward rung {lease.target}")
+            return self._lease_trial(lease)
+        if self.schedule is not None:
+            job = self._job()
+            return None if job is None else self._start_locked(job, until)
         if self.shared.n_trials >= self.num_iterations:
             return None
         tid = self.shared.next_id
+        point, until = self._ask(tid, until)
+        self._record("propose", id=tid, params=point, until=until)
+        return Trial(tid, point)
+
+    def _start_locked(self, job: Job, until: float) -> Trial:
+        """Append the schedule's job: a paused trial resumed, or a new trial proposed (its point from the
+        schedule or the engine; a PBT child's checkpoint copied in before the record makes it visible)."""
+        if job.trial is not None:
+            self._record("resume", id=job.trial, until=until, job={"target": job.rung})
+            return self._lease_trial(self.shared.open[job.trial])
+        tid = self.shared.next_id
+        if job.params is not None:
+            point = dict(job.params)
+        else:
+            point, until = self._ask(tid, until)
+        trial = self._new_trial(job, tid, point)
+        fields = {k: getattr(trial, k) for k in JOB_FIELDS if k != "target" and getattr(trial, k) is not None}
+        self._record("propose", id=tid, params=point, until=until, target=job.rung, **fields)
+        return self._lease_trial(self.shared.open[tid])
+
+    def _ask(self, tid: int, until: float) -> tuple[dict[str, Any], float]:
+        """The engine's point for trial ``tid`` (random stream (seed, tid)), and the lease's end (moved on when
+        the ask took long enough that the heartbeat waited for this lock)."""
         self.engine.n_asked = tid
         t0 = time.perf_counter()
         point = self.engine.ask(self._pending())
@@ -276,27 +358,33 @@ class SharedSearch(Search):
                 self._slow_announced = True
                 log.warning("a proposal took %.1f s, more than half of --lease-timeout %g s: other participants "
                             "wait for it to append; raise --lease-timeout", self.ask_s, self.lease_s)
-        self._record("propose", id=tid, params=point, until=until)
-        return Trial(tid, point)
+        return point, until
 
     def _pending(self) -> list[dict[str, Any]]:
-        return [lease.params for lease in sorted(self.shared.open.values(), key=lambda lease: lease.id)]
+        """Every open job's point (under a schedule: only trials without a result, the others are observed)."""
+        return [lease.params for lease in sorted(self.shared.open.values(), key=lambda lease: lease.id)
+                if lease.id not in self.shared.finished]
 
     # -- results ---------------------------------------------------------------------------------------
     def record(self, trial_id: int, fold_results: list[dict[str, Any]], block: int,
                now: float | None = None) -> Trial:
         """Append the trial's result to the journal (unless another participant's result came first)."""
         trial = self.in_flight[trial_id]
-        trial.finish(fold_results, self.objective, block, now)
+        rung = trial.target
+        if self.schedule is not None and rung is not None:
+            trial.finish_stage(fold_results, self.objective, block, rung, self.schedule.budgets[rung], now)
+        else:
+            trial.finish(fold_results, self.objective, block, now)
         with self.journal.locked():
             self._catch_up()
             del self.in_flight[trial_id]
             self._quiet_until = 0.0
-            if trial_id in self.shared.finished:
+            have = self.shared.finished.get(trial_id)
+            if have is not None and (rung is None or (have.rung is not None and have.rung >= rung)):
                 log.warning("trial %d: a result from another participant came first; this one is dropped "
-                            "(a trial counts once)", trial_id)
+                            "(a trial counts once%s)", trial_id, "" if rung is None else " per rung")
                 return trial
-            self._record("result", id=trial_id, trial=trial.to_dict())
+            self._record("result", id=trial_id, trial=trial.to_dict(), **({} if rung is None else {"rung": rung}))
         return self.shared.finished[trial_id]
 
     def interrupted(self, trial_id: int) -> None:
@@ -309,8 +397,10 @@ class SharedSearch(Search):
 
     # -- persistence -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        from nnlo.optimize.search import rerun_entry
+
         state = super().state_dict()
-        state["rerun"] = [{"id": lease.id, "params": lease.params}
+        state["rerun"] = [rerun_entry(self._lease_trial(lease))
                           for lease in sorted(self.shared.open.values(), key=lambda lease: lease.id)]
         state["shared"] = {
             "journal": SEARCH_JOURNAL,
@@ -346,8 +436,14 @@ def rebuilt_engine_state(folder: Path | str) -> dict[str, Any]:
                          estimator=opts.get("estimator", "GP"), n_initial_points=opts.get("n_initial_points", 10),
                          population=opts.get("population", 10))
     objective = Objective(**spec["objective"])
-    for trial in state.results():
-        engine.tell(trial.params, None if trial.fom is None else objective.value(trial.fom), fold_variance(trial))
+    if spec.get("schedule", {}).get("name", "full") != "full":  # the engine is fed one rung's results
+        from nnlo.optimize.schedules.ledger import feed
+
+        feed(engine, state.results(), objective)
+    else:
+        for trial in state.results():
+            engine.tell(trial.params, None if trial.fom is None else objective.value(trial.fom),
+                        fold_variance(trial))
     engine.n_asked = state.next_id
     return engine.state_dict()
 

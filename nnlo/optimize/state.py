@@ -18,13 +18,15 @@ from nnlo.errors import ConfigError
 STATE_VERSION = 1
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Strict JSON (no NaN: a failed trial's fom must not make the file unreadable to other tools)."""
-    write_json(path, data, allow_nan=False)
+def atomic_write_json(path: Path, data: Any, *, compact: bool = False) -> None:
+    """Strict JSON (no NaN: a failed trial's fom must not make the file unreadable to other tools).
+    ``compact``: one line, written by the C encoder (~10x faster than an indented file: the search's state and
+    trials table are rewritten after every result, and hold thousands of trials under a schedule)."""
+    write_json(path, data, allow_nan=False, indent=None if compact else 1)
 
 
 def save_state(out_dir: Path, state: dict[str, Any]) -> None:
-    atomic_write_json(Path(out_dir) / STATE_FILE, {"version": STATE_VERSION, **state})
+    atomic_write_json(Path(out_dir) / STATE_FILE, {"version": STATE_VERSION, **state}, compact=True)
 
 
 def load_state(out_dir: Path) -> dict[str, Any] | None:

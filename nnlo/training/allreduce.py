@@ -65,16 +65,16 @@ class AllreduceReplica:
     """One rank of a pure all-reduce training. :meth:`run` returns the TrainResult (rank 0's is the one)."""
 
     def __init__(self, ctx: RunContext, backend: Backend, loader: Any, validator: Any,
-                 engine_name: str, checkpoint: str | None) -> None:
+                 engine_name: str, checkpoint: str | None, device: str = "cpu") -> None:
         self.ctx, self.backend, self.loader, self.validator = ctx, backend, loader, validator
         self.cfg = ctx.config
         self.comm = ctx.comm
         self.rank, self.size = ctx.comm.Get_rank(), ctx.comm.Get_size()
-        self.engine_name = engine_name
+        self.engine_name, self.device = engine_name, device
         self.engine: Engine | None = None
         self.reducer: BucketedReducer | None = None
         n = self.n = backend.n_params
-        self.buf = np.zeros(n + EXTRA, dtype=np.float32)
+        self.buf: Any = None  # the step buffer, where the engine sums (start())
         self.epoch, self.batch, self.updates = 0, 0, 0
         self.history: list[dict[str, Any]] = []
         self.validations: list[dict[str, Any]] = []  # --validate-every N: one entry every N steps (rank 0's)
@@ -132,7 +132,9 @@ class AllreduceReplica:
     # -- start -------------------------------------------------------------------------------------
     def start(self) -> None:
         """Collective: build the engine, then give every replica rank 0's weights."""
-        self.engine = make_engine(self.engine_name, self.comm)
+        with self.ctx.watchdog.waiting(f"setting up the {self.engine_name} all-reduce engine"):
+            self.engine = make_engine(self.engine_name, self.comm, self.device)
+        self.buf = self.engine.zeros(self.n + EXTRA)
         self.reducer = make_reducer(self.engine, self.backend, self.buf, self.cfg.bucket_mb)
         w = self.backend.get_weights()
         self.engine.broadcast(w, root=0)
@@ -328,6 +330,6 @@ class AllreduceReplica:
         })
 
 
-def choose_engine(ctx: RunContext, device: str) -> str:
-    """This rank's engine for the run (pure; the driver agrees on rank 0's answer)."""
-    return resolve_engine(ctx.config.allreduce_engine, on_gpu=str(device).startswith("cuda"))
+def choose_engine(ctx: RunContext, device: str, framework: str) -> str:
+    """This rank's engine for the run (pure; the replicas, or a group's members, agree on their leader's)."""
+    return resolve_engine(ctx.config.allreduce_engine, on_gpu=str(device).startswith("cuda"), framework=framework)

@@ -272,8 +272,8 @@ class _Builder:
             from nnlo.training.allreduce import AllreduceReplica, choose_engine
 
             loader, validator = self.data
-            return AllreduceReplica(ctx, self.backend, loader, validator, choose_engine(ctx, self.device),
-                                    checkpoint)
+            return AllreduceReplica(ctx, self.backend, loader, validator,
+                                    choose_engine(ctx, self.device, self.backend.name), checkpoint, self.device)
         manifest = ckpt.read_manifest(checkpoint) if checkpoint else None
         if ctx.group.uber_master is not None and ctx.info.role is not Role.WORKER:
             from nnlo.training import submaster
@@ -299,7 +299,7 @@ class _Builder:
             from nnlo.training.groups import GroupWorker
 
             return GroupWorker(ctx, self.backend, loader, rule, position, validator,
-                               engine_name=choose_engine(ctx, self.device))
+                               engine_name=choose_engine(ctx, self.device, self.backend.name), device=self.device)
         return Worker(ctx, self.backend, loader, rule, position, validator)
 
     def restore_worker(self, worker: Any, checkpoint: str | None) -> None:

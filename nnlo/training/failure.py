@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from nnlo.contract import EXIT_BAD_INPUT, EXIT_FAILED
 from nnlo.errors import NnloError, TrainingError
 
 T = TypeVar("T")
@@ -34,7 +35,7 @@ class RankFailure(NnloError):
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, report: bool) -> RankFailure:
         return cls(str(data["message"]), int(data["rank"]), str(data["role"]),
-                   exit_code=int(data.get("exit_code", 1)), report=report)
+                   exit_code=int(data.get("exit_code", EXIT_FAILED)), report=report)
 
 
 def describe_exception(exc: BaseException) -> tuple[str, int]:
@@ -42,7 +43,7 @@ def describe_exception(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, RankFailure):
         return exc.message, exc.exit_code
     if isinstance(exc, NnloError):
-        return str(exc), getattr(exc, "exit_code", 2)
+        return str(exc), getattr(exc, "exit_code", EXIT_BAD_INPUT)
     from nnlo.roles import RoleError
 
     if isinstance(exc, RoleError):

@@ -48,22 +48,25 @@ def split_worker_groups(comm: Any, hierarchy: Any) -> Any:
 class GroupWorker(Worker):
     """A member of an all-reduce worker group (the leader is also the group's worker towards the master)."""
 
-    def __init__(self, *args: Any, engine_name: str = "mpi", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, engine_name: str = "mpi", device: str = "cpu", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.group_comm = self.ctx.worker_comm
         assert self.group_comm is not None
         self.member = self.group_comm.Get_rank()
         self.leader = self.member == 0
-        self.engine_name = engine_name
+        self.engine_name, self.device = engine_name, device
         self.engine: Engine | None = None
         self.reducer: BucketedReducer | None = None
         n = self.n = self.backend.n_params
-        self.buf = np.zeros(n + EXTRA, dtype=np.float32)
-        self.weights = np.empty(n, dtype=np.float32)
+        self.buf: Any = None  # the step buffer, where the engine sums (run())
+        self.weights = self.backend.host_buffer(n)
 
     # -- main loop ---------------------------------------------------------------------------------
     def run(self) -> None:
-        self.engine = make_engine(self.engine_name, self.group_comm)
+        with self.ctx.watchdog.waiting("agreeing on the group's all-reduce engine"):
+            self.engine_name = self.group_comm.bcast(self.engine_name, root=0)  # the leader's choice
+            self.engine = make_engine(self.engine_name, self.group_comm, self.device)
+        self.buf = self.engine.zeros(self.n + EXTRA)
         self.reducer = make_reducer(self.engine, self.backend, self.buf, self.cfg.bucket_mb)
         try:
             super().run()  # the worker's loop; chunks and exchanges are the group's (below)
@@ -114,7 +117,7 @@ class GroupWorker(Worker):
                 reply = self.group_comm.bcast(None, root=0)
         if reply.get("action") != "abort":
             if self.leader:
-                np.copyto(self.weights, self.backend.get_weights())
+                self.backend.weights_into(self.weights)
             self.engine.broadcast(self.weights, root=0)  # type: ignore[union-attr]
             if not self.leader:
                 self.backend.set_weights(self.weights)

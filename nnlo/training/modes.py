@@ -48,8 +48,10 @@ class WorkerRule:
         self.link, self.master = link, master
         n = backend.n_params
         self.w0 = np.zeros(n, dtype=np.float32)
-        self.send_buf = np.empty(n, dtype=np.float32)
-        self.recv_buf = np.empty(n, dtype=np.float32)
+        # what travels: framed (one message with its header, nnlo.transport.Link.frame), in page-locked memory
+        # when the model is on a GPU (full-speed copies to and from it)
+        self.send_buf = link.frame(n, backend.host_buffer)
+        self.recv_buf = link.frame(n, backend.host_buffer)
         #: evaluates a share of a validation the master asked for: (request header with ``range`` and
         #: ``buffers``, the weights to judge) -> the share's sums; set by the worker that owns this rule
         self.validate: Callable[[dict[str, Any], np.ndarray], np.ndarray] | None = None
@@ -85,7 +87,8 @@ class WorkerRule:
 
 class DownpourWorker(WorkerRule):
     def exchange(self, header: dict[str, Any]) -> dict[str, Any]:
-        downpour.worker_delta(self.backend.get_weights(), self.w0, out=self.send_buf)
+        self.backend.weights_into(self.send_buf)
+        downpour.worker_delta(self.send_buf, self.w0, out=self.send_buf)
         reply, center = self._round_trip(dict(header, kind="update"), self.send_buf)
         if center is not None:
             self.start(center)
@@ -99,10 +102,10 @@ class EasgdWorker(WorkerRule):
         self.scratch = np.empty_like(self.w0)
 
     def exchange(self, header: dict[str, Any]) -> dict[str, Any]:
-        w = self.backend.get_weights()
-        np.copyto(self.send_buf, w)
-        reply, center = self._round_trip(dict(header, kind="update"), self.send_buf)
-        if center is not None:
+        w = self.send_buf
+        self.backend.weights_into(w)
+        reply, center = self._round_trip(dict(header, kind="update"), w)
+        if center is not None:  # the master received w before it replied: it may change now
             easgd.worker_update(w, center, self.alpha, self.scratch)
             self.backend.set_weights(w)
         return reply
@@ -133,7 +136,8 @@ class GemWorker(WorkerRule):
         reply, center = self._round_trip({"kind": "pull"}, None)
         if center is None:  # abort
             return reply
-        update = downpour.worker_delta(self.backend.get_weights(), self.w0, out=self.send_buf)
+        self.backend.weights_into(self.send_buf)
+        update = downpour.worker_delta(self.send_buf, self.w0, out=self.send_buf)
         if header.get("samples", 0) > 0:
             np.subtract(center, self.center_prev, out=self.central_delta)
             self.gem.rescale(update, self.central_delta, out=update)

@@ -72,8 +72,10 @@ class WorkerServer(ABC):
         cfg = self.cfg = ctx.config
         self.link = Link(ctx.comm, watchdog=ctx.watchdog)
         self.workers = ctx.worker_ranks
-        self.center = backend.get_weights()
-        self.buf = np.empty_like(self.center)
+        # framed: an exchange with a worker is one message each way (nnlo.transport.Link.frame)
+        self.center = self.link.frame(backend.n_params)
+        np.copyto(self.center, backend.get_weights())
+        self.buf = self.link.frame(backend.n_params)
         self.optimizer = make_optimizer(cfg.optimizer)
         self.rule = rule(self.center, self.optimizer, cfg, len(self.workers))
         self.epoch = 0  # epochs completed

@@ -70,8 +70,8 @@ class SubMaster(WorkerServer):
         self.index, self.uber = info.master, info.parent
         self.up = Link(ctx.comm, watchdog=ctx.watchdog)
         self.base = self.center.copy()  # the center at the last exchange with the uber-master
-        self.delta = np.empty_like(self.center)
-        self.up_buf = np.empty_like(self.center)
+        self.delta = self.up.frame(self.center.size)  # framed: one message each way to the uber-master
+        self.up_buf = self.up.frame(self.center.size)
         self.pending = EpochStats()  # the workers' sums since the last exchange with the uber-master
         self.since_sync = 0
         self.sync_every = max(1, len(self.workers))

@@ -11,6 +11,10 @@ With a :class:`~nnlo.allreduce.bucketed.BucketedReducer` (``--bucket-mb`` > 0 an
 hooks) the same sum is taken bucket by bucket, each bucket's all-reduce started from backward as soon as its
 gradients are final, and the scalars last; a rank that fails still starts every bucket (zeros) and the
 scalars with its FAIL vote, so the ranks' collectives always match.
+
+The buffer is wherever the engine sums fastest (:meth:`nnlo.allreduce.base.Engine.zeros`): host memory, or the
+GPU with the NCCL engine; then the gradient never leaves the device and the four scalars are the step's only
+copy to the host (:mod:`nnlo.allreduce.flat`).
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from nnlo.allreduce import flat
 from nnlo.observe.trace import get_tracer
 from nnlo.training.failure import describe_exception, in_model
 
@@ -50,11 +55,12 @@ class StepSums:
         return self.vote > 0
 
 
-def allreduce_step(ctx: Any, engine: Any, backend: Any, loader: Any, buf: np.ndarray, idx: np.ndarray, *,
+def allreduce_step(ctx: Any, engine: Any, backend: Any, loader: Any, buf: Any, idx: np.ndarray, *,
                    stop_wanted: bool, label: str, reducer: Any = None) -> StepSums:
     """Compute this rank's share of the step, all-reduce it, and average the gradient over all samples."""
     tracer = get_tracer()
-    n = buf.size - EXTRA
+    n = flat.length(buf) - EXTRA
+    vote = STOP if stop_wanted else 0.0
     error: tuple[str, int] | None = None
     has_correct = False
     if reducer is not None:
@@ -63,35 +69,40 @@ def allreduce_step(ctx: Any, engine: Any, backend: Any, loader: Any, buf: np.nda
         if len(idx):
             with tracer.span("read batch", "io"):
                 x, y = loader.dataset.read(idx)
-            if reducer is not None:
+            if reducer is not None or flat.on_device(buf):  # hooks (or one copy) fill the buffer where it is
+                ready = reducer.ready if reducer is not None else _no_bucket
                 with tracer.span("compute gradients", "compute"):
-                    metrics = in_model("training", backend.gradient_sum_into, x, y, buf[:n], reducer.ready)
+                    metrics = in_model("training", backend.gradient_sum_into, x, y, buf[:n], ready)
                 count = float(metrics.get("count", len(idx)))
             else:
                 with tracer.span("compute gradients", "compute"):
                     grad, metrics = in_model("training", backend.compute_gradients, x, y)
                 count = float(metrics.get("count", len(idx)))
                 np.multiply(grad, np.float32(count), out=buf[:n])
-            buf[n + COUNT] = count
-            buf[n + LOSS] = float(metrics.get("loss", 0.0)) * count
-            buf[n + CORRECT] = float(metrics.get("correct", 0.0) or 0.0)
+            scalars = [count, float(metrics.get("loss", 0.0)) * count, float(metrics.get("correct", 0.0) or 0.0)]
             has_correct = "correct" in metrics
         else:
-            buf.fill(0.0)
-        buf[n + VOTE] = STOP if stop_wanted else 0.0
+            flat.fill(buf[:n], 0.0)
+            scalars = [0.0, 0.0, 0.0]
+        flat.put(buf, n, [*scalars, vote])
     except Exception as e:  # vote "failed": every rank then stops at this very step
         error = describe_exception(e)
         log.debug("%s step failed", label, exc_info=e)
         # buckets already started are in the library's hands: leave them; the vote makes every rank stop
-        (buf[n:] if reducer is not None else buf).fill(0.0)
-        buf[n + VOTE] = FAIL
+        if reducer is None:
+            flat.fill(buf[:n], 0.0)
+        flat.put(buf, n, [0.0, 0.0, 0.0, FAIL])
     with tracer.span(f"{label} allreduce", "comm"), ctx.watchdog.waiting(f"waiting in the {label} all-reduce"):
         if reducer is not None:
             reducer.finish()  # the buckets not started yet, the scalars; then wait for all
         else:
             engine.allreduce_sum(buf)
-    total = float(buf[n + COUNT])
+    sums = flat.get(buf, n)  # COUNT, LOSS, CORRECT, VOTE: a device buffer's one copy to the host
+    total = sums[COUNT]
     if total > 0:
-        buf[:n] /= np.float32(total)
-    return StepSums(total, float(buf[n + LOSS]), float(buf[n + CORRECT]), float(buf[n + VOTE]), has_correct,
-                    error)
+        flat.divide(buf[:n], total)
+    return StepSums(total, sums[LOSS], sums[CORRECT], sums[VOTE], has_correct, error)
+
+
+def _no_bucket(param: int) -> None:
+    """Without buckets nothing starts during backward: the one all-reduce comes after it."""

@@ -50,11 +50,18 @@ class Watchdog:
 
     @contextlib.contextmanager
     def waiting(self, what: str) -> Iterator[None]:
-        self._what, self._since = what, time.monotonic()
+        self.arm(what)
         try:
             yield
         finally:
-            self._since = None
+            self.disarm()
+
+    def arm(self, what: str) -> None:
+        """A wait starts (:meth:`waiting` without a generator: the hot receive path of the transport)."""
+        self._what, self._since = what, time.monotonic()
+
+    def disarm(self) -> None:
+        self._since = None
 
     def _run(self) -> None:
         assert self.timeout is not None

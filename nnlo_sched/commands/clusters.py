@@ -6,6 +6,9 @@ from dataclasses import asdict
 
 import click
 
+from nnlo.contract import ENV_DEADLINE
+from nnlo_sched.profiles import ProfileError, list_profiles, load_profile, user_dirs
+
 
 def _hours(seconds: int | None) -> str:
     if seconds is None:
@@ -26,7 +29,6 @@ def clusters_command(ctx: click.Context) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from nnlo_sched.profiles import ProfileError, list_profiles, user_dirs
 
     rows = []
     for pf, prof in list_profiles():
@@ -50,8 +52,6 @@ def clusters_command(ctx: click.Context) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
 def show_command(name: str, as_json: bool) -> None:
     """Print one profile with every value resolved (inheritance applied, cores detected)."""
-    from nnlo_sched.profiles import load_profile
-
     p = load_profile(name)
     if as_json:
         click.echo(json.dumps(asdict(p), indent=2, default=str))
@@ -65,7 +65,7 @@ def show_command(name: str, as_json: bool) -> None:
         + (f", {p.memory_gb:g} GB" if p.memory_gb else ""),
         f"  account        {'required' if p.account_required else 'optional'}",
         "  signal         "
-        + (f"SIG{p.signal} {p.signal_lead_s} s before the walltime" if p.signal else "none (NNLO_DEADLINE clock)"),
+        + (f"SIG{p.signal} {p.signal_lead_s} s before the walltime" if p.signal else f"none ({ENV_DEADLINE} clock)"),
     ]
     if p.aliases:
         lines.append(f"  aliases        {', '.join(p.aliases)}")

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import click
 
+from nnlo.contract import ARRAY_LOG, JOB_LOG, LOG_DIR, STATE_FILE
+from nnlo_sched import api
+from nnlo_sched.chain import job_logs, resume_run
 from nnlo_sched.params import finite_range
+from nnlo_sched.runs import chain_runs, find_run
+from nnlo_sched.search import resume_search, search_state
+from nnlo_sched.state import ACTIVE_STATES, read_state
 
 
 @click.command("cancel")
@@ -23,8 +29,6 @@ def cancel_command(run: str) -> None:
 
     RUN is a whole run id, a run directory, or at least 4 characters of a run id that name only one run.
     """
-    from nnlo_sched import api
-
     r = api.check_cancel(run)
     if api.is_search(r):
         click.echo(f"cancelling search {r.id} and all its chains ({r.dir})")
@@ -40,18 +44,13 @@ def cancel_command(run: str) -> None:
 def _log_files(run_dir: Path) -> list[Path]:
     """The run's job logs in chain order (the state's job order; stray files after, by time); for a search,
     every chain's in turn, then the job array's own logs."""
-    from nnlo_sched.chain import job_logs
-    from nnlo_sched.state import read_state
-
     st = read_state(run_dir)
     if st.is_search:
-        from nnlo_sched.search import chain_runs
-
-        found = [p for c in chain_runs(run_dir, st) if (c.dir / "state.json").exists() for p in _log_files(c.dir)]
-        return found + sorted((run_dir / "logs").glob("array-*.out"), key=lambda p: p.stat().st_mtime)
+        found = [p for c in chain_runs(run_dir, st) if (c.dir / STATE_FILE).exists() for p in _log_files(c.dir)]
+        return found + sorted((run_dir / LOG_DIR).glob(ARRAY_LOG.format(job_id="*")), key=lambda p: p.stat().st_mtime)
     ordered = [p for j in st.jobs for p in job_logs(run_dir, j.job_id)]
     seen = set(ordered)
-    extra = sorted((p for p in (run_dir / "logs").glob("job-*.out") if p not in seen),
+    extra = sorted((p for p in (run_dir / LOG_DIR).glob(JOB_LOG.format(job_id="*")) if p not in seen),
                    key=lambda p: p.stat().st_mtime)
     return ordered + extra
 
@@ -73,10 +72,6 @@ def _copy(path: Path, offset: int) -> int:
 @click.option("--interval", type=finite_range(min=0.0, min_open=True), default=1.0, show_default=True, hidden=True)
 def logs_command(run: str, follow: bool, job_id: str | None, interval: float) -> None:
     """Show RUN's job logs, oldest job first (each under a header); -f follows them as the chain goes on."""
-    from nnlo_sched.chain import job_logs
-    from nnlo_sched.runs import find_run
-    from nnlo_sched.state import ACTIVE_STATES, read_state
-
     r = find_run(run)
     job_dir = r.dir  # the run directory holding --job's log (a search: that job's chain)
     if job_id is not None:
@@ -84,7 +79,6 @@ def logs_command(run: str, follow: bool, job_id: str | None, interval: float) ->
         job_dir = known.get(job_id, r.dir)
         if job_id not in known:
             raise click.UsageError(f"run {r.id} has no job {job_id!r}; its jobs: {', '.join(known) or 'none yet'}")
-    from nnlo_sched.search import search_state
 
     def is_active() -> bool:
         if read_state(r.dir).is_search:
@@ -121,14 +115,11 @@ def logs_command(run: str, follow: bool, job_id: str | None, interval: float) ->
 
 def _job_ids(run_dir: Path) -> dict[str, Path]:
     """Every job id of the run (a search: of all its chains) -> the run directory that holds its log."""
-    from nnlo_sched.state import read_state
-
     st = read_state(run_dir)
     if not st.is_search:
         return {j: run_dir for j in st.job_ids}
-    from nnlo_sched.search import chain_runs
 
-    return {j: c.dir for c in chain_runs(run_dir, st) if (c.dir / "state.json").exists()
+    return {j: c.dir for c in chain_runs(run_dir, st) if (c.dir / STATE_FILE).exists()
             for j in read_state(c.dir).job_ids}
 
 
@@ -144,14 +135,8 @@ def resume_command(run: str, force: bool, options: tuple[str, ...]) -> None:
     `nnlo resume RUN --epochs 50` (more epochs) or `--target-metric val_accuracy,>,0.99`; options that
     change the run's shape (ranks, masters, blocks) need a new submission.
     """
-    from nnlo_sched import api
-    from nnlo_sched.chain import resume_run
-    from nnlo_sched.runs import find_run
-
     r = find_run(run, changes=True)
     if api.is_search(r):
-        from nnlo_sched.search import resume_search
-
         click.echo(f"resuming search {r.id} ({r.dir})")
         for chain, job in resume_search(r.dir, options=list(options)):
             click.echo(f"resumed chain {chain} as job {job}")

@@ -10,15 +10,17 @@ from pathlib import Path
 
 import click
 
+from nnlo.contract import EXIT_FAILED
+from nnlo_sched.chain import job_end, job_start
+from nnlo_sched.schedulers import get_scheduler
+from nnlo_sched.state import read_state
+
 
 def _job_id(run_dir: Path) -> str | None:
-    from nnlo_sched.schedulers import get_scheduler
-    from nnlo_sched.state import read_state
-
     return get_scheduler(read_state(run_dir).scheduler, run_dir).current_job_id()
 
 
-@click.group("job", hidden=True)
+@click.group("job")
 def job_command() -> None:
     """Chain bookkeeping inside a batch job (internal; called by the job script)."""
 
@@ -28,12 +30,10 @@ def job_command() -> None:
 @click.option("--job-id", default=None, help="This job's id (default: from the scheduler's environment).")
 def start(run_dir: Path, job_id: str | None) -> None:
     """Mark this job running and queue its successor; exit 1 if the run must not go on."""
-    from nnlo_sched.chain import job_start
-
     decision = job_start(run_dir, job_id or _job_id(run_dir))
     click.echo(f"nnlo job start: {decision.message}", err=True)
     if not decision.ok:
-        raise SystemExit(1)
+        raise SystemExit(EXIT_FAILED)
 
 
 @job_command.command("end")
@@ -42,8 +42,6 @@ def start(run_dir: Path, job_id: str | None) -> None:
 @click.option("--job-id", default=None, help="This job's id (default: from the scheduler's environment).")
 def end(run_dir: Path, rc: int, job_id: str | None) -> None:
     """Record that this job exited with RC: done, resubmitting or failed."""
-    from nnlo_sched.chain import job_end
-
     state = job_end(run_dir, job_id or _job_id(run_dir), rc)
     click.echo(f"nnlo job end: exit status {rc}; run is {state}", err=True)
 

@@ -6,58 +6,14 @@ import json
 import click
 
 from nnlo.config import MODES
-from nnlo_sched.params import parse_finite
-
-
-def parse_walltime_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    """Click callback: a walltime in any accepted form -> seconds (shared with ``nnlo submit``)."""
-    if value is None:
-        return None
-    from nnlo.errors import ConfigError
-    from nnlo_sched.spec import parse_walltime
-
-    try:
-        return parse_walltime(value)
-    except ConfigError as e:
-        raise click.BadParameter(str(e)) from None
-
-
-def parse_gpus(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    """Click callback: ``1``, ``2``, ``0.5``, ``1/4`` -> a number of GPUs per worker rank (finite, >= 0)."""
-    import math
-
-    if value is None:
-        return None
-    text = str(value).strip()
-    try:
-        if "/" in text:
-            num, den = text.split("/", 1)
-            gpus = parse_finite(int(num) / int(den))
-        else:
-            gpus = parse_finite(text)
-    except (ValueError, ZeroDivisionError, OverflowError):
-        raise click.BadParameter(f"{value!r} is not a number of GPUs; use e.g. 1, 2, 0.5 or 1/4") from None
-    if not math.isfinite(gpus) or gpus < 0:
-        raise click.BadParameter(f"{value!r} is not a number of GPUs; use e.g. 1, 2, 0.5, 1/4 or 0 (CPU only)")
-    return gpus
-
-
-def parse_block_sizes_option(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
-    """Click callback: ``6,6,3,3`` -> (6, 6, 3, 3) (shared with ``nnlo optimize``)."""
-    if value is None:
-        return None
-    from nnlo.roles import RoleError, parse_block_sizes
-
-    try:
-        return parse_block_sizes(value)
-    except RoleError as e:
-        raise click.BadParameter(str(e)) from None
+from nnlo.errors import ConfigError
+from nnlo_sched import api
+from nnlo_sched.layout import summary
+from nnlo_sched.params import parse_block_sizes_option, parse_gpus, parse_walltime_option
 
 
 def pick_cluster(option: str | None, positional: str | None, command: str) -> str:
     """The cluster named by ``--cluster`` or as the first word (``nnlo layout summit``); both must agree."""
-    from nnlo.errors import ConfigError
-
     if option and positional and option != positional:
         raise ConfigError(f"two clusters named ({option!r} and {positional!r}); "
                           f"name one: nnlo {command} --cluster {option} ...")
@@ -124,9 +80,6 @@ def layout_command(
       nnlo layout --cluster daint --nodes 8 --blocks 3 --block-size 6 --n-fold 2
       nnlo layout --cluster local --block-sizes 6,6,3,3 --proposers 2
     """
-    from nnlo_sched import api
-    from nnlo_sched.layout import summary
-
     layout = api.layout(pick_cluster(cluster, cluster_word, "layout"), workers=workers, blocks=blocks, nodes=nodes,
                         gpus_per_worker=gpus_per_worker, walltime=walltime, queue=queue, constraint=constraint,
                         mode=mode, n_masters=n_masters, n_processes=n_processes, block_size=block_size,

@@ -5,6 +5,10 @@ from pathlib import Path
 
 import click
 
+from nnlo.contract import HISTORY_FILE, TRIALS_JSON
+from nnlo.errors import ConfigError
+from nnlo_sched.runs import find_run
+
 
 @click.command("plot")
 @click.argument("run", metavar="RUN_OR_DIR")
@@ -13,9 +17,8 @@ import click
 def plot_command(run: str, out: Path | None) -> None:
     """Write loss/metric curves (history.json), best fom vs trials and each parameter vs fom (trials.json),
     and per-rank utilisation (the --timeline trace) of RUN as PNG files."""
-    from nnlo.errors import ConfigError
-    from nnlo.observe.plots import plot_run
-    from nnlo.optimize.surrogate_plot import plot_surrogate
+    from nnlo.observe.plots import plot_run  # lazy: matplotlib, numpy
+    from nnlo.optimize.surrogate_plot import plot_surrogate  # lazy: matplotlib, scikit-optimize
 
     run_dir = resolve_run_dir(run)
     problems: list[str] = []
@@ -28,7 +31,7 @@ def plot_command(run: str, out: Path | None) -> None:
         raise click.ClickException(f"no plot of {run_dir} could be drawn ({problems[0]})")
     if not written:
         raise ConfigError(
-            f"nothing to plot in {run_dir}: no history.json, trials.json or --timeline trace found there"
+            f"nothing to plot in {run_dir}: no {HISTORY_FILE}, {TRIALS_JSON} or --timeline trace found there"
         )
 
 
@@ -40,7 +43,6 @@ def resolve_run_dir(value: str) -> Path:
         return path
     if path.exists():
         raise click.BadParameter(f"{value} is a file; pass the run's directory", param_hint="RUN_OR_DIR")
-    from nnlo_sched.runs import find_run
 
     try:
         return Path(find_run(value).dir)

@@ -12,29 +12,35 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
-from nnlo.contract import SCRIPT_FILE
+from nnlo.contract import CHAINS_DIR, ENV_HOME, SCRIPT_FILE
 from nnlo.errors import ConfigError
-from nnlo_sched.commands.layout import parse_gpus, parse_walltime_option
-
-KINDS = ("train", "optimize")
-_RAW_ARGS = "nnlo.submit.raw_args"
-
-
-class _SubmitCommand(click.Command):
-    """Keeps the arguments as typed, so that a usage error can print the corrected command line."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        ctx.meta[_RAW_ARGS] = list(args)
-        return super().parse_args(ctx, args)
+from nnlo_sched import api
+from nnlo_sched.inner import InnerCommand, InnerOptionError, parse_inner, parser
+from nnlo_sched.options import KINDS
+from nnlo_sched.params import TypedCommand, parse_gpus, parse_walltime_option, typed_args
+from nnlo_sched.render import render_script
+from nnlo_sched.runs import Run, chain_runs, find_run
+from nnlo_sched.schedulers import get_scheduler
+from nnlo_sched.search import (
+    ARRAY_SCRIPT,
+    chain_names,
+    chain_spec,
+    check_joinable,
+    check_search_options,
+    join_search,
+    joining_spec,
+    render_array,
+    use_array,
+)
+from nnlo_sched.spec import DEFAULT_MAX_RESUBMITS, DEFAULT_MAX_RETRIES
 
 
 def _typed_before(kind_and_args: int) -> list[str]:
     """The submit options as typed: every raw argument before the last ``kind_and_args`` ones."""
-    raw: list[str] = click.get_current_context().meta.get(_RAW_ARGS, [])
+    raw = typed_args(click.get_current_context())
     return raw[: max(0, len(raw) - kind_and_args)]
 
 
@@ -43,9 +49,7 @@ def _command_line(words: list[str]) -> str:
 
 
 def _inner_option_names(kind: str) -> set[str]:
-    from nnlo_sched.inner import command_for
-
-    params = command_for(kind).params
+    params = parser(kind).params
     return {opt for p in params for opt in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
 
 
@@ -105,10 +109,8 @@ def _move_submit_options(kind: str, args: tuple[str, ...]) -> tuple[list[str], l
     return moved, kept, names
 
 
-def _parse_inner(kind: str, args: tuple[str, ...]) -> Any:
+def _parse_inner(kind: str, args: tuple[str, ...]) -> InnerCommand:
     """The inner command, typed; a submit option placed after ``train``/``optimize`` is named as such."""
-    from nnlo_sched.inner import InnerOptionError, parse_inner
-
     try:
         inner = parse_inner(kind, args)
     except InnerOptionError as e:
@@ -133,7 +135,7 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> Any:
 
 @click.command(
     "submit",
-    cls=_SubmitCommand,
+    cls=TypedCommand,  # a usage error prints the corrected command line
     context_settings=dict(ignore_unknown_options=True, allow_interspersed_args=False),
 )
 @click.option("--cluster", "-c", default=None, help="Cluster profile (nnlo clusters lists them); required.")
@@ -148,16 +150,16 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> Any:
 @click.option("--gpus-per-worker", default=None, callback=parse_gpus,
               help="GPUs per worker rank: 1, 2, ..., 0.5 (2 ranks share a GPU); 0 = CPU only.")
 @click.option("--constraint", "-C", default=None, help="Node feature (Slurm --constraint), e.g. a100.")
-@click.option("--max-resubmits", type=int, default=10, show_default=True,
+@click.option("--max-resubmits", type=int, default=DEFAULT_MAX_RESUBMITS, show_default=True,
               help="Jobs the checkpoint-restart chain may add after the first.")
-@click.option("--max-retries", type=int, default=2, show_default=True,
+@click.option("--max-retries", type=int, default=DEFAULT_MAX_RETRIES, show_default=True,
               help="Jobs retried from the newest checkpoint after a rank was killed (signal, OOM, lost node); "
                    "a Python error or bad input is never retried.")
 @click.option("--directive", "directives", multiple=True,
               help="Extra scheduler directive, e.g. --directive '--mail-type=END' (repeatable).")
 @click.option("--run-dir", type=str, default=None, metavar="DIR",
               callback=lambda c, p, v: None if v is None else Path(v),
-              help="Run directory (default: chosen under $NNLO_HOME or ./nnlo-runs).")
+              help=f"Run directory (default: chosen under ${ENV_HOME} or ./nnlo-runs).")
 @click.option("--jobs", "-j", "jobs", type=click.IntRange(min=1, max=1000), default=None, metavar="K",
               help="One search across K concurrent chains of jobs sharing its state (optimize only); each chain "
                    "resubmits itself after its walltime.")
@@ -206,25 +208,22 @@ def submit_command(
       nnlo submit --cluster daint -A s123 --jobs 4 -t 2h optimize --model m.py --num-iterations 200
       nnlo submit --join SEARCH --cluster daint-mc -A s123 -t 4h
     """
-    from nnlo_sched import api
-    from nnlo_sched.render import render_script
-    from nnlo_sched.schedulers import get_scheduler
-
+    inner_given = kind is not None
     if join is not None:
         _check_join_options(jobs, array, run_dir, kind)
         search_run = _find_search(join)
-        if kind is None:
-            kind, args = "optimize", tuple(search_run.spec.args)
-            inner_given = False
-        else:
-            inner_given = True
     elif kind is None:
         raise ConfigError(f"nnlo submit needs the word train or optimize and the run's options; type: "
                           f"{_command_line([*_typed_before(0), 'optimize', '--model', 'MODEL.py'])}")
     if array is not None and jobs is None:
         raise ConfigError(f"--{'' if array else 'no-'}array goes with --jobs K (the chains of one search)")
-    _check_kind(kind, args)
-    inner = _parse_inner(kind, args)
+    if kind is None:  # --join without options: the search's own typed run
+        base = search_run.spec
+        kind, args, inner = base.kind, tuple(base.args), base.inner
+    else:
+        _check_kind(kind, args)
+        inner = _parse_inner(kind, args)
+    no_check = no_check or not inner.check  # --no-check after the run kind means the same
     if not cluster:
         fixed = _command_line([*_typed_before(1 + len(args)), "--cluster", "NAME", kind, *args])
         raise ConfigError(f"nnlo submit needs a cluster (nnlo clusters lists them); type: {fixed}")
@@ -240,32 +239,26 @@ def submit_command(
         if jobs is None:
             click.echo(f"submitted run {run.id} as job {run.job_id} ({run.dir})")
         else:
-            from nnlo_sched.search import chain_runs
-
             shown = ", ".join(f"{c.dir.name}={c.job_id}" for c in chain_runs(run.dir))
             click.echo(f"submitted search {run.id} as {jobs} chain(s): {shown} ({run.dir})")
         sys.stdout.flush()
         return
 
     if join is not None:
-        from nnlo_sched.search import check_search_args
-
-        check_search_args(spec.args)
+        check_search_options(spec.search)
     found = api.preflight(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array)
     for text in found.notes:
         note(text)
     profile = found.profile
     if join is not None:
-        from nnlo_sched.search import join_search, joining_spec
-
         if not dry_run:
             chain, job = join_search(search_run, spec, profile, inner_given=inner_given)
             click.echo(f"joined search {search_run.id}: chain {chain} on {profile.name} as job {job} "
-                       f"({search_run.dir / 'chains' / chain})")
+                       f"({search_run.dir / CHAINS_DIR / chain})")
             sys.stdout.flush()
             return
         one = joining_spec(search_run, spec, profile, inner_given=inner_given)
-        chain_dir = search_run.dir / "chains" / "cN"
+        chain_dir = search_run.dir / CHAINS_DIR / "cN"
         click.echo(render_script(one, profile, chain_dir, participant="cN"), nl=False)
         argv = get_scheduler(profile.scheduler, chain_dir).submit_argv(chain_dir / SCRIPT_FILE)
         click.echo(f"# --- dry run: nothing was written or submitted; the chain would join search {search_run.id} "
@@ -274,14 +267,12 @@ def submit_command(
         return
     shown_dir = found.shown_dir
     if jobs is not None:
-        from nnlo_sched.search import ARRAY_SCRIPT, chain_names, chain_spec, render_array, use_array
-
         arrayed = use_array(profile, jobs, array)
         names = chain_names(profile.scheduler, jobs, None if arrayed else 0)
         script = (render_array(spec, profile, shown_dir, names) if arrayed else
-                  render_script(chain_spec(spec, shown_dir), profile, shown_dir / "chains" / names[0],
+                  render_script(chain_spec(spec, shown_dir), profile, shown_dir / CHAINS_DIR / names[0],
                                 participant=names[0]))
-        target = shown_dir / (ARRAY_SCRIPT if arrayed else f"chains/{names[0]}/{SCRIPT_FILE}")
+        target = shown_dir / (ARRAY_SCRIPT if arrayed else Path(CHAINS_DIR, names[0], SCRIPT_FILE))
         argv = get_scheduler(profile.scheduler, shown_dir).submit_argv(target)
         click.echo(script, nl=False)
         click.echo("# --- dry run: nothing was written or submitted ---")
@@ -307,10 +298,7 @@ def _check_join_options(jobs: int | None, array: bool | None, run_dir: Path | No
         raise ConfigError("--join adds a chain to a search (optimize); a training cannot be joined")
 
 
-def _find_search(ref: str) -> Any:
-    from nnlo_sched.runs import find_run
-    from nnlo_sched.search import check_joinable
-
+def _find_search(ref: str) -> Run:
     run = find_run(ref, changes=True)
     check_joinable(run)
     return run

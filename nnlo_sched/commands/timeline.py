@@ -10,6 +10,10 @@ from pathlib import Path
 
 import click
 
+from nnlo.contract import TIMELINE_FILE
+from nnlo.errors import ConfigError
+from nnlo.observe import summary as summ
+from nnlo.observe import timeline
 from nnlo_sched.commands.plot import resolve_run_dir
 from nnlo_sched.params import finite_range
 
@@ -17,7 +21,7 @@ from nnlo_sched.params import finite_range
 @click.command("timeline")
 @click.argument("run", metavar="RUN_OR_DIR")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Where to write the merged trace [default: RUN/timeline.json].")
+              help=f"Where to write the merged trace [default: RUN/{TIMELINE_FILE}].")
 @click.option("--summary/--no-summary", default=True, show_default=True,
               help="Print the per-role time breakdown computed from the trace.")
 @click.option("--from", "start", type=finite_range(min=0), default=None, metavar="SECONDS",
@@ -34,14 +38,9 @@ def timeline_command(run: str, out: Path | None, summary: bool, start: float | N
     always covers the whole run; --from/--to only slice the written trace."""
     if start is not None and end is not None and end <= start:
         raise click.BadParameter(f"--to {end:g} must be after --from {start:g}", param_hint="--to")
-    from nnlo.observe import summary as summ
-    from nnlo.observe import timeline
-
     run_dir = resolve_run_dir(run)
     streams = timeline.load_run(run_dir)
     if not streams:
-        from nnlo.errors import ConfigError
-
         raise ConfigError(
             f"no trace in {run_dir}: the run was not started with --timeline (add --timeline to nnlo train/optimize)"
         )

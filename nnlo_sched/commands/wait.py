@@ -12,12 +12,12 @@ from typing import Any
 import click
 
 from nnlo.contract import EXIT_DONE, EXIT_FAILED
+from nnlo_sched import api
+from nnlo_sched.commands.status import _fmt_jobs, _fmt_progress
 from nnlo_sched.params import finite_range
 
 
 def _line(view: dict[str, Any]) -> str:
-    from nnlo_sched.commands.status import _fmt_jobs, _fmt_progress
-
     text = f"{view['run_id']}: {view['state']}, jobs {_fmt_jobs(view) or '-'}"
     prog = _fmt_progress(view["progress"])
     return text + (f", {prog}" if prog and prog != "-" else "")
@@ -37,8 +37,6 @@ def wait_command(run: str, timeout: float | None, every: float, quiet: bool) -> 
     Exit status: 0 when the run is done; 1 when it failed or was cancelled, or is still going after
     --timeout (the run itself is left alone).
     """
-    from nnlo_sched import api
-
     last = ""
 
     def show(st: api.RunStatus) -> None:

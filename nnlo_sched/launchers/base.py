@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from nnlo.contract import STOP_SIGNALS
 from nnlo.errors import ConfigError
 from nnlo_sched.profiles.schema import Profile
 
@@ -43,11 +44,32 @@ class LaunchPlan:
     def ranks_per_gpu(self) -> int:
         return int(1 / self.gpus_per_rank) if 0 < self.gpus_per_rank < 1 else 1
 
+    @property
+    def bound(self) -> bool:
+        """The launcher gives each rank slot its own GPU(s) (:func:`slot_gpus`): GPUs are used, and the ranks
+        are not placed beside spare-core masters on one node (``unbound``)."""
+        return self.gpus_per_rank > 0 and not self.unbound
+
+
+def slot_gpus(slot: int, gpus_per_rank: Fraction) -> tuple[int, ...]:
+    """The GPUs (node-local indices) a launcher that binds gives rank slot ``slot`` of a node: ``g`` whole GPUs
+    each in slot order, or one GPU per ``k`` consecutive slots when ``k`` ranks share one (``1/k``). Pure: the
+    launchers bind by it and the layout reports it."""
+    if gpus_per_rank <= 0:
+        return ()
+    if gpus_per_rank < 1:
+        return (slot // int(1 / gpus_per_rank),)
+    g = int(gpus_per_rank)
+    return tuple(range(slot * g, (slot + 1) * g))
+
 
 class Launcher(ABC):
     """Builds the argv that starts ``plan.ranks`` ranks of a program."""
 
     name: str = ""
+    #: whether this launcher can give each rank its own GPU(s); one that cannot (aprun, mpirun) starts ranks that
+    #: see every GPU of their node, and each rank picks its own by :func:`nnlo.device.gpu_index`
+    binds_gpus: bool = False
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
@@ -66,6 +88,14 @@ class Launcher(ABC):
     def relay(self, signal: str) -> str:
         """The signal to send this launcher so that its ranks get ``signal`` (or an equivalent stop signal)."""
         return signal
+
+    def relays(self, warning: str | None = None) -> dict[str, str]:
+        """The one relay rule of every launch: each signal the process in front of this launcher catches (a
+        batch shell's traps, ``nnlo ... -n``'s relay) -> the signal it sends the launcher. The stop signals
+        (:data:`nnlo.contract.STOP_SIGNALS`) and a site's pre-walltime ``warning`` (first), names without
+        ``SIG``."""
+        caught = [warning, "TERM", *(s.name.removeprefix("SIG") for s in STOP_SIGNALS)]
+        return {sig: self.relay(sig) for sig in dict.fromkeys(s for s in caught if s)}
 
     def check(self, plan: LaunchPlan) -> None:
         """Raise :class:`LaunchError` for a plan this launcher cannot express."""

@@ -16,6 +16,7 @@ from nnlo_sched.launchers.base import LaunchError, LaunchPlan, Launcher
 
 class Jsrun(Launcher):
     name = "jsrun"
+    binds_gpus = True  # a resource set's GPUs are the only ones its ranks see (CUDA_VISIBLE_DEVICES)
 
     def _form(self, plan: LaunchPlan) -> tuple[int, int, int, int, int, str]:
         """(sets, sets per host, tasks per set, cores per set, GPUs per set, bind)."""

@@ -7,10 +7,12 @@ variables and runs in that world directly (:func:`inside_mpi_launch`).
 Why this lives beside the launchers: there is one way to start ranks on this machine. The launch line comes
 from the ``local`` cluster profile and its launcher class (:class:`~nnlo_sched.launchers.mpirun.Mpirun`:
 the environment's own mpirun first, the profile's ``launcher_flags``), exactly as in the script of a
-``nnlo submit --cluster local`` job, and every stop signal this process gets is passed on through the
-launcher's :meth:`~nnlo_sched.launchers.base.Launcher.relay`, exactly as that script's traps pass it on:
-MPICH's Hydra dies on SIGUSR2, so SIGUSR2 reaches the ranks as SIGUSR1, and the ranks stop with a
-checkpoint on either (:mod:`nnlo.stop`).
+``nnlo submit --cluster local`` job, and every stop signal this process gets is passed on by the launcher's
+one relay rule (:meth:`~nnlo_sched.launchers.base.Launcher.relays`), the rule that script's traps are
+rendered from: MPICH's Hydra dies on SIGUSR2, so SIGUSR2 reaches the ranks as SIGUSR1, and the ranks stop
+with a checkpoint on either (:mod:`nnlo.stop`). (Two carriers of the rule, one each where it can live: a
+batch job has only its shell to catch the scheduler's signals; here the ``nnlo`` process catches them,
+and also names a rank that died and stops at a second Ctrl-C.)
 
 The launcher runs in a process group of its own, so a Ctrl-C at the terminal reaches it once, through this
 process, and not also straight from the terminal (Hydra takes a second SIGINT as "abort now"); it gets
@@ -38,6 +40,7 @@ from fractions import Fraction
 from types import FrameType
 from typing import IO, Self
 
+from nnlo import rankfate
 from nnlo.contract import (
     ENV_LAUNCHED,
     ENV_LIVE,
@@ -46,6 +49,7 @@ from nnlo.contract import (
     EXIT_RESUMABLE,
     INSISTING_SIGNALS,
     STOP_SIGNALS,
+    signal_status,
 )
 from nnlo.errors import ConfigError
 from nnlo.stop import INSIST_AFTER_S, Handler
@@ -98,8 +102,6 @@ def launch_argv(n: int, argv: Sequence[str], profile: Profile | None = None) -> 
 
 def relaunch(n: int, argv: Sequence[str]) -> int:
     """Run ``nnlo <argv>`` on ``n`` ranks with the local profile's launcher; returns its exit status."""
-    from nnlo import rankfate
-
     profile = load_profile(PROFILE)
     cmd = launch_argv(n, argv, profile)
     sys.setswitchinterval(0.001)  # this process only waits: let the rank watcher run the moment it wakes
@@ -127,7 +129,7 @@ def relaunch(n: int, argv: Sequence[str]) -> int:
         for t in pumps:
             t.join(timeout=30)
         if relay.insisted is not None and code != EXIT_RESUMABLE:
-            return 128 + relay.insisted  # Hydra reports its forced abort as 0
+            return signal_status(relay.insisted)  # Hydra reports its forced abort as 0
         if code != 0 and not watch.own_error and not relay.relayed:  # a signal sent to us is not a death
             line = rankfate.launcher_fate(watch.text(), records, deaths.fate())
             if line is not None:
@@ -145,6 +147,7 @@ class _Relay:
 
     def __init__(self, launcher: Launcher) -> None:
         self.launcher = launcher
+        self.sends = launcher.relays()  # the rule a batch script's traps are rendered from
         self.relayed: list[signal.Signals] = []
         self.insisted: int | None = None  # a repeated SIGTERM/SIGINT: the user wants the run ended now
         self._proc: subprocess.Popen[bytes] | None = None
@@ -183,7 +186,7 @@ class _Relay:
 
     def _send(self, sig: signal.Signals) -> None:
         assert self._proc is not None
-        name = self.launcher.relay(sig.name.removeprefix("SIG"))
+        name = self.sends[sig.name.removeprefix("SIG")]
         with contextlib.suppress(ProcessLookupError):  # already gone
             self._proc.send_signal(signal.Signals[f"SIG{name}"])
 
@@ -242,4 +245,4 @@ class _Watch:
 
 
 def _status(code: int) -> int:
-    return 128 - code if code < 0 else code
+    return signal_status(-code) if code < 0 else code

@@ -1,12 +1,29 @@
-"""Slurm's ``srun``: ``-n --nodes --ntasks-per-node --cpus-per-task --wait [--gpus-per-task]``
-plus site MPI flags."""
+"""Slurm's ``srun``: ``-n --nodes --ntasks-per-node --cpus-per-task --wait [--gpus-per-task --gpu-bind]``
+plus site MPI flags.
+
+GPU binding is spelled out rather than left to Slurm's defaults, which differ between versions (some bind
+``--gpus-per-task`` GPUs to each task, older ones only count them): ``--gpu-bind=map_gpu:0,1,2,...`` gives
+local task ``i`` the GPU of rank slot ``i`` (:func:`~nnlo_sched.launchers.base.slot_gpus`; ``0,0,1,1,...`` when
+two ranks share one), ``mask_gpu:0x3,0xc,...`` several GPUs per task. Slurm then sets each task's
+``CUDA_VISIBLE_DEVICES`` to its own GPUs, and the rank computes on the first (:mod:`nnlo.device`).
+"""
 from __future__ import annotations
 
-from nnlo_sched.launchers.base import LaunchPlan, Launcher
+from nnlo_sched.launchers.base import LaunchPlan, Launcher, slot_gpus
+
+
+def gpu_bind(plan: LaunchPlan) -> str:
+    """``--gpu-bind``'s value for a bound plan: one entry per rank slot of a node (Slurm reuses the list on
+    every node, and for the fewer tasks of the last one)."""
+    per_slot = [slot_gpus(slot, plan.gpus_per_rank) for slot in range(plan.ranks_per_node)]
+    if all(len(gpus) == 1 for gpus in per_slot):
+        return "map_gpu:" + ",".join(str(gpus[0]) for gpus in per_slot)
+    return "mask_gpu:" + ",".join(hex(sum(1 << g for g in gpus)) for gpus in per_slot)
 
 
 class Srun(Launcher):
     name = "srun"
+    binds_gpus = True
 
     def relay(self, signal: str) -> str:
         # srun answers one SIGINT with a status report and forwards nothing (its man page: only a second
@@ -26,8 +43,11 @@ class Srun(Launcher):
             # (--kill-on-bad-exit would also kill ranks still writing when the first exits 75.)
             "--wait=120",
         ]
-        # Whole GPUs per task are bound by Slurm; shared or layout-chosen GPUs stay visible to all tasks
-        # (the job's --gres/--gpus-per-node) and each rank selects its device from the layout.
+        # Whole GPUs per task are counted per task, shared ones come from the job's --gres/--gpus-per-node; both
+        # are bound explicitly. Unbound (masters on spare cores of one node): every task sees every GPU and
+        # each rank picks its own (nnlo.device).
         if plan.gpus_per_rank >= 1 and not plan.unbound:
             out.append(f"--gpus-per-task={int(plan.gpus_per_rank)}")
+        if plan.bound:
+            out.append(f"--gpu-bind={gpu_bind(plan)}")
         return out

@@ -18,7 +18,6 @@ from nnlo_sched.launchers import LaunchPlan, launcher_for
 from nnlo_sched.launchers.base import LaunchError
 from nnlo_sched.layout.model import Layout
 from nnlo_sched.profiles.schema import Profile
-from nnlo_sched.spec import RunSpec
 
 #: No layout has more ranks than this. Why a bound at all: an oversubscribed profile (``local``) has no node
 #: or process limit, so an absurd count (``--workers 1e30``) would otherwise reach the role hierarchy, which
@@ -302,6 +301,7 @@ def _place(
     plan = LaunchPlan(world, nodes, ranks_per_node, cores_per_rank, gpw, unbound)
     launcher = launcher_for(profile)
     launcher.check(plan)
+    binding = "none" if gpw == 0 else ("launcher" if plan.bound and launcher.binds_gpus else "layout")
     layout = Layout(
         cluster=profile.name,
         kind=kind,
@@ -317,6 +317,7 @@ def _place(
         walltime_limit_s=limit,
         launcher=launcher.argv(plan),
         notes=notes,
+        gpu_binding=binding,
     )
     layout.notes[:0] = _server_notes(layout)
     return layout
@@ -357,18 +358,3 @@ def _spans(values: list[int]) -> str:
     if len(out) > 6:
         out = [*out[:3], "...", *out[-2:]]
     return ",".join(out)
-
-
-def layout_for_spec(spec: RunSpec, profile: Profile, shape: Shape) -> Layout:
-    """The layout of a run spec (``shape`` read from its inner args) on the nodes its ``--constraint`` picks."""
-    return compute_layout(
-        profile.for_constraint(spec.constraint),
-        shape,
-        spec.kind,
-        workers=spec.workers,
-        blocks=spec.blocks,
-        nodes=spec.nodes,
-        gpus_per_worker=spec.gpus_per_worker,
-        walltime_s=spec.walltime_s,
-        queue=spec.queue,
-    )

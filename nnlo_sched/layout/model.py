@@ -6,15 +6,24 @@ nodes every rank holds a GPU slot: worker ranks use theirs, and the few masters 
 no GPU) leave theirs idle — those ranks come first, so they sit on the first node(s). On a single node the
 masters and coordinator instead take the node's spare cores beside one worker per GPU slot; the launcher then
 binds no GPUs and every rank picks the device named here (``unbound``).
+
+Who binds (``gpu_binding``): ``launcher`` — srun and jsrun give each rank slot its GPUs
+(:func:`~nnlo_sched.launchers.base.slot_gpus`) and the rank sees only those; ``layout`` — unbound, or a
+launcher that cannot bind (aprun, mpirun): every rank sees its node's GPUs and takes the one named here by
+:func:`nnlo.device.gpu_index`, the same function the runtime calls, so this map is what runs.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from nnlo.device import gpu_index
+from nnlo.errors import ConfigError
 from nnlo.roles import Hierarchy, RankInfo, Role, Shape
+from nnlo_sched.launchers.base import slot_gpus
 
 
 @dataclass(frozen=True)
@@ -23,6 +32,50 @@ class Placement:
     role: str  # the role label, e.g. "master:m0", "b1f1:worker:w0"
     node: int
     gpus: tuple[int, ...]  # device indices on its node (shared by several ranks when gpus_per_worker < 1)
+
+
+@dataclass(frozen=True)
+class LayoutRecord:
+    """A layout without its per-rank list: what a run's spec keeps (``spec.json``'s ``layout``) and what its
+    batch script is rendered from. JSON-able; :meth:`to_dict` and :meth:`from_dict` round-trip it."""
+
+    cluster: str
+    kind: str
+    shape: dict[str, Any]  # n_masters, n_processes, block_size, block_sizes, proposers, n_fold
+    world_size: int
+    nodes: int
+    ranks_per_node: int
+    cores_per_rank: int
+    gpus_per_node: int
+    gpus_per_worker: float
+    ranks_per_gpu: int
+    gpu_binding: str  # "launcher", "layout" (every rank picks its device), "none"
+    gpus_used: int
+    gpus_allocated: int
+    workers_per_group: int
+    blocks: int
+    block_sizes: list[int]
+    roles: dict[str, int]
+    queue: str | None
+    walltime_s: int | None
+    walltime_limit_s: int | None
+    launcher: list[str]
+    nodes_map: list[dict[str, Any]]  # {"first": node, "last": node, "roles": {role: count}}
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LayoutRecord:
+        """Inverse of :meth:`to_dict`; a missing or unknown key is a one-line :class:`ConfigError`."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [n for n in names if n not in data]
+        unknown = sorted(set(data) - set(names))
+        if missing or unknown:
+            raise ConfigError(f"the layout record lacks {', '.join(missing) or '-'} and has unknown "
+                              f"{', '.join(unknown) or '-'}; re-create the run")
+        return cls(**{n: data[n] for n in names})
 
 
 @dataclass
@@ -41,6 +94,7 @@ class Layout:
     walltime_limit_s: int | None
     launcher: list[str]
     notes: list[str] = field(default_factory=list)
+    gpu_binding: str = "launcher"  # launcher | layout | none (see the module's docstring)
 
     # -- derived -----------------------------------------------------------------------------------
     @property
@@ -83,30 +137,27 @@ class Layout:
         return rank // self.ranks_per_node
 
     def gpus_of(self, rank: int) -> tuple[int, ...]:
-        """Device indices on the rank's node ((): none)."""
+        """Device indices on the rank's node ((): none); the first is the one it computes on."""
         info = self.hierarchy[rank]
         if not info.needs_device or self.gpus_per_worker == 0:
             return ()
-        slot = rank % self.ranks_per_node
-        if self.unbound:
-            # single node, every rank sees all GPUs: the runtime (nnlo.device) gives the j-th worker rank of
-            # the node GPU j modulo the GPU count, so sharing ranks are dealt round-robin
-            slot = self._worker_ordinal()[rank]
-            if self.shares_gpus:
-                return (slot % self.gpus_per_node,)
-        if self.shares_gpus:  # the launcher binds one GPU to each set of ranks_per_gpu consecutive slots
-            return (slot // self.ranks_per_gpu,)
-        g = int(self.gpus_per_worker)
-        return tuple(range(slot * g, (slot + 1) * g))
+        if self.gpu_binding == "launcher":
+            return slot_gpus(rank % self.ranks_per_node, self.gpus_per_worker)
+        # every rank sees its node's GPUs and the runtime picks by the one rule (nnlo.device.gpu_index)
+        ordinal, workers = self._node_places()[rank]
+        first = gpu_index(ordinal, workers, self.gpus_per_node)
+        return tuple(range(first, first + max(1, int(self.gpus_per_worker))))
 
-    def _worker_ordinal(self) -> dict[int, int]:
-        cached = self.__dict__.get("_ordinal")
+    def _node_places(self) -> dict[int, tuple[int, int]]:
+        """rank -> (its number among its node's worker ranks, how many workers the node has)."""
+        cached = self.__dict__.get("_places")
         if cached is None:
-            cached = {}
+            per_node: dict[int, list[int]] = {}
             for info in self.hierarchy:
                 if info.needs_device:
-                    cached[info.rank] = len(cached)
-            self.__dict__["_ordinal"] = cached
+                    per_node.setdefault(self.node_of(info.rank), []).append(info.rank)
+            cached = {r: (i, len(ranks)) for ranks in per_node.values() for i, r in enumerate(ranks)}
+            self.__dict__["_places"] = cached
         return cached
 
     def placements(self) -> Iterator[Placement]:
@@ -132,13 +183,13 @@ class Layout:
         return [r for r in self.hierarchy if not r.needs_device]
 
     # -- output ------------------------------------------------------------------------------------
-    def to_dict(self, ranks: bool = True) -> dict[str, Any]:
-        """A JSON-able structure; ``ranks=False`` leaves out the per-rank list (huge on a full machine)."""
+    def record(self) -> LayoutRecord:
+        """This layout without its per-rank list (what a run's spec keeps)."""
         s = self.shape
-        out: dict[str, Any] = {
-            "cluster": self.cluster,
-            "kind": self.kind,
-            "shape": {
+        return LayoutRecord(
+            cluster=self.cluster,
+            kind=self.kind,
+            shape={
                 "n_masters": s.n_masters,
                 "n_processes": s.n_processes,
                 "block_size": s.block_size,
@@ -146,29 +197,31 @@ class Layout:
                 "proposers": s.proposers,
                 "n_fold": s.n_fold,
             },
-            "world_size": self.world_size,
-            "nodes": self.nodes,
-            "ranks_per_node": self.ranks_per_node,
-            "cores_per_rank": self.cores_per_rank,
-            "gpus_per_node": self.gpus_per_node,
-            "gpus_per_worker": float(self.gpus_per_worker),
-            "ranks_per_gpu": self.ranks_per_gpu,
-            "gpu_binding": "layout" if self.unbound else ("launcher" if self.gpus_per_worker else "none"),
-            "gpus_used": self.gpus_used,
-            "gpus_allocated": self.gpus_allocated,
-            "workers_per_group": self.workers_per_group,
-            "blocks": self.blocks,
-            "block_sizes": list(self.hierarchy.block_sizes) if self.shape.optimization else [],
-            "roles": {str(r): self.hierarchy.count(r) for r in Role if self.hierarchy.count(r)},
-            "queue": self.queue,
-            "walltime_s": self.walltime_s,
-            "walltime_limit_s": self.walltime_limit_s,
-            "launcher": list(self.launcher),
-            "nodes_map": [
-                {"first": a, "last": b, "roles": counts} for a, b, counts in self.node_runs()
-            ],
-            "notes": list(self.notes),
-        }
+            world_size=self.world_size,
+            nodes=self.nodes,
+            ranks_per_node=self.ranks_per_node,
+            cores_per_rank=self.cores_per_rank,
+            gpus_per_node=self.gpus_per_node,
+            gpus_per_worker=float(self.gpus_per_worker),
+            ranks_per_gpu=self.ranks_per_gpu,
+            gpu_binding=self.gpu_binding,
+            gpus_used=self.gpus_used,
+            gpus_allocated=self.gpus_allocated,
+            workers_per_group=self.workers_per_group,
+            blocks=self.blocks,
+            block_sizes=list(self.hierarchy.block_sizes) if self.shape.optimization else [],
+            roles={str(r): self.hierarchy.count(r) for r in Role if self.hierarchy.count(r)},
+            queue=self.queue,
+            walltime_s=self.walltime_s,
+            walltime_limit_s=self.walltime_limit_s,
+            launcher=list(self.launcher),
+            nodes_map=[{"first": a, "last": b, "roles": counts} for a, b, counts in self.node_runs()],
+            notes=list(self.notes),
+        )
+
+    def to_dict(self, ranks: bool = True) -> dict[str, Any]:
+        """A JSON-able structure; ``ranks=False`` leaves out the per-rank list (huge on a full machine)."""
+        out = self.record().to_dict()
         if ranks:
             out["ranks"] = [
                 {"rank": p.rank, "role": p.role, "node": p.node, "gpus": list(p.gpus)}

@@ -11,6 +11,11 @@ from collections.abc import Sequence
 from nnlo_sched.layout.model import Layout
 
 _MAX_RANK_MAP = 400  # characters of the rank map before it is shortened
+_MAX_SLOTS = 24  # ranks of a node listed in the GPU map before it is shortened
+_BINDING = {
+    "launcher": "bound by the launcher: each rank sees only its own GPU(s) and computes on the first",
+    "layout": "each rank sees its node's GPUs and computes on the one listed (nnlo.device.gpu_index)",
+}
 
 
 def _duration(seconds: int | None, missing: str = "none known") -> str:
@@ -24,6 +29,42 @@ def _duration(seconds: int | None, missing: str = "none known") -> str:
 
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {role}" + ("s" if n > 1 else "") for role, n in counts.items())
+
+
+def _gpus(gpus: tuple[int, ...]) -> str:
+    return "-" if not gpus else "+".join(str(g) for g in gpus)
+
+
+def gpu_map(layout: Layout) -> list[str]:
+    """Each rank's GPU, node by node: consecutive nodes whose ranks get the same GPUs in the same order share
+    one line (``-``: a rank without a GPU; ``0+1``: a rank with two)."""
+    if not layout.gpus_per_worker:
+        return []
+    t = layout.ranks_per_node
+    runs: list[tuple[int, int, list[str]]] = []
+    for node in range(layout.nodes):
+        pattern = [_gpus(layout.gpus_of(r)) for r in range(node * t, min((node + 1) * t, layout.world_size))]
+        if runs and runs[-1][2] == pattern and runs[-1][1] == node - 1:
+            runs[-1] = (runs[-1][0], node, pattern)
+        else:
+            runs.append((node, node, pattern))
+    lines = [f"gpu map   {_BINDING[layout.gpu_binding]}"]
+    shown: Sequence[tuple[int, int, list[str]] | None] = runs if len(runs) <= 8 else [*runs[:5], None, *runs[-2:]]
+    for run in shown:
+        if run is None:
+            lines.append(f"  ... {len(runs) - 7} more node groups ...")
+            continue
+        a, b, pattern = run
+        first = a * t
+        where = f"node {a}" if a == b else f"nodes {a}-{b}"
+        n = len(pattern)
+        if a != b:
+            who = f"{n} rank{'s' if n > 1 else ''} each, in rank order"
+        else:
+            who = f"rank {first}" if n == 1 else f"ranks {first}-{first + n - 1}"
+        gpus = " ".join(pattern[:_MAX_SLOTS]) + (" ..." if len(pattern) > _MAX_SLOTS else "")
+        lines.append(f"  {where:<16} {who}: GPUs {gpus}")
+    return lines
 
 
 def summary(layout: Layout) -> str:
@@ -61,6 +102,7 @@ def summary(layout: Layout) -> str:
     if len(rank_map) > _MAX_RANK_MAP:
         rank_map = rank_map[: _MAX_RANK_MAP // 2] + " ... " + rank_map[-_MAX_RANK_MAP // 2:]
     lines.append(f"rank map  {rank_map}")
+    lines += gpu_map(layout)
     for note in layout.notes:
         lines.append(f"note      {note}")
     lines.append(f"launch    {shlex.join(layout.launcher)} <python> -m nnlo_sched run <run dir>")

@@ -7,13 +7,14 @@ gives one line naming the file, the key and the expected type instead of a KeyEr
 from __future__ import annotations
 
 import os
+import string
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from nnlo.errors import ConfigError
-from nnlo_sched.spec import parse_walltime
+from nnlo_sched.walltime import parse_walltime
 
 SCHEDULERS = ("slurm", "lsf", "pbs", "local")
 LAUNCHERS = ("srun", "jsrun", "aprun", "mpirun")
@@ -119,8 +120,6 @@ class Profile:
 
         Idempotent: a profile already specialised to ``constraint`` is returned as it is.
         """
-        from dataclasses import replace
-
         if not constraint or constraint == self.node_type or constraint not in self.node_types:
             return self
         if self.node_type:
@@ -227,8 +226,6 @@ def _removed_max_processes(src: str, key: str, v: Any) -> None:
 
 
 def _runs_home(src: str, key: str, v: Any) -> str:
-    import string
-
     text = _str(src, key, v)
     try:
         fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]

@@ -10,35 +10,32 @@ from pathlib import Path
 
 from nnlo.errors import ConfigError
 from nnlo_sched.schedulers.base import JobInfo, Scheduler, SchedulerError
+from nnlo_sched.schedulers.local import LocalScheduler
+from nnlo_sched.schedulers.lsf import LsfScheduler
+from nnlo_sched.schedulers.pbs import PbsScheduler
+from nnlo_sched.schedulers.slurm import SlurmScheduler
 
-NAMES = ("slurm", "lsf", "pbs", "local")
+#: every batch system nnlo knows, by the name a profile's ``scheduler`` key gives
+CLASSES: dict[str, type[Scheduler]] = {c.name: c for c in (SlurmScheduler, LsfScheduler, PbsScheduler,
+                                                            LocalScheduler)}
+NAMES = tuple(CLASSES)
 
 
 def scheduler_class(name: str) -> type[Scheduler]:
     """The :class:`Scheduler` subclass called ``name``."""
-    if name == "slurm":
-        from nnlo_sched.schedulers.slurm import SlurmScheduler
-        return SlurmScheduler
-    if name == "lsf":
-        from nnlo_sched.schedulers.lsf import LsfScheduler
-        return LsfScheduler
-    if name == "pbs":
-        from nnlo_sched.schedulers.pbs import PbsScheduler
-        return PbsScheduler
-    if name == "local":
-        from nnlo_sched.schedulers.local import LocalScheduler
-        return LocalScheduler
-    raise ConfigError(f"unknown scheduler {name!r}; nnlo knows {', '.join(NAMES)}")
+    try:
+        return CLASSES[name]
+    except KeyError:
+        raise ConfigError(f"unknown scheduler {name!r}; nnlo knows {', '.join(NAMES)}") from None
 
 
 def get_scheduler(name: str, run_dir: str | Path | None = None) -> Scheduler:
     """The scheduler called ``name``; ``run_dir`` is required for ``local`` (its queue lives there)."""
-    if name == "local":
+    if name == LocalScheduler.name:
         if run_dir is None:
             raise ValueError("the local scheduler needs the run directory")
-        from nnlo_sched.schedulers.local import LocalScheduler
         return LocalScheduler(run_dir)
     return scheduler_class(name)()
 
 
-__all__ = ["NAMES", "JobInfo", "Scheduler", "SchedulerError", "get_scheduler", "scheduler_class"]
+__all__ = ["CLASSES", "NAMES", "JobInfo", "Scheduler", "SchedulerError", "get_scheduler", "scheduler_class"]

@@ -1,11 +1,11 @@
-"""What the chain needs from a batch system: submit behind a dependency, query many jobs at once, cancel.
+"""What the chain needs from a batch system: submit behind a dependency, query many jobs at once, cancel, signal.
 
-One :class:`Scheduler` per batch system (``slurm``, ``lsf``, ``pbs``, ``local``). Rendering the job script
-is :mod:`nnlo_sched.render`'s work, with the few facts a template needs from the scheduler's class attributes
-(directive prefix, account option, whether it warns before the walltime). A scheduler owns everything else:
+One :class:`Scheduler` per batch system (``slurm``, ``lsf``, ``pbs``, ``local``) owns everything about it:
+how its directives spell things (the prefix, the walltime, the warning lead, the output file's job-id
+placeholder, an array's range, the account option; :mod:`nnlo_sched.render` puts them into the templates),
 its submit command line (``submit_argv``, what ``nnlo submit --dry-run`` prints) and running it
-(``submit``), its job-id syntax, reading the job id from what the submit program prints, and its query and
-cancel programs and their output formats.
+(``submit``), its job-id syntax, reading the job id from what the submit program prints, its query, cancel
+and signal programs and their output formats.
 
 Every job id that goes onto a command line that acts on jobs (a dependency, a cancel) must match the
 scheduler's own syntax (``job_id_syntax``), checked before any program runs: ``bkill 0`` kills all of the
@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal as signals
 import subprocess
 import time
 from abc import ABC, abstractmethod
@@ -27,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nnlo.errors import NnloError
+from nnlo.errors import ConfigError, NnloError
+from nnlo_sched.walltime import format_hms
 
 # Normalised job states.
 PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED, UNKNOWN = (
@@ -84,6 +86,13 @@ class Scheduler(ABC):
     takes_constraint: bool = False
     warns_before_walltime: bool = True
     job_name_max: int = 64
+    #: how a directive names the job's own id in its output file (Slurm ``%j``), and an array task's
+    log_id_placeholder: str = ""
+    array_log_id_placeholder: str = ""
+    #: the unit of the warning signal's lead in its directive (LSF's ``-wt`` takes minutes)
+    warning_lead_unit_s: int = 1
+    #: the program that sends a signal to a job (named in errors; "" where :meth:`signal` sends it itself)
+    signal_program: str = ""
     #: job arrays (``nnlo submit --jobs K``): whether the batch system has them, the first index, the fewest
     #: tasks an array may have, the variable holding a task's index inside it, the shell expression of a
     #: task's own job id (what :meth:`current_job_id` returns there), and the variables a task's environment
@@ -138,6 +147,31 @@ class Scheduler(ABC):
             raise SchedulerError(f"{self.submit_program} printed no job id: {' '.join(text.split())[:200]!r}")
         return m.group(1)
 
+    # -- directives ------------------------------------------------------------------------------------
+    @classmethod
+    def walltime_directive(cls, seconds: int) -> str:
+        """The walltime as this batch system's directive takes it (``HH:MM:SS``, never less than asked)."""
+        return format_hms(seconds)
+
+    @classmethod
+    def lead_directive(cls, seconds: int) -> str:
+        """The warning signal's lead before the walltime as the directive takes it (seconds)."""
+        return str(int(seconds))
+
+    @classmethod
+    def directive_lines(cls, lines: Sequence[str]) -> list[str]:
+        """Extra directives as the user gave them (``--mail-type=END`` or ``#SBATCH --mail-type=END``) as lines
+        of this batch system; one of another batch system is a one-line error."""
+        reads_directives = cls.directive_prefix != "#"  # where none are read (local), any comment will do
+        out = []
+        for d in lines:
+            d = d.strip()
+            if d.startswith("#") and reads_directives and not d.startswith(cls.directive_prefix + " "):
+                raise ConfigError(f"directive {d!r} is not a {cls.name} directive; write it as "
+                                  f"'{cls.directive_prefix} ...' or give only the option")
+            out.append(d if d.startswith("#") else f"{cls.directive_prefix} {d}")
+        return out
+
     @classmethod
     def job_name(cls, name: str) -> str:
         """A job name the scheduler takes: characters other than ``A-Za-z0-9_.-`` become ``_``."""
@@ -168,11 +202,32 @@ class Scheduler(ABC):
         if ids:
             cancel_tolerant(self.cancel_program, ids, self.cancel_harmless)
 
+    def signal(self, job_ids: Sequence[str], sig: signals.Signals) -> None:
+        """Send ``sig`` to the batch shell of each running job of ``job_ids`` (one call), as the batch system's
+        own warning signal arrives (the job script relays it to the program); jobs that already ended are no
+        error, a malformed id is (nothing runs). SchedulerError (one line) if the program fails."""
+        ids = list(dict.fromkeys(job_ids))
+        self.check_cancel(ids)  # every id well formed, or nothing is signalled
+        if not ids:
+            return
+        require_program(self.signal_program, what="signal jobs")
+        proc = run_capture(self.signal_argv(ids, sig), what="signal jobs")
+        if proc.returncode != 0:
+            lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+            real = [ln for ln in lines if not any(h in ln for h in self.cancel_harmless)]
+            if real:
+                raise SchedulerError(f"{self.signal_program} failed (signal jobs): {one_line(' '.join(real))}")
+
+    def signal_argv(self, job_ids: Sequence[str], sig: signals.Signals) -> list[str]:
+        """The command line that sends ``sig`` to the batch shells of ``job_ids`` (ids checked by the caller)."""
+        raise SchedulerError(f"nnlo cannot signal {self.name} jobs")
+
     def array_task_id(self, array_id: str, index: int) -> str:
         """The job id of task ``index`` of the array the submit program called ``array_id``."""
         raise SchedulerError(f"{self.name} has no job arrays in nnlo")
 
-    def array_directive_range(self, first: int, last: int) -> str:
+    @classmethod
+    def array_directive_range(cls, first: int, last: int) -> str:
         """The index range of an array of tasks ``first``..``last`` as the directive takes it."""
         return f"{first}-{last}"
 

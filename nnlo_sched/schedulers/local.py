@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nnlo.contract import ENV_JOB_ID
+from nnlo.contract import ENV_JOB_ID, EXIT_DONE, LOG_DIR, STOP_SIGNALS, job_log, signal_status
 from nnlo_sched.schedulers.base import (
     CANCELLED,
     COMPLETED,
@@ -76,7 +76,7 @@ class LocalScheduler(Scheduler):
         if depends_on is not None:
             self.check_job_id(depends_on)
         self.qdir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "logs").mkdir(exist_ok=True)
+        (self.run_dir / LOG_DIR).mkdir(exist_ok=True)
         with self._queue() as q:
             job_id = str(q["next_id"])
             q["next_id"] += 1
@@ -117,6 +117,21 @@ class LocalScheduler(Scheduler):
         super().check_cancel(job_ids)
         if job_ids:
             _read(self.qdir)
+
+    def signal(self, job_ids: Sequence[str], sig: signal.Signals) -> None:
+        """Send ``sig`` to the batch shell of each running job of ``job_ids``, the leader of the job's process
+        group, as Slurm's ``scancel --batch`` does: its traps relay it through the launcher (MPICH's Hydra
+        dies on a SIGUSR2 of its own). Queued and ended jobs are left alone."""
+        ids = list(dict.fromkeys(job_ids))
+        self.check_cancel(ids)  # every id well formed, or nothing is signalled
+        if not ids or not (self.qdir / QUEUE_FILE).exists():
+            return
+        with self._queue() as q:
+            running = [j["pid"] for j in q["jobs"] if j["id"] in ids and j["state"] == RUNNING and j["pid"]]
+        for pid in running:
+            if _pid(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         self.check_cancel(job_ids)
@@ -226,8 +241,6 @@ def _default_stop_signals() -> None:
     signal that was ignored when it started, and a `nnlo submit` run from a background shell (`cmd &`,
     nohup, CI runners) passes SIGINT/SIGQUIT ignored down to the supervisor and its jobs; a real batch system
     starts its job shells with default dispositions, and so does this one."""
-    from nnlo.contract import STOP_SIGNALS
-
     for sig in (*STOP_SIGNALS, signal.SIGQUIT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
 
@@ -274,9 +287,9 @@ class Supervisor:
             self._start(j)
 
     def _start(self, j: dict[str, Any]) -> None:
-        log_path = self.sched.run_dir / "logs" / f"job-{j['id']}.out"
+        log_path = self.sched.run_dir / LOG_DIR / job_log(j["id"])
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, **j["env"], NNLO_JOB_ID=j["id"], NNLO_WALLTIME_S=str(j["walltime_s"]))
+        env = {**os.environ, **j["env"], ENV_JOB_ID: j["id"]}
         with open(log_path, "ab") as log:
             try:
                 proc = subprocess.Popen(["/bin/bash", j["script"]], cwd=j["cwd"], env=env, stdin=subprocess.DEVNULL,
@@ -307,7 +320,7 @@ class Supervisor:
             proc = self.procs.get(j["id"])
             if j["state"] != RUNNING or proc is None or proc.poll() is None:
                 continue
-            rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+            rc = proc.returncode if proc.returncode >= 0 else signal_status(-proc.returncode)
             # what is left of the job's process group (a launcher's stray children) goes with it
             _signal_group(j["pid"], signal.SIGKILL)
             if j.get("timeout"):
@@ -336,7 +349,7 @@ def _supervise(run_dir: Path) -> None:
 def main(argv: list[str]) -> None:
     run_dir = Path(argv[0]).resolve()
     if os.fork():  # the caller waits only for this first process
-        os._exit(0)
+        os._exit(EXIT_DONE)
     with contextlib.suppress(OSError):
         os.setsid()
     _supervise(run_dir)

@@ -12,7 +12,8 @@ banner, an error page), in which case jobs missing from it are ``UNKNOWN``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import signal as signals
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from nnlo_sched.schedulers.base import (
@@ -28,6 +29,7 @@ from nnlo_sched.schedulers.base import (
     one_line,
     query_capture,
 )
+from nnlo_sched.walltime import format_hours_minutes
 
 _STATES = {"PEND": PENDING, "PSUSP": PENDING, "WAIT": PENDING, "RUN": RUNNING, "USUSP": RUNNING,
            "SSUSP": RUNNING, "PROV": RUNNING, "DONE": COMPLETED, "EXIT": FAILED, "UNKWN": UNKNOWN,
@@ -45,6 +47,8 @@ class LsfScheduler(Scheduler):
     submit_program, submit_pattern = "bsub", _SUBMITTED
     cancel_program, cancel_harmless = "bkill", ('already finished', 'No matching job', 'is not found')
     directive_prefix, account_flag = "#BSUB", "bsub -P"
+    log_id_placeholder, array_log_id_placeholder = "%J", "%J_%I"
+    warning_lead_unit_s, signal_program = 60, "bkill"
     # -J "name[1-K]"; an element is JOBID[IDX] (bkill, bjobs and -w 'ended(JOBID[IDX])' take it); LSB_JOBINDEX
     # is 0 outside an array
     has_arrays, array_first_index, array_index_var = True, 1, "LSB_JOBINDEX"
@@ -57,6 +61,20 @@ class LsfScheduler(Scheduler):
     def _array_job_id(self, environ: Mapping[str, str]) -> str | None:
         job, index = environ.get("LSB_JOBID", ""), environ.get("LSB_JOBINDEX", "")
         return f"{job}[{index}]" if job and index not in ("", "0") else None
+
+    @classmethod
+    def walltime_directive(cls, seconds: int) -> str:
+        """``-W [hours:]minutes``, rounded up to a whole minute so the job never gets less than asked."""
+        return format_hours_minutes(-(-int(seconds) // 60))
+
+    @classmethod
+    def lead_directive(cls, seconds: int) -> str:
+        """``-wt [hours:]minutes``."""
+        return format_hours_minutes(-(-int(seconds) // 60))
+
+    def signal_argv(self, job_ids: Sequence[str], sig: signals.Signals) -> list[str]:
+        """``bkill -s USR2 ID ...`` (LSF sends it to the job's batch script, as its ``-wa`` warning)."""
+        return ["bkill", "-s", sig.name.removeprefix("SIG"), *job_ids]
 
     def submit_argv(self, script: Path, depends_on: str | None = None) -> list[str]:
         """``sh -c 'exec bsub "$@" < "$0"' SCRIPT [-w 'ended(ID)']`` (prints ``Job <ID> is submitted ...``)."""

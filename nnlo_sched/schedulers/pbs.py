@@ -8,6 +8,8 @@ an error page) make the jobs missing from the table ``UNKNOWN``, never ``ENDED``
 from __future__ import annotations
 
 import re
+import signal as signals
+from collections.abc import Sequence
 from pathlib import Path
 
 from nnlo_sched.schedulers.base import (
@@ -47,12 +49,17 @@ class PbsScheduler(Scheduler):
     # PBS Pro: -J 1-K (at least two tasks); qsub prints 123[].server, a subjob is 123[4].server and its
     # PBS_JOBID says so; PBS_ARRAY_INDEX is its index
     has_arrays, array_first_index, array_min_tasks, array_index_var = True, 1, 2, "PBS_ARRAY_INDEX"
+    signal_program = "qsig"
     array_job_id_expr = "${PBS_JOBID}"
     array_env_vars = ("PBS_ARRAY_INDEX", "PBS_ARRAY_ID")
 
     def array_task_id(self, array_id: str, index: int) -> str:
         head, _, server = array_id.partition(".")
         return self.check_job_id(f"{head.removesuffix('[]')}[{index}]" + (f".{server}" if server else ""))
+
+    def signal_argv(self, job_ids: Sequence[str], sig: signals.Signals) -> list[str]:
+        """``qsig -s USR1 ID ...`` (PBS signals the job's batch shell)."""
+        return ["qsig", "-s", sig.name.removeprefix("SIG"), *job_ids]
 
     def submit_argv(self, script: Path, depends_on: str | None = None) -> list[str]:
         """``qsub [-W depend=afterany:ID] SCRIPT`` with the full id (prints ``ID.server``)."""

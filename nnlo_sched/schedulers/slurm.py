@@ -12,6 +12,7 @@ format asked for (a maintenance banner, an HTML error page from a REST proxy), t
 from __future__ import annotations
 
 import re
+import signal as signals
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from nnlo_sched.schedulers.base import (
     one_line,
     query_capture,
 )
+from nnlo_sched.walltime import format_hms
 
 _STATES = {
     "PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
@@ -58,6 +60,8 @@ class SlurmScheduler(Scheduler):
     submit_program, submit_pattern = "sbatch", _SUBMITTED
     cancel_program, cancel_harmless = "scancel", ('already completed', 'Invalid job id', 'Job/step already')
     directive_prefix, account_flag, takes_constraint = "#SBATCH", "--account", True
+    log_id_placeholder, array_log_id_placeholder = "%j", "%A_%a"
+    signal_program = "scancel"
     # sbatch --array=0-K-1; a task is JOBID_IDX, and --dependency=afterany:JOBID_IDX waits for that task alone
     has_arrays, array_first_index, array_index_var = True, 0, "SLURM_ARRAY_TASK_ID"
     array_job_id_expr = "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
@@ -70,6 +74,17 @@ class SlurmScheduler(Scheduler):
     def _array_job_id(self, environ: Mapping[str, str]) -> str | None:
         job, task = environ.get("SLURM_ARRAY_JOB_ID", ""), environ.get("SLURM_ARRAY_TASK_ID", "")
         return f"{job}_{task}" if job and task else None
+
+    @classmethod
+    def walltime_directive(cls, seconds: int) -> str:
+        """``--time``'s ``[D-]HH:MM:SS``."""
+        days, rest = divmod(int(seconds), 86400)
+        hms = format_hms(rest)
+        return f"{days}-{hms}" if days else hms
+
+    def signal_argv(self, job_ids: Sequence[str], sig: signals.Signals) -> list[str]:
+        """``scancel --signal=USR1 --batch ID ...``: the batch shell only, as ``--signal=B:`` sends the warning."""
+        return ["scancel", f"--signal={sig.name.removeprefix('SIG')}", "--batch", *job_ids]
 
     def submit_argv(self, script: Path, depends_on: str | None = None) -> list[str]:
         """``sbatch --parsable [--dependency=afterany:ID] SCRIPT`` (prints ``ID`` or ``ID;cluster``)."""

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from submitit.core import plugins
+
+from nnlo_sched.submitit.base import NnloExecutor
+from nnlo_sched.submitit.lsf import LsfExecutor, LsfJobEnvironment
+from nnlo_sched.submitit.pbs import PbsExecutor, PbsJobEnvironment
+
 
 def register() -> None:
     """Make the ``lsf`` and ``pbs`` executors and job environments known to submitit (idempotent)."""
-    from submitit.core import plugins
-
-    from nnlo_sched.submitit.lsf import LsfExecutor, LsfJobEnvironment
-    from nnlo_sched.submitit.pbs import PbsExecutor, PbsJobEnvironment
-
     executors = plugins.get_executors()
     envs = plugins.get_job_environments()
     for ex in (LsfExecutor, PbsExecutor):
@@ -37,8 +38,6 @@ def register() -> None:
 def script(executor: Any) -> str:
     """The job script ``executor`` (a plugin executor or an ``AutoExecutor`` of one) would submit now;
     nothing is written or submitted."""
-    from nnlo_sched.submitit.base import NnloExecutor
-
     inner = getattr(executor, "_executor", executor)
     if not isinstance(inner, NnloExecutor):
         raise TypeError(f"{type(inner).__name__} is not one of nnlo's submitit executors (cluster lsf or pbs)")

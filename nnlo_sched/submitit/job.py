@@ -10,16 +10,16 @@ from __future__ import annotations
 import os
 import sys
 
+from submitit.core import job_environment, utils
+from submitit.core.submission import process_job
+
+from nnlo_sched.submitit import register
+
 
 def main(argv: list[str]) -> None:
     if len(argv) != 1:
         sys.exit("usage: python -m nnlo_sched.submitit.job FOLDER")
     folder = argv[0]
-    from submitit.core import job_environment, utils
-    from submitit.core.submission import process_job
-
-    from nnlo_sched.submitit import register
-
     register()
     os.environ["SUBMITIT_FOLDER"] = folder
     paths = utils.JobPaths(folder, job_id=job_environment.JobEnvironment().job_id, task_id=0)

@@ -12,6 +12,7 @@ import typing as tp
 
 from submitit.core import core
 
+from nnlo_sched.schedulers.lsf import LsfScheduler
 from nnlo_sched.submitit.base import NnloExecutor, NnloInfoWatcher, NnloJob, NnloJobEnvironment
 
 
@@ -24,8 +25,6 @@ class LsfJob(NnloJob[core.R]):
     scheduler = "lsf"
     watcher = LsfInfoWatcher(delay_s=60)
 
-    def _signal_argv(self, sig: str, job_id: str) -> list[str]:
-        return ["bkill", "-s", sig, job_id]
 
 
 class LsfJobEnvironment(NnloJobEnvironment):
@@ -39,6 +38,4 @@ class LsfExecutor(NnloExecutor):
 
     @staticmethod
     def _get_job_id_from_submission_command(string: bytes | str) -> str:
-        from nnlo_sched.schedulers.lsf import LsfScheduler
-
         return LsfScheduler().parse_submit_output(string.decode() if isinstance(string, bytes) else string)

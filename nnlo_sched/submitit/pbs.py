@@ -13,6 +13,7 @@ import typing as tp
 
 from submitit.core import core
 
+from nnlo_sched.schedulers.pbs import PbsScheduler
 from nnlo_sched.submitit.base import NnloExecutor, NnloInfoWatcher, NnloJob, NnloJobEnvironment
 
 
@@ -25,8 +26,6 @@ class PbsJob(NnloJob[core.R]):
     scheduler = "pbs"
     watcher = PbsInfoWatcher(delay_s=60)
 
-    def _signal_argv(self, sig: str, job_id: str) -> list[str]:
-        return ["qsig", "-s", sig, job_id]
 
 
 class PbsJobEnvironment(NnloJobEnvironment):
@@ -40,6 +39,4 @@ class PbsExecutor(NnloExecutor):
 
     @staticmethod
     def _get_job_id_from_submission_command(string: bytes | str) -> str:
-        from nnlo_sched.schedulers.pbs import PbsScheduler
-
         return PbsScheduler().parse_submit_output(string.decode() if isinstance(string, bytes) else string)

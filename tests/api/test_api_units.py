@@ -159,6 +159,8 @@ def test_bad_arguments_raise_typed_errors_before_any_rank_waits(kwargs, error, w
     ({"num_iterations": 0}, "num_iterations"), ({"hyper_opt": "grid"}, "hyper_opt"), ({"fom": 3}, "fom"),
     ({"n_fold": "2"}, "n_fold"), ({"blocksize": 2}, "unknown option(s) blocksize"),
     ({"space": 3}, "space= got a int"),
+    ({"schedule": "asha", "min_epochs": 20, "epochs": 10}, "--min-epochs 20 is above --epochs 10"),
+    ({"schedule": "pbt", "population": 50}, "--population 50 is larger than the budget"),
 ])
 def test_bad_search_options_are_typed_errors(options, words, monkeypatch) -> None:
     monkeypatch.delenv("NNLO_DEADLINE", raising=False)

@@ -70,9 +70,22 @@ def test_allreduce(tmp_path, nnlo_env, mpirun):
         assert "nnlo" in row["seconds"] and "nnlo_over_best_alternative" in row
     except ImportError:
         pass
+    from nnlo.allreduce import available_engines
+    from nnlo.allreduce.mpi import PROGRESS
+
+    engines = doc["engines"]
+    assert "mpi over 2 rank(s)" in engines["nnlo"]  # auto on CPUs
+    assert set(engines) == {"nnlo"} | {f"nnlo_{e}" for e in available_engines() if e != "mpi"}
+    assert set(engines) <= set(row["seconds"]) | {"nnlo_horovod"}  # every engine's all-reduce, measured
     (step,) = doc["step"]
-    hvd = {f"nnlo_horovod_{step['bucket_mb'][0]:g}mb"} if "horovod" in row["seconds"] else set()
-    assert {"local", "ddp_gloo", "nnlo_local", step["nnlo_method"]} | hvd == set(step["seconds"])
+    mb = f"{step['bucket_mb'][0]:g}mb"
+    default_progress = doc["mpi_progress"]
+    assert default_progress in PROGRESS and f"progress by {default_progress}" in engines["nnlo"]
+    expected = ({"local", "ddp_gloo", "nnlo_local", step["nnlo_method"]}
+                | {f"nnlo_{mb}_progress_{m}" for m in PROGRESS if m != default_progress}
+                | {f"{e}_{mb}" for e in engines if e != "nnlo"})
+    assert expected == set(step["seconds"])
+    assert step["ddp_method"] == "ddp_gloo" and doc["device"] == "cpu"
     assert math.isclose(step["nnlo_over_ddp"], step["seconds"][step["nnlo_method"]]["median"]
                         / step["seconds"]["ddp_gloo"]["median"])
 
@@ -129,12 +142,30 @@ def test_orchestration(tmp_path, nnlo_env):
 
 
 @pytest.mark.slow
+def test_fidelity(tmp_path, nnlo_env):
+    """The simulated parts (the real Search, schedules and hook runner on simulated clocks): every seed measured,
+    the summary follows from the seeds."""
+    doc = run_bench("fidelity", tmp_path, nnlo_env, "--parts", "ratio,pbt,busy")
+    r = doc["ratio"]
+    assert len(r["seeds"]) == 2 and set(r["rank_correlation_with_final"]) == {"1", "3", "9"}
+    for row in r["seeds"]:
+        assert {"full", "asha", "hyperband"} <= set(row) and row["full"]["trials"] > 0
+        assert row["asha"]["trials"] > row["full"]["trials"]  # ASHA starts more trials in the same time
+    assert r["asha_as_good_seeds"] == sum(row["asha_as_good"] for row in r["seeds"])
+    p = doc["pbt"]
+    assert len(p["seeds"]) == 2 and all(row["pbt"] is not None for row in p["seeds"])
+    b = doc["busy"]
+    assert 0 < b["asha_busy"] <= 1 and b["saves"] >= 1 and set(b["sync_halving_busy"]) == {"81", "216"}
+    assert doc["summary"]["asha_busy_32_blocks"] == b["asha_busy"]
+
+
+@pytest.mark.slow
 def test_run_sh_rejects_an_unknown_benchmark():
     proc = subprocess.run(["bash", str(BENCH / "run.sh"), "nosuch"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "bench/run.sh: no benchmark named 'nosuch'; choose from: ps_exchange allreduce scaling search "
-        "orchestration startup hetero proposers validation fold_noise slurm_requeue"]
+        "orchestration startup hetero proposers validation fold_noise fidelity slurm_requeue"]
 
 
 def test_committed_results_are_valid_json():

@@ -14,7 +14,7 @@ from nnlo_sched.state import JobRecord, RunState, read_state, write_state
 def _run(tmp_path, kind="train"):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "spec.json").write_text(RunSpec(kind=kind, args=["--model", "m.py"], cluster="local",
+    (run / "spec.json").write_text(RunSpec.from_argv(kind=kind, args=["--model", "m.py"], cluster="local",
                                            workdir=str(tmp_path)).to_json())
     write_state(run, RunState(run_id="r1", name="r", cluster="local", scheduler="local", state="running",
                               jobs=[JobRecord(job_id="1", submitted_at=1.0, started_at=2.0)]))

@@ -6,14 +6,13 @@ import json
 
 import pytest
 
-from nnlo_sched.chain import checkpoint_dir, checkpoint_marker
-from nnlo_sched.commands.run import job_config
-from nnlo_sched.runs import load_spec
-from nnlo_sched.spec import RunSpec
+from nnlo_sched.chain import checkpoint_marker
+from nnlo_sched.payload import job_config
+from nnlo_sched.spec import RunSpec, checkpoint_dir, load_spec
 
 
 def _run_dir(tmp_path, args, kind="train"):
-    spec = RunSpec(kind=kind, args=args, cluster="local", workdir=str(tmp_path))
+    spec = RunSpec.from_argv(kind=kind, args=args, cluster="local", workdir=str(tmp_path))
     d = tmp_path / "run"
     d.mkdir()
     (d / "spec.json").write_text(spec.to_json())
@@ -63,7 +62,7 @@ def test_the_deadline_is_the_jobs_unless_the_command_gave_one(tmp_path, monkeypa
     assert job_config(d).deadline == 2000000000.0
     d2 = tmp_path / "explicit"
     d2.mkdir()
-    (d2 / "spec.json").write_text(RunSpec("train", ["--model", "m.py", "--deadline", "2100000000"], "local").to_json())
+    (d2 / "spec.json").write_text(RunSpec.from_argv("train", ["--model", "m.py", "--deadline", "2100000000"], "local").to_json())
     assert job_config(d2).deadline == 2100000000.0
     monkeypatch.setenv("NNLO_DEADLINE", "soon")
     with pytest.raises(Exception, match="NNLO_DEADLINE"):
@@ -81,7 +80,7 @@ def test_an_optimization_keeps_its_options_and_its_state_file_is_its_checkpoint(
 
 
 def test_a_spec_written_before_the_typed_record_loads_from_its_argv(tmp_path):
-    old = RunSpec("train", ["--model", "m.py", "--epochs=7", "--mode", "allreduce"], "local").to_dict()
+    old = RunSpec.from_argv("train", ["--model", "m.py", "--epochs=7", "--mode", "allreduce"], "local").to_dict()
     del old["config"], old["search"]
     (tmp_path / "spec.json").write_text(json.dumps(old))
     spec = load_spec(tmp_path)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -193,3 +195,74 @@ def test_missing_program_gives_unknown_for_query_and_error_for_submit(tmp_path, 
     assert get_scheduler("lsf").query(["1"])["1"].state == "UNKNOWN"
     with pytest.raises(SchedulerError, match="bsub not found"):  # not "sh not found": bsub is what is missing
         get_scheduler("lsf").submit(tmp_path / "job.sh", depends_on=None, walltime_s=60)
+
+
+# -- signals (what a preemption or `nnlo preempt` sends) ------------------------------------------------------
+@pytest.mark.parametrize("name,ids,sig,argv", [
+    ("slurm", ["5", "6_1"], signal.SIGUSR1, ["scancel", "--signal=USR1", "--batch", "5", "6_1"]),
+    ("lsf", ["5", "6[2]"], signal.SIGUSR2, ["bkill", "-s", "USR2", "5", "6[2]"]),
+    ("pbs", ["5.pbs01"], signal.SIGTERM, ["qsig", "-s", "TERM", "5.pbs01"]),
+])
+def test_signal_argv_is_the_batch_systems_own(name, ids, sig, argv):
+    assert get_scheduler(name).signal_argv(ids, sig) == argv
+
+
+@pytest.fixture
+def signallers(tmp_path, monkeypatch):
+    """Recording scancel/bkill/qsig; bkill complains about job 9 as LSF does about a job that has ended."""
+    log = tmp_path / "calls"
+    for prog in ("scancel", "bkill", "qsig"):
+        _program(tmp_path, prog, f'echo "{prog} $*" >> {log}\n'
+                                 'case " $* " in *" 9 "*) echo "Job <9>: Job has already finished" >&2; exit 255;; esac\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    return lambda: log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.mark.slow  # the batch systems' signal programs are stand-in scripts
+def test_signal_runs_one_program_call_for_every_job(signallers):
+    get_scheduler("slurm").signal(["5", "6", "5"], signal.SIGUSR2)
+    get_scheduler("lsf").signal(["5", "9"], signal.SIGUSR2)  # 9 has ended: no error
+    get_scheduler("pbs").signal([], signal.SIGUSR1)  # nothing to signal: no program runs
+    assert signallers() == ["scancel --signal=USR2 --batch 5 6", "bkill -s USR2 5 9"]
+
+
+@pytest.mark.parametrize("name,bad", _REFUSED)
+def test_a_malformed_signal_id_is_refused_before_any_program_runs(signallers, tmp_path, name, bad):
+    sched = get_scheduler(name, tmp_path / "run")
+    good = {"slurm": "5", "lsf": "5", "pbs": "5.pbs01", "local": "5"}[name]
+    with pytest.raises(SchedulerError, match="is not a .* job id"):
+        sched.signal([good, bad], signal.SIGUSR1)
+    assert signallers() == [] and not (tmp_path / "run").exists()
+
+
+def test_a_missing_signal_program_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SchedulerError, match="^qsig not found: cannot signal jobs") as e:
+        get_scheduler("pbs").signal(["5"], signal.SIGUSR1)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow  # a real local-scheduler job
+def test_the_local_scheduler_signals_the_batch_shell_of_a_running_job_only(tmp_path):
+    """The running job's batch shell gets the signal (its trap runs); the job queued behind it is left alone."""
+    run = tmp_path / "run"
+    run.mkdir()
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\ntrap 'echo got-$$ >> {tmp_path}/got; exit 0' USR1\n"
+                      f"touch {tmp_path}/started-$$\nwhile :; do sleep 0.05; done\n")
+    sched = get_scheduler("local", run)
+    first = sched.submit(script, depends_on=None, walltime_s=60)
+    second = sched.submit(script, depends_on=first, walltime_s=60)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("started-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob("started-*")), "the first job never started"
+    sched.signal([first, second], signal.SIGUSR1)
+    while not (tmp_path / "got").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / "got").read_text().count("got-") == 1  # only the running job's shell
+    assert sched.query([second])[second].state in ("PENDING", "RUNNING")  # queued, or started once 1 ended
+    sched.cancel([second])
+    while sched.query([first, second])[second].alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sched.query([second])[second].alive

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import json
 
-from nnlo_sched.commands.status import _fmt_jobs, _fmt_progress, progress
+from nnlo_sched.commands.status import _fmt_jobs, _fmt_progress
+from nnlo_sched.status import progress
 from nnlo_sched.spec import RunSpec
 
 
 def test_training_progress_from_history(tmp_path):
-    spec = RunSpec(kind="train", args=["--model", "m.py", "--epochs=40"], cluster="local")
+    spec = RunSpec.from_argv(kind="train", args=["--model", "m.py", "--epochs=40"], cluster="local")
     assert progress(tmp_path, spec)["epoch"] is None and _fmt_progress(progress(tmp_path, spec)) == "-"
     (tmp_path / "history.json").write_text(json.dumps({
         "history": [{"epoch": 1, "val_loss": 0.9}, {"epoch": 2, "val_loss": 0.5}, {"epoch": 3, "val_loss": 0.7}],
@@ -19,15 +20,22 @@ def test_training_progress_from_history(tmp_path):
 
 
 def test_search_progress_from_best_json(tmp_path):
-    spec = RunSpec(kind="optimize", args=["--model", "m.py"], cluster="local")
+    spec = RunSpec.from_argv(kind="optimize", args=["--model", "m.py"], cluster="local")
     (tmp_path / "best.json").write_text(json.dumps({"trials_done": 7, "trials_total": 20, "best_fom": 0.12,
                                                     "fom_name": "val_loss"}))
     p = progress(tmp_path, spec)
     assert _fmt_progress(p) == "7/20 trials" and p["best"] == 0.12
 
 
+def test_a_scheduled_search_shows_its_trials_per_rung(tmp_path):
+    spec = RunSpec.from_argv(kind="optimize", args=["--model", "m.py", "--schedule", "asha", "--epochs", "9"], cluster="local")
+    (tmp_path / "best.json").write_text(json.dumps({"trials_done": 30, "trials_total": 30, "best_fom": 0.12,
+                                                    "fom_name": "val_loss", "rungs": {"1": 20, "3": 7, "9": 3}}))
+    assert _fmt_progress(progress(tmp_path, spec)) == "30/30 trials (at epochs 1:20 3:7 9:3)"
+
+
 def test_corrupt_files_do_not_break_status(tmp_path):
-    spec = RunSpec(kind="train", args=["--model", "m.py"], cluster="local")
+    spec = RunSpec.from_argv(kind="train", args=["--model", "m.py"], cluster="local")
     (tmp_path / "history.json").write_text("{not json")
     assert progress(tmp_path, spec)["epoch"] is None
 

@@ -10,7 +10,8 @@ import pytest
 from nnlo.config import CACHE_IN_MEMORY, TrainConfig
 from nnlo.contract import ENV_LAUNCHED
 from nnlo.errors import ConfigError
-from nnlo_sched.inner import command_for, parse_inner
+from nnlo_sched.inner import parse_inner
+from nnlo_sched.inner import parser as command_for
 from nnlo_sched.upstream import TABLE, Kind, Upstream, UpstreamError, native_options
 
 REPO = Path(__file__).resolve().parents[2]

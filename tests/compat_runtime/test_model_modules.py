@@ -15,7 +15,7 @@ from nnlo.data import H5Dataset
 from nnlo.errors import DataError, ModelError
 from nnlo.models import data_plan, load_model_source, model_name
 from nnlo_sched.checks import check_run
-from nnlo_sched.commands.train import default_out_dir
+from nnlo.api import default_run_dir as default_out_dir
 from tests.helpers.projects import write_project
 
 

@@ -44,7 +44,7 @@ def make_spec(cluster: str, *, epochs: int = 4, epoch_s: float = 0.3, model: str
     for knob, value in (("epochs_per_job", epochs_per_job), ("hold_at_epoch", hold_at_epoch)):
         if value:
             args += ["--model-arg", f"{knob}={value}"]
-    return RunSpec(kind="train", args=args, cluster=cluster, name=name, walltime_s=walltime_s,
+    return RunSpec.from_argv(kind="train", args=args, cluster=cluster, name=name, walltime_s=walltime_s,
                    max_resubmits=max_resubmits, workers=1, workdir=os.getcwd(), **kw)
 
 

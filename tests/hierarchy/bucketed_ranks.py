@@ -5,6 +5,10 @@ a few steps through :func:`nnlo.training.voted_step.allreduce_step` with the rea
 all-reduce after backward (``--bucket-mb 0``), then with buckets of several sizes. The ranks read batches of
 different sizes (so the count weighting matters). Rank 0 prints one JSON line: for every bucket size, the
 number of buckets and the largest weight difference to the unbucketed run.
+
+Each argument is ``MB[:thread][@ENGINE]``: ENGINE ``mpi`` (the default; progress from the gradient hooks), ``thread``
+(mpi, progress driven by its daemon thread), ``torch`` (torch.distributed gloo, numpy buffers) or ``torchdev``
+(torch.distributed with tensor step buffers: the NCCL engine's device-buffer path, run by gloo on the CPU).
 """
 from __future__ import annotations
 
@@ -16,8 +20,10 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from nnlo.allreduce import make_engine
+from nnlo.allreduce import flat, make_engine
 from nnlo.allreduce.bucketed import BucketedReducer
+from nnlo.allreduce.mpi import MpiEngine
+from nnlo.allreduce.torchdist import TorchEngine
 from nnlo.backends.torch_backend import TorchBackend
 from nnlo.training.voted_step import EXTRA, allreduce_step
 
@@ -57,7 +63,7 @@ def train(bucket_mb: float, comm: MPI.Comm, engine: object, thread: bool = False
     torch.manual_seed(0)
     backend = TorchBackend(Net(), "categorical_crossentropy", "adam:lr=0.01")
     n = backend.n_params
-    buf = np.zeros(n + EXTRA, np.float32)
+    buf = engine.zeros(n + EXTRA)  # type: ignore[attr-defined]
     reducer = (BucketedReducer(engine, buf, backend.param_sizes(), bucket_mb, thread)  # type: ignore[arg-type]
                if bucket_mb > 0 else None)
 
@@ -81,17 +87,26 @@ def main() -> int:
     comm = MPI.COMM_WORLD
     engine = make_engine("mpi", comm)
     reference, _ = train(0, comm, engine)
+    makers = {"mpi": lambda: engine, "thread": lambda: MpiEngine(comm, progress="thread"),
+              "torch": lambda: TorchEngine(comm), "torchdev": lambda: TorchEngine(comm, device_buffers=True)}
+    engines: dict[str, object] = {}
     out = {}
-    for arg in sys.argv[1:]:  # MB, or MB:thread (buckets summed on a communication thread)
-        mb, thread = float(arg.split(":")[0]), arg.endswith(":thread")
-        w, buckets = train(mb, comm, engine, thread)
+    for arg in sys.argv[1:]:  # MB, MB:thread (buckets summed on a communication thread), ...@ENGINE
+        spec, _, name = arg.partition("@")
+        mb, thread = float(spec.split(":")[0]), spec.endswith(":thread")
+        if name not in engines:
+            engines[name] = makers[name or "mpi"]()
+        eng = engines[name]
+        w, buckets = train(mb, comm, eng, thread)
         others = comm.allgather(w)
         out[arg] = {"buckets": buckets, "max_diff": float(np.abs(w - reference).max()),
-                    "replicas_equal": all(np.array_equal(o, others[0]) for o in others)}
+                    "replicas_equal": all(np.array_equal(o, others[0]) for o in others),
+                    "device_buffers": flat.on_device(eng.zeros(1))}  # type: ignore[attr-defined]
     moved = float(np.abs(reference - train(0, comm, engine)[0]).max())
     if comm.Get_rank() == 0:
         print(json.dumps({"results": out, "n_params": int(reference.size), "rerun_diff": moved}))
-    engine.close()
+    for e in {id(e): e for e in [engine, *engines.values()]}.values():
+        e.close()  # type: ignore[attr-defined]
     return 0
 
 

@@ -88,14 +88,18 @@ def test_bucket_mb_is_checked() -> None:
 @pytest.mark.mpi
 def test_bucketed_step_gives_the_unbucketed_weights(nnlo_mpi) -> None:
     sizes = ["1e-9", "0.0002", "0.0006", "1000",  # one bucket per parameter, a few, one for all
-             "1e-9:thread", "0.0006:thread"]  # the same on a communication thread
+             "1e-9:thread", "0.0006:thread",  # the same on a communication thread
+             "0.0006@thread",  # the mpi engine driven by its progress thread instead of the hooks
+             "0.0006@torch", "0@torch",  # torch.distributed (gloo): buckets, and one all-reduce
+             "1e-9@torchdev", "0@torchdev"]  # its tensor step buffers (the NCCL path's), on the CPU
     run = nnlo_mpi(2, HERE / "bucketed_ranks.py", *sizes)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     results = out["results"]
     counts = [results[s]["buckets"] for s in sizes]
     assert counts[0] == 8 and counts[3] == 1 and 1 < counts[1] < 8, counts  # 8 parameter tensors
-    assert counts[4] == 8
+    assert counts[4] == 8 and counts[9] == 8 and counts[8] == counts[10] == 0
+    assert [results[s]["device_buffers"] for s in sizes] == [False] * 9 + [True] * 2
     for s in sizes:
         r = results[s]
         assert r["replicas_equal"], r  # every rank applied the same summed gradient

@@ -4,6 +4,8 @@ comparison deterministic); only the leaders write checkpoint parts; the rank map
 from __future__ import annotations
 
 import pytest
+
+from nnlo.allreduce import available_engines
 from nnlo_sched.layout.compute import compute_layout
 from nnlo.roles import Shape
 from nnlo_sched.inner import parse_inner
@@ -35,6 +37,10 @@ def test_two_groups_of_two_equal_two_workers_with_double_batch(run_train) -> Non
     shape = shape_from_args("train", ["--n-processes", "2"])
     assert rank_map_logged(groups) == compute_layout(load_profile("local"), shape, workers=2).hierarchy.rank_map()
     assert rank_map_logged(groups) == "0 master | 1 worker | 2 worker(member) | 3 worker | 4 worker(member)"
+    if "torch" in available_engines():  # the groups' process groups from torch.distributed: the same run
+        torched = run_train(5, *SYNC, "--n-processes", "2", "--batch", "8", "--allreduce-engine", "torch")
+        assert torched.rc == 0, torched.err[-3000:]
+        assert losses(torched.history, "val_loss") == pytest.approx(losses(groups.history, "val_loss"), rel=1e-4)
 
 
 def test_a_failing_group_member_ends_the_run_with_one_line(run_train) -> None:

@@ -169,3 +169,31 @@ def test_utilisation_from_a_merged_trace_when_the_rank_files_are_gone(tmp_path):
     written = plots.plot_run(run, tmp_path / "png")
     assert [p.name for p in written] == ["utilisation.png"]
     _check_png(written[0])
+
+
+def _staged_trials(run):
+    """An ASHA-like search (rungs at 1, 3, 9 epochs) and a PBT child (trial 5 from trial 1's checkpoint)."""
+    trials = []
+    for i, top in enumerate([0, 2, 0, 1, 0]):
+        rungs = [{"rung": r, "epochs": 3 ** r, "status": "ok", "fom": 2.0 / (r + 1) + 0.1 * i} for r in range(top + 1)]
+        trials.append({"id": i, "params": {"lr": 0.01 * (i + 1), "width": 32}, "status": "ok",
+                       "fom": rungs[-1]["fom"], "epochs": 3 ** top, "rung": top, "rungs": rungs})
+    child = {"id": 5, "params": {"lr": 0.016, "width": 32}, "status": "ok", "fom": 0.5, "epochs": 9, "rung": 2,
+             "parent": 1, "replaces": 3, "start_epochs": 3,
+             "rungs": [{"rung": 2, "epochs": 9, "status": "ok", "fom": 0.5}]}
+    (run / "trials.json").write_text(json.dumps([*trials, child]))
+    (run / "best.json").write_text(json.dumps({"fom_name": "val_loss", "direction": "min", "best_trial": 5}))
+
+
+def test_a_scheduled_search_draws_its_rungs_and_lineage(tmp_path):
+    _staged_trials(tmp_path)
+    for i in (1, 3):  # two trials' histories: trial 3 was stopped early, its curve is marked
+        _history(tmp_path / "trials" / f"{i:04d}" / "fold-0" / "history.json", epochs=3 ** (i // 2 + 1))
+    written = {p.name: p for p in plots.plot_run(tmp_path, tmp_path / "out")}
+    assert {"rungs.png", "lineage.png", "trial-curves.png"} <= set(written)
+    for name in ("rungs.png", "lineage.png"):
+        assert png_size(written[name])[0] > 400 and non_blank_fraction(written[name]) > 0.02
+    trials = json.loads((tmp_path / "trials.json").read_text())
+    assert plots.fidelity.stopped_early(trials) == {0, 2, 3, 4}  # below 9 epochs, or replaced (3)
+    _trials(tmp_path)  # a search without a schedule: neither plot
+    assert plots.plot_rungs(json.loads((tmp_path / "trials.json").read_text()), tmp_path / "none") == []

@@ -4,11 +4,8 @@ requested number of trials, no id twice, and the engine state equal to one rebui
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -17,6 +14,7 @@ from nnlo.optimize.journal import read_journal, rebuild
 from nnlo.optimize.results import Objective
 from nnlo.optimize.shared import rebuilt_engine_state
 from tests.helpers.env import REPO
+from tests.helpers.participants import kill_first_when
 
 pytestmark = pytest.mark.mpi
 BRANIN = str(REPO / "examples" / "branin.py")
@@ -42,27 +40,14 @@ def test_a_killed_participants_trial_is_rerun_by_the_other(mpirun, nnlo_env, tmp
     out, log = tmp_path / "run", tmp_path / "evals.jsonl"
     a = start(mpirun, nnlo_env, out, "A", log)
     b = start(mpirun, nnlo_env, out, "B", log)
-    try:
-        victim: list[int] = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not victim:
-            held, done = running(out, "A")
-            if held and done >= 2:
-                victim = held
-                os.killpg(a.pid, signal.SIGKILL)  # A dies mid-trial: its lease is never released
-            elif a.poll() is not None:
-                pytest.fail(f"A ended before it could be killed: {a.stderr.read()[-3000:]}")
-            time.sleep(0.05)
-        assert victim, "A never held a trial"
-        a.wait(timeout=30)
-        victim, _ = running(out, "A")  # what A held when it died (it may have moved on since the check)
-        assert victim, "A died between trials"
-        _, err = b.communicate(timeout=180)
-    finally:
-        for p in (a, b):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+
+    def held_by_a(state):  # A holds a trial and two trials are done: kill it mid-trial
+        held = [lease.id for lease in state.open.values() if lease.holder == "A"]
+        return held if held and len(state.finished) >= 2 else None
+
+    _, at_death, err = kill_first_when(a, b, out, held_by_a, timeout=120, finish=180)
+    victim = [lease.id for lease in at_death.open.values() if lease.holder == "A"]  # what A held when it died
+    assert victim, "A died between trials"
     assert b.returncode == 0, err[-3000:]
     records, skipped = read_journal(out)
     assert skipped == []

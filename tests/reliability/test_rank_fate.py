@@ -76,7 +76,7 @@ def test_record_rank_writes_the_out_dir_and_the_wrappers_folder(tmp_path: Path, 
 def _run_dir(tmp_path: Path, log: str) -> Path:
     run = tmp_path / "run"
     (run / "logs").mkdir(parents=True)
-    (run / "spec.json").write_text(RunSpec(kind="train", args=["--model", "m.py"], cluster="local").to_json())
+    (run / "spec.json").write_text(RunSpec.from_argv(kind="train", args=["--model", "m.py"], cluster="local").to_json())
     (run / "logs" / "job-7.out").write_text(log)
     return run
 
@@ -134,7 +134,7 @@ def _chain_run(tmp_path: Path, log: str, *, retried: int = 0, max_retries: int =
 
     run = tmp_path / "chain"
     (run / "logs").mkdir(parents=True)
-    (run / "spec.json").write_text(RunSpec(kind="train", args=["--model", "m.py"], cluster="local",
+    (run / "spec.json").write_text(RunSpec.from_argv(kind="train", args=["--model", "m.py"], cluster="local",
                                            max_retries=max_retries, workdir=str(tmp_path)).to_json())
     jobs = [JobRecord(job_id=str(i), submitted_at=1.0, started_at=2.0, ended_at=3.0, rc=9, status="rank-died")
             for i in range(1, retried + 1)]

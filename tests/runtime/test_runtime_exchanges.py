@@ -22,6 +22,10 @@ class Loopback:
         self.log: list[str] = []
         self._reply: tuple[dict[str, Any], np.ndarray | None] | None = None
 
+    def frame(self, n: int, alloc: Any = None) -> np.ndarray:
+        """Link.frame: the rules' exchange buffers (plain arrays will do here)."""
+        return np.empty(n, np.float32) if alloc is None else alloc(n)
+
     def send(self, dest: int, header: dict[str, Any], array: np.ndarray | None = None) -> None:
         kind = header["kind"]
         self.log.append(kind)

@@ -160,7 +160,7 @@ def _run(env: Path, cluster: str, name: str, job_ids: tuple[str, ...] = ("41", "
     from nnlo_sched.spec import RunSpec
     from nnlo_sched.state import JobRecord, update_state
 
-    spec = RunSpec(kind="train", args=["--model", "m.py"], cluster=cluster, name=name, walltime_s=600, workers=1,
+    spec = RunSpec.from_argv(kind="train", args=["--model", "m.py"], cluster=cluster, name=name, walltime_s=600, workers=1,
                    workdir=str(env))
     run = create_run(spec, load_profile(cluster), env / "runs")
     with update_state(run.dir) as st:

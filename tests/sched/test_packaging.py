@@ -41,7 +41,7 @@ def test_wheel_contains_and_finds_templates_and_profiles(tmp_path: Path) -> None
         "from nnlo_sched.profiles import load_profile\n"
         "from nnlo_sched.spec import RunSpec\n"
         "assert str(r.templates_dir()).startswith(%r), r.templates_dir()\n"
-        "p = load_profile('summit'); s = RunSpec('train', ['--model', 'm.py'], 'summit', account='A', workers=5)\n"
+        "p = load_profile('summit'); s = RunSpec.from_argv('train', ['--model', 'm.py'], 'summit', account='A', workers=5)\n"
         "print(R.render_script(s, p, '/r'))\n" % str(site)
     )
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}

@@ -20,7 +20,7 @@ from hypothesis import given, settings, strategies as st
 
 from nnlo.errors import ConfigError
 from nnlo_sched.profiles import Profile, load_profile
-from nnlo_sched.render import compute_spec_layout, job_name, render_script
+from nnlo_sched.render import job_name, render_script
 from nnlo_sched.schedulers import get_scheduler
 from nnlo_sched.spec import RunSpec
 
@@ -36,8 +36,8 @@ def profile(name: str) -> Profile:
 
 
 def spec(cluster: str, kind: str = "train", args: tuple[str, ...] = ("--model", "mnist.py"), **kw) -> RunSpec:
-    s = RunSpec(kind, list(args), cluster, **{"name": "mnist", "walltime_s": 7200, "workdir": "/home/u/proj", **kw})
-    s.layout = compute_spec_layout(s, profile(cluster)).to_dict(ranks=False)
+    s = RunSpec.from_argv(kind, list(args), cluster, **{"name": "mnist", "walltime_s": 7200, "workdir": "/home/u/proj", **kw})
+    s.layout = s.layout_on(profile(cluster)).record()
     return s
 
 
@@ -134,7 +134,7 @@ def test_account_is_required_where_the_site_requires_it() -> None:
 def test_unsafe_directive_values_are_refused(field: str, value: str) -> None:
     s = spec("cscs", account="s1", workers=1)
     setattr(s, field, value)
-    s.layout = dict(s.layout, queue=None) if field == "queue" else s.layout
+    s.layout = replace(s.layout, queue=None) if field == "queue" else s.layout
     with pytest.raises(ConfigError, match="cannot go into a batch directive"):
         render_script(s, profile("cscs"), "/r")
 
@@ -146,7 +146,7 @@ def test_user_template_extends_a_builtin_one(tmp_path: Path, monkeypatch: pytest
         '{% extends "slurm.sh" %}\n{% block site_directives %}\n#SBATCH --qos={{ "high" }}\n{% endblock %}\n')
     (tmp_path / "mysite.toml").write_text('extends = "flatiron"\ntemplate = "mysite.sh"\n')
     p = replace(load_profile("mysite"), python=PY)
-    s = RunSpec("train", ["--model", "m.py"], "mysite", workers=1)
+    s = RunSpec.from_argv("train", ["--model", "m.py"], "mysite", workers=1)
     text = render_script(s, p, "/r")
     assert "#SBATCH --qos=high" in text and "#SBATCH --partition=gpu" in text
     subprocess.run([BASH, "-n"], input=text, text=True, check=True)
@@ -225,9 +225,9 @@ def test_rendered_local_script_runs_with_a_hostile_run_dir(tmp_path: Path, mpiru
     )
     rec.chmod(0o755)
     p = replace(load_profile("local"), python=str(rec), launcher_command=mpirun)
-    s = RunSpec("train", ["--model", "m.py"], "local", name="hostile $(touch PWNED3)", walltime_s=60,
+    s = RunSpec.from_argv("train", ["--model", "m.py"], "local", name="hostile $(touch PWNED3)", walltime_s=60,
                 workdir=str(tmp_path), workers=1)
-    s.layout = compute_spec_layout(s, p).to_dict(ranks=False)
+    s.layout = s.layout_on(p).record()
     script = tmp_path / "job.sh"
     script.write_text(render_script(s, p, run_dir))
     argv = get_scheduler("local", tmp_path).submit_argv(script)  # what the local supervisor runs
@@ -253,8 +253,8 @@ def test_batch_shell_forwards_the_warning_signal(tmp_path: Path, mpirun: str) ->
     )
     rec.chmod(0o755)
     p = replace(load_profile("local"), python=str(rec), launcher_command=mpirun)
-    s = RunSpec("train", ["--model", "m.py"], "local", name="sig", walltime_s=60, workdir=str(tmp_path), workers=1)
-    s.layout = compute_spec_layout(s, p).to_dict(ranks=False)
+    s = RunSpec.from_argv("train", ["--model", "m.py"], "local", name="sig", walltime_s=60, workdir=str(tmp_path), workers=1)
+    s.layout = s.layout_on(p).record()
     script = tmp_path / "job.sh"
     script.write_text(render_script(s, p, tmp_path))
     assert "trap 'forward USR1' USR2" in script.read_text()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from nnlo_sched.profiles import load_profile
-from nnlo_sched.render import compute_spec_layout, render_script
+from nnlo_sched.render import render_script
 from nnlo_sched.schedulers.slurm import SlurmScheduler
 from nnlo_sched.spec import RunSpec
 
@@ -59,10 +59,10 @@ def test_rendered_script_runs_and_gets_the_warning_signal(slurm: SlurmCluster, r
         queues={}, default_queue=None, setup=(), launcher_flags=("--mpi=pmi2",), python=str(standin),
         signal="USR2", signal_lead_s=50,
     )
-    spec = RunSpec("train", ["--model", "m.py"], "testslurm", name="sched-test", walltime_s=300, workers=3,
+    spec = RunSpec.from_argv("train", ["--model", "m.py"], "testslurm", name="sched-test", walltime_s=300, workers=3,
                    workdir=str(run_dir))
-    spec.layout = compute_spec_layout(spec, profile).to_dict(ranks=False)
-    assert (spec.layout["nodes"], spec.layout["ranks_per_node"], spec.layout["cores_per_rank"]) == (1, 4, 2)
+    spec.layout = spec.layout_on(profile).record()
+    assert (spec.layout.nodes, spec.layout.ranks_per_node, spec.layout.cores_per_rank) == (1, 4, 2)
     script = run_dir / "job.sh"
     script.write_text(render_script(spec, profile, run_dir))
     sbatch = SlurmScheduler()

@@ -93,7 +93,7 @@ def test_link_one_message_up_to_the_threshold(nnlo_mpi, tmp_path: Path) -> None:
              for line in (tmp_path / f"rank-{rank}.jsonl").read_text().splitlines()]
     results = {d["case"]: d for d in lines if "header" in d}
     messages = {d["case"]: d["messages"] for d in lines if "messages" in d}
-    assert len(results) == 9, lines
+    assert len(results) == 14, lines
     for case, r in results.items():
         assert r["header"] and r["array"], (case, r)
     assert messages["full header, tensor at the threshold"] == 1
@@ -103,4 +103,9 @@ def test_link_one_message_up_to_the_threshold(nnlo_mpi, tmp_path: Path) -> None:
     assert messages["pickled: unknown key"] == 3  # the block, the pickle, the tensor
     assert messages["buffers"] == 4
     assert messages["a long pickled header and a small tensor"] == 3
+    assert messages["framed both ways, 10 k values"] == 1  # framed: one message at any size
+    assert messages["framed sender, plain receiver"] == 1  # taken through the struct datatype, no copy
+    assert messages["plain sender, framed receiver"] == 2
+    assert messages["framed, pickled header"] == 3
+    assert messages["framed, with buffers"] == 4
     assert next(d["bytes"] for d in lines if d["case"] == "threshold") == ONE_MESSAGE_BYTES

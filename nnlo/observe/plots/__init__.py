@@ -11,7 +11,10 @@ Files written into the output folder (default ``<run>/plots``)::
     metrics.png         every other numeric per-epoch series, one panel each
     convergence.png     fom of each trial and the best so far          (trials.json)
     parameters.png      each hyperparameter against the fom, one panel each
-    trial-curves.png    every trial's validation loss per epoch in one figure (optimization runs)
+    trial-curves.png    every trial's validation loss per epoch in one figure (optimization runs; under a
+                        --schedule the trials it stopped early grey and dashed)
+    rungs.png           a --schedule search: each trial's fom at its rungs, those stopped early marked
+    lineage.png         PBT: the exploits (donor -> child) and the best trial's hyperparameter schedule
     utilisation.png     per-rank fraction of time per category, and the spans over time  (trace)
 
 Several histories without ``trials.json`` get ``<dir>-loss.png`` etc. each (at most 50). Plots that other
@@ -28,11 +31,12 @@ from pathlib import Path
 from nnlo.contract import BEST_FILE, HISTORY_FILE, TRIALS_JSON
 from nnlo.observe.plots.common import history_entries, load_json
 from nnlo.observe.plots.curves import plot_history, plot_trial_curves
+from nnlo.observe.plots.fidelity import plot_rungs, stopped_early
 from nnlo.observe.plots.trials import plot_trials
 from nnlo.observe.plots.utilisation import plot_utilisation, streams_from_trace_json
 
-__all__ = ["ExtraPlot", "plot_history", "plot_run", "plot_trial_curves", "plot_trials", "plot_utilisation",
-           "streams_from_trace_json"]
+__all__ = ["ExtraPlot", "plot_history", "plot_rungs", "plot_run", "plot_trial_curves", "plot_trials",
+           "plot_utilisation", "streams_from_trace_json"]
 
 #: a plot another layer owns: (what it shows, for a problem line; draw(run_dir, out_dir) -> the PNGs written)
 ExtraPlot = tuple[str, Callable[[Path, Path], list[Path]]]
@@ -66,9 +70,11 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
 
     histories = _find(run_dir, HISTORY_FILE)
     trials_path = run_dir / TRIALS_JSON
+    trials = load_json(trials_path) if trials_path.exists() else None
     if trials_path.exists() and len(histories) > 1:  # an optimization run: all trials' curves in one figure
         curves = [("/".join(p.parent.relative_to(run_dir).parts), history_entries(load_json(p))) for p in histories]
-        attempt("the trials' learning curves", lambda: plot_trial_curves(curves, out))
+        stopped = stopped_early(trials) if isinstance(trials, list) else set()
+        attempt("the trials' learning curves", lambda: plot_trial_curves(curves, out, stopped))
     else:
         for path in histories[:_MAX_HISTORIES]:
             rel = path.parent.relative_to(run_dir)
@@ -77,10 +83,11 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
     if trials_path.exists():
         best = load_json(run_dir / BEST_FILE)
         best = best if isinstance(best, dict) else {}
-        trials = load_json(trials_path)
+        direction, fom_name = str(best.get("direction") or "min"), str(best.get("fom_name") or "fom")
         if isinstance(trials, list):
-            attempt("the optimization plots", lambda: plot_trials(
-                trials, out, str(best.get("direction") or "min"), str(best.get("fom_name") or "fom")))
+            listed = trials
+            attempt("the optimization plots", lambda: plot_trials(listed, out, direction, fom_name))
+            attempt("the rungs and lineage", lambda: plot_rungs(listed, out, direction, fom_name))
     if timeline.find_trace_dirs(run_dir):
         attempt("the utilisation", lambda: plot_utilisation(timeline.load_run(run_dir), out))
     elif (run_dir / timeline.MERGED_NAME).exists():

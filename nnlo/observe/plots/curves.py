@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -73,23 +74,30 @@ def plot_history(entries: list[dict[str, Any]], out_dir: Path, prefix: str = "")
     return written
 
 
-def plot_trial_curves(curves: list[tuple[str, list[dict[str, Any]]]], out_dir: Path) -> list[Path]:
+def plot_trial_curves(curves: list[tuple[str, list[dict[str, Any]]]], out_dir: Path,
+                      stopped: Collection[int] = ()) -> list[Path]:
     """``trial-curves.png``: the validation loss (else the loss) per epoch of every trial and fold.
 
     One thin line each, coloured from the best final value (dark) to the worst (light), the best labelled:
-    shows at a glance whether bad trials could have been stopped early.
+    shows at a glance whether bad trials could have been stopped early. ``stopped``: ids of trials a schedule
+    did stop early (their curves, labelled ``trials/<id>/...``, are grey and dashed, ending in a cross).
     """
     key = "val_loss" if any(series(e, "val_loss")[0] for _, e in curves) else "loss"
     runs = [(label, *series(entries, key)) for label, entries in curves]
     runs = [(label, xs, ys) for label, xs, ys in runs if xs][:_MAX_CURVES]
     if not runs:
         return []
-    finals = [ys[-1] for _, _, ys in runs]
+    early = [_trial_id(label) in stopped for label, _, _ in runs]
+    finals = [ys[-1] if not early[i] else math.inf for i, (_, _, ys) in enumerate(runs)]
     order = sorted(range(len(runs)), key=lambda i: finals[i])
     rank_of = {i: r for r, i in enumerate(order)}
     cmap = plt.get_cmap("viridis")
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for i, (label, xs, ys) in enumerate(runs):
+        if early[i]:
+            ax.plot(xs, ys, ls="--", lw=0.8, color="#9a9a9a", alpha=0.7, zorder=1)
+            ax.plot(xs[-1:], ys[-1:], marker="x", ms=5, color="#7f7f7f", ls="none", zorder=1)
+            continue
         shade = rank_of[i] / max(1, len(runs) - 1)
         best = rank_of[i] == 0
         ax.plot(xs, ys, lw=2.2 if best else 1.0, alpha=1.0 if best else 0.6, color=cmap(0.85 * shade),
@@ -97,12 +105,23 @@ def plot_trial_curves(curves: list[tuple[str, list[dict[str, Any]]]], out_dir: P
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(key.replace("_", " "))
-    if all(y > 0 for _, _, ys in runs for y in ys) and max(finals) / max(min(finals), 1e-300) > 30:
+    ends = [ys[-1] for _, _, ys in runs]
+    if all(y > 0 for _, _, ys in runs for y in ys) and max(ends) / max(min(ends), 1e-300) > 30:
         ax.set_yscale("log")
+    if any(early):
+        ax.plot([], [], ls="--", marker="x", ms=5, color="#9a9a9a", label=f"stopped early ({sum(early)})")
     ax.set_title(f"{key.replace('_', ' ')} per epoch of {len(runs)} trial runs (dark = better)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return [save(fig, out_dir / "trial-curves.png")]
+
+
+def _trial_id(label: str) -> int | None:
+    """The trial id of a curve labelled ``trials/<id>/fold-<f>`` (None for another label)."""
+    parts = label.split("/")
+    if len(parts) >= 2 and parts[0] == "trials" and parts[1].isdigit():
+        return int(parts[1])
+    return None
 
 
 def _spread(curves: dict[str, tuple[list[float], list[float]]]) -> float:

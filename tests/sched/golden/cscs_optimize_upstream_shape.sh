@@ -29,7 +29,7 @@ trap 'forward TERM' INT
 module load daint-gpu
 /sw/nnlo/bin/python -m nnlo_sched job start "$NNLO_RUN_DIR" || exit 0
 # The MPI program runs in the background so that the batch shell can catch the scheduler's signals.
-srun -n 13 --nodes=13 --ntasks-per-node=1 --cpus-per-task=12 --wait=120 --gpus-per-task=1 /sw/nnlo/bin/python -m nnlo_sched run "$NNLO_RUN_DIR" &
+srun -n 13 --nodes=13 --ntasks-per-node=1 --cpus-per-task=12 --wait=120 --gpus-per-task=1 --gpu-bind=map_gpu:0 /sw/nnlo/bin/python -m nnlo_sched run "$NNLO_RUN_DIR" &
 child=$!
 [ -n "$pending" ] && kill -"$pending" "$child" 2>/dev/null
 while :; do

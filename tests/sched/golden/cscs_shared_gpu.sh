@@ -30,7 +30,7 @@ module load daint-gpu
 export CRAY_CUDA_MPS=1
 /sw/nnlo/bin/python -m nnlo_sched job start "$NNLO_RUN_DIR" || exit 0
 # The MPI program runs in the background so that the batch shell can catch the scheduler's signals.
-srun -n 4 --nodes=2 --ntasks-per-node=2 --cpus-per-task=6 --wait=120 /sw/nnlo/bin/python -m nnlo_sched run "$NNLO_RUN_DIR" &
+srun -n 4 --nodes=2 --ntasks-per-node=2 --cpus-per-task=6 --wait=120 --gpu-bind=map_gpu:0,0 /sw/nnlo/bin/python -m nnlo_sched run "$NNLO_RUN_DIR" &
 child=$!
 [ -n "$pending" ] && kill -"$pending" "$child" 2>/dev/null
 while :; do

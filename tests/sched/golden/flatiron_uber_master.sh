@@ -28,7 +28,7 @@ trap 'forward TERM' INT
 module load slurm openmpi cuda
 /sw/nnlo/bin/python -m nnlo_sched job start "$NNLO_RUN_DIR" || exit 0
 # The MPI program runs in the background so that the batch shell can catch the scheduler's signals.
-srun --mpi=pmix -n 15 --nodes=4 --ntasks-per-node=4 --cpus-per-task=9 --wait=120 --gpus-per-task=1 /sw/nnlo/bin/python -m nnlo_sched run "$NNLO_RUN_DIR" &
+srun --mpi=pmix -n 15 --nodes=4 --ntasks-per-node=4 --cpus-per-task=9 --wait=120 --gpus-per-task=1 --gpu-bind=map_gpu:0,1,2,3 /sw/nnlo/bin/python -m nnlo_sched run "$NNLO_RUN_DIR" &
 child=$!
 [ -n "$pending" ] && kill -"$pending" "$child" 2>/dev/null
 while :; do

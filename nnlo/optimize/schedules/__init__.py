@@ -1,0 +1,46 @@
+"""Schedules that stop bad trials early (``--schedule asha|hyperband|pbt``); ``full`` trains every trial to
+``--epochs`` and has no schedule object.
+
+The rung and promotion logic (:mod:`.asha`, :mod:`.hyperband`) and PBT's exploit and explore (:mod:`.pbt`)
+are pure functions of the trials (:mod:`.base`: :class:`TrialView` in, :class:`Job` out); :mod:`.ledger`
+turns the search's trial records into views and feeds the engine the results of one rung. The search
+(:class:`nnlo.optimize.search.Search`, and its shared form) asks :meth:`Schedule.next_job` whenever a block
+is free, starts or resumes the trial the job names, and records each rung's result; a resumed trial trains
+on from its own checkpoint (the training's ``--restore auto`` in its folder), so no epoch is trained twice.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from nnlo.optimize.schedules.base import (
+    DEFAULT_ETA,
+    PBT_POPULATION,
+    SCHEDULES,
+    Job,
+    Ledger,
+    Schedule,
+    ScheduleError,
+    ScheduleSpec,
+    TrialView,
+    rung_of,
+)
+
+__all__ = ["DEFAULT_ETA", "PBT_POPULATION", "SCHEDULES", "Job", "Ledger", "Schedule", "ScheduleError",
+           "ScheduleSpec", "TrialView", "make_schedule", "rung_of"]
+
+
+def make_schedule(spec: ScheduleSpec, space: Any) -> Schedule | None:
+    """The schedule ``spec`` names over ``space`` (PBT perturbs points of it); None for ``full``."""
+    if spec.name == "asha":
+        from nnlo.optimize.schedules.asha import Asha
+
+        return Asha(spec)
+    if spec.name == "hyperband":
+        from nnlo.optimize.schedules.hyperband import Hyperband
+
+        return Hyperband(spec)
+    if spec.name == "pbt":
+        from nnlo.optimize.schedules.pbt import Pbt
+
+        return Pbt(spec, space)
+    return None

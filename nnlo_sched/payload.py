@@ -1,0 +1,148 @@
+"""A run's payload: the typed run run in this MPI world, on every rank, however the run was started.
+
+* A batch job's script runs ``python -m nnlo_sched run RUN_DIR`` on every rank: :func:`run_spec` reads the
+  run's spec and runs it as one job of its chain (:func:`job_config`: it checkpoints into the run directory,
+  restores the newest complete checkpoint, stops before the job's deadline ``$NNLO_DEADLINE``).
+* ``nnlo train|optimize -n N`` outside an MPI launch (:func:`start_here`) runs the checks ``nnlo submit``
+  runs before anything is queued, writes the very same spec into a private folder and starts
+  ``python -m nnlo_sched run --as-given FOLDER`` on N ranks through the local profile's launcher
+  (:func:`nnlo_sched.launchers.local_launch.relaunch`, which relays stop signals and names a dead rank): the
+  same payload, with the run's options as given (its ``--checkpoint``, ``--restore``, deadline).
+* ``nnlo train|optimize`` inside an MPI launch (``mpirun``, ``srun`` ...) runs in that world directly
+  (:func:`run_training`, :func:`run_search`): every rank parses the command line it was started with.
+
+Exit status: the run's (0 finished, 75 checkpointed before the deadline or on a signal, 1 failed, 2 bad
+input). MPI and the runtime are imported only here, when a rank runs.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from nnlo.abort import abort_job
+from nnlo.api import run_train
+from nnlo.checkpoint import find_latest
+from nnlo.config import TrainConfig, deadline_from_env
+from nnlo.contract import ENV_RUN_DIR, EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, SPEC_FILE
+from nnlo.errors import NnloError
+from nnlo.observe.logs import console_logging
+from nnlo.optimize.options import SearchConfig
+from nnlo.roles import RoleError
+from nnlo.training.failure import RankFailure
+from nnlo_sched.checks import check_run, skipped_checks
+from nnlo_sched.inner import InnerCommand
+from nnlo_sched.launchers.local_launch import PROFILE, relaunch
+from nnlo_sched.spec import RunSpec, checkpoint_dir, load_spec
+from nnlo_sched.state import write_json_atomic
+
+
+# -- a job of a chain, or a run started here --------------------------------------------------------------
+def job_config(run_dir: Path) -> TrainConfig:
+    """The training options of this job of the run: checkpoint into the run, restore its newest checkpoint.
+
+    A restore the user asked for (``--restore DIR``) is replaced: a chain resumes from its own checkpoints
+    only, and only from a complete one. The deadline is the job's (``$NNLO_DEADLINE``) unless the run's
+    options gave one explicitly.
+    """
+    spec = load_spec(run_dir)
+    config = spec.train.replace(deadline=deadline_from_env(spec.train.deadline))
+    if spec.kind == "train":
+        ckpt = checkpoint_dir(run_dir, spec)
+        config = config.replace(checkpoint=str(ckpt), restore=str(ckpt) if find_latest(ckpt) else None)
+    return config
+
+
+def run_spec(run_dir: Path, *, as_given: bool = False) -> int:
+    """Run the spec in ``run_dir`` in this MPI world (every rank calls it): as a job of its chain, or
+    (``as_given``) with its options as they are (``nnlo train|optimize -n``, :func:`start_here`)."""
+    spec = load_spec(run_dir)
+    if as_given:
+        config = spec.train
+    else:
+        os.environ[ENV_RUN_DIR] = str(run_dir)  # a search's output, the job's participant folder
+        config = job_config(run_dir)
+    if spec.workdir and Path(spec.workdir).is_dir():
+        os.chdir(spec.workdir)  # relative paths in the options mean what they meant when they were given
+    if spec.kind == "train":
+        return run_training(config)
+    search = spec.search
+    assert search is not None  # an optimize spec always has its search options
+    return run_search(lambda: (config, search), config.log_level)
+
+
+def start_here(inner: InnerCommand, args: list[str]) -> int:
+    """``nnlo <kind> -n N`` outside an MPI launch: the pre-queue checks (unless ``--no-check``), then the run's
+    spec on ``inner.ranks`` ranks of this machine through the local profile's launcher; the exit status.
+
+    ``args``: the command line as typed (the spec keeps it for display). Bad input is one line (ConfigError)
+    before any rank starts.
+    """
+    assert inner.ranks is not None
+    notes = check_run(inner.train, inner.search) if inner.check else [f"--no-check: skipped the checks of "
+                                                                         f"{skipped_checks()}"]
+    for note in notes:
+        click.echo(f"nnlo: note: {note}", err=True)
+    spec = RunSpec.of(inner, args, PROFILE, name=Path(inner.train.model).stem or inner.kind, workdir=os.getcwd())
+    with tempfile.TemporaryDirectory(prefix="nnlo-run-") as folder:
+        write_json_atomic(Path(folder) / SPEC_FILE, spec.to_dict())
+        return relaunch(inner.ranks, ["run", "--as-given", folder])
+
+
+# -- in this MPI world ---------------------------------------------------------------------------------------
+def run_training(config: TrainConfig, expected_ranks: int | None = None) -> int:
+    """Train in the current MPI world through the Python API's in-rank entry (:func:`nnlo.api.run_train`,
+    which ``nnlo.train()`` calls too); returns the process exit status (prints errors once)."""
+    from mpi4py import MPI  # lazy: MPI starts only in a rank
+
+    comm = MPI.COMM_WORLD
+    if expected_ranks is not None and expected_ranks != comm.Get_size() and comm.Get_rank() == 0:
+        click.echo(f"nnlo: note: running on the launcher's {comm.Get_size()} ranks, not -n {expected_ranks}",
+                   err=True)
+    try:
+        result = run_train(config, comm=comm)
+    except RankFailure as e:
+        if e.report:
+            click.echo(f"nnlo: error: {e}", err=True)
+        return e.exit_code
+    return EXIT_RESUMABLE if result.resumable else EXIT_DONE
+
+
+def run_search(parse: Callable[[], tuple[TrainConfig, SearchConfig]], log_level: str = "info") -> int:
+    """Run the search in this MPI world (every rank), printing errors once.
+
+    ``parse`` returns the run's (TrainConfig, SearchConfig); it is called on every rank inside the error
+    handling, so bad options are one line from rank 0 and every rank exits with the same status.
+    """
+    from mpi4py import MPI  # lazy: MPI starts only in a rank
+
+    from nnlo.optimize.run import optimize  # lazy: the search imports numpy
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    console_logging(log_level, rank)
+    try:
+        config, search = parse()
+        return optimize(world, search.options(config), config)
+    except (NnloError, click.ClickException) as e:
+        if rank == 0:
+            msg = e.format_message() if isinstance(e, click.ClickException) else str(e)
+            click.echo(f"nnlo: error: {msg}", err=True)
+        code = getattr(e, "exit_code", EXIT_BAD_INPUT)
+        sys.stderr.flush()
+        raise SystemExit(code) from None
+    except RoleError as e:
+        if rank == 0:
+            click.echo(f"nnlo: error: {e}", err=True)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+    except Exception:  # never leave other ranks hanging on an unexpected error
+        logging.getLogger("nnlo.optimize").exception("rank %d failed", rank)
+        abort_job(world, EXIT_FAILED)
+
+
+__all__ = ["job_config", "run_search", "run_spec", "run_training", "start_here"]

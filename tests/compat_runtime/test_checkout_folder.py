@@ -1,0 +1,60 @@
+"""Run from an NNLO checkout, as NNLO's README has its users work: the working folder holds NNLO's own package
+``nnlo/`` (with ``nnlo/optimize/__init__.py``) beside the user's ``models/`` and data.
+
+nnlo's own processes - the pre-queue check of the model and every rank of ``-n`` - are ``python -m
+nnlo_sched ...``, which puts the working folder first on ``sys.path``; they must still import nnlo's runtime,
+not the checkout's package, while the folder stays importable for the model module's own imports
+(``from models.Models import ...``, as NNLO's examples have them).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nnlo.contract import HISTORY_FILE, TRIALS_JSON
+from tests.helpers.projects import write_project
+
+pytestmark = [pytest.mark.mpi]
+
+CHECKOUT_NNLO = '"""NNLO\'s own package, as an NNLO checkout has it (not nnlo\'s runtime)."""\nCHECKOUT = True\n'
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """The user's project (conftest.write_project) inside an NNLO checkout: NNLO's own ``nnlo/`` package, and
+    the model as an example that imports the checkout's ``models/`` package (``models/Models.py``)."""
+    project = write_project(tmp_path / "NNLO")
+    root = project["root"]
+    (root / "nnlo" / "optimize").mkdir(parents=True)
+    (root / "nnlo" / "__init__.py").write_text(CHECKOUT_NNLO)
+    (root / "nnlo" / "optimize" / "__init__.py").write_text("")
+    (root / "models" / "Models.py").write_text((root / "models" / "mymodels.py").read_text())
+    (root / "examples").mkdir()
+    sibling = "from mymodels import make_model"
+    text = project["model"].read_text()
+    assert sibling in text
+    (root / "examples" / "example_mlp.py").write_text(text.replace(sibling, "from models.Models import make_model"))
+    return root
+
+
+def test_optimize_and_train_with_n_work_from_a_folder_holding_a_package_named_nnlo(checkout, nnlo_cli) -> None:
+    r = nnlo_cli(["optimize", "-n", "3", "--model", "examples/example_mlp.py", "--block-size", "2",
+                  "--num-iterations", "1", "--hyper-opt", "random", "--epochs", "1", "--batch", "16",
+                  "--mode", "downpour"], cwd=checkout)
+    assert r.rc == 0, r.err[-3000:]
+    trials = json.loads((checkout / "optimize-sibling-mlp" / TRIALS_JSON).read_text())
+    assert [t["status"] for t in trials] == ["ok"], trials
+    r = nnlo_cli(["train", "-n", "2", "--model", "examples/example_mlp.py", "--epochs", "1", "--batch", "16",
+                  "--checkpoint", "run"], cwd=checkout)
+    assert r.rc == 0, r.err[-3000:]
+    history = json.loads((checkout / "run" / HISTORY_FILE).read_text())
+    assert history["epochs_done"] == 1
+
+
+def test_optimize_has_no_check_like_train_and_submit(checkout, nnlo_cli) -> None:
+    r = nnlo_cli(["optimize", "--help"], cwd=checkout)
+    assert r.rc == 0 and "--no-check" in r.out
+    r = nnlo_cli(["train", "--help"], cwd=checkout)
+    assert r.rc == 0 and "--no-check" in r.out

@@ -1,0 +1,223 @@
+"""Schedules driving the real search bookkeeping without MPI: one job's Search (budget, rung results, restore
+mid-search, deadline re-runs), PBT's checkpoint copy, and a shared search's journal (pauses, resumes, leases
+of a resumed job, replay)."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from nnlo.errors import ConfigError
+from nnlo.optimize.engines import make_engine
+from nnlo.optimize.journal import read_journal, rebuild
+from nnlo.optimize.results import Objective
+from nnlo.optimize.schedules import ScheduleSpec, make_schedule
+from nnlo.optimize.search import Search
+from nnlo.optimize.shared import SharedSearch, rebuilt_engine_state
+from nnlo.optimize.space import from_model
+from nnlo.optimize.trial_files import inherit, read_hook_state, trial_dir, write_hook_state
+from tests.helpers.env import example
+
+curves = example("curves")  # the example's learning curves
+
+SPACE = from_model(curves)
+ASHA = ScheduleSpec("asha", max_epochs=9, min_epochs=1, eta=3)
+PBT = ScheduleSpec("pbt", max_epochs=6, population=4, interval=2)
+
+
+def search(tmp_path, spec=ASHA, n=12, engine="random", cls=Search, **kw):
+    return cls(make_engine(engine, SPACE, 3, n_initial_points=3), Objective.parse("val_loss"), num_iterations=n,
+               out_dir=tmp_path, schedule=make_schedule(spec, SPACE), **kw)
+
+
+def run_job(s, trial, block=0, out=None):
+    """What a block does: the hook trained from the trial's state to the job's epochs."""
+    folder = trial_dir(out or s.out_dir, trial.id, 0)
+    state, _ = read_hook_state(folder)
+    metrics = curves.evaluate(trial.params, epochs=s.job_epochs(trial), state=state)
+    write_hook_state(folder, metrics.pop("state"), s.job_epochs(trial))
+    return s.record(trial.id, [{"metrics": metrics, "epochs": s.job_epochs(trial)}], block)
+
+
+def drain(s, blocks=1, stop_after=None):
+    """Hand out and record jobs (round robin over ``blocks``) until the search is complete, or until
+    ``stop_after`` results have been recorded; returns the jobs left running (handed out, never reported)."""
+    n = 0
+    while True:
+        running = [t for b in range(blocks) if (t := s.next_trial(b, 0.0)) is not None]
+        if not running:
+            assert s.complete()
+            return []
+        for i, t in enumerate(running):
+            if stop_after is not None and n >= stop_after:
+                return running[i:]
+            run_job(s, t, t.block)
+            n += 1
+
+
+def summary(s):
+    return {t.id: (t.params, [(r["rung"], r["fom"]) for r in t.rungs]) for t in s.finished.values()}
+
+
+def test_an_asha_search_spends_its_budget_and_records_every_rung(tmp_path):
+    s = search(tmp_path)
+    drain(s, blocks=2)
+    s.save()
+    assert len(s.finished) == 12 and s.next_id == 12
+    tops = [t for t in s.finished.values() if t.rung == 2]
+    assert tops and all(t.epochs == 9 for t in tops)
+    for t in s.finished.values():  # contiguous rungs, epochs of the ladder, one result per rung
+        assert [r["rung"] for r in t.rungs] == list(range(t.rung + 1))
+        assert [r["epochs"] for r in t.rungs] == [1, 3, 9][: t.rung + 1]
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert best["best_epochs"] == 9 and best["best_trial"] in {t.id for t in tops}  # only full trainings count
+    assert sum(best["rungs"].values()) == 12 and set(best["rungs"]) <= {"1", "3", "9"}
+    rows = list(csv.DictReader((tmp_path / "trials.csv").open()))
+    assert {r["epochs"] for r in rows} <= {"1", "3", "9"} and {r["rung"] for r in rows} <= {"0", "1", "2"}
+    state = json.loads((tmp_path / "optimizer-state.json").read_text())
+    assert state["schedule"]["name"] == "asha" and state["rerun"] == []
+
+
+def test_a_restored_search_continues_as_if_never_stopped(tmp_path):
+    whole = search(tmp_path / "whole")
+    drain(whole)
+    cut = search(tmp_path / "cut")
+    [running] = drain(cut, stop_after=7)  # handed out, never reported: a kill now re-runs it
+    cut.save()
+    again = search(tmp_path / "cut")
+    assert again.restore() and [t.id for t in again.requeue] == [running.id]
+    assert again.requeue[0].target == running.target
+    drain(again)
+    assert summary(again) == summary(whole)
+    with pytest.raises(ConfigError, match="different schedule"):
+        search(tmp_path / "cut", spec=ScheduleSpec("hyperband", max_epochs=9)).restore()
+
+
+def test_a_job_stopped_by_the_deadline_reruns_toward_the_same_rung(tmp_path):
+    s = search(tmp_path, n=3)
+    for b in range(3):
+        run_job(s, s.next_trial(b))
+    promoted = s.next_trial(0)
+    assert promoted.target == 1 and promoted.status == "ok"  # a paused trial keeps its status while it trains on
+    s.interrupted(promoted.id)
+    assert s.requeue == [promoted] and promoted.target == 1
+    again = s.next_trial(1)
+    assert again is promoted and s.job_epochs(again) == 3
+    run_job(s, again)
+    assert [r["rung"] for r in s.finished[promoted.id].rungs] == [0, 1]
+
+
+def test_target_counts_only_full_trainings(tmp_path):
+    s = search(tmp_path, n=6, target=1.9)
+    t = s.next_trial(0)
+    s.record(t.id, [{"metrics": {"val_loss": 0.1}, "epochs": 1}], 0)  # rung 0: a good start, not a result
+    assert not s.target_reached()
+
+
+def test_pbt_children_start_from_their_donors_checkpoint(tmp_path):
+    s = search(tmp_path, spec=PBT, n=8)
+    drain(s, blocks=2)
+    children = [t for t in s.finished.values() if t.parent is not None]
+    assert children and len(s.finished) <= 8
+    for c in children:
+        assert c.replaces is not None and c.start_epochs is not None and c.start_epochs % 2 == 0
+        # it trained on from the donor's checkpoint to a later step (unless the copy was the last one)
+        assert c.rungs[0]["epochs"] > c.start_epochs or c.start_epochs == 6
+    living = [t for t in s.finished.values() if t.id not in {c.replaces for c in children}]
+    assert len(living) == 4 and all(t.epochs == 6 for t in living)
+    rows = list(csv.DictReader((tmp_path / "trials.csv").open())) if s.save() is None else []
+    assert {r["parent"] for r in rows} - {""} == {str(c.parent) for c in children}
+
+
+def test_inherit_copies_the_donors_checkpoint_at_its_result(tmp_path):
+    from nnlo.checkpoint import CheckpointWriter
+
+    for fold in range(2):
+        w = CheckpointWriter(trial_dir(tmp_path, 3, fold) / "checkpoints", keep=3)
+        for epoch in (2, 4):
+            tmp = w.begin(epoch, epoch * 10)
+            (tmp / "master.pkl").write_bytes(b"x")
+            w.commit(tmp, {"epoch": epoch, "updates": epoch * 10})
+    stale = trial_dir(tmp_path, 9, 0) / "leftover"
+    stale.mkdir(parents=True)
+    assert inherit(tmp_path, 3, 9, 2, epochs=2) == 2
+    assert not stale.exists()  # a killed job's leftover in the new id's folder is gone
+    assert sorted(p.name for p in (trial_dir(tmp_path, 9, 1) / "checkpoints").iterdir()) == ["ckpt-e0002-u00000020"]
+    assert inherit(tmp_path, 3, 10, 2, epochs=None) == 4  # else the newest
+    write_hook_state(trial_dir(tmp_path, 5, 0), {"loss": 2.0}, 4)
+    write_hook_state(trial_dir(tmp_path, 5, 0), {"loss": 1.0}, 6)
+    assert inherit(tmp_path, 5, 11, 1) == 6 and read_hook_state(trial_dir(tmp_path, 11, 0)) == ({"loss": 1.0}, 6)
+    assert inherit(tmp_path, 5, 13, 1, epochs=4) == 4  # the state before the newest is kept too
+    assert read_hook_state(trial_dir(tmp_path, 13, 0)) == ({"loss": 2.0}, 4)
+    assert inherit(tmp_path, 42, 12, 1) is None  # no donor folder: a fresh start
+
+
+# -- a shared search ------------------------------------------------------------------------------------
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def participant(tmp_path, name, clock, n=9):
+    s = search(tmp_path, n=n, cls=SharedSearch, participant=name, lease_s=10.0, clock=clock, heartbeat=False)
+    s.restore()
+    return s
+
+
+def test_shared_asha_pauses_in_one_job_and_resumes_in_another_and_replays(tmp_path):
+    clock = Clock()
+    a, b = participant(tmp_path, "a", clock), participant(tmp_path, "b", clock)
+    first = [a.next_trial(0), b.next_trial(0), a.next_trial(1)]
+    assert [t.id for t in first] == [0, 1, 2] and all(t.target == 0 for t in first)
+    for s, t in zip((a, b, a), first, strict=True):
+        run_job(s, t)
+    best = min(first, key=lambda t: a.shared.finished[t.id].fom)
+    up = b.next_trial(1)  # b promotes whichever is best: a trial paused by a's job, or its own
+    assert up.id == best.id and up.target == 1 and up.rungs == a.shared.finished[best.id].rungs
+    # b dies while training it on; its lease expires and a takes the job over, toward the same rung
+    clock.t += 11
+    a._quiet_until = 0.0
+    again = a.next_trial(0)
+    assert again.id == best.id and again.target == 1
+    run_job(a, again)
+    b.record(up.id, [{"metrics": {"val_loss": 99.0}, "epochs": 3}], 1)  # b's late result: the rung is taken
+    assert a.shared.finished[best.id].rungs[-1]["fom"] != 99.0
+    records, skipped = read_journal(tmp_path)
+    assert skipped == [] and [r["kind"] for r in records].count("resume") == 1
+    state = rebuild(records)  # the pure fold gives what the participants hold
+    assert {i: t.rungs for i, t in state.finished.items()} == {i: t.rungs for i, t in a.shared.finished.items()}
+    assert rebuilt_engine_state(tmp_path)["observations"] == a.engine.state_dict()["observations"]
+    while (t := a.next_trial(0)) is not None:
+        run_job(a, t)
+    assert a.complete() and len(a.shared.finished) == 9
+    assert [r["rung"] for r in a.shared.finished[best.id].rungs][:2] == [0, 1]
+    a.close()
+    b.close()
+
+
+def test_a_shared_search_with_another_schedule_is_refused(tmp_path):
+    clock = Clock()
+    participant(tmp_path, "a", clock).close()
+    other = SharedSearch(make_engine("random", SPACE, 3, n_initial_points=3), Objective.parse("val_loss"),
+                         num_iterations=9, out_dir=tmp_path, participant="b", clock=clock, heartbeat=False)
+    with pytest.raises(ConfigError, match="different schedule"):
+        other.restore()
+
+
+def test_the_assignment_policy_learns_a_stages_cost_per_epoch(tmp_path):
+    """Heterogeneous blocks under a schedule: the hardware-aware policy is told what a new trial costs (its first
+    stage, per epoch, on the block that ran it), not a total that grows with the rungs a good trial reaches."""
+    s = search(tmp_path, n=4)
+    s.blocks = 2
+    for b in range(3):
+        t = s.next_trial(b % 2, now=0.0)
+        s.record(t.id, [{"metrics": {"val_loss": 1.0 + b}, "epochs": 1}], t.block, now=2.0 * (b + 1))
+    up = s.next_trial(0, now=10.0)
+    assert up.target == 1
+    s.record(up.id, [{"metrics": {"val_loss": 0.5}, "epochs": 3}], 1, now=30.0)  # 2 more epochs, on block 1
+    costs = {o.params["lr"]: (o.duration_s, o.block) for o in s.observations()}
+    assert costs[up.params["lr"]] == (2.0, 0) and sorted(d for d, _ in costs.values()) == [2.0, 4.0, 6.0]
