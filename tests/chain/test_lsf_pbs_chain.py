@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.chain import CHAIN as HERE, epochs_done, make_spec, nnlo, status_json, submit, wait_for
+from tests.helpers.standins import install as install_standins
 
 pytestmark = [pytest.mark.slow]
 
@@ -21,15 +22,7 @@ STANDIN = HERE / "standin_batch.py"
 
 @pytest.fixture
 def standins(chain_env, monkeypatch):
-    bin_dir = chain_env / "standin-bin"
-    bin_dir.mkdir()
-    for prog in ("bsub", "bjobs", "bkill", "qsub", "qstat", "qdel"):
-        (bin_dir / prog).symlink_to(STANDIN)
-    state = chain_env / "standin"
-    state.mkdir()
-    monkeypatch.setenv("STANDIN_DIR", str(state))
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return state
+    return install_standins(chain_env, STANDIN, monkeypatch)
 
 
 def calls(state: Path, prog: str) -> list[dict]:

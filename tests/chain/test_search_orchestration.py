@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers.chain import CHAIN as HERE, wait_for
+from tests.helpers.standins import install as install_standins
 
 from tests.sched.cli_runner import run as run_cli
 
@@ -59,15 +60,7 @@ def search_env(chain_env):
 
 @pytest.fixture
 def standins(search_env, monkeypatch):
-    bin_dir = search_env / "standin-bin"
-    bin_dir.mkdir()
-    for prog in ("bsub", "bjobs", "bkill", "qsub", "qstat", "qdel"):
-        (bin_dir / prog).symlink_to(STANDIN)
-    state = search_env / "standin"
-    state.mkdir()
-    monkeypatch.setenv("STANDIN_DIR", str(state))
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return state
+    return install_standins(search_env, STANDIN, monkeypatch)
 
 
 def one_error(done) -> bool:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.env import REPO
+from tests.helpers.standins import install as install_standins
 from tests.helpers.submitit import DISTRIBUTIONS, clear_plugin_caches, write_entry_points
 
 HERE = Path(__file__).resolve().parent
@@ -60,13 +61,4 @@ def plugin_env(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture
 def standins(plugin_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    bin_dir = plugin_env / "standin-bin"
-    bin_dir.mkdir()
-    for prog in ("bsub", "bjobs", "bkill", "qsub", "qstat", "qdel"):
-        (bin_dir / prog).symlink_to(STANDIN)
-    state = plugin_env / "standin"
-    state.mkdir()
-    monkeypatch.setenv("STANDIN_DIR", str(state))
-    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent),
-                                                os.environ["PATH"]]))
-    return state
+    return install_standins(plugin_env, STANDIN, monkeypatch, more_path=(str(Path(sys.executable).parent),))
