@@ -8,7 +8,7 @@ import pytest
 
 from nnlo.roles import Shape
 from nnlo_sched.inner import parse_inner
-from tests.conftest import REPO
+from tests.helpers.env import REPO
 
 
 def shape(*argv: str) -> Shape:
@@ -35,6 +35,7 @@ def test_search_options_are_parsed(monkeypatch, tmp_path):
     assert inner.search.options(inner.train).out_dir == tmp_path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, message", [
     (["--num-iterations", "0"], "--num-iterations"),
     (["--hyper-opt", "grid"], "--hyper-opt"),
