@@ -150,11 +150,6 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
 
     def check() -> Hierarchy:
         wanted = config.validate().training_group_shape
-        if comm.Get_size() < 2 and not wanted.allreduce:
-            raise ConfigError(
-                "1 rank cannot hold a master and a worker: use -n 2 or more (e.g. -n 3 = 1 master + 2 "
-                "workers), or start the ranks with mpirun/srun inside a batch job"
-            )
         hierarchy = describe(comm.Get_size(), wanted)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
@@ -217,14 +212,15 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         role.engine_name = comm.bcast(role.engine_name, root=0)
         _phase(comm, hierarchy, role.start, watchdog)
         return ctx, role
-    # the top of the tree (the master, or the uber-master) sets everyone's initial weights
+    # the top of the tree (the master, the uber-master, a solo rank) sets everyone's initial weights
     center = role.center if ctx.info.role is not Role.WORKER else np.empty(builder.backend.n_params, np.float32)
     with watchdog.waiting("waiting for the initial weights"):
         comm.Bcast(center, root=ctx.group.top)
     mark("weights_shared")
-    if ctx.info.role is Role.WORKER:
-        role.rule.start(center)
-        _phase(comm, hierarchy, lambda: builder.restore_worker(role, checkpoint), watchdog)
+    trainer = role.worker if ctx.info.role is Role.SOLO else role if ctx.info.role is Role.WORKER else None
+    if trainer is not None:
+        trainer.rule.start(center)
+        _phase(comm, hierarchy, lambda: builder.restore_worker(trainer, checkpoint), watchdog)
     else:
         _phase(comm, hierarchy, lambda: None, watchdog)
     return ctx, role
@@ -290,10 +286,16 @@ class _Builder:
         if ctx.info.role is Role.MASTER:
             state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
             return Master(ctx, self.backend, self.data, restored=state)
-        link = Link(ctx.comm, watchdog=ctx.watchdog)
-        rule = make_worker_rule(self.backend, ctx.config, ctx.n_workers, link, ctx.master_rank)
         position = (int(manifest["epoch"]), 0) if manifest else (0, 0)
         loader, validator = self.data
+        if ctx.info.role is Role.SOLO:  # a group of one rank: the master's part around its own worker
+            from nnlo.training.solo import Alone, Solo, SoloWorker
+
+            state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
+            worker = SoloWorker(ctx, self.backend, loader, Alone(self.backend), position, validator)
+            return Solo(ctx, self.backend, validator, worker, restored=state)
+        link = Link(ctx.comm, watchdog=ctx.watchdog)
+        rule = make_worker_rule(self.backend, ctx.config, ctx.n_workers, link, ctx.master_rank)
         if ctx.worker_comm is not None:
             from nnlo.training.allreduce import choose_engine
             from nnlo.training.groups import GroupWorker
@@ -341,8 +343,7 @@ def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, v
         return _Builder(ctx, backend, data, device)
     # every rank evaluates its share of the master's validations (nnlo.training.validation); only workers train
     validator = _validation(ctx, source, val_indices)
-    is_master = ctx.info.role is not Role.WORKER
-    data = validator if is_master else (_training(ctx, source, train_indices), validator)
+    data = (_training(ctx, source, train_indices), validator) if ctx.info.trains else validator
     return _Builder(ctx, backend, data, device)
 
 

@@ -98,10 +98,11 @@ def _worker_ranks(shape: Shape, world: int) -> int:
 
 
 def _servers(shape: Shape, world: int) -> int:
+    """Ranks that need no GPU: the coordinator and proposers, and every training group's masters."""
     if not shape.optimization:
-        return shape.n_masters
-    blocks = len(shape.blocks_in(world))
-    return shape.head_ranks + blocks * shape.n_fold * shape.n_masters
+        return shape.servers_in_group(world)
+    f = shape.n_fold
+    return shape.head_ranks + sum(f * shape.servers_in_group(bs // f) for bs in shape.blocks_in(world))
 
 
 def _fits_one_node(node: _Node, shape: Shape, world: int) -> bool:
@@ -170,12 +171,14 @@ def _fill(node: _Node, shape: Shape, nodes: int, cluster: str) -> int:
     if cap_workers is not None:
         w = min(w, cap_workers // k)
     need = 1 if shape.allreduce else shape.masters_with_workers
+    if w < need and shape.is_solo(1) and (cap_workers is None or cap_workers >= 1):
+        return 1  # room for one worker alone: a solo group needs no master
     if w < need:
         raise LayoutError(
             f"{nodes} {cluster} node(s) cannot hold {shape.server_ranks} master rank(s) and {need} worker(s) "
             f"of {k} rank(s); use more --nodes, fewer --n-masters or fewer --n-processes"
         )
-    return shape.world_size(w)
+    return shape.server_ranks + w * k  # the masters and every worker that fits (one worker too: 2 ranks here)
 
 
 def compute_layout(

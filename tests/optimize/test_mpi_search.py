@@ -110,8 +110,9 @@ def test_kill_coordinator_then_restore_loses_and_repeats_nothing(mpirun, nnlo_en
     (4, ["--block-size", "2"], "4 ranks do not make 1 coordinator + blocks of 2; use -n 3"),
     (5, ["--block-size", "2", "--n-fold", "3"], "does not divide into --n-fold 3"),
     (3, ["--block-size", "2", "--fom", "val_loss:up"], "--fom"),
-    (5, ["--block-size", "2", "--n-fold", "2"], "fold groups of 1 rank(s) (2 / --n-fold 2), but a training group "
-                                                "needs at least 2 ranks (1 master plus a worker); use --block-size 4"),
+    (5, ["--block-size", "2", "--n-fold", "2", "--n-processes", "2"],
+     "fold groups of 1 rank(s) (2 / --n-fold 2), but a training group needs at least 3 ranks (1 master plus a "
+     "worker); use --block-size 6"),
 ])
 def test_bad_input_gives_one_clear_line(mpirun, nnlo_env, tmp_path, np_, args, message):
     r = optimize(mpirun, nnlo_env, np_, *args, "--output", str(tmp_path / "o"))

@@ -238,7 +238,7 @@ def test_layout_invariants(req: tuple[Profile, Shape, str, dict]) -> None:
         if shape.optimization:
             more["blocks"] = lay.blocks + 1
         else:
-            more["workers"] = lay.hierarchy.count(Role.WORKER) // shape.ranks_per_worker + 1
+            more["workers"] = shape.workers_in_group(lay.world_size) + 1  # a solo rank is one worker too
         with pytest.raises(LayoutError):
             compute_layout(profile, shape, kind, **more)
     assert Fraction(lay.to_dict(ranks=False)["gpus_per_worker"]).limit_denominator(64) == gpw
