@@ -346,7 +346,7 @@ def optimize(model: Any = None, data: Any = None, val_data: Any = None, space: A
 
     model/data/val_data/config: as for :func:`train`; ``options`` are ``nnlo optimize``'s (``block_size``,
     ``n_fold``, ``num_iterations``, ``hyper_opt``, ``estimator``, ``n_initial_points``, ``ga_populations``,
-    ``fom``, ``target_objective``, ``opt_restore``, ``output``) and the training options.
+    ``fom``, ``target_objective``, ``opt_restore``, ``overwrite``, ``output``) and the training options.
     space: a TOML file's path (``--space``), a dict of tables as in that file, a list of
         ``Real``/``Integer``/``Categorical`` dimensions, or None (the model's ``parameter_range``).
     """
@@ -401,8 +401,9 @@ def _check_search(search: Any) -> None:
     if target is not None and (not isinstance(target, (int, float)) or isinstance(target, bool)
                                or not math.isfinite(target)):
         raise ConfigError(f"target_objective={target!r} must be a finite number")
-    if not isinstance(search.opt_restore, bool):
-        raise ConfigError(f"opt_restore={search.opt_restore!r} must be True or False")
+    for flag in ("opt_restore", "overwrite"):
+        if not isinstance(getattr(search, flag), bool):
+            raise ConfigError(f"{flag}={getattr(search, flag)!r} must be True or False")
 
 
 def run_search(config: TrainConfig, opts: Any, inputs: RunInputs | None = None, space: Any = None, *,

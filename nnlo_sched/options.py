@@ -180,6 +180,12 @@ TRAINING: list[Decorator] = [
     train_option("--restore", metavar="DIR|auto",
                  help="Resume from the newest complete checkpoint in DIR (a run or checkpoint folder); "
                       "'auto' looks in the run directory. No checkpoint there yet: start fresh."),
+    # one option, two fields of the same name: TrainConfig.overwrite (nnlo train) and SearchConfig.overwrite
+    train_option("--overwrite", is_flag=True,
+                 help="Start afresh in a folder that holds an earlier run (nnlo train: --checkpoint DIR; "
+                      "nnlo optimize: --output DIR), deleting its history, model, checkpoints and logs (a "
+                      "search's trials and state) first. Without it such a folder is refused: --restore auto "
+                      "(--opt-restore) continues it."),
     train_option("--preload-data", type=click.IntRange(min=0), is_flag=False, flag_value=1, show_default=False,
                  metavar="[N]", help="Read every listed file into memory once before training (any N >= 1, "
                                      "or the bare flag; 0: read from the files as needed)."),

@@ -54,7 +54,9 @@ def job_config(run_dir: Path) -> TrainConfig:
     config = spec.train.replace(deadline=deadline_from_env(spec.train.deadline))
     if spec.kind == "train":
         ckpt = checkpoint_dir(run_dir, spec)
-        config = config.replace(checkpoint=str(ckpt), restore=str(ckpt) if find_latest(ckpt) else None)
+        restore = str(ckpt) if find_latest(ckpt) else None
+        # --overwrite starts the chain's run afresh once: a job that finds the run's checkpoints continues them
+        config = config.replace(checkpoint=str(ckpt), restore=restore, overwrite=config.overwrite and not restore)
     return config
 
 

@@ -41,6 +41,7 @@ class OptimizeOptions:
     n_initial_points: int | None = None
     seed: int = 0
     restore: bool = False
+    overwrite: bool = False  # start afresh in an out_dir that holds a search (its files deleted first)
     deadline: float | None = None
     grace_s: float = 60.0
     shared: bool = False  # one search across many jobs: the journal in out_dir is the state
@@ -132,6 +133,7 @@ class SearchConfig:
     target_objective: float | None = None
     space: str | None = None  # a TOML search space; None: the model module's get_model.parameter_range
     opt_restore: bool = False
+    overwrite: bool = False  # --overwrite: start afresh in an --output folder that holds a search
     output: str | None = None  # None: $NNLO_RUN_DIR inside a submitted run, else ./optimize-<model>
     shared: bool = False  # join the shared search in the output folder (nnlo.optimize.shared)
     participant: str | None = None  # None: $NNLO_PARTICIPANT, else <hostname>-<pid>
@@ -155,6 +157,11 @@ class SearchConfig:
         if not (isinstance(self.lease_timeout, (int, float)) and 1.0 <= self.lease_timeout < float("inf")):
             raise ConfigError(f"--lease-timeout {self.lease_timeout!r} is not a finite number of seconds >= 1; "
                               "give the seconds after which a silent job's trial goes back to the pool")
+        if self.overwrite and (self.opt_restore or self.shared):
+            other = "--shared joins" if self.shared else "--opt-restore resumes"
+            raise ConfigError(f"--overwrite starts a search afresh and {other} the one in --output: drop one of "
+                              "them (a shared search's folder belongs to every job that runs it: start a new one "
+                              "in another --output)")
         if self.shared and self.proposers > 1:  # their ranks would idle: a shared search asks under the lock
             raise ConfigError("--proposers does not apply to a shared search (--shared, nnlo submit --jobs/--join): "
                               "each job's coordinator proposes under the journal's lock; leave --proposers out")
@@ -227,6 +234,7 @@ class SearchConfig:
             n_initial_points=self.n_initial_points,
             seed=train.seed,
             restore=self.opt_restore,
+            overwrite=self.overwrite,
             deadline=train.deadline,
             shared=self.shared,
             participant=self.participant,

@@ -70,10 +70,13 @@ def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
         search.restore()
         return search
     resume = opts.restore or bool(os.environ.get(ENV_RUN_DIR))
+    if has_state and opts.overwrite and not resume:
+        clear_search(opts.out_dir)
+        has_state = False
     if has_state and not resume:
         raise ConfigError(
-            f"{opts.out_dir} already holds a search ({STATE_FILE}); pass --opt-restore to resume it "
-            "or choose another --output"
+            f"{opts.out_dir} already holds a search ({STATE_FILE}); resume it with --opt-restore, choose another "
+            "--output, or pass --overwrite to start afresh (deleting its trials)"
         )
     if resume and search.restore():
         log.info("resumed the search in %s: %d trial(s) done, %d to re-run", opts.out_dir,
@@ -81,6 +84,23 @@ def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
     elif opts.restore:
         log.warning("--opt-restore: no %s in %s yet; starting a new search", STATE_FILE, opts.out_dir)
     return search
+
+
+def clear_search(out_dir: Path) -> None:
+    """Delete what a search wrote into ``out_dir`` (``--overwrite``): its state, tables and trials' folders
+    (whose checkpoints the new search's trials of the same ids would otherwise resume)."""
+    import shutil
+
+    from nnlo.contract import BEST_FILE, TRIALS_CSV, TRIALS_JSON
+    from nnlo.optimize.trial_files import TRIALS_DIR
+
+    for name in (STATE_FILE, TRIALS_JSON, TRIALS_CSV, BEST_FILE, TRIALS_DIR):
+        path = out_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    log.info("--overwrite: deleted the earlier search in %s", out_dir)
 
 
 def check_fold_groups(shape: Shape) -> None:

@@ -166,6 +166,7 @@ class TrainRunner:
             checkpoint=str(out),
             checkpoint_keep=self.keep,
             restore="auto",
+            overwrite=False,  # --overwrite applies to the search's folder (cleared once), never to a trial
             trial_name=f"{self.name}-{out.parent.name}-{out.name}",
             # trainings of many blocks at once would flood the console: their progress goes to the fold's
             # logs/ and history.json; --log-level debug shows it on the console too

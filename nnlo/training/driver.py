@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import os
 import random
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -32,13 +33,14 @@ import numpy as np
 from nnlo import checkpoint as ckpt
 from nnlo.abort import abort_rank
 from nnlo.config import TrainConfig
-from nnlo.contract import CONFIG_FILE
+from nnlo.contract import CONFIG_FILE, ENV_RUN_DIR
 from nnlo.errors import ConfigError
 from nnlo.roles import Hierarchy, Role, describe
 from nnlo.stop import Stop
 from nnlo.training.context import RunContext, RunInputs
 from nnlo.training.failure import RankFailure, describe_exception
 from nnlo.training.history import TrainResult
+from nnlo.training.rundir import claim
 from nnlo.training.startup import mark
 from nnlo.training.watchdog import Watchdog, abort_on_expiry, timeout_from_env
 
@@ -152,8 +154,11 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         wanted = config.validate().training_group_shape
         hierarchy = describe(comm.Get_size(), wanted)
         if out is not None:
+            top = rank == hierarchy.groups[0].top
+            if top:  # before any rank writes: an earlier run here is continued, overwritten on request, or kept
+                claim(out, config, chained=bool(os.environ.get(ENV_RUN_DIR)))
             out.mkdir(parents=True, exist_ok=True)
-            if rank == hierarchy.groups[0].top:
+            if top:
                 ckpt.write_json_atomic(out / CONFIG_FILE, config.to_dict())
         return hierarchy
 

@@ -106,6 +106,24 @@ def test_kill_coordinator_then_restore_loses_and_repeats_nothing(mpirun, nnlo_en
     assert cats <= {"none", "up"} and all(isinstance(t["params"]["k"], int) for t in after.values())
 
 
+def test_a_second_search_into_a_search_folder_is_refused_until_overwrite(mpirun, nnlo_env, tmp_path):
+    out = tmp_path / "run"
+    first = optimize(mpirun, nnlo_env, 3, "--block-size", "2", "--hyper-opt", "random", "--num-iterations", "3",
+                     "--output", str(out))
+    assert first.returncode == 0, first.stderr[-2000:]
+    (out / "trials" / "0000" / "fold-0").mkdir(parents=True)  # an earlier trial's folder (a trained model's)
+    again = optimize(mpirun, nnlo_env, 3, "--block-size", "2", "--hyper-opt", "random", "--num-iterations", "2",
+                     "--output", str(out))
+    errors = [line for line in again.stderr.splitlines() if line.startswith("nnlo: error:")]
+    assert again.returncode == 2 and len(errors) == 1, again.stderr[-2000:]
+    assert all(w in errors[0] for w in ("already holds a search", "--opt-restore", "--output", "--overwrite"))
+    assert len(trials(out)) == 3
+    fresh = optimize(mpirun, nnlo_env, 3, "--block-size", "2", "--hyper-opt", "random", "--num-iterations", "2",
+                     "--output", str(out), "--overwrite", "--seed", "5")
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert [t["id"] for t in trials(out)] == [0, 1] and not (out / "trials").exists()
+
+
 @pytest.mark.parametrize("np_, args, message", [
     (4, ["--block-size", "2"], "4 ranks do not make 1 coordinator + blocks of 2; use -n 3"),
     (5, ["--block-size", "2", "--n-fold", "3"], "does not divide into --n-fold 3"),
