@@ -38,7 +38,7 @@ from nnlo.errors import ConfigError
 from nnlo.roles import Hierarchy, Role, describe
 from nnlo.stop import Stop
 from nnlo.training.context import RunContext, RunInputs
-from nnlo.training.failure import RankFailure, describe_exception
+from nnlo.training.failure import RankFailure, failure_line
 from nnlo.training.history import TrainResult
 from nnlo.training.rundir import claim
 from nnlo.training.startup import mark
@@ -131,10 +131,8 @@ def _phase(comm: Any, hierarchy: Hierarchy | None, fn: Callable[[], T], watchdog
     error = None
     try:
         value = fn()
-    except Exception as e:  # every failure becomes one line on one rank
-        message, code = describe_exception(e)
-        error = (message, code)
-        log.debug("set-up failed", exc_info=e)
+    except Exception as e:  # noqa: BLE001 - every failure becomes one line on one rank (its log: the traceback)
+        error = failure_line(e, log, "set-up failed")
     with watchdog.waiting("waiting for the other ranks to finish setting up"):
         errors = comm.allgather(error)
     for r, err in enumerate(errors):
@@ -449,8 +447,7 @@ def _log_summary(result: TrainResult) -> None:
 
 
 def _abort(comm: Any, exc: BaseException, role: str) -> None:
-    message, code = describe_exception(exc)
+    message, code = failure_line(exc, log, "aborting")
     if isinstance(exc, KeyboardInterrupt):
         message, code = "interrupted", 130
-    log.debug("aborting", exc_info=exc)
     abort_rank(comm, role, message, code)

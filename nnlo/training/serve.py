@@ -48,7 +48,7 @@ from nnlo.training import startup
 from nnlo.training.buffers import CentralBuffers
 from nnlo.training.context import RunContext
 from nnlo.training.deadline import Deadline, injected_signal_update
-from nnlo.training.failure import RankFailure, describe_exception
+from nnlo.training.failure import RankFailure, failure_line
 from nnlo.training.modes import ServerRule, make_server_rule
 from nnlo.training.validation import Validator, no_sums, split_range, validation_weight
 from nnlo.transport import ANY, Link
@@ -357,9 +357,8 @@ class WorkerServer(ABC):
 
     def _fail_here(self, exc: BaseException) -> None:
         if self.failure is None:
-            message, code = describe_exception(exc)
+            message, code = failure_line(exc, log, "failed")
             self.failure = RankFailure(message, self.ctx.rank, self.ctx.role_label, exit_code=code, report=True)
-            log.debug("master failed", exc_info=exc)
 
     def _drain(self, ranks: list[int]) -> None:
         """After a failure, answer the next message of each of ``ranks`` with abort (so none waits)."""
