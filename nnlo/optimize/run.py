@@ -57,6 +57,9 @@ def build_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
 
 def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
     """The coordinator's search, restored when asked (or inside a chained job) and refused over old data."""
+    resume = opts.restore or bool(os.environ.get(ENV_RUN_DIR))
+    if resume and not opts.shared:
+        opts = as_started(opts)
     search = build_search(opts, space)
     has_state = (opts.out_dir / STATE_FILE).exists()
     has_journal = (opts.out_dir / SEARCH_JOURNAL).exists()
@@ -69,7 +72,6 @@ def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
                               "it without --shared, or choose another --output for a shared search")
         search.restore()
         return search
-    resume = opts.restore or bool(os.environ.get(ENV_RUN_DIR))
     if has_state and opts.overwrite and not resume:
         clear_search(opts.out_dir)
         has_state = False
@@ -84,6 +86,21 @@ def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
     elif opts.restore:
         log.warning("--opt-restore: no %s in %s yet; starting a new search", STATE_FILE, opts.out_dir)
     return search
+
+
+def as_started(opts: OptimizeOptions) -> OptimizeOptions:
+    """The options of a search continued from its state in ``out_dir`` (a larger ``--num-iterations`` is the
+    common case): the random first points it started with stay its initial design, however many the new budget
+    would derive (``--n-initial-points`` given says it explicitly and is taken as given)."""
+    from dataclasses import replace
+
+    from nnlo.optimize.state import load_state
+
+    if opts.n_initial_points is not None:
+        return opts
+    state = load_state(opts.out_dir)
+    started = (state or {}).get("engine_options", {}).get("n_initial_points")
+    return opts if started is None else replace(opts, n_initial_points=int(started))
 
 
 def clear_search(out_dir: Path) -> None:

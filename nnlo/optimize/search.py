@@ -57,6 +57,12 @@ from nnlo.optimize.state import load_state, save_state
 log = logging.getLogger("nnlo.optimize.search")
 
 
+def _identity(options: dict[str, Any]) -> dict[str, Any]:
+    """The engine options that make a search what it is: all but the size of its initial random design, which
+    a continued search may change (``--n-initial-points``; a larger budget keeps the design it started with)."""
+    return {k: v for k, v in options.items() if k != "n_initial_points"}
+
+
 class Search:
     def __init__(
         self,
@@ -456,7 +462,7 @@ class Search:
         mismatch = []
         if state["space"] != self.engine.space.to_dict():
             mismatch.append("search space")
-        if state["engine_options"] != engine_options(self.engine):
+        if _identity(state["engine_options"]) != _identity(engine_options(self.engine)):
             mismatch.append(f"engine ({state['engine_options']})")
         if state["objective"] != {"name": self.objective.name, "direction": self.objective.direction}:
             mismatch.append(f"--fom ({state['objective']['name']}:{state['objective']['direction']})")

@@ -166,3 +166,31 @@ def test_an_interrupted_training_stops_the_hand_out():
     stop = Stop(deadline=None)
     stop.request("a training was interrupted (deadline or signal)")
     assert "interrupted" in stop.reason(0.0)
+
+
+def test_a_search_continues_with_a_larger_budget_and_its_initial_design_counts(tmp_path, monkeypatch):
+    """optimize --num-iterations 10 --opt-restore over a search of 4: the random first points that the budget
+    of 4 derived (2) are the design done; the 10-trial search would have derived 3."""
+    from dataclasses import replace
+
+    from nnlo.optimize.options import OptimizeOptions
+    from nnlo.optimize.run import prepare_search
+
+    monkeypatch.delenv("NNLO_RUN_DIR", raising=False)
+    opts = OptimizeOptions(out_dir=tmp_path, block_size=1, num_iterations=4, hyper_opt="bayesian")
+    s = prepare_search(opts, SPACE)
+    for v in (0.4, 0.3, 0.2, 0.1):
+        t = s.next_trial(0)
+        s.record(t.id, [ok(v + t.params["a"])], 0)
+    s.save()
+    assert not s.can_hand_out() and s.engine.n_initial_points == 2
+    more = prepare_search(replace(opts, num_iterations=10, restore=True), SPACE)
+    assert sorted(more.finished) == [0, 1, 2, 3] and more.engine.n_initial_points == 2
+    assert replace(opts, num_iterations=10).initial_points() == 3
+    assert more.next_trial(0).id == 4 and more.num_iterations == 10
+    given = prepare_search(replace(opts, num_iterations=10, restore=True, n_initial_points=6), SPACE)
+    assert given.engine.n_initial_points == 6 and len(given.finished) == 4  # asked for explicitly: as given
+    for other, what in ((dict(hyper_opt="random"), "engine"), (dict(estimator="RF"), "engine"),
+                        (dict(fom="val_accuracy"), "--fom")):
+        with pytest.raises(ConfigError, match=f"different {what}"):
+            prepare_search(replace(opts, num_iterations=10, restore=True, **other), SPACE)
