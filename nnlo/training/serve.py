@@ -120,12 +120,17 @@ class WorkerServer(ABC):
     def _updated(self) -> None:
         """The center just took update number :attr:`updates` (the top of the tree validates every N)."""
 
+    @property
+    def run_workers(self) -> int:
+        """The training's workers, under every master (an uber-master serves masters, not workers)."""
+        return len(self.ctx.group.workers)
+
     # -- serving -----------------------------------------------------------------------------------
     def _begin(self) -> bool:
         """Log what is about to be trained; False, stopped as completed, when no epoch is left to train."""
         cfg = self.cfg
         log.info("training %s: %d worker(s), mode %s, %d epoch(s), batch %d, %s",
-                 self.ctx.hierarchy.rank_map(), len(self.workers), cfg.effective_mode, cfg.epochs,
+                 self.ctx.hierarchy.rank_map(), self.run_workers, cfg.effective_mode, cfg.epochs,
                  cfg.batch, self.deadline.describe())
         if self.epoch >= cfg.epochs:
             self.stop_reason = "completed"
