@@ -346,7 +346,8 @@ def optimize(model: Any = None, data: Any = None, val_data: Any = None, space: A
 
     model/data/val_data/config: as for :func:`train`; ``options`` are ``nnlo optimize``'s (``block_size``,
     ``n_fold``, ``num_iterations``, ``hyper_opt``, ``estimator``, ``n_initial_points``, ``ga_populations``,
-    ``fom``, ``target_objective``, ``opt_restore``, ``overwrite``, ``output``) and the training options.
+    ``fom``, ``target_objective``, ``max_failures``, ``opt_restore``, ``overwrite``, ``output``) and the training
+    options.
     space: a TOML file's path (``--space``), a dict of tables as in that file, a list of
         ``Real``/``Integer``/``Categorical`` dimensions, or None (the model's ``parameter_range``).
     """

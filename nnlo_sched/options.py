@@ -258,6 +258,10 @@ SEARCH: list[Decorator] = [
     search_option("--space", type=click.Path(dir_okay=False),
                   help="TOML search space (one [name] table per parameter); default: the model "
                        "module's get_model.parameter_range."),
+    search_option("--max-failures", metavar="FRACTION[:MIN]",
+                  help="Stop the search once more than FRACTION of its finished trials failed, counted from MIN "
+                       "finished trials on (or the whole budget if smaller): the model, not the parameters, "
+                       "is broken. 1 never stops (upstream went on)."),
     search_option("--opt-restore", is_flag=True,
                   help="Resume the search saved in --output (finished trials kept, running ones re-run)."),
     search_option("--output", type=click.Path(file_okay=False),

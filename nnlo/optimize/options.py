@@ -18,7 +18,9 @@ from typing import Any
 
 from nnlo.config import TrainConfig, known_fields
 from nnlo.contract import ENV_RUN_DIR, LEASE_TIMEOUT_S
+from nnlo.contract import MAX_FAILURES as FAILURES
 from nnlo.errors import ConfigError
+from nnlo.optimize.failures import FailureRule
 from nnlo.optimize.schedules import DEFAULT_ETA, PBT_POPULATION, SCHEDULES, ScheduleError, ScheduleSpec
 from nnlo.roles import RoleError, Shape
 
@@ -42,6 +44,7 @@ class OptimizeOptions:
     seed: int = 0
     restore: bool = False
     overwrite: bool = False  # start afresh in an out_dir that holds a search (its files deleted first)
+    max_failures: str = FAILURES  # FRACTION[:MIN]: when failed trials stop the search (nnlo.optimize.failures)
     deadline: float | None = None
     grace_s: float = 60.0
     shared: bool = False  # one search across many jobs: the journal in out_dir is the state
@@ -146,6 +149,7 @@ class SearchConfig:
     reduction_factor: float | None = None  # --reduction-factor eta: asha/hyperband (None: 3)
     population: int | None = None  # --population: pbt (None: PBT_POPULATION, at most --num-iterations)
     pbt_interval: int | None = None  # --pbt-interval: epochs per pbt step (None: a tenth of --epochs, >= 1)
+    max_failures: str = FAILURES  # --max-failures FRACTION[:MIN]: stop when more than FRACTION of MIN+ trials fail
 
     def __post_init__(self) -> None:
         if self.block_sizes is not None:  # a list when read back from spec.json
@@ -157,6 +161,7 @@ class SearchConfig:
         if not (isinstance(self.lease_timeout, (int, float)) and 1.0 <= self.lease_timeout < float("inf")):
             raise ConfigError(f"--lease-timeout {self.lease_timeout!r} is not a finite number of seconds >= 1; "
                               "give the seconds after which a silent job's trial goes back to the pool")
+        FailureRule.parse(self.max_failures)
         if self.overwrite and (self.opt_restore or self.shared):
             other = "--shared joins" if self.shared else "--opt-restore resumes"
             raise ConfigError(f"--overwrite starts a search afresh and {other} the one in --output: drop one of "
@@ -235,6 +240,7 @@ class SearchConfig:
             seed=train.seed,
             restore=self.opt_restore,
             overwrite=self.overwrite,
+            max_failures=self.max_failures,
             deadline=train.deadline,
             shared=self.shared,
             participant=self.participant,

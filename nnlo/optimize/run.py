@@ -21,6 +21,7 @@ from nnlo.optimize import space as space_mod
 from nnlo.optimize.assign import make_policy
 from nnlo.optimize.coordinator import Coordinator
 from nnlo.optimize.engines import ENGINES, Engine, make_engine
+from nnlo.optimize.failures import FailureRule
 from nnlo.optimize.options import OptimizeOptions, check_schedule, trial_overrides
 from nnlo.optimize.results import Objective
 from nnlo.optimize.runners import TrainRunner
@@ -50,9 +51,10 @@ def build_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
         return SharedSearch(engine, Objective.parse(opts.fom), num_iterations=opts.num_iterations,
                             out_dir=opts.out_dir, target=opts.target_objective, n_fold=opts.n_fold,
                             participant=participant_name(opts.participant), lease_s=opts.lease_s,
-                            schedule=schedule)
+                            schedule=schedule, failures=FailureRule.parse(opts.max_failures))
     return Search(engine, Objective.parse(opts.fom), num_iterations=opts.num_iterations, out_dir=opts.out_dir,
-                  target=opts.target_objective, n_fold=opts.n_fold, schedule=schedule)
+                  target=opts.target_objective, n_fold=opts.n_fold, schedule=schedule,
+                  failures=FailureRule.parse(opts.max_failures))
 
 
 def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
