@@ -11,7 +11,7 @@ each prefixed with the rank and role, so eight ranks do not print eight copies o
 
 * :data:`ONCE`: a warning every rank gives alike (it follows from the options, the data, or a signal that
   reaches every rank) is printed once per run, by the rank that speaks for the run (rank 0 of a training; in
-  a search the first rank of its first block, see :func:`speak_for_the_run`), and once per process however
+  a search the first rank of its first block, see :func:`speaking_for_the_run`), and once per process however
   many trials repeat it; every rank's log file keeps its own copy;
 * :data:`DETAIL`: a record for the log files whatever the level (the trimmed traceback of an error in the
   user's code, whose one line the screen shows anyway), on the screen only at ``--log-level debug``.
@@ -35,7 +35,7 @@ LEVELS = ("debug", "info", "warning", "error", "critical")
 ONCE = {"nnlo_once": True}
 #: ``log.error(..., extra=DETAIL)``: for the log files at any level; on the screen only at debug level
 DETAIL = {"nnlo_detail": True}
-_speaker: bool | None = None  # set by speak_for_the_run(); None: rank 0 of the console's run speaks
+_speaker: bool | None = None  # set by speaking_for_the_run(); None: rank 0 of the console's run speaks
 MERGED_NAME = "all-ranks.log"
 _STAMP_LEN = len("2026-11-21T09:30:01.123456Z")
 
@@ -71,11 +71,17 @@ class RankFormatter(logging.Formatter):
         return f"{self.formatTime(record)} rank {self.rank} {self.role} {record.levelname} {record.name}: {message}"
 
 
-def speak_for_the_run(speaker: bool | None) -> None:
-    """Whether this process prints the run-wide warnings (:data:`ONCE`) on the screen; None: rank 0 does.
-    A search names the first rank of its first block (rank 0 is the coordinator, which trains nothing)."""
+@contextlib.contextmanager
+def speaking_for_the_run(speaker: bool) -> Iterator[None]:
+    """Within the block, whether this process prints the run-wide warnings (:data:`ONCE`) on the screen (else
+    rank 0 does). A search's blocks name the first rank of the first block: rank 0 is the coordinator, which
+    trains nothing."""
     global _speaker
-    _speaker = speaker
+    previous, _speaker = _speaker, speaker
+    try:
+        yield
+    finally:
+        _speaker = previous
 
 
 class ConsoleFilter(logging.Filter):

@@ -17,6 +17,7 @@ from typing import Any
 from nnlo.config import deadline_from_env
 from nnlo.contract import ENV_RUN_DIR, SEARCH_JOURNAL
 from nnlo.errors import ConfigError, NnloError
+from nnlo.observe.logs import speaking_for_the_run
 from nnlo.optimize import space as space_mod
 from nnlo.optimize.assign import make_policy
 from nnlo.optimize.coordinator import Coordinator
@@ -243,7 +244,9 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
                                             else TrainRunner(config, opts.seed, opts.name, keep))
         if inputs is not None and not hook:
             runner = _GivenInputsRunner(config, opts.seed, opts.name, inputs, keep)
-        return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
+        # the trainings' run-wide warnings (every block gives them alike): on the screen from one rank that trains
+        with speaking_for_the_run(rank == hierarchy.blocks[0][0]):
+            return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
 
 
 class _GivenInputsRunner(TrainRunner):

@@ -35,6 +35,7 @@ from nnlo.abort import abort_rank
 from nnlo.config import TrainConfig
 from nnlo.contract import CONFIG_FILE, ENV_RUN_DIR
 from nnlo.errors import ConfigError
+from nnlo.observe.logs import ONCE
 from nnlo.roles import Hierarchy, Role, describe
 from nnlo.stop import Stop
 from nnlo.training.context import RunContext, RunInputs
@@ -315,10 +316,9 @@ class _Builder:
         name = ckpt.part_name("worker", ctx.worker_index)
         same = manifest.get("n_workers") == len(ctx.group.workers) and manifest.get("mode") == ctx.config.effective_mode
         if not same or not (Path(checkpoint) / name).is_file():
-            if ctx.worker_index == 0:
-                log.warning("checkpoint %s was written by %s worker(s) in mode %s; workers restart epoch %d "
-                            "with fresh optimizer state", checkpoint, manifest.get("n_workers"),
-                            manifest.get("mode"), int(manifest["epoch"]) + 1)
+            log.warning("checkpoint %s was written by %s worker(s) in mode %s; workers restart epoch %d with fresh "
+                        "optimizer state", checkpoint, manifest.get("n_workers"), manifest.get("mode"),
+                        int(manifest["epoch"]) + 1, extra=ONCE)
             return
         state = ckpt.read_part(checkpoint, name)
         worker.load_state_dict(state)
@@ -424,7 +424,7 @@ def _validation(ctx: RunContext, source: Any, indices: Any) -> Any:
             for flag, rule in (("--early-stopping", cfg.early_stopping), ("--target-metric", cfg.target_metric)):
                 if rule and rule.strip().startswith("val_"):
                     raise ConfigError(f"{flag} {rule} needs validation data; pass --val LIST")
-            log.warning("no validation data (--val): the history holds training metrics only")
+            log.warning("no validation data (--val): the history holds training metrics only", extra=ONCE)
             return None
         idx = np.arange(len(dataset), dtype=np.int64)
     if idx.size == 0:

@@ -264,8 +264,8 @@ class WorkerServer(ABC):
         counted = count_update and bool(hdr.get("samples", 0))
         if counted:
             self._count_update()
-        if hdr.get("stop_requested") and self.stop_reason is None:
-            self.stop_reason = "signal"
+        if hdr.get("stop_requested") and self.stop_reason is None and not self.ctx.stop.raised:
+            self.stop_reason = "signal"  # a signal that reached the worker only (one this rank got: _check_stop)
             log.warning("a worker received %s: stopping with a checkpoint", hdr.get("stop_requested"))
         self._check_stop()
         self._accounted(hdr, counted)

@@ -98,6 +98,7 @@ def test_sigusr1_to_the_launching_command_checkpoints_and_exits_75(nnlo_env, blo
         if proc.poll() is None:
             proc.kill()
     assert rc == 75, "".join(seen)
+    assert "".join(seen).count("] warning: received SIGUSR1: writing a checkpoint") == 1  # every rank got it: once
     history = json.loads((out / "history.json").read_text())
     assert history["stopped_reason"] == "signal" and history["epochs_done"] < 100000
     assert len(list_checkpoints(out / "checkpoints")) == 1
