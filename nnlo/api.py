@@ -186,9 +186,9 @@ def train_config(config: TrainConfig | Mapping[str, Any] | None = None, **option
 def default_run_dir(config: TrainConfig) -> str:
     """Where a training writes without ``--checkpoint``: ``nnlo-runs/<trial name, else the model module's
     get_name(), else the model file's stem; a model object: its name, :func:`nnlo.models.object_name`)>``."""
-    from nnlo.models import model_name
+    from nnlo.models import run_name
 
-    return str(Path(DEFAULT_RUNS) / (config.trial_name or model_name(config.model)))
+    return str(Path(DEFAULT_RUNS) / run_name(config.model, config.trial_name))
 
 
 def _data(value: Any, role: str) -> tuple[str | None, Any]:

@@ -119,13 +119,14 @@ def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = Non
     elif inner.kind != kind:
         raise ConfigError(f"the parsed options are of a {inner.kind} run, not of {kind}")
     profile = load_profile(cluster)
-    s = RunSpec.of(inner, list(args), profile.name,
-                   name=name or Path(inner.train.model).stem or f"nnlo-{kind}", walltime_s=parse_walltime(walltime),
+    workdir = str(workdir if workdir is not None else os.getcwd())
+    s = RunSpec.of(inner, list(args), profile.name, name=name or inner.run_name(workdir),
+                   walltime_s=parse_walltime(walltime),
                    queue=queue, account=account, nodes=nodes, workers=workers, blocks=blocks,
                    gpus_per_worker=gpus_per_worker, constraint=constraint,
                    max_resubmits=DEFAULT_MAX_RESUBMITS if max_resubmits is None else max_resubmits,
                    max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
-                   directives=list(directives), workdir=str(workdir if workdir is not None else os.getcwd()))
+                   directives=list(directives), workdir=workdir)
     return replace(s, layout=s.layout_on(profile).record())
 
 

@@ -90,7 +90,7 @@ def start_here(inner: InnerCommand, args: list[str]) -> int:
                                                                          f"{skipped_checks()}"]
     for note in notes:
         click.echo(f"nnlo: note: {note}", err=True)
-    spec = RunSpec.of(inner, args, PROFILE, name=Path(inner.train.model).stem or inner.kind, workdir=os.getcwd())
+    spec = RunSpec.of(inner, args, PROFILE, name=inner.run_name(os.getcwd()), workdir=os.getcwd())
     with tempfile.TemporaryDirectory(prefix="nnlo-run-") as folder:
         write_json_atomic(Path(folder) / SPEC_FILE, spec.to_dict())
         return relaunch(inner.ranks, ["run", "--as-given", folder])

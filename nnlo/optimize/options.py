@@ -74,9 +74,9 @@ def default_out_dir(name: str) -> Path:
 def search_name(train: TrainConfig) -> str:
     """The search's name: ``--trial-name``, else the model module's ``get_name()``, else the file's stem.
     It names the default output folder and every trial's training (``<name>-<trial>-fold-<f>``)."""
-    from nnlo.models import model_name, safe_name
+    from nnlo.models import run_name
 
-    return safe_name(train.trial_name or "") or model_name(train.model)
+    return run_name(train.model, train.trial_name)
 
 
 def trial_overrides(train: TrainConfig, out_dir: Path, name: str) -> list[str]:
