@@ -195,7 +195,8 @@ TRAINING: list[Decorator] = [
     train_option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
                  help="Verbosity of the console and of logs/rank-<r>.log."),
     train_option("--trial-name", metavar="NAME",
-                 help=f"Name of this run (default run directory: {DEFAULT_RUNS}/NAME)."),
+                 help=f"Name of this run (default run directory: {DEFAULT_RUNS}/NAME); without it the model "
+                      "module's get_name(), else the model file's stem, for train, optimize and submit alike."),
     train_option("--seed", type=click.IntRange(min=0),
                  help="Seed of the weight initialisation and of every epoch's data order."),
     train_option("--n-masters", type=click.IntRange(min=0),
@@ -227,8 +228,8 @@ TRAINING: list[Decorator] = [
 
 SEARCH: list[Decorator] = [
     search_option("--block-size", type=click.IntRange(min=1),
-                  help="Ranks per block (each block trains one parameter set at a time). Default: the "
-                       "smallest block, n-fold x (1 master + 1 worker)."),
+                  help="Ranks per block (each block trains one parameter set at a time; 1: one rank per "
+                       "trial, training alone). Default: n-fold x (1 master + 1 worker)."),
     search_option("--block-sizes", callback=parse_block_sizes_option,
                   help="Heterogeneous blocks: the ranks of each block, e.g. 6,6,3,3 (instead of "
                        "--block-size); the world is 1 coordinator + proposers + their sum."),
@@ -242,7 +243,8 @@ SEARCH: list[Decorator] = [
     search_option("--n-fold", type=click.IntRange(min=1),
                   help="Fold groups per block (k-fold cross-validation on the --train samples); the "
                        "block reports the mean figure of merit over folds."),
-    search_option("--num-iterations", type=click.IntRange(min=1), help="Trials in total (failed ones count)."),
+    search_option("--num-iterations", type=click.IntRange(min=1),
+                  help="Trials in total (failed ones count); a larger number with --opt-restore extends a search."),
     search_option("--hyper-opt", type=click.Choice(["bayesian", "genetic", "random"]), help="Search engine."),
     search_option("--estimator", type=click.Choice(["GP", "RF", "ET"], case_sensitive=False),
                   help="Surrogate of the Bayesian engine: Gaussian process, random forest or extra trees."),
@@ -297,7 +299,7 @@ SEARCH: list[Decorator] = [
 
 def _launch_options(kind: str) -> list[Decorator]:
     """How to start the run here (no field of the run): ``-n N`` ranks on this machine, ``--no-check``."""
-    who = "1 master + N-1 workers" if kind == "train" else "1 coordinator + blocks"
+    who = "1 master + N-1 workers; -n 1: one rank trains alone" if kind == "train" else "1 coordinator + blocks"
     return [
         click.option("-n", "--np", "np_", type=click.IntRange(min=1), metavar="N",
                      help=f"Start N ranks with mpirun on this machine ({who}). Ignored inside an existing "
