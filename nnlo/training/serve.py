@@ -126,12 +126,15 @@ class WorkerServer(ABC):
         return len(self.ctx.group.workers)
 
     # -- serving -----------------------------------------------------------------------------------
+    def _what_trains(self) -> str:
+        """The start of the first log line: who trains, how."""
+        return (f"training {self.ctx.hierarchy.rank_map()}: {self.run_workers} worker(s), mode "
+                f"{self.cfg.effective_mode}")
+
     def _begin(self) -> bool:
         """Log what is about to be trained; False, stopped as completed, when no epoch is left to train."""
         cfg = self.cfg
-        log.info("training %s: %d worker(s), mode %s, %d epoch(s), batch %d, %s",
-                 self.ctx.hierarchy.rank_map(), self.run_workers, cfg.effective_mode, cfg.epochs,
-                 cfg.batch, self.deadline.describe())
+        log.info("%s, %d epoch(s), batch %d, %s", self._what_trains(), cfg.epochs, cfg.batch, self.deadline.describe())
         if self.epoch >= cfg.epochs:
             self.stop_reason = "completed"
             log.info("the restored run has already done %d of %d epochs; nothing to train", self.epoch, cfg.epochs)

@@ -18,7 +18,6 @@ workers and the other way round, as runs with different worker counts do.
 """
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 from typing import Any, NoReturn
@@ -34,8 +33,6 @@ from nnlo.training.master import Master
 from nnlo.training.modes import WorkerRule
 from nnlo.training.validation import Validator
 from nnlo.training.worker import Worker
-
-log = logging.getLogger("nnlo.train")
 
 
 class Alone(WorkerRule):
@@ -61,9 +58,7 @@ class SoloWorker(Worker):
         return self.solo.exchange(header)
 
     def _report(self, exc: BaseException) -> NoReturn:
-        self.solo._fail_here(exc)  # the one line of this rank's failure (and its location, in the log)
-        assert self.solo.failure is not None
-        raise self.solo.failure
+        raise self.solo.failed(exc)
 
 
 class Solo(Master):
@@ -74,6 +69,13 @@ class Solo(Master):
         super().__init__(ctx, backend, validator, restored=restored)
         self.worker = worker
         worker.solo = self
+        self._stopped_mid_epoch = False  # a deadline or signal stopped it mid-epoch, with a checkpoint
+
+    def failed(self, exc: BaseException) -> RankFailure:
+        """This rank's failure (the first one): its one line, and its traceback in the rank's log."""
+        self._fail_here(exc)
+        assert self.failure is not None
+        return self.failure
 
     # -- the model is the worker's: read it where the master reads its center ------------------------------
     def _sync(self) -> None:
@@ -94,24 +96,15 @@ class Solo(Master):
         return super()._result()
 
     # -- serving: the worker's loop, in this process ---------------------------------------------------
-    def _begin(self) -> bool:
-        cfg = self.cfg
-        log.info("training alone (1 rank, no master: the %s exchange needs several workers), worker optimizer "
-                 "%s, %d epoch(s), batch %d, %s", cfg.effective_mode, cfg.worker_optimizer_spec, cfg.epochs,
-                 cfg.batch, self.deadline.describe())
-        if self.epoch >= cfg.epochs:
-            self.stop_reason = "completed"
-            log.info("the restored run has already done %d of %d epochs; nothing to train", self.epoch, cfg.epochs)
-            return False
-        return True
+    def _what_trains(self) -> str:
+        return (f"training alone (1 rank, no master: the {self.cfg.effective_mode} exchange needs several "
+                f"workers), worker optimizer {self.cfg.worker_optimizer_spec}")
 
     def serve(self) -> bool:
         """Train until the run stops; True when a mid-epoch stop's checkpoint was completed."""
         self._t_epoch = time.monotonic()
         self.worker.run()
         return self._stopped_mid_epoch
-
-    _stopped_mid_epoch = False
 
     def exchange(self, header: dict[str, Any]) -> dict[str, Any]:
         """What the master does with one worker message, for the worker of this rank: the reply header.
@@ -123,9 +116,7 @@ class Solo(Master):
         except RankFailure:
             raise
         except Exception as e:  # noqa: BLE001 - this rank's failure, in one line
-            self._fail_here(e)
-            assert self.failure is not None
-            raise self.failure from None
+            raise self.failed(e) from None
 
     def _take(self, header: dict[str, Any]) -> str:
         header = dict(header)
