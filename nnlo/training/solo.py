@@ -79,7 +79,7 @@ class Solo(Master):
 
     # -- the model is the worker's: read it where the master reads its center ------------------------------
     def _sync(self) -> None:
-        np.copyto(self.center, self.backend.get_weights())
+        self.backend.weights_into(self.center)
         if self.buffers.values is not None:
             np.copyto(self.buffers.values, self.backend.get_buffers())
 
