@@ -134,7 +134,7 @@ def test_the_api_sizes_one_rank_groups_from_the_same_rule() -> None:
     assert api.layout("local", block_size=1, blocks=4).world_size == 5
     assert api.layout("local", block_size=2, n_fold=2, blocks=2).hierarchy.rank_map() == "0 coordinator | 1-4 solo"
     spec = api.spec("optimize", ["--model", "m.py", "--block-size", "1"], "local", blocks=3)
-    assert spec.layout["world_size"] == 4 and spec.layout["roles"] == {"coordinator": 1, "solo": 3}
+    assert spec.layout is not None and spec.layout.world_size == 4 and spec.layout.roles == {"coordinator": 1, "solo": 3}
 
 
 @pytest.mark.parametrize("argv, expected", [
