@@ -7,7 +7,9 @@ the runtime's contract exactly: it writes complete checkpoints in nnlo's format
 newest one, stops with exit 75 after a checkpoint before ``NNLO_DEADLINE`` (margin: one epoch) or on
 SIGTERM/SIGUSR2, and exits 0 when all epochs are done. The epochs and ``--model-arg epoch_seconds=S`` come
 from the run spec's typed record (``spec.json``'s ``config``), as the real job reads it; a model file named ``fail*.py`` makes it fail with exit 1 after one epoch and
-``nocheckpoint*.py`` makes it run past its deadline without writing anything.
+``nocheckpoint*.py`` makes it run past its deadline without writing anything; ``hold*.py`` makes the first
+job (no checkpoint to resume from) wait after its first checkpoint until a stop signal or its deadline comes,
+so that a test can stop it at a known point whatever the machine's speed.
 """
 from __future__ import annotations
 
@@ -76,5 +78,7 @@ while done < epochs:
         print("payload: error: the model diverged (NaN loss)", flush=True)
         sys.exit(1)
     checkpoint(done)
+    while model.startswith("hold") and not found and not stop["flag"] and time.time() + 1.5 * epoch_s < deadline:
+        time.sleep(0.05)  # the first job holds after its first checkpoint until it is told to stop
 print("payload: finished", flush=True)
 sys.exit(0)
