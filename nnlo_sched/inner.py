@@ -23,6 +23,7 @@ import click
 
 from nnlo.config import TrainConfig
 from nnlo.errors import ConfigError
+from nnlo.models import run_name
 from nnlo.optimize.options import SearchConfig
 from nnlo.roles import RoleError, Shape
 from nnlo_sched.options import command, config_from_params, parse_model_arg, search_from_params
@@ -65,8 +66,6 @@ class InnerCommand:
     def run_name(self, workdir: str | Path) -> str:
         """The run's name, by the one rule train and optimize follow (:func:`nnlo.models.run_name`), without
         running the model module in this process: a relative ``--model`` is read in ``workdir``."""
-        from nnlo.models import run_name
-
         model = self.train.model
         return run_name(model if os.path.isabs(model) else os.path.join(workdir, model), self.train.trial_name,
                         import_module=False)
