@@ -124,7 +124,9 @@ def test_nodes_alone_fill_the_allocation(profile: Profile, shape: Shape, kw: dic
         (SUMMIT, Shape(), dict(nodes=50, walltime_s=25 * 3600), "use --walltime 6h"),
         (SUMMIT, Shape(), dict(nodes=5000), "has 4608 nodes"),
         (SUMMIT, Shape(), dict(workers=30000), "the machine has 4608"),
-        (SUMMIT, Shape(), dict(workers=20, nodes=1), "use --nodes 4"),
+        (SUMMIT, Shape(), dict(workers=20, nodes=1), "use --nodes 4 or fewer workers"),
+        (SUMMIT, Shape(block_size=6, n_fold=2), dict(blocks=3, nodes=1), "use --nodes 4 or fewer blocks"),
+        (SUMMIT, Shape(block_size=6), dict(blocks=6000), "the machine has 4608; ask for fewer blocks"),
         (SUMMIT, Shape(), dict(workers=3, nodes=5), "leaves nodes empty"),
         (SUMMIT, Shape(), dict(workers=8, nodes=4), "fill 3 node(s), not 4; use --nodes 3"),
         (SUMMIT, Shape(), dict(workers=400, queue="batch-hm"), "at most 54 nodes"),
@@ -242,3 +244,20 @@ def test_layout_invariants(req: tuple[Profile, Shape, str, dict]) -> None:
         with pytest.raises(LayoutError):
             compute_layout(profile, shape, kind, **more)
     assert Fraction(lay.to_dict(ranks=False)["gpus_per_worker"]).limit_denominator(64) == gpw
+
+
+def test_every_example_of_layout_help_runs_as_written() -> None:
+    """The examples `nnlo layout --help` prints are commands a user copies: each one lays its run out."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from nnlo_sched.commands.layout import layout_command
+
+    examples = [line.split("#")[0].split() for line in (layout_command.help or "").splitlines()
+                if line.strip().startswith("nnlo layout ")]
+    assert len(examples) >= 5
+    for words in examples:
+        result = CliRunner().invoke(layout_command, words[2:])
+        assert result.exit_code == 0, f"{shlex.join(words)}: {result.output}"
+        assert "rank map" in result.output or "node map" in result.output or "nodes" in result.output
