@@ -104,7 +104,7 @@ class RunSpec:
                 raise ConfigError("a function's spec has no run options and needs its layout")
             return
         if self.config is None:
-            raise ConfigError(f"a {self.kind} run spec needs its typed options (config); parse them once with "
+            raise ConfigError(f"the {self.kind} run spec needs its typed options (config); parse them once with "
                               "nnlo_sched.inner.parse_inner")
         if self.kind == "optimize" and self.search is None:
             raise ConfigError("an optimize run spec needs its search options (search)")

@@ -67,3 +67,36 @@ def test_only_whole_file_modes(tmp_path):
     with pytest.raises(ValueError, match="whole files"):
         with atomic_open(tmp_path / "x", "a"):
             pass
+
+
+def test_json_layout_defaults_one_space_indent_keys_in_order_nan_allowed(tmp_path):
+    """What every run file looks like (docs: one-space indent, the writer's key order, a final newline)."""
+    path = write_json(tmp_path / "a.json", {"b": 1, "a": [float("nan"), float("inf")]})
+    assert path.read_text() == '{\n "b": 1,\n "a": [\n  NaN,\n  Infinity\n ]\n}\n'
+    write_json(path, {"b": 1, "a": 2}, indent=None, sort_keys=True)
+    assert path.read_text() == '{"a": 2, "b": 1}\n'
+    assert write_text(tmp_path / "t.txt", "é\n").read_bytes() == "é\n".encode()  # text, UTF-8
+
+
+def test_values_json_cannot_hold_become_plain_ones(tmp_path):
+    class Colour:
+        def __str__(self) -> str:
+            return "red"
+
+    data = {"set": {3}, "frozen": frozenset({4}), "path": tmp_path / "p", "obj": Colour(), "i": np.int64(7),
+            "m": np.ones((2, 1), dtype=np.float32)}
+    assert json.loads(write_json(tmp_path / "v.json", data).read_text()) == {
+        "set": [3], "frozen": [4], "path": str(tmp_path / "p"), "obj": "red", "i": 7, "m": [[1.0], [1.0]]}
+
+
+def test_binary_writes_and_fsync_of_a_missing_folder_is_no_error(tmp_path):
+    from nnlo.atomic import fsync_folder
+
+    with atomic_open(tmp_path / "deep" / "b.bin", "wb") as f:
+        f.write(b"\x00\xff")
+    assert (tmp_path / "deep" / "b.bin").read_bytes() == b"\x00\xff"
+    fsync_folder(tmp_path / "no" / "such" / "folder")  # best effort: nothing to make durable
+    with pytest.raises(ValueError, match=r"^atomic_open writes whole files: mode 'w' or 'wb', not 'r\+'$"):
+        with atomic_open(tmp_path / "x", "r+"):
+            pass
+    assert not (tmp_path / "x").exists()

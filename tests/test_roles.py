@@ -1,5 +1,6 @@
 """The role hierarchy: explicit upstream shapes, every rejection, and invariants over all small shapes."""
 import itertools
+import re
 
 import pytest
 from hypothesis import given, strategies as st
@@ -133,7 +134,7 @@ shapes = st.builds(
     n_processes=st.integers(1, 3),
     block_size=st.one_of(st.none(), st.integers(1, 12)),
     n_fold=st.just(1),
-).filter(lambda s: True)
+)
 
 
 def check_invariants(h):
@@ -183,13 +184,47 @@ def check_invariants(h):
         assert (r.role is Role.COORDINATOR) == (r.rank == h.coordinator)
 
 
+def _group_holds(shape, size):
+    """Independently of nnlo.roles: ``size`` ranks hold the servers and at least one worker per master, or
+    are one rank that trains alone (one master asked, workers of one rank)."""
+    if size == 1 and shape.n_masters == 1 and shape.n_processes == 1:
+        return True
+    k = shape.n_processes if shape.n_masters else 1
+    need = max(1, shape.n_masters - 1) if shape.n_masters else 1
+    rest = size - shape.n_masters
+    return rest >= need * k and rest % k == 0
+
+
+def _feasible(shape, world):
+    if shape.block_size is None:
+        return _group_holds(shape, world)
+    return _group_holds(shape, shape.block_size) and world > 1 and (world - 1) % shape.block_size == 0
+
+
 @given(shape=shapes, world=st.integers(1, 40))
 def test_invariants_or_clear_error(shape, world):
+    """describe() lays out exactly the feasible worlds; a refusal is one line naming a world that works."""
     try:
         h = describe(world, shape)
     except RoleError as e:
-        assert "use" in str(e) or "need" in str(e)
+        assert not _feasible(shape, world), f"refused a feasible world: {e}"
+        message = str(e)
+        assert "\n" not in message
+        suggested = [int(n) for n in re.findall(r"use -n (\d+)|or -n (\d+)", message) for n in n if n]
+        if suggested:  # "use -n 13 (2 block(s)) or -n 19": each of them works
+            for n in suggested:
+                assert _feasible(shape, n), message
+                describe(n, shape)
+        else:  # a group (training world or block) that cannot hold its workers: the size that would
+            m = re.fullmatch(r"(\d+) ranks cannot hold (1 master|1 uber-master and \d+ masters|an all-reduce group) "
+                             r"plus workers of (\d+) rank\(s\) each \(need at least (\d+), then steps of \3\); "
+                             r"use (\d+) ranks", message)
+            assert m is not None, message
+            assert int(m[1]) == (shape.block_size or world) and not _group_holds(shape, int(m[1]))
+            assert _group_holds(shape, int(m[4])) and _group_holds(shape, int(m[5])) and int(m[5]) >= int(m[4])
+            assert not any(_group_holds(shape, n) for n in range(int(m[4])))  # the least that holds
         return
+    assert _feasible(shape, world)
     check_invariants(h)
     # The sizing function used by the scheduler side agrees with the runtime's description, but for a master
     # with a single worker (upstream's -np 2), which it sizes as that worker alone (one rank, no master).
@@ -294,3 +329,142 @@ def test_exhaustive_small_heterogeneous_shapes():
             check_invariants(h)
             with pytest.raises(RoleError, match=f"use -n {shape.search_world()}"):
                 describe(shape.search_world() + 1, shape)
+
+
+# -- exact values: messages, defaults, labels, colors --------------------------------------------------------
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(block_size=2, block_sizes=(2, 3)), "--block-size and --block-sizes exclude each other; give one of them"),
+    (dict(block_sizes=()), "--block-sizes needs at least one size, e.g. --block-sizes 6,6,3,3"),
+    (dict(block_sizes=(2, 0)), "--block-sizes must all be at least 1, got 2,0"),
+    (dict(proposers=0), "--proposers must be at least 1, got 0"),
+    (dict(proposers=2), "--proposers serve an optimization's coordinator; use nnlo optimize with --block-size"),
+    (dict(n_masters=-1), "--n-masters must be 0 or more, got -1"),
+    (dict(n_processes=0), "--n-processes must be at least 1, got 0"),
+    (dict(n_fold=0, block_size=2), "--n-fold must be at least 1, got 0"),
+    (dict(block_size=0), "--block-size must be at least 1, got 0"),
+    (dict(n_fold=2), "--n-fold needs --block-size: folds split an optimization block"),
+])
+def test_shape_messages_in_full(kwargs, message):
+    with pytest.raises(RoleError, match=f"^{re.escape(message)}$"):
+        Shape(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(mode="allreduce", n_masters=2), "--mode allreduce has no masters; drop --n-masters 2"),
+    (dict(mode="gem", n_masters=0), "--n-masters 0 is pure all-reduce data parallelism: use --mode allreduce "
+                                    "(or give --n-masters 1 or more)"),
+    (dict(mode="allreduce", n_processes=2), "--n-processes groups ranks under a master; --mode allreduce already "
+                                            "all-reduces over every rank of the group: drop --n-processes"),
+    (dict(n_fold=2), "--block-size, --block-sizes, --n-fold and --proposers shape an optimization; use nnlo optimize"),
+    (dict(block_size=4), "--block-size, --block-sizes, --n-fold and --proposers shape an optimization"),
+    (dict(proposers=2), "--block-size, --block-sizes, --n-fold and --proposers shape an optimization"),
+    (dict(search=True, n_fold=0), "--n-fold must be at least 1, got 0"),
+])
+def test_run_options_refused_by_the_one_rule_in_full(kwargs, message):
+    with pytest.raises(RoleError, match=f"^{re.escape(message)}"):
+        Shape.for_run(**kwargs)
+
+
+def test_the_one_rule_keeps_every_option():
+    assert Shape.for_run() == Shape() == Shape(1, 1, None, 1, None, 1)
+    assert Shape.for_run(mode=None, n_masters=0) == Shape(n_masters=0)
+    s = Shape.for_run(mode="easgd", n_masters=3, n_processes=2, search=True, n_fold=2, proposers=3)
+    assert (s.n_masters, s.n_processes, s.n_fold, s.proposers, s.block_size) == (3, 2, 2, 3, 2 * (3 + 2 * 2 * 1))
+    assert Shape.for_run(search=True, block_size=6).block_size == 6
+    assert Shape.for_run(search=True, block_sizes=(2, 4)).block_sizes == (2, 4)
+    assert Shape.for_run(mode="allreduce", search=True, n_fold=3).block_size == 3
+
+
+def test_sizes_and_their_messages():
+    assert Shape(block_size=6).blocks_text() == "6" and Shape(block_sizes=(6, 3)).blocks_text() == "6,3"
+    assert Shape(block_size=4).search_world() == 5 and Shape(block_size=4).search_world(3) == 13
+    assert Shape(block_size=4, proposers=2).search_world(2) == 11
+    assert Shape(block_sizes=(2, 3)).search_world(2) == 6 and Shape(block_sizes=(2, 3)).search_world() == 6
+    with pytest.raises(RoleError, match=r"^--block-sizes 2,3 makes 2 blocks, not 3; drop --blocks or give 2$"):
+        Shape(block_sizes=(2, 3)).search_world(3)
+    assert Shape(block_size=4).world_size(3) == 5 and Shape(block_size=4).world_size(3, n_blocks=2) == 9
+    assert Shape(block_sizes=(2, 3)).world_size(1) == 6
+    with pytest.raises(RoleError, match=r"^a run needs at least 1 worker$"):
+        Shape().world_size(0)
+    six = Shape(block_size=6)
+    with pytest.raises(RoleError, match=r"^5 ranks do not make 1 coordinator \+ blocks of 6; use -n 7 \(1 block\(s\)\)$"):
+        six.blocks_in(5)
+    with pytest.raises(RoleError, match=r"^10 ranks do not make 1 coordinator \+ blocks of 6; use -n 7 \(1 block\(s\)\) "
+                                        r"or -n 13$"):
+        six.blocks_in(10)
+    with pytest.raises(RoleError, match=r"^21 ranks do not make 1 coordinator \+ blocks of 6; use -n 19 \(3 block\(s\)\) "
+                                        r"or -n 25$"):
+        six.blocks_in(21)
+    assert six.blocks_in(7) == (6,) and six.blocks_in(19) == (6, 6, 6)
+    assert Shape(block_sizes=(2, 3)).blocks_in(6) == (2, 3)
+
+
+@pytest.mark.parametrize("shape, size, message", [
+    (Shape(n_masters=3), 4, "4 ranks cannot hold 1 uber-master and 2 masters plus workers of 1 rank(s) each "
+                            "(need at least 5, then steps of 1); use 5 ranks"),
+    (Shape(n_masters=3, n_processes=2), 5, "need at least 7, then steps of 2); use 7 ranks"),
+    (Shape(n_masters=3, n_processes=2), 8, "8 ranks cannot hold 1 uber-master and 2 masters plus workers of 2 rank(s) "
+                                           "each (need at least 7, then steps of 2); use 9 ranks"),
+    (Shape(n_masters=0), 0, "0 ranks cannot hold an all-reduce group plus workers of 1 rank(s) each (need at least "
+                            "1, then steps of 1); use 1 ranks"),
+    (Shape(n_processes=3), 3, "3 ranks cannot hold 1 master plus workers of 3 rank(s) each (need at least 4, then "
+                              "steps of 3); use 4 ranks"),
+])
+def test_groups_that_cannot_hold_their_workers(shape, size, message):
+    with pytest.raises(RoleError, match=f"{re.escape(message)}$"):
+        shape.workers_in_group(size)
+
+
+def test_group_sizes_at_their_boundaries():
+    assert Shape(n_masters=3, n_processes=2).workers_in_group(7) == 2
+    assert Shape(n_masters=3).workers_in_group(5) == 2 and Shape(n_masters=0).workers_in_group(1) == 1
+    assert Shape(n_masters=0, n_processes=3).workers_in_group(2) == 2  # replicas: one rank each
+    assert parse_block_sizes("1") == (1,) and parse_block_sizes("1,1") == (1, 1)
+
+
+def test_every_ranks_record_in_full():
+    from nnlo.roles import RankInfo
+
+    h = describe(5, Shape(n_processes=2))
+    assert h.blocks == ((0, 1, 2, 3, 4),) and h.coordinator is None and h.proposers == ()
+    assert list(h) == [
+        RankInfo(0, Role.MASTER, 0, 0, 0, 0, None, None, None),
+        RankInfo(1, Role.WORKER, 0, 0, 0, 0, 0, 0, 0), RankInfo(2, Role.WORKER, 0, 0, 0, 0, 0, 1, 1),
+        RankInfo(3, Role.WORKER, 0, 0, 0, 0, 1, 0, 0), RankInfo(4, Role.WORKER, 0, 0, 0, 0, 1, 1, 3)]
+    assert [r.label() for r in h] == ["master:m0", "worker:w0", "worker:w0.1", "worker:w1", "worker:w1.1"]
+    assert h.rank_map() == "0 master | 1 worker | 2 worker(member) | 3 worker | 4 worker(member)"
+    assert h.summary() == "5 ranks: 1 master, 4 worker; 2 ranks per worker"
+    assert [h[r].is_leader for r in range(5)] == [True, True, False, True, False]
+    assert h.group_of(3) is h.groups[0] and h.groups[0].local(3) == 3 and h.groups[0].top == 0
+    assert h.workers_per_group == 2 and h.block_sizes == (5,)
+    opt = describe(13, Shape(n_masters=3, block_size=6))  # blocks of 1 uber-master + 2 masters + 3 workers
+    assert opt[7] == RankInfo(7, Role.UBER_MASTER, 1, 0, 1, None, None, None, None, True)
+    assert opt[8] == RankInfo(8, Role.MASTER, 1, 0, 1, 0, None, None, 7, True)
+    assert opt[9] == RankInfo(9, Role.WORKER, 1, 0, 1, 0, 0, 0, 8, True)
+    assert [opt[r].label() for r in (0, 1, 5, 7, 8, 9)] == [
+        "coordinator", "b0:uber-master", "b0:master:m1", "b1:uber-master", "b1:master:m0", "b1:worker:w0"]
+    assert opt.group_of(0) is None and opt.group_of(10) is opt.groups[1] and opt.groups[1].local(12) == 5
+    assert opt.summary() == "13 ranks: 1 coordinator, 2 uber-master, 4 master, 6 worker; 2 block(s) of 6 x 1 fold(s)"
+    folds = describe(9, Shape(block_size=4, n_fold=2))
+    assert [folds[r].label() for r in (1, 3, 4, 8)] == ["b0:master:m0", "b0f1:master:m0", "b0f1:worker:w0",
+                                                       "b1f1:worker:w0"]
+
+
+def test_worker_group_colors_are_group_times_widest_plus_worker():
+    h = describe(10, Shape(block_sizes=(3, 6)))  # groups of 2 and 5 workers: widest 5
+    workers = [r for r in h if r.role is Role.WORKER]
+    assert [h.colors(r.rank)["worker"] for r in workers] == [0, 1, 5, 6, 7, 8, 9]
+    assert h.colors(1) == {"block": 0, "group": 0, "worker": None}
+    assert describe(3, Shape(n_masters=0)).colors(2) == {"block": 0, "group": 0, "worker": 0}
+    assert describe(2, Shape()).colors(1)["worker"] == 0
+    pure = describe(5, Shape(n_masters=0, block_size=2))  # groups of one all-reduce worker each
+    assert [pure.colors(r)["worker"] for r in range(1, 5)] == [0, 0, 1, 1]
+
+
+def test_remaining_exact_values():
+    assert Shape.for_run(n_processes=2) == Shape(n_processes=2)  # a training keeps its ranks per worker
+    sizes = Shape(block_sizes=[6, 3.0])  # type: ignore[arg-type]
+    assert sizes.block_sizes == (6, 3) and type(sizes.block_sizes) is tuple
+    h = describe(13, Shape(block_size=6, n_fold=2))
+    assert [g.index for g in h.groups] == [0, 1, 2, 3] and describe(3).groups[0].index == 0
+    assert [r.role for r in describe(1).ranks] == [Role.SOLO]  # one rank trains alone

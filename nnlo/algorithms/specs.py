@@ -142,8 +142,8 @@ def _complete(name: str, given: Mapping[str, Any]) -> dict[str, Any]:
                 f"(e.g. {_example(name)})"
             )
         params[key] = _convert(name, key, raw, options[key])
-    for key, option in options.items():
-        params.setdefault(key, option.default)
+    # every option, in the optimizer's own order: the same optimizer always reads (and formats) the same
+    params = {key: params.get(key, option.default) for key, option in options.items()}
     if params.get("nesterov") and params.get("momentum", 0.0) <= 0.0:
         raise ConfigError(f"optimizer {name}: nesterov=true needs momentum > 0; add e.g. momentum=0.9")
     return params

@@ -11,9 +11,9 @@ several rounds, and between two gradient hooks backward may compute for tens of 
 without calling MPI, so without help most of the sum happens in the final wait, after backward. Two ways to
 drive it, chosen by ``progress``:
 
-* ``"hooks"``: every gradient hook that starts no bucket tests the pending requests (cheap, but only as often
-  as hooks fire: a few times per step for a model of a few large layers);
-* ``"thread"`` (the default where the library allows ``MPI_THREAD_MULTIPLE``): while a step's buckets are in
+* ``"hooks"`` (the default): every gradient hook that starts no bucket tests the pending requests (cheap, but
+  only as often as hooks fire: a few times per step for a model of a few large layers);
+* ``"thread"`` (where the library allows ``MPI_THREAD_MULTIPLE``): while a step's buckets are in
   flight, a daemon thread pokes the library's progress engine (``Iprobe`` on a private communicator, never
   the pending requests themselves, which belong to the training thread) every :data:`POKE_S` seconds; torch's
   backward runs without the GIL, so the pokes land in the middle of a layer's backward.
@@ -37,8 +37,10 @@ from nnlo.allreduce import flat
 from nnlo.allreduce.base import Engine
 
 PROGRESS = ("thread", "hooks")
-#: the default way to drive progress (the bench measures every one of PROGRESS beside it)
-DEFAULT_PROGRESS = "thread"
+#: the default way to drive progress (the bench measures every one of PROGRESS beside it). Two runs at load
+#: 0-2.5 on 2 CPU cores (docs/performance.md, issue 29 rows 1-2): the hooks were as fast as the thread or
+#: faster at 1 M, 10 M and 50 M parameters (5 of 6 points, the sixth a tie), so the hooks drive it
+DEFAULT_PROGRESS = "hooks"
 #: seconds between two pokes of the progress thread: about one round of a bucket's all-reduce (a few MB copied
 #: through shared memory, ~1 ms), long against one ``Iprobe`` (~1 us): the thread costs a fraction of a percent
 #: of a core. On this project's 2 shared cores (load 11-14, one run each) 0.1 ms pokes made the 50 M step 26 %

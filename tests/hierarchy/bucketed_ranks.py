@@ -6,8 +6,8 @@ all-reduce after backward (``--bucket-mb 0``), then with buckets of several size
 different sizes (so the count weighting matters). Rank 0 prints one JSON line: for every bucket size, the
 number of buckets and the largest weight difference to the unbucketed run.
 
-Each argument is ``MB[:thread][@ENGINE]``: ENGINE ``mpi`` (the default; progress thread), ``hooks`` (mpi,
-progress from the gradient hooks), ``torch`` (torch.distributed gloo, numpy buffers) or ``torchdev``
+Each argument is ``MB[:thread][@ENGINE]``: ENGINE ``mpi`` (the default; progress from the gradient hooks), ``thread``
+(mpi, progress driven by its daemon thread), ``torch`` (torch.distributed gloo, numpy buffers) or ``torchdev``
 (torch.distributed with tensor step buffers: the NCCL engine's device-buffer path, run by gloo on the CPU).
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ def main() -> int:
     comm = MPI.COMM_WORLD
     engine = make_engine("mpi", comm)
     reference, _ = train(0, comm, engine)
-    makers = {"mpi": lambda: engine, "hooks": lambda: MpiEngine(comm, progress="hooks"),
+    makers = {"mpi": lambda: engine, "thread": lambda: MpiEngine(comm, progress="thread"),
               "torch": lambda: TorchEngine(comm), "torchdev": lambda: TorchEngine(comm, device_buffers=True)}
     engines: dict[str, object] = {}
     out = {}

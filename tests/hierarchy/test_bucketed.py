@@ -91,7 +91,7 @@ def test_bucket_mb_is_checked() -> None:
 def test_bucketed_step_gives_the_unbucketed_weights(mpirun: str, nnlo_env: dict[str, str]) -> None:
     sizes = ["1e-9", "0.0002", "0.0006", "1000",  # one bucket per parameter, a few, one for all
              "1e-9:thread", "0.0006:thread",  # the same on a communication thread
-             "0.0006@hooks",  # the mpi engine driven from the hooks instead of its progress thread
+             "0.0006@thread",  # the mpi engine driven by its progress thread instead of the hooks
              "0.0006@torch", "0@torch",  # torch.distributed (gloo): buckets, and one all-reduce
              "1e-9@torchdev", "0@torchdev"]  # its tensor step buffers (the NCCL path's), on the CPU
     run = subprocess.run([mpirun, "-np", "2", sys.executable, str(HERE / "bucketed_ranks.py"), *sizes],

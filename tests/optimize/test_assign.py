@@ -163,3 +163,86 @@ def test_options_and_the_inner_parser_carry_heterogeneous_blocks_and_proposers()
         parse_inner("optimize", ["--model", "m.py", "--block-sizes", "4,2", "--block-size", "2"])
     with pytest.raises(ConfigError, match="use e.g. 6,6,3,3"):
         parse_inner("optimize", ["--model", "m.py", "--block-sizes", "4;2"])
+
+
+# -- exact values: names, features, priorities, quantiles, defaults ----------------------------------------
+def test_policy_names_and_the_auto_rule():
+    assert resolve("fifo", [2, 4]) == "fifo" and resolve("hardware-aware", [2, 2]) == "hardware-aware"
+    assert resolve("auto", [3]) == "fifo" and resolve("auto", [3, 3, 3]) == "fifo"
+    assert resolve("auto", [3, 3, 2]) == "hardware-aware"
+    with pytest.raises(ValueError, match=r"^--assign 'fast' is unknown; use one of auto, fifo, hardware-aware$"):
+        resolve("fast", [2])
+    assert isinstance(make_policy("auto", SPACE, [2, 2]), Fifo)
+    hw = make_policy("auto", SPACE, [2, 4])
+    assert isinstance(hw, HardwareAware) and hw.name == "hardware-aware" and list(hw.block_sizes) == [2, 4]
+    fifo = Fifo()
+    assert (fifo.name, fifo.pool_size(9), fifo.choose(3, [Candidate({}), Candidate({})]), fifo.expired(
+        [Candidate({}, age=99)])) == ("fifo", 1, 0, [])
+
+
+def test_features_of_every_kind_of_value():
+    from nnlo.optimize.assign import features
+    from nnlo.optimize.space import Integer
+
+    space = Space([Real(0.0, 4.0, name="x"), Integer(1, 5, name="n"), Categorical(["a", "b", "c"], name="c")])
+    assert features(space, {"x": 1.0, "n": 5, "c": "b"}) == [0.25, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    assert features(space, {"c": "z"}) == [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0]  # inactive: 0 and a flag
+    assert features(space, {"x": "fast", "n": None}) == [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0]  # unreadable: same
+
+
+def test_subspaces_from_the_space():
+    class WithSubspace(list):
+        def subspace(self, p):
+            return ("tall" if p["x"] > 0.5 else "short", 1)
+
+    assert default_subspace(WithSubspace(SPACE))({"x": 0.9}) == "('tall', 1)"
+    assert default_subspace(SPACE)({"x": 0.3, "model": "big"}) == ""  # no branches: one subspace
+
+
+def test_priorities_rank_half_by_best_value_and_half_by_spread():
+    def obs(sub, value):
+        return Observation({"s": sub}, 0, 1.0, value)
+
+    def by(p):
+        return p["s"]
+
+    got = priorities([obs("a", 1.0), obs("a", 3.0), obs("b", 2.0), obs("b", 2.0), obs("c", 5.0), obs("c", 9.0),
+                      obs("b", None), obs("b", float("nan")), obs("b", float("-inf"))], by)
+    # best values a 1 < b 2 < c 5: ranks 1, 0.5, 0; spreads (std) 1, 0, 2 of the widest 2
+    assert got == {"a": 0.5 * 1 + 0.5 * 0.5, "b": 0.5 * 0.5 + 0.0, "c": 0.0 + 0.5 * 1}
+    assert priorities([obs("a", 1.0), obs("b", 2.0)], by) == {"a": 0.5, "b": 0.0}  # no spread anywhere
+    assert priorities([obs("a", 1.0), obs("a", 7.0)], by) == {"a": 1.0}
+    assert priorities([obs("a", None)], by) == {} and priorities([], by) == {}
+
+
+def test_cost_model_before_and_after_fitting():
+    model = CostModel(SPACE, [1.0, 4.0])
+    assert model.prior_log.tolist() == pytest.approx([math.log(0.5), math.log(2.0)])
+    assert model.speed(0) == pytest.approx(0.5) and model.speed(1) == pytest.approx(2.0)
+    assert model.cost({"x": 0.5, "model": "big"}) == 1.0 and model.n == 0 and model.ridge == 0.1
+    fitted = model.fit([Observation({"x": 0.5, "model": "big"}, 0, 0.0), Observation({"x": 0.5, "model": "big"}, 5,
+                                                                                     1.0),
+                        Observation({"x": 0.5, "model": "big"}, -1, 1.0)])
+    assert fitted is model and model.n == 0 and model.w is None  # no duration, no such block: nothing learnt
+    model.fit([Observation({"x": 0.0, "model": "small"}, b, d) for b, d in ((0, 8.0), (1, 2.0), (0, 8.0), (1, 2.0))])
+    assert model.n == 4 and model.w is not None
+    assert model.speed(1) / model.speed(0) == pytest.approx(4.0, rel=0.05)  # 4 times faster, as timed
+    assert math.exp(float(np.mean(model.log_speed))) == pytest.approx(1.0)  # relative speeds: geometric mean 1
+    assert model.cost({"x": 0.0, "model": "small"}) == pytest.approx(8.0 * model.speed(0), rel=0.05)
+
+
+def test_hardware_aware_defaults_and_quantiles():
+    hw = HardwareAware(SPACE, [2, 4, 8])
+    assert (hw.min_observations, hw.pool, hw.max_age, hw.priority_weight) == (4, 4, None, 0.15)
+    assert [hw.pool_size(n) for n in (0, 1, 2, 3, 10)] == [1, 2, 3, 4, 4]
+    assert [hw.block_quantile(b) for b in range(3)] == [0.0, 0.5, 1.0]
+    assert HardwareAware(SPACE, [3, 3]).block_quantile(1) == 0.5 and HardwareAware(SPACE, [3]).block_quantile(0) == 0
+    assert hw.cost_quantile({"x": 0.5, "model": "big"}) == 0.5  # nothing to compare with
+    assert hw.cost_quantile({"x": 0.5, "model": "big"}, [-1.0, 0.0, 1.0, 2.0]) == (1 + 0.5) / 4
+    old = [Candidate({"x": 0.1, "model": "small"}, age=a) for a in (0, 8, 9, 30)]
+    assert not hw.ready and hw.expired(old) == [] and hw.choose(0, old) == 0
+    hw.learn(observations(4))
+    assert hw.ready and hw.expired(old) == [2, 3]  # older than 2 x pool hand-outs
+    hw.max_age = 0
+    assert hw.expired(old) == [1, 2, 3]
+    assert hw.choose(2, old[:1]) == 0  # one candidate: nothing to choose

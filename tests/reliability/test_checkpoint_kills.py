@@ -188,25 +188,56 @@ def test_a_killed_writers_temporary_folder_is_cleaned_up(tmp_path: Path) -> None
     assert [p.name for p in directory.iterdir()] == ["ckpt-e0002-u00000002"]
 
 
-def test_leftovers_of_other_hosts_go_once_a_newer_checkpoint_is_published(tmp_path: Path) -> None:
-    """A chain's next job may run on another node: its predecessor's pid cannot be checked there, so a
-    leftover older than the newest published checkpoint is removed; a live writer's newer folder is kept."""
+#: a pid no process of this host can have (past Linux's PID_MAX_LIMIT): kill(pid, 0) says ESRCH for it
+DEAD_PID = 4_194_304 + 1
+
+
+def _leftover(directory: Path, name: str, age_s: float = 3600.0) -> Path:
+    """A writer's hidden folder with one part in it, last modified ``age_s`` seconds ago."""
+    path = directory / name
+    path.mkdir(parents=True)
+    (path / "master.pkl").write_bytes(b"x" * 1000)
+    os.utime(path, (time.time() - age_s, time.time() - age_s))
+    return path
+
+
+def test_leftovers_of_other_hosts_go_once_a_newer_checkpoint_is_published(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain's next job may run on another node: its predecessor's pid cannot be checked there, so another
+    host's leftover goes only once a newer checkpoint is published, even if its pid is free on this host;
+    this host's leftover goes as soon as its writer is gone; a live writer's newer folder is kept."""
     import socket
 
+    real_kill = os.kill
+
+    def probe_only(pid: int, sig: int) -> None:  # the live writer below is our parent: it must only be probed
+        assert sig == 0, f"signal {sig} sent to pid {pid}: a leftover's writer may only be probed (signal 0)"
+        real_kill(pid, sig)
+
+    monkeypatch.setattr(os, "kill", probe_only)
+    host = socket.gethostname()
     directory = tmp_path / "checkpoints"
-    directory.mkdir()
-    other = directory / ".tmp-ckpt-e0001-u00000001-other-node-17"
-    (other / "master.pkl").parent.mkdir()
-    (other / "master.pkl").write_bytes(b"x" * 1000)
-    os.utime(other, (time.time() - 3600, time.time() - 3600))
+    # another host's writer, whose pid is not alive here (and would wrongly look dead if checked here)
+    other = _leftover(directory, f".tmp-ckpt-e0001-u00000001-other-node-{DEAD_PID}")
+    other_old = _leftover(directory, f".old-ckpt-e0001-u00000001-other-node-{DEAD_PID}")
+    legacy = _leftover(directory, f".tmp-ckpt-e0001-u00000001-{DEAD_PID}")  # written before hosts were recorded
+    dead_here = _leftover(directory, f".tmp-ckpt-e0001-u00000001-{host}-{DEAD_PID}", age_s=0)
+    not_ours = _leftover(directory, "tmp-ckpt-e0001-u00000001-other-node-1")  # not a writer's hidden name
+    twin = _leftover(directory, f".old-ckpt-e0001-u00000001-other-node-{os.getpid()}")  # our pid, not our host
     writer = CheckpointWriter(directory)
     tmp = writer.begin(2, 2)
-    assert other.exists(), "removed before any checkpoint proved it stale"
+    assert other.exists() and other_old.exists() and legacy.exists(), \
+        "removed before any checkpoint proved it stale"
+    assert not dead_here.exists(), "this host's leftover outlived its writer"
+    assert tmp.exists() and tmp.name == f".tmp-ckpt-e0002-u00000002-{host}-{os.getpid()}"
     write_part(tmp, "master.pkl", {"blob": b"y"})
     writer.commit(tmp, {"epoch": 2, "updates": 2})
-    assert not other.exists()
-    live = directory / f".tmp-ckpt-e0003-u00000003-{socket.gethostname()}-{os.getppid()}"
-    live.mkdir()
-    os.utime(live, (time.time() + 60, time.time() + 60))
+    assert not other.exists() and not other_old.exists() and not legacy.exists() and not twin.exists()
+    assert not_ours.exists()
+    live = _leftover(directory, f".tmp-ckpt-e0003-u00000003-{host}-{os.getppid()}", age_s=-60)
+    newer_other = _leftover(directory, f".tmp-ckpt-e0003-u00000003-other-node-{DEAD_PID}", age_s=-60)
     writer.commit(writer.begin(4, 4), {"epoch": 4, "updates": 4})
     assert live.exists(), "a live writer's folder was removed"
+    assert newer_other.exists(), "another host's writer newer than every checkpoint was removed"
+    assert sorted(p.name for p in directory.iterdir() if not p.name.startswith(".")) == [
+        "ckpt-e0002-u00000002", "ckpt-e0004-u00000004", "tmp-ckpt-e0001-u00000001-other-node-1"]

@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import stat
 import sys
 from collections.abc import Iterator
@@ -238,9 +239,25 @@ def test_submit_dry_run_over_fuzzed_options(world: World, cluster: str, outer: l
 @settings(max_examples=300 * SCALE, **SETTINGS)
 @given(cluster=st.sampled_from(CLUSTERS), argv=_argv_from(LAYOUT_OPTS))
 def test_layout_over_fuzzed_options(world: World, cluster: str, argv: list[str]) -> None:
+    """A layout is either one refusal line or a placement whose rank map covers exactly its world; it never
+    runs a scheduler program."""
     full = ("layout", "-c", cluster, *argv)
-    code, _, err = nnlo(*full)
+    code, out, err = nnlo(*full)
     assert_clean(full, code, err)
+    assert world.calls() == []
+    if code == 0 and "--help" not in argv and "-h" not in argv:
+        if "--json" in argv:
+            lay = json.loads(out)
+            world_size, nodes = lay["world_size"], lay["nodes"]
+            assert len(lay["ranks"]) == world_size and world_size >= 1
+        else:
+            head = re.search(r"^run +(?:train|optimize): (\d+) ranks", out, re.MULTILINE)
+            last = re.search(r"^rank map .*?(\d+)(?:-(\d+))? \S+$", out, re.MULTILINE)
+            assert head and last, out
+            world_size = int(head[1])
+            assert int(last[2] or last[1]) == world_size - 1, out  # the map ends at the last rank
+            nodes = int(re.search(r"^nodes +(\d+) x", out, re.MULTILINE)[1])  # type: ignore[index]
+        assert 1 <= nodes <= world_size
 
 
 @settings(max_examples=150 * SCALE, **SETTINGS)
