@@ -331,14 +331,13 @@ def preempt(run: RunRef, *, wait: float | None = 0.0, every: float = 0.25) -> st
     start = time.monotonic()
     looks = 0
     while True:
-        _, why = preemptable(r.dir, load_state(r.dir))
-        if not why.startswith("wait: "):
+        found = preemptable(r.dir, load_state(r.dir))
+        if not found.later:
             return preempt_run(r.dir)  # a job to preempt, or a reason no wait can help (raised there)
         if wait is not None and time.monotonic() - start >= wait:
             if wait == 0:
-                raise ChainError(f"{why.removeprefix('wait: ')}; nothing to preempt yet (--wait waits for it)")
-            raise WaitTimeout(f"{why.removeprefix('wait: ')} after {wait:g} s; nothing was preempted",
-                              status(r))
+                raise ChainError(f"{found.why}; nothing to preempt yet (--wait waits for it)")
+            raise WaitTimeout(f"{found.why} after {wait:g} s; nothing was preempted", status(r))
         looks += 1
         if looks % 40 == 0 and status(r).ended:  # a chain lost without a record ends the wait, never hangs
             return preempt_run(r.dir)

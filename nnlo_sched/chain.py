@@ -33,6 +33,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from nnlo.checkpoint import find_latest
 from nnlo.contract import (
@@ -388,25 +389,36 @@ def cancel_run(run_dir: Path) -> list[str]:
     return ids
 
 
-def preemptable(run_dir: Path, st: RunState) -> tuple[JobRecord | None, str]:
-    """The job ``nnlo preempt`` would stop now, or None and why not (``"wait"`` first when waiting could help).
+class Preemptable(NamedTuple):
+    """What ``nnlo preempt`` finds in a run: the job it would stop now, or None and why not (``later``: waiting
+    could change that, e.g. a job still starting)."""
+
+    job: JobRecord | None
+    why: str = ""
+    later: bool = False
+
+
+def preemptable(run_dir: Path, st: RunState) -> Preemptable:
+    """The job ``nnlo preempt`` would stop now (:class:`Preemptable`).
 
     A job is preempted only once training is under way in it (it has written a checkpoint of its own, so its
     stop is a resumption, never a lost start) and while its successor is queued (so the chain goes on)."""
     if st.state in FINAL_STATES:
-        return None, f"run {st.run_id} is {st.state}; there is no job to preempt"
+        return Preemptable(None, f"run {st.run_id} is {st.state}; there is no job to preempt")
     running = [j for j in _chain(st) if j.status == RUNNING_JOB]
     if not running:
-        return None, f"wait: run {st.run_id} has no running job yet ({st.state})"
+        return Preemptable(None, f"run {st.run_id} has no running job yet ({st.state})", later=True)
     job = running[-1]
     if job.preempted_at is not None:
-        return None, f"run {st.run_id}: job {job.job_id} was already preempted; it is writing its checkpoint"
+        return Preemptable(None, f"run {st.run_id}: job {job.job_id} was already preempted; it is writing its "
+                                 "checkpoint")
     if not _new_checkpoint(run_dir, load_spec(run_dir), job):
-        return None, f"wait: job {job.job_id} of run {st.run_id} has not written a checkpoint yet"
+        return Preemptable(None, f"job {job.job_id} of run {st.run_id} has not written a checkpoint yet",
+                           later=True)
     if not any(j.alive for j in st.jobs if j is not job):
-        return None, (f"run {st.run_id}: job {job.job_id} has no successor queued (--max-resubmits reached?); "
-                      f"preempting it would end the chain: `nnlo cancel {st.run_id}` stops it")
-    return job, ""
+        return Preemptable(None, f"run {st.run_id}: job {job.job_id} has no successor queued (--max-resubmits "
+                                 f"reached?); preempting it would end the chain: `nnlo cancel {st.run_id}` stops it")
+    return Preemptable(job)
 
 
 def preempt_run(run_dir: Path) -> str:
@@ -418,9 +430,9 @@ def preempt_run(run_dir: Path) -> str:
     profile = load_profile_for(run_dir, st.cluster, st.env)  # before any write: a refused preempt changes nothing
     sig = signal.Signals["SIG" + (profile.signal or "USR1").removeprefix("SIG")]
     with update_state(run_dir) as st:
-        job, why = preemptable(run_dir, st)
+        job, why, _ = preemptable(run_dir, st)
         if job is None:
-            raise ChainError(why.removeprefix("wait: "))
+            raise ChainError(why)
         job.preempted_at = time.time()
         job_id, scheduler = job.job_id, st.scheduler
     try:
