@@ -12,7 +12,7 @@ training resuming - nnlo's checkpoint-restart chain against submitit's requeue p
   and calls it again. Measured: the signal (the ``checkpoint`` call), and the callable running again.
 
 Both clocks are the same machine's, so the differences are direct. Needs root (the harness starts its own
-munged, slurmctld and slurmd in a temporary folder; ``tests/slurm_harness.py``) and takes ~3 minutes;
+munged, slurmctld and slurmd in a temporary folder; ``tests/helpers/slurm.py``) and takes ~3 minutes;
 ``bench/run.sh`` runs it only when named. Where Slurm cannot start, the JSON says why and nothing is timed.
 
     bench/run.sh slurm_requeue
@@ -35,7 +35,7 @@ from typing import Any, Callable
 import _common as C
 
 NAME = "slurm_requeue"
-sys.path.insert(0, str(C.REPO / "tests"))
+sys.path.insert(0, str(C.REPO))  # tests.helpers.slurm: the private Slurm of the test suite
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -232,9 +232,9 @@ def main(argv: list[str]) -> int:
     result: dict[str, Any] = {"what": "walltime end -> successor's training resuming: nnlo chain vs submitit "
                                       "requeue, on a private single-node Slurm", "nnlo_deadline_safety_s": a.safety}
     try:
-        from slurm_harness import SlurmCluster, SlurmUnavailable
+        from tests.helpers.slurm import SlurmCluster, SlurmUnavailable
     except ImportError as e:
-        result["skipped"] = f"tests/slurm_harness.py not importable: {e}"
+        result["skipped"] = f"tests/helpers/slurm.py not importable: {e}"
         C.write_result(NAME, result, a.out, argv=argv, mpi=False, started_load=load0)
         return 0
     try:

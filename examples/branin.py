@@ -16,7 +16,9 @@ dimension ``k`` in [0, 3] (+k), to exercise mixed spaces;
 ``BRANIN_SLEEP=s`` sleeps s seconds per evaluation (to kill a search mid-way in tests);
 ``BRANIN_LOG=path`` appends one JSON line per evaluation (to prove what was, and was not, re-evaluated);
 ``BRANIN_HOLD_FIRST=n`` (with ``BRANIN_LOG``) holds the run's first evaluation until n others are logged:
-a coordinator that waited for all blocks would never see them (the hold gives up after 120 s).
+a coordinator that waited for all blocks would never see them (the hold gives up after 120 s);
+``BRANIN_HOLD_AFTER=n`` (with ``BRANIN_LOG``) holds every evaluation that starts once n are logged (for up
+to 120 s): the search cannot end by itself, so a test kills it mid-run on a machine of any speed.
 """
 from __future__ import annotations
 
@@ -65,11 +67,22 @@ def _hold_if_first(log: str, others: int, params: dict) -> None:
     raise TimeoutError(f"held the first evaluation 120 s and only saw fewer than {others} others")
 
 
+def _logged(log: str) -> int:
+    try:
+        with open(log) as f:
+            return len(f.read().splitlines())
+    except FileNotFoundError:
+        return 0
+
+
 def evaluate(params: dict, *, fold: int = 0, n_fold: int = 1) -> dict:
     """The objective hook: metrics of one fold for one parameter set."""
     hold = os.environ.get("BRANIN_HOLD_FIRST")
     if hold:
         _hold_if_first(os.environ["BRANIN_LOG"], int(hold), params)
+    after = os.environ.get("BRANIN_HOLD_AFTER")
+    if after and _logged(os.environ["BRANIN_LOG"]) >= int(after):
+        time.sleep(120)
     sleep = float(os.environ.get("BRANIN_SLEEP", "0") or 0)
     if sleep:
         time.sleep(sleep)

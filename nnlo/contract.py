@@ -48,8 +48,11 @@ ENV_JOB_ID = "NNLO_JOB_ID"
 ENV_PARTICIPANT = "NNLO_PARTICIPANT"
 #: Overrides the device every rank computes on ("cpu", "cuda:1"; :mod:`nnlo.device`).
 ENV_DEVICE = "NNLO_DEVICE"
-#: Testing hook: the master signals itself with SIGUSR1 after this many updates.
+#: Testing hook: a training's master signals itself with SIGUSR1 after this many updates of its own job (a
+#: resumed job counts from its checkpoint), so a test stops a run, or every job of a chain, at an exact point.
 ENV_TEST_SIGNAL_AT_UPDATE = "NNLO_TEST_SIGNAL_AT_UPDATE"
+#: Testing hook: a search's coordinator signals itself with SIGUSR1 after this many trial results of its own job.
+ENV_TEST_SIGNAL_AT_TRIAL = "NNLO_TEST_SIGNAL_AT_TRIAL"
 
 # -- run-directory files ------------------------------------------------------------------------------
 SPEC_FILE = "spec.json"  # the submitted run (nnlo_sched.spec.RunSpec)

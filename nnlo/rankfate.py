@@ -180,6 +180,8 @@ class FirstDeath(threading.Thread):
         self.folder, self.every = Path(folder), every
         self.first: RankRecord | None = None
         self.signal = 0
+        self.watching: set[int] = set()  # the pids it watches now (a test waits for them before a kill)
+        self.left: set[int] = set()  # watched pids that left through Python's exit (not the cause)
         self._done = threading.Event()
         self._host = socket.gethostname()
 
@@ -193,7 +195,7 @@ class FirstDeath(threading.Thread):
         watched: dict[int, tuple[RankRecord, int | None]] = {}  # pid -> (record, pidfd)
         poller = select.poll()
         by_fd: dict[int, RankRecord] = {}
-        ended: set[int] = set()  # ranks' pids that left through Python's exit: not the cause
+        ended = self.left
         seen: object = None
         try:
             while not self._done.is_set() and self.first is None:
@@ -205,6 +207,7 @@ class FirstDeath(threading.Thread):
                             continue
                         fd = _pidfd(rec.pid)
                         watched[rec.pid] = (rec, fd)
+                        self.watching.add(rec.pid)
                         if fd is not None:
                             poller.register(fd, select.POLLIN)
                             by_fd[fd] = rec

@@ -128,3 +128,25 @@ class Stop:
         """A task of ``typical_s`` seconds started now would not end before the deadline."""
         return (self.deadline is not None and typical_s is not None
                 and now + typical_s > self.deadline - self.safety_s)
+
+
+class InjectedSignal:
+    """Testing hook: SIGUSR1 to this process at the N-th event of its job (an update of a training's master:
+    :data:`~nnlo.contract.ENV_TEST_SIGNAL_AT_UPDATE`; a trial result of a search's coordinator:
+    :data:`~nnlo.contract.ENV_TEST_SIGNAL_AT_TRIAL`), N read from that environment variable (unset: never).
+
+    Why: tests stop a run, or every job of a chain (a resumed job counts its own events), at an exact point
+    through the real signal path, instead of hoping that a short walltime interrupts the work on a machine of
+    unknown speed.
+    """
+
+    def __init__(self, var: str) -> None:
+        raw = os.environ.get(var, "").strip()
+        self.at = int(raw) if raw else None
+        self.count = 0
+
+    def tick(self) -> None:
+        """One more event of this job; the N-th sends the signal."""
+        self.count += 1
+        if self.count == self.at:
+            os.kill(os.getpid(), signal.SIGUSR1)

@@ -8,7 +8,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
+
+import pytest
+
+pytestmark = [pytest.mark.slow]
 
 STUCK = textwrap.dedent("""
     import ctypes, threading, time
@@ -37,27 +40,25 @@ RETURNS = textwrap.dedent("""
 """)
 
 
-def _run(code: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    return proc, time.monotonic() - start
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    # a process still there after 600 s (a tenth of the stuck abort's hour) fails the test: it hung
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
 
 
 def test_an_abort_that_hangs_holding_the_gil_still_ends_the_process() -> None:
-    proc, seconds = _run(STUCK)
+    proc = _run(STUCK)  # ends after the 1-s grace, never after the hour's sleep (the timeout above)
     assert proc.returncode == 1, (proc.returncode, proc.stderr)
-    assert seconds < 60, seconds  # the 1-s grace, plus a loaded machine's start-up; never the hour's sleep
     assert "Traceback" not in proc.stderr and "Thread 0x" not in proc.stderr, proc.stderr  # no thread dump shown
 
 
 def test_an_abort_that_returns_never_lets_the_rank_go_on() -> None:
-    proc, _ = _run(RETURNS)
+    proc = _run(RETURNS)
     assert proc.returncode == 75, (proc.returncode, proc.stderr)
     assert proc.stdout.splitlines() == ["abort asked 75"], proc.stdout
 
 
 def test_a_rank_abort_prints_its_one_line_first() -> None:
-    proc, _ = _run(textwrap.dedent("""
+    proc = _run(textwrap.dedent("""
         from nnlo.abort import abort_rank
 
         class Comm:

@@ -10,7 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.runtime.conftest import MODELS, write_blobs
+import pytest
+
+from tests.helpers.runtime import MODELS, write_blobs
+
+pytestmark = [pytest.mark.slow]
 
 FORBIDDEN = ("tensorflow", "keras", "skopt", "matplotlib", "sklearn", "pandas")
 ENTRY_MODULES = ("nnlo.training.driver", "nnlo.training.master", "nnlo.training.worker", "nnlo.training.serve",

@@ -28,12 +28,12 @@ import time
 from typing import Any
 
 from nnlo.abort import abort_job
-from nnlo.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, TRIALS_CSV
+from nnlo.contract import ENV_TEST_SIGNAL_AT_TRIAL, EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, TRIALS_CSV
 from nnlo.optimize.assign import Policy
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
 from nnlo.optimize.search import Search
 from nnlo.roles import Hierarchy
-from nnlo.stop import Stop
+from nnlo.stop import InjectedSignal, Stop
 
 log = logging.getLogger("nnlo.optimize.coordinator")
 
@@ -52,6 +52,7 @@ class Coordinator:
         self.progress = progress
         self.busy: dict[int, int] = {}  # block -> trial id
         self.idle: list[int] = list(range(len(hierarchy.blocks)))
+        self.injected = InjectedSignal(ENV_TEST_SIGNAL_AT_TRIAL)  # test hook: the real signal path
         self._unsaved = False  # results or hand-outs since the last save
         self._save_after = 0.0  # monotonic time before which saving waits (SAVE_SHARE)
         search.blocks = len(hierarchy.blocks)
@@ -169,6 +170,7 @@ class Coordinator:
         trial = self.search.record(trial_id, folds, block)
         self._unsaved = True
         self._report(trial)
+        self.injected.tick()
 
     def _report(self, trial: Any) -> None:
         search = self.search

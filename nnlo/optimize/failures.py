@@ -35,8 +35,8 @@ class FailureRule:
             fraction, minimum = math.nan, 0
         if not (0 <= fraction <= 1 and minimum >= 1):
             raise ConfigError(f"--max-failures {text!r} is not FRACTION[:MIN] (stop once more than FRACTION of at "
-                              f"least MIN finished trials failed): use e.g. 0.5:8 (the default), 0.25:4, or 1 to "
-                              f"never stop")
+                              f"least MIN finished trials failed): use e.g. {MAX_FAILURES} (the default), 0.25:4, "
+                              f"or 1 to never stop")
         return cls(fraction, minimum)
 
     @property

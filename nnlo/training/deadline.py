@@ -9,15 +9,16 @@ exchange round and validation, plus a fixed safety (``NNLO_DEADLINE_SAFETY``, de
 The signals batch systems send before the end (and Ctrl-C) are caught by :class:`nnlo.stop.Stop`, which
 the training installs for as long as it runs.
 
-Testing hook: ``NNLO_TEST_SIGNAL_AT_UPDATE=N`` makes the master send itself ``SIGUSR1`` after its N-th
-update, so tests can interrupt a run at an exact, reproducible point through the real signal path.
+Testing hook: ``NNLO_TEST_SIGNAL_AT_UPDATE=N`` makes the master send itself ``SIGUSR1`` after the N-th update
+of its job (:class:`nnlo.stop.InjectedSignal`), so tests can interrupt a run at an exact, reproducible point
+through the real signal path.
 """
 from __future__ import annotations
 
 import os
 import time
 
-from nnlo.contract import ENV_DEADLINE_SAFETY, ENV_TEST_SIGNAL_AT_UPDATE
+from nnlo.contract import ENV_DEADLINE_SAFETY
 
 
 class Deadline:
@@ -55,8 +56,3 @@ class Deadline:
         left = self.deadline - time.time()
         return f"deadline in {left:.0f} s (stop margin {self.margin:.1f} s)"
 
-
-def injected_signal_update() -> int | None:
-    """The update count after which the master signals itself (``NNLO_TEST_SIGNAL_AT_UPDATE``), or None."""
-    raw = os.environ.get(ENV_TEST_SIGNAL_AT_UPDATE)
-    return int(raw) if raw else None

@@ -28,8 +28,6 @@ later message with ``abort`` (carrying the first failure) until no worker is lef
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -42,12 +40,14 @@ from nnlo.algorithms import synchronous
 from nnlo.algorithms.optimizers import FlatOptimizer, make_optimizer
 from nnlo.backends.base import Backend
 from nnlo.config import TrainConfig
+from nnlo.contract import ENV_TEST_SIGNAL_AT_UPDATE
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
+from nnlo.stop import InjectedSignal
 from nnlo.training import startup
 from nnlo.training.buffers import CentralBuffers
 from nnlo.training.context import RunContext
-from nnlo.training.deadline import Deadline, injected_signal_update
+from nnlo.training.deadline import Deadline
 from nnlo.training.failure import RankFailure, failure_line
 from nnlo.training.modes import ServerRule, make_server_rule
 from nnlo.training.validation import Validator, no_sums, split_range, validation_weight
@@ -82,7 +82,7 @@ class WorkerServer(ABC):
         self.updates = 0
         self.buffers = CentralBuffers(backend)
         self.deadline = Deadline(cfg.deadline, self.center.nbytes)
-        self.signal_at = injected_signal_update()
+        self.injected = InjectedSignal(ENV_TEST_SIGNAL_AT_UPDATE)  # test hook: the real signal path
         self.stop_reason: str | None = None
         self.failure: RankFailure | None = None
         self._stop_tmp: Path | None = None  # the folder of a mid-epoch stop's checkpoint, once opened
@@ -281,8 +281,7 @@ class WorkerServer(ABC):
                 startup.mark("first_update")
                 startup.write(self.ctx.out_dir)
         self._updated()
-        if self.signal_at is not None and self.updates == self.signal_at:
-            os.kill(os.getpid(), signal.SIGUSR1)  # test hook: the real signal path at an exact update
+        self.injected.tick()
 
     def _check_stop(self) -> None:
         if self.stop_reason is None:

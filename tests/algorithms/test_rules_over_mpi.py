@@ -1,8 +1,6 @@
 """The update rules on buffers that really travel between MPI ranks (uppercase, contiguous float32)."""
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -63,10 +61,9 @@ SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.mpi
-def test_rules_on_buffers_sent_between_ranks(tmp_path, mpirun, nnlo_env):
+def test_rules_on_buffers_sent_between_ranks(tmp_path, nnlo_mpi):
     script = tmp_path / "rules.py"
     script.write_text(SCRIPT)
-    proc = subprocess.run([mpirun, "-np", "3", sys.executable, str(script)], env=nnlo_env, capture_output=True,
-                          text=True, timeout=180)
+    proc = nnlo_mpi(3, script, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "rules over mpi ok" in proc.stdout

@@ -22,8 +22,7 @@ import numpy as np
 import nnlo
 
 data, out = Path(sys.argv[1]), Path(sys.argv[2])
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "runtime" / "models"))
-import tiny  # noqa: E402
+from tests.runtime.models import tiny  # noqa: E402 - the checkout is on this program's PYTHONPATH
 
 SYNC = dict(mode="downpour", synchronous=True, worker_optimizer="sgd:lr=0.1,momentum=0.9",
             optimizer="adam:lr=0.5", epochs=3, batch=8, checkpoint_interval=0, seed=3)

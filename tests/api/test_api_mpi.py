@@ -1,4 +1,4 @@
-"""The Python API under a real ``mpirun -np 3``: the same history as ``nnlo train`` with the same seed, for an
+"""The Python API on 3 MPI ranks (the warm MPI world): the same history as ``nnlo train`` with the same seed, for an
 HDF5 list and for an in-memory ArraySource of the same samples; a custom data source checkpointed in the middle
 of an epoch resumes on the same curve; callbacks stop the training cleanly on every rank.
 
@@ -7,8 +7,6 @@ turn, see api_script.py), so the whole module costs what two short trainings cos
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ import numpy as np
 import pytest
 
 from nnlo.checkpoint import MANIFEST, list_checkpoints
-from tests.runtime.conftest import MODELS, TIMEOUT, write_blobs
+from tests.helpers.runtime import MODELS, TIMEOUT, write_blobs
 
 pytestmark = [pytest.mark.mpi]
 
@@ -29,17 +27,15 @@ FIELDS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "samples", "u
 
 
 @pytest.fixture(scope="module")
-def runs(mpirun: str, nnlo_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def runs(mpi_world, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``nnlo train`` and tests/api/api_script.py (the Python API) on 3 ranks each, in the warm MPI world."""
     root = tmp_path_factory.mktemp("api")
     data = write_blobs(root / "data")
     out = root / "out"
-    cli = subprocess.run([mpirun, "-np", "3", sys.executable, "-m", "nnlo_sched", "train", "--model",
-                          str(MODELS / "tiny.py"), "--train", str(data["train"]), "--val", str(data["val"]),
-                          "--checkpoint", str(out / "cli"), *SYNC_ARGS],
-                         env=nnlo_env, capture_output=True, text=True, timeout=TIMEOUT)
+    cli = mpi_world.run(3, ["train", "--model", str(MODELS / "tiny.py"), "--train", str(data["train"]), "--val",
+                            str(data["val"]), "--checkpoint", str(out / "cli"), *SYNC_ARGS], timeout=TIMEOUT)
     assert cli.returncode == 0, cli.stderr
-    api = subprocess.run([mpirun, "-np", "3", sys.executable, str(HERE / "api_script.py"), str(data["dir"]), str(out)],
-                         env=nnlo_env, capture_output=True, text=True, timeout=TIMEOUT)
+    api = mpi_world.run(3, [str(HERE / "api_script.py"), str(data["dir"]), str(out)], timeout=TIMEOUT)
     assert api.returncode == 0, api.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(3)]
     return {"out": out, "cli": json.loads((out / "cli" / "history.json").read_text()), "ranks": ranks,

@@ -240,6 +240,7 @@ def test_callback_stopper_keeps_early_stopping_and_its_state() -> None:
 
 
 # -- the package -------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_import_nnlo_stays_light_and_exports_the_api() -> None:
     code = ("import sys, nnlo; heavy = [m for m in ('torch', 'tensorflow', 'keras', 'skopt', 'matplotlib', "
             "'mpi4py') if m in sys.modules]; print(heavy); import nnlo.optimize.run; "

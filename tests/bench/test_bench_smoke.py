@@ -39,6 +39,7 @@ def check_summary(s: dict) -> None:
     assert s["min"] <= s["median"] <= s["max"] and s["median"] > 0
 
 
+@pytest.mark.mpi
 def test_ps_exchange(tmp_path, nnlo_env, mpirun):
     doc = run_bench("ps_exchange", tmp_path, nnlo_env)
     assert "MPI" in doc["machine"]["mpi_library"] or "MPICH" in doc["machine"]["mpi_library"]
@@ -54,6 +55,7 @@ def test_ps_exchange(tmp_path, nnlo_env, mpirun):
     assert doc["memcpy_one_core"]["GBps"] > 0
 
 
+@pytest.mark.mpi
 def test_allreduce(tmp_path, nnlo_env, mpirun):
     doc = run_bench("allreduce", tmp_path, nnlo_env)
     assert doc["ranks"] == 2
@@ -88,6 +90,7 @@ def test_allreduce(tmp_path, nnlo_env, mpirun):
                         / step["seconds"]["ddp_gloo"]["median"])
 
 
+@pytest.mark.mpi
 def test_scaling(tmp_path, nnlo_env, mpirun):
     doc = run_bench("scaling", tmp_path, nnlo_env)
     check_summary(doc["local_process"]["samples_per_s"])
@@ -101,6 +104,7 @@ def test_scaling(tmp_path, nnlo_env, mpirun):
     assert math.isclose(gem["efficiency_2_workers"], r2 / (2 * r1))
 
 
+@pytest.mark.mpi
 def test_search(tmp_path, nnlo_env, mpirun):
     doc = run_bench("search", tmp_path, nnlo_env)
     branin = doc["trials_to_target"]["branin"]
@@ -123,6 +127,7 @@ def test_search(tmp_path, nnlo_env, mpirun):
         assert all(0.0 <= f < 1.0 for f in e["block_idle_fraction"].values())
 
 
+@pytest.mark.slow
 def test_orchestration(tmp_path, nnlo_env):
     doc = run_bench("orchestration", tmp_path, nnlo_env)
     lay = doc["layout"]
@@ -136,6 +141,7 @@ def test_orchestration(tmp_path, nnlo_env):
     assert st["job_ids_in_the_one_call"] == 20
 
 
+@pytest.mark.slow
 def test_fidelity(tmp_path, nnlo_env):
     """The simulated parts (the real Search, schedules and hook runner on simulated clocks): every seed measured,
     the summary follows from the seeds."""
@@ -153,6 +159,7 @@ def test_fidelity(tmp_path, nnlo_env):
     assert doc["summary"]["asha_busy_32_blocks"] == b["asha_busy"]
 
 
+@pytest.mark.slow
 def test_run_sh_rejects_an_unknown_benchmark():
     proc = subprocess.run(["bash", str(BENCH / "run.sh"), "nosuch"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2

@@ -6,10 +6,15 @@ the runtime's contract exactly: it writes complete checkpoints in nnlo's format
 (``<run>/checkpoints/ckpt-eNNNN-u00000000/manifest.json``, published by a rename), resumes from the
 newest one, stops with exit 75 after a checkpoint before ``NNLO_DEADLINE`` (margin: one epoch) or on
 SIGTERM/SIGUSR2, and exits 0 when all epochs are done. The epochs and ``--model-arg epoch_seconds=S`` come
-from the run spec's typed record (``spec.json``'s ``config``), as the real job reads it; a model file named ``fail*.py`` makes it fail with exit 1 after one epoch and
-``nocheckpoint*.py`` makes it run past its deadline without writing anything; ``hold*.py`` makes the first
-job (no checkpoint to resume from) wait after its first checkpoint until a stop signal or its deadline comes,
-so that a test can stop it at a known point whatever the machine's speed.
+from the run spec's typed record (``spec.json``'s ``config``), as the real job reads it; a model file named
+``fail*.py`` makes it fail with exit 1 after one epoch and ``nocheckpoint*.py`` makes it run past its deadline
+without writing anything.
+
+Two knobs force what a test would otherwise have to race the clock for (tests pass at any machine speed):
+``--model-arg epochs_per_job=K`` stops a job after K epochs of its own exactly as at its deadline (checkpoint
+written, exit 75): a walltime forced by count, so a chain needs ceil(epochs / K) jobs on any machine;
+``--model-arg hold_at_epoch=K`` makes the job that trains epoch K wait there (checkpoint written) until a stop
+signal or a kill ends it, so a test can signal, cancel or kill a job mid-run without the run finishing first.
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ spec = json.loads((run_dir / "spec.json").read_text())
 config = spec["config"]
 epochs = int(config["epochs"])
 epoch_s = float(config["model_args"].get("epoch_seconds", 1))
+epochs_per_job = int(config["model_args"].get("epochs_per_job", 0))  # 0: no quota
+hold_at_epoch = int(config["model_args"].get("hold_at_epoch", 0))  # 0: never hold
 model = Path(config["model"]).name
 deadline = float(os.environ.get("NNLO_DEADLINE") or 1e18)
 stop = {"flag": False}
@@ -64,7 +71,15 @@ def checkpoint(epoch: int) -> None:
     os.replace(history_file.with_suffix(".tmp"), history_file)
 
 
+started_at_epoch = done
 while done < epochs:
+    if done == hold_at_epoch and done > started_at_epoch:
+        print(f"payload: holding at epoch {done} until a stop signal", flush=True)
+        while not stop["flag"]:
+            time.sleep(0.05)
+    if epochs_per_job and done - started_at_epoch >= epochs_per_job:
+        print(f"payload: stopping at epoch {done} (deadline: epochs_per_job={epochs_per_job})", flush=True)
+        sys.exit(75)
     if stop["flag"] or (time.time() + 1.5 * epoch_s > deadline and not model.startswith("nocheckpoint")):
         print(f"payload: stopping at epoch {done} ({'signal' if stop['flag'] else 'deadline'})", flush=True)
         sys.exit(75)
@@ -78,7 +93,5 @@ while done < epochs:
         print("payload: error: the model diverged (NaN loss)", flush=True)
         sys.exit(1)
     checkpoint(done)
-    while model.startswith("hold") and not found and not stop["flag"] and time.time() + 1.5 * epoch_s < deadline:
-        time.sleep(0.05)  # the first job holds after its first checkpoint until it is told to stop
 print("payload: finished", flush=True)
 sys.exit(0)

@@ -9,7 +9,9 @@ leases the lowest trial id that is neither finished nor leased (a lease expires 
 its own participant from a killed earlier job are taken back at start), "trains" it (a sleep of
 ``--model-arg trial_seconds=S``), appends the result unless another participant already did, and rewrites
 trials.csv and best.json from the journal. It exits 0 once the budget (``--num-iterations``) is complete
-(whoever completed it), 75 after releasing its lease on SIGTERM/SIGUSR1/SIGUSR2 or before ``NNLO_DEADLINE``.
+(whoever completed it), 75 after releasing its lease on SIGTERM/SIGUSR1/SIGUSR2 or before ``NNLO_DEADLINE``,
+and 75 after ``--model-arg trials_per_job=K`` trials of its own (a walltime forced by count: a search of N trials
+needs at least ceil(N / K) jobs on any machine, so resubmission is tested without racing the clock).
 The orchestration under test (``nnlo job start/end``, chains, arrays, status, cancel) is all real.
 """
 from __future__ import annotations
@@ -33,6 +35,7 @@ spec = json.loads((run_dir / "spec.json").read_text())
 budget = int(spec["search"]["num_iterations"])
 out = Path(spec["workdir"] or ".", spec["search"]["output"] or run_dir)
 trial_s = float(spec["config"]["model_args"].get("trial_seconds", 0.5))
+trials_per_job = int(spec["config"]["model_args"].get("trials_per_job", 0))  # 0: no quota
 me = os.environ.get("NNLO_PARTICIPANT") or "solo"
 deadline = float(os.environ.get("NNLO_DEADLINE") or 1e18)
 journal = out / "search-journal.jsonl"
@@ -120,7 +123,11 @@ def report(t: int, fom: float) -> None:
     os.replace(out / f".best.{os.getpid()}", out / "best.json")
 
 
+reported = 0  # trials this job completed
 while True:
+    if trials_per_job and reported >= trials_per_job and len(locked(lambda: view(read())[0])) < budget:
+        print(f"search-payload {me}: stopping (deadline: trials_per_job={trials_per_job})", flush=True)
+        sys.exit(75)
     if stop["flag"] or time.time() + 1.5 * trial_s + 1 > deadline:
         print(f"search-payload {me}: stopping ({'signal' if stop['flag'] else 'deadline'})", flush=True)
         sys.exit(75)
@@ -139,3 +146,4 @@ while True:
         locked(lambda got=got: append({"kind": "release", "id": got}))
         continue
     locked(lambda got=got: report(got, (got * 7919 % 97) / 97.0))
+    reported += 1

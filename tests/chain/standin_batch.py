@@ -21,9 +21,8 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a program: tests/ holds the shared part
-import standin_common as common
-from standin_common import Jobs, record
+import tests.helpers.standins as common  # a program: the checkout is on its PYTHONPATH
+from tests.helpers.standins import Jobs, record
 
 PROG = Path(sys.argv[0]).name
 ARGS = sys.argv[1:]

@@ -6,35 +6,37 @@ import json
 import os
 import signal
 
-from conftest import epochs_done, make_spec, nnlo, status_json, submit, wait_for
+import pytest
+
+from tests.helpers.chain import epochs_done, make_spec, nnlo, status_json, submit, wait_for
+
+pytestmark = [pytest.mark.slow]
 
 
 def test_walltime_chain_resubmits_and_finishes_with_every_epoch(chain_env):
-    # 16 epochs of 0.5 s; an 8 s walltime (less ~2 s start-up) holds at most ~11: at least 2 jobs, often 3
-    run = submit(make_spec("testlocal", epochs=16, epoch_s=0.5, walltime_s=8))
+    # 16 epochs, each job stopped as at its deadline after 6 of its own (forced by count, not raced against a
+    # short walltime): exactly 3 jobs on any machine, the successor of each queued while it runs
+    run = submit(make_spec("testlocal", epochs=16, epoch_s=0.1, walltime_s=600, epochs_per_job=6))
     assert run.job_id == "1"
-    first = wait_for("the first job to run with its successor queued",
-                     lambda: (v := status_json(run))["state"] == "running" and len(v["jobs"]) == 2 and v)
-    assert [j["job_id"] for j in first["jobs"]] == ["1", "2"]  # the successor is queued behind it
-    assert first["jobs"][1]["depends_on"] == "1"
-    wait_for("a resubmission", lambda: len(run.state.jobs) >= 3 or run.state.state in ("done", "failed"))
     wait_for("the run to finish", lambda: run.state.state in ("done", "failed"), timeout=120)
     st = run.state
     assert st.state == "done", st.error
     assert epochs_done(run) == list(range(1, 17))
     started = [j for j in st.jobs if j.started_at]
-    assert len(started) >= 2
-    assert all(j.status == "walltime" and j.rc == 75 for j in started[:-1])
-    assert started[-1].status == "finished" and started[-1].rc == 0
+    assert [(j.job_id, j.status, j.rc) for j in started] == [("1", "walltime", 75), ("2", "walltime", 75),
+                                                              ("3", "finished", 0)]
+    for job, succ in zip(st.jobs, st.jobs[1:]):  # each successor was queued behind its job while that job ran
+        assert succ.depends_on == job.job_id and job.started_at <= succ.submitted_at <= job.ended_at
     # the successor queued behind the last job was cancelled, nothing is left alive
-    assert st.jobs[-1].status == "cancelled" and not st.alive_jobs
+    assert st.jobs[-1].status == "cancelled" and not st.alive_jobs and len(st.jobs) == 4
     view = status_json(run)
     assert view["progress"]["epoch"] == 16 and view["progress"]["epochs"] == 16
+    assert [j["depends_on"] for j in view["jobs"]] == [None, "1", "2", "3"]
     table = nnlo("status").stdout
     assert run.id in table and "done" in table and "epoch 16/16" in table
     logs = nnlo("logs", run.id).stdout
-    assert "payload: finished" in logs and "restored from ckpt-e" in logs
-    assert logs.index("==> logs/job-1.out") < logs.index("==> logs/job-2.out")
+    assert "payload: finished" in logs and "restored from ckpt-e0006" in logs and "restored from ckpt-e0012" in logs
+    assert logs.index("==> logs/job-1.out") < logs.index("==> logs/job-2.out") < logs.index("==> logs/job-3.out")
 
 
 def test_failing_job_stops_the_chain_with_its_error(chain_env):
@@ -60,9 +62,9 @@ def test_job_without_new_checkpoint_stops_the_chain(chain_env):
 
 
 def test_cancel_then_resume_continues_from_the_checkpoint(chain_env):
-    run = submit(make_spec("testlocal", epochs=10, epoch_s=0.5, walltime_s=600))
+    run = submit(make_spec("testlocal", epochs=10, epoch_s=0.1, walltime_s=600, hold_at_epoch=2))
     wait_for("two epochs", lambda: (run.dir / "history.json").exists() and len(epochs_done(run)) >= 2)
-    out = nnlo("cancel", run.id).stdout
+    out = nnlo("cancel", run.id).stdout  # the job waits at epoch 2 for the cancel's SIGTERM
     assert "cancelled run" in out and "1" in out
     wait_for("the cancel to land", lambda: all(not j.alive for j in run.state.jobs) and
              _local_queue_idle(run))
@@ -70,8 +72,7 @@ def test_cancel_then_resume_continues_from_the_checkpoint(chain_env):
     assert st.state == "cancelled"
     assert st.jobs[0].status == "cancelled"
     assert nnlo("cancel", run.id, check=False).returncode == 0  # cancelling twice is harmless
-    done_before = len(epochs_done(run))
-    assert done_before < 10
+    assert epochs_done(run) == [1, 2]
     spec_before = (run.dir / "spec.json").read_text()
     reshaped = nnlo("resume", run.id, "--n-masters", "3", check=False)  # the job script's layout would not fit
     assert reshaped.returncode == 2 and "changes the run's shape" in reshaped.stderr
@@ -81,7 +82,7 @@ def test_cancel_then_resume_continues_from_the_checkpoint(chain_env):
     assert run.spec.train.epochs == 12 and run.spec.args[-2:] == ["--epochs", "12"]
     wait_for("the resumed run to finish", lambda: run.state.state == "done")
     log = nnlo("logs", run.id, "--job", run.state.jobs[-2].job_id).stdout
-    assert "restored from ckpt-e" in log
+    assert "restored from ckpt-e0002" in log
     assert epochs_done(run) == list(range(1, 13))
     view = status_json(run)
     assert view["progress"]["epochs"] == 12 and view["command"][-2:] == ["--epochs", "12"]
@@ -91,12 +92,13 @@ def test_cancel_then_resume_continues_from_the_checkpoint(chain_env):
 
 
 def test_max_resubmits_bounds_the_chain(chain_env):
-    run = submit(make_spec("testlocal", epochs=30, epoch_s=0.5, walltime_s=5, max_resubmits=1))
+    # 2 epochs a job (a walltime forced by count): the first job and its one resubmission, then the bound
+    run = submit(make_spec("testlocal", epochs=30, epoch_s=0.1, walltime_s=600, max_resubmits=1, epochs_per_job=2))
     wait_for("the bound", lambda: run.state.state == "failed")
     st = run.state
     assert "max-resubmits" in st.error
-    assert len([j for j in st.jobs if j.started_at]) == 2
-    assert 0 < len(epochs_done(run)) < 30
+    assert [(j.status, j.rc) for j in st.jobs if j.started_at] == [("walltime", 75), ("walltime", 75)]
+    assert epochs_done(run) == [1, 2, 3, 4]
 
 
 def test_a_successor_starting_on_a_finished_run_exits_at_once(chain_env):
@@ -169,7 +171,7 @@ def test_unknown_or_ambiguous_runs_are_one_line_errors(chain_env):
 def test_preempt_stops_the_running_job_and_its_successor_resumes(chain_env):
     # the first job holds after its first checkpoint until a stop signal comes (its walltime is far away):
     # only `nnlo preempt` moves the chain on, at any machine speed
-    run = submit(make_spec("testlocal", model="hold_model.py", epochs=4, epoch_s=0.2, walltime_s=600))
+    run = submit(make_spec("testlocal", epochs=4, epoch_s=0.2, walltime_s=600, hold_at_epoch=1))
     out = nnlo("preempt", run.id, "--wait", "170", timeout=180).stdout
     assert "preempted job 1 of run" in out
     wait_for("the run to finish", lambda: run.state.state in ("done", "failed"), timeout=120)
@@ -187,7 +189,7 @@ def test_preempt_stops_the_running_job_and_its_successor_resumes(chain_env):
 
 
 def test_preempt_refuses_a_job_without_successor_and_one_not_started(chain_env):
-    run = submit(make_spec("testlocal", model="hold_model.py", epochs=3, epoch_s=0.2, walltime_s=600,
+    run = submit(make_spec("testlocal", epochs=3, epoch_s=0.2, walltime_s=600, hold_at_epoch=1,
                            max_resubmits=0))
     wait_for("the first checkpoint", lambda: (run.dir / "history.json").exists())
     refused = nnlo("preempt", run.id, check=False)  # stopping it would end the chain: cancel says so

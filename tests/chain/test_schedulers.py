@@ -83,6 +83,7 @@ echo '{out}'
     return script, calls
 
 
+@pytest.mark.slow
 def test_submit_runs_the_schedulers_own_command(standins):
     """Each submit program gets its dependency option and the script (bsub on stdin); the id comes back."""
     script, calls = standins
@@ -95,6 +96,7 @@ def test_submit_runs_the_schedulers_own_command(standins):
     assert qsub["args"] == ["-W", "depend=afterany:41.pbs01", str(script)]
 
 
+@pytest.mark.slow
 def test_a_failing_bsub_is_named_not_its_shell(standins):
     script, _ = standins
     bsub = script.parent / "bin" / "bsub"
@@ -125,6 +127,7 @@ def test_a_malformed_dependency_is_refused_before_any_program_runs(standins, tmp
     assert calls() == [] and not (tmp_path / "run").exists()  # not even the local queue was touched
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,bad", _REFUSED)
 def test_a_malformed_cancel_id_is_refused_before_any_program_runs(standins, tmp_path, name, bad):
     _, calls = standins
@@ -157,6 +160,7 @@ def _program(bin_dir, name, body):
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
 
+@pytest.mark.slow
 def test_squeue_once_for_many_jobs_and_missing_means_ended(tmp_path, monkeypatch):
     log = tmp_path / "calls"
     _program(tmp_path, "squeue", f'echo "$@" >> {log}\nprintf "11|RUNNING|None\\n12|PENDING|Dependency\\n"\n')
@@ -169,6 +173,7 @@ def test_squeue_once_for_many_jobs_and_missing_means_ended(tmp_path, monkeypatch
     assert len([c for c in calls if c.startswith("sacct")]) == 1  # one fallback call for all missing ids
 
 
+@pytest.mark.slow
 def test_sacct_answers_for_jobs_squeue_forgot(tmp_path, monkeypatch):
     _program(tmp_path, "squeue", 'echo "slurm_load_jobs error: Invalid job id specified" >&2\nexit 1\n')
     _program(tmp_path, "sacct", 'printf "21|TIMEOUT\\n22|CANCELLED by 0\\n"\n')
@@ -177,6 +182,7 @@ def test_sacct_answers_for_jobs_squeue_forgot(tmp_path, monkeypatch):
     assert got["21"].state == "TIMEOUT" and got["22"].state == "CANCELLED"
 
 
+@pytest.mark.slow
 def test_a_down_controller_gives_unknown(tmp_path, monkeypatch):
     _program(tmp_path, "squeue", 'echo "slurm_load_jobs error: Unable to contact slurm controller" >&2\nexit 1\n')
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
@@ -212,6 +218,7 @@ def signallers(tmp_path, monkeypatch):
     return lambda: log.read_text().splitlines() if log.exists() else []
 
 
+@pytest.mark.slow  # the batch systems' signal programs are stand-in scripts
 def test_signal_runs_one_program_call_for_every_job(signallers):
     get_scheduler("slurm").signal(["5", "6", "5"], signal.SIGUSR2)
     get_scheduler("lsf").signal(["5", "9"], signal.SIGUSR2)  # 9 has ended: no error
@@ -235,6 +242,7 @@ def test_a_missing_signal_program_is_one_line(tmp_path, monkeypatch):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow  # a real local-scheduler job
 def test_the_local_scheduler_signals_the_batch_shell_of_a_running_job_only(tmp_path):
     """The running job's batch shell gets the signal (its trap runs); the job queued behind it is left alone."""
     run = tmp_path / "run"

@@ -1,8 +1,10 @@
-"""On a real (private, single-node) Slurm: a training that needs about three walltimes of one minute is
-submitted with `nnlo submit`, hits its limit, resubmits with afterany, resumes and finishes with the same
-epochs and - synchronous mode, fixed seed - the same final metrics as an uninterrupted run; `nnlo status`
-is checked at each stage. Then the quick cases with the stand-in payload: cancel of a chain, a failing run
-that is not resubmitted, and the PBS path through Slurm's own qsub/qstat/qdel wrappers."""
+"""On a real (private, single-node) Slurm: a training submitted with `nnlo submit` is stopped three times,
+resubmits with afterany, resumes and finishes with the same epochs and - synchronous mode, fixed seed - the same
+final metrics as an uninterrupted run; `nnlo status` is checked at each stage. Each job is stopped after an exact
+number of updates of its own (``NNLO_TEST_SIGNAL_AT_UPDATE``: the real signal path, forced rather than raced
+against a short walltime; Slurm's own pre-walltime signal is tests/sched/test_slurm_script.py's). Then the quick
+cases with the stand-in payload: cancel of a chain, a failing run that is not resubmitted, and the PBS path
+through Slurm's own qsub/qstat/qdel wrappers."""
 from __future__ import annotations
 
 import json
@@ -14,56 +16,57 @@ from pathlib import Path
 
 import pytest
 
-from conftest import epochs_done, make_spec, nnlo, status_json, submit, wait_for
+from tests.helpers.chain import epochs_done, make_spec, nnlo, status_json, submit, wait_for
 
 pytestmark = [pytest.mark.slurm]
 REPO = Path(__file__).resolve().parents[2]
-MODEL = Path(__file__).parent / "paced_mlp.py"  # at least 3 s an epoch (120 batches x 25 ms), any machine
+MODEL = Path(__file__).parent / "paced_mlp.py"  # its gate holds every job's first batch until the test opens it
+SAMPLES, BATCH, EPOCHS = 2000, 50, 6  # one worker: 40 updates an epoch, 240 in all
+UPDATES_PER_JOB = 90  # jobs stop at updates 90 and 180 (mid-epoch), the third finishes: exactly three jobs
 
 
-def _train_args(data: Path, epochs: int) -> list[str]:
-    return ["--model", str(MODEL), "--train", str(data / "data.list"), "--val", str(data / "val.list"),
-            "--epochs", str(epochs), "--batch", "50", "--mode", "downpour", "--synchronous", "--seed", "7",
-            "--checkpoint-interval", "1"]
+def _train_args(data: Path, gate: Path) -> list[str]:
+    return ["--model", str(MODEL), "--model-arg", "pause_s=0", "--model-arg", f"gate={gate}",
+            "--train", str(data / "data.list"), "--val", str(data / "val.list"), "--epochs", str(EPOCHS),
+            "--batch", str(BATCH), "--mode", "downpour", "--synchronous", "--seed", "7", "--checkpoint-interval", "1"]
 
 
 def _run_view(run_id: str) -> dict:
     return json.loads(nnlo("status", run_id, "--json").stdout)
 
 
+@pytest.mark.mpi
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # ~2.5 min alone; several 1-minute walltimes, the reference run beside them
-def test_training_chain_over_three_walltimes_matches_an_uninterrupted_run(slurm, chain_env, mpirun, request):
+@pytest.mark.timeout(600)
+def test_training_chain_over_three_walltimes_matches_an_uninterrupted_run(slurm, chain_env, mpirun, request,
+                                                                          monkeypatch):
     data = chain_env / "data"
     subprocess.run([sys.executable, str(REPO / "examples" / "make_synthetic.py"), "--out", str(data),
-                    "--samples", "6000", "--features", "32", "--classes", "4", "--files", "2",
+                    "--samples", str(SAMPLES), "--features", "32", "--classes", "4", "--files", "2",
                     "--val-samples", "400", "--seed", "3"], check=True, capture_output=True, timeout=120)
     # pip MPICH inside the allocation: its own mpirun (hydra). `srun --mpi=pmi2` works too, but here the
     # first MPI step of a fresh test cluster sometimes fails in MPI_Init (UCX address exchange)
     (chain_env / "clusters" / "slurmtrain.toml").write_text(
         'scheduler = "slurm"\nlauncher = "mpirun"\nlauncher_command = "auto"\ncores_per_node = 2\n'
         f'nodes = 1\npython = "{sys.executable}"\n')
-    # 1 master + 1 worker (few ranks: quick start-up on 2 cores). The paced model makes an epoch last >= 3 s
-    # whatever the machine (CI's runner trained the unpaced model's 24 epochs inside one job): >= 72 s of
-    # training, of which at most ~45 s fit in a 1-minute job after start-up and the stop margin
-    epochs = 24
-    out = nnlo("submit", "--cluster", "slurmtrain", "--workers", "1", "--walltime", "1", "--name", "e2e",
-               "train", *_train_args(data, epochs)).stdout
-    assert out.startswith("submitted run e2e-") and " as job " in out
-    run_id = out.split()[2]
-    # the reference: the same training, uninterrupted, run while the chain runs (the paced model sleeps through
-    # most of each batch, so the two hardly compete, and the final figures do not depend on timing)
+    gate = chain_env / "gate"
+    # the reference: the same training, uninterrupted (no stop hook), run while the chain runs
     ref_dir = chain_env / "reference"
     ref_log = chain_env / "reference.log"
     with open(ref_log, "w") as log:
         reference = subprocess.Popen([sys.executable, "-m", "nnlo_sched", "train", "-n", "2",
-                                      *_train_args(data, epochs), "--checkpoint", str(ref_dir)],
+                                      *_train_args(data, gate), "--checkpoint", str(ref_dir)],
                                      stdout=log, stderr=subprocess.STDOUT)
     request.addfinalizer(lambda: reference.poll() is None and reference.terminate())
+    # 1 master + 1 worker (few ranks: quick start-up on 2 cores); sbatch passes the hook on to every job
+    monkeypatch.setenv("NNLO_TEST_SIGNAL_AT_UPDATE", str(UPDATES_PER_JOB))
+    out = nnlo("submit", "--cluster", "slurmtrain", "--workers", "1", "--walltime", "10", "--name", "e2e",
+               "train", *_train_args(data, gate)).stdout
+    assert out.startswith("submitted run e2e-") and " as job " in out
+    run_id = out.split()[2]
     first_job = out.split(" as job ")[1].split()[0]
 
-    # status asks the scheduler before it reads the record: a successor recorded in between has no answer
-    # until the next status, so wait for a view in which it has one
+    # the first job waits at the gate: it is running, its successor queued behind it with afterany
     view = wait_for("the first job to run with its successor queued",
                     lambda: (v := _run_view(run_id))["state"] == "running" and len(v["jobs"]) == 2
                     and v["jobs"][1]["scheduler_state"] is not None and v)
@@ -72,37 +75,32 @@ def test_training_chain_over_three_walltimes_matches_an_uninterrupted_run(slurm,
     assert view["jobs"][1]["scheduler_state"] == "PENDING"
     squeue = slurm.run("squeue", "-h", "-j", view["jobs"][1]["job_id"], "-o", "%E").stdout
     assert f"afterany:{first_job}" in squeue
-
-    view = wait_for("a resubmitted job to run", lambda: ((v := _run_view(run_id))["state"] in ("done", "failed") or
-                    sum(1 for j in v["jobs"] if j["started_at"]) >= 2) and v, timeout=300)
-    assert view["state"] != "failed", view["error"]
-    assert view["jobs"][0]["status"] == "walltime"
-    assert list((Path(view["dir"]) / "checkpoints").glob("ckpt-*"))  # what the second job resumes from
-    assert view["progress"]["epoch"] is None or view["progress"]["epoch"] < epochs
+    assert view["progress"]["epoch"] is None
+    gate.touch()
 
     view = wait_for("the chain to end", lambda: (v := _run_view(run_id))["state"] in ("done", "failed") and v,
                     timeout=480)
     assert view["state"] == "done", view["error"] + "\n" + nnlo("logs", run_id).stdout[-3000:]
     started = [j for j in view["jobs"] if j["started_at"]]
-    assert len(started) >= 2, "the training should need several walltimes"
-    assert [j["status"] for j in started] == ["walltime"] * (len(started) - 1) + ["finished"]
-    # 75: stopped itself before the limit; None: Slurm's SIGKILL after KillWait took the batch shell too (a
-    # loaded machine), and the successor's `job start` saw the checkpoint and counted it as a walltime end
-    assert all(j["rc"] in (75, None, 143, 137) for j in started[:-1])
-    assert view["jobs"][-1]["status"] == "cancelled"  # the successor queued behind the last job
-    assert view["progress"]["epoch"] == epochs and view["progress"]["best"] is not None
+    assert [(j["status"], j["rc"]) for j in started] == [("walltime", 75), ("walltime", 75), ("finished", 0)]
+    for job, succ in zip(view["jobs"], view["jobs"][1:]):  # each successor waited for its job
+        assert succ["depends_on"] == job["job_id"]
+    assert view["jobs"][-1]["status"] == "cancelled" and len(view["jobs"]) == 4  # the one behind the last job
+    assert view["progress"]["epoch"] == EPOCHS and view["progress"]["best"] is not None
     table = nnlo("status").stdout
-    assert run_id in table and "done" in table and f"epoch {epochs}/{epochs}" in table
+    assert run_id in table and "done" in table and f"epoch {EPOCHS}/{EPOCHS}" in table
+    logs = nnlo("logs", run_id).stdout
+    assert logs.count("received SIGUSR1") == 2 and logs.count("restoring from") == 2, logs[-3000:]
 
     # the reference, started beside the chain: the same training, uninterrupted
     assert reference.wait(timeout=600) == 0, ref_log.read_text()[-2000:]
     chained = json.loads((Path(view["dir"]) / "history.json").read_text())
     straight = json.loads((ref_dir / "history.json").read_text())
-    assert [e["epoch"] for e in chained["history"]] == list(range(1, epochs + 1))
-    assert [e["epoch"] for e in straight["history"]] == list(range(1, epochs + 1))
+    assert [e["epoch"] for e in chained["history"]] == list(range(1, EPOCHS + 1))
+    assert [e["epoch"] for e in straight["history"]] == list(range(1, EPOCHS + 1))
     for key in ("loss", "val_loss", "val_accuracy"):
         assert math.isclose(chained["final"][key], straight["final"][key], rel_tol=1e-5, abs_tol=1e-7), key
-    assert chained["final"]["updates"] == straight["final"]["updates"]
+    assert chained["final"]["updates"] == straight["final"]["updates"] == EPOCHS * SAMPLES // BATCH
 
 
 def test_cancel_takes_back_the_running_job_and_its_successor(slurm, chain_env):
@@ -142,7 +140,7 @@ def test_nnlo_preempt_signals_through_slurm_and_the_successor_resumes(slurm, cha
     preemption sends): the batch shell relays it to srun's tasks, the job stops with a checkpoint (75,
     ``preempted``), its queued successor resumes. The first job holds after its first checkpoint until a stop
     signal comes, so only the preemption moves the chain on."""
-    run = submit(make_spec("testslurm", model="hold_model.py", epochs=4, epoch_s=0.3, walltime_s=600))
+    run = submit(make_spec("testslurm", epochs=4, epoch_s=0.3, walltime_s=600, hold_at_epoch=1))
     out = nnlo("preempt", run.id, "--wait", "170", timeout=180).stdout
     first = run.state.jobs[0].job_id
     assert f"preempted job {first} of run {run.id}" in out
@@ -172,32 +170,20 @@ def test_pbs_path_through_slurms_torque_wrappers(slurm, chain_env):
     assert f"Dependency=afterany:{st.jobs[0].job_id}" in state or "Dependency=(null)" in state
 
 
-def test_sacct_answers_for_ended_jobs_with_accounting():
+def test_sacct_answers_for_ended_jobs_with_accounting(slurm):
     """slurmdbd + MariaDB on loopback: the path status takes for jobs squeue has forgotten."""
-    from slurm_harness import SlurmCluster, SlurmUnavailable  # tests/ is on sys.path (see conftest)
     from nnlo_sched.schedulers.slurm import SlurmScheduler
 
-    try:
-        cluster = SlurmCluster.start(accounting=True)
-    except SlurmUnavailable as e:
+    if not slurm.accounting:
         if os.environ.get("NNLO_REQUIRE_SLURM") == "1":
-            pytest.fail(f"NNLO_REQUIRE_SLURM=1 but the accounting Slurm cannot start: {e}")
-        pytest.skip(f"no private Slurm with accounting: {e}")
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = cluster.env["SLURM_CONF"]
-    try:
-        ok = cluster.run("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true").stdout.strip()
-        bad = cluster.run("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "exit 3").stdout.strip()
-        sched = SlurmScheduler()
-        wait_for("both jobs to end", lambda: all(not i.alive for i in sched.query([ok, bad]).values()), timeout=120)
-        # slurmdbd records each job's end on its own schedule: wait until neither is pending or running there
-        got = wait_for("accounting to record them",
-                       lambda: (g := sched._sacct([ok, bad, "999999"]))[ok].state == "COMPLETED"
-                       and not g[bad].alive and g, timeout=60)
-        assert got[bad].state == "FAILED" and got["999999"].state == "ENDED"
-    finally:
-        if old is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = old
-        cluster.stop()
+            pytest.fail("NNLO_REQUIRE_SLURM=1 but the session's test Slurm has no accounting (slurmdbd, MariaDB)")
+        pytest.skip("the session's private Slurm has no accounting (slurmdbd, MariaDB not installed)")
+    ok = slurm.run("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true").stdout.strip()
+    bad = slurm.run("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "exit 3").stdout.strip()
+    sched = SlurmScheduler()
+    wait_for("both jobs to end", lambda: all(not i.alive for i in sched.query([ok, bad]).values()), timeout=120)
+    # slurmdbd records each job's end on its own schedule: wait until neither is pending or running there
+    got = wait_for("accounting to record them",
+                   lambda: (g := sched._sacct([ok, bad, "999999"]))[ok].state == "COMPLETED"
+                   and not g[bad].alive and g, timeout=60)
+    assert got[bad].state == "FAILED" and got["999999"].state == "ENDED"

@@ -20,6 +20,7 @@ def _bump(run_dir: str, n: int) -> None:
             st.jobs.append(JobRecord(job_id=f"{os.getpid()}-{st.resumes}", submitted_at=time.time()))
 
 
+@pytest.mark.slow
 def test_concurrent_updates_from_processes_lose_nothing(tmp_path):
     write_state(tmp_path, RunState(run_id="r", name="n", cluster="local", scheduler="local"))
     ctx = multiprocessing.get_context("fork")
@@ -48,6 +49,7 @@ def test_round_trip_ignores_unknown_keys_from_newer_versions(tmp_path):
     assert back.jobs[0].job_id == "1" and back.jobs[0].alive and back.scheduler == "slurm"
 
 
+@pytest.mark.slow
 def test_lock_of_a_dead_process_is_broken(tmp_path):
     write_state(tmp_path, RunState(run_id="r", name="n", cluster="c", scheduler="local"))
     lock = tmp_path / LOCK_DIR

@@ -158,6 +158,7 @@ def submit(tmp_path: Path, nnlo_env: dict[str, str], *inner: str) -> subprocess.
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_upstream_command_lines_go_through_submit(tmp_path: Path, nnlo_env: dict[str, str]) -> None:
     ok = submit(tmp_path, nnlo_env, "model.py", "T.list", "V.list", "--verbose", "--early", "val_loss,~<,4",
                 "--mode", "sgd", "--masters", "1", "--epochs", "2")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nnlo.contract import HISTORY_FILE, TRIALS_JSON
-from tests.compat_runtime.conftest import write_project
+from tests.helpers.projects import write_project
 
 pytestmark = [pytest.mark.mpi]
 

@@ -16,7 +16,7 @@ from nnlo.errors import DataError, ModelError
 from nnlo.models import data_plan, load_model_source, model_name
 from nnlo_sched.checks import check_run
 from nnlo.api import default_run_dir as default_out_dir
-from tests.compat_runtime.conftest import write_project
+from tests.helpers.projects import write_project
 
 
 @pytest.fixture
@@ -83,6 +83,7 @@ def test_missing_files_of_get_train_are_one_line(tmp_path, clean_path):
         data_plan(TrainConfig(model=str(proj["model"])), load_model_source(str(proj["model"])))
 
 
+@pytest.mark.slow
 def test_the_pre_queue_probe_imports_siblings_and_opens_the_adapted_data(project):
     config = TrainConfig(model="models/model.py")  # relative to the submission's working directory
     assert check_run(config, None, cwd=project["root"]) == []

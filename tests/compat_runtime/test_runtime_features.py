@@ -12,7 +12,7 @@ import torch
 from nnlo.config import TrainConfig
 from nnlo.data import H5Dataset
 from nnlo.errors import ConfigError, DataError
-from tests.runtime.conftest import MODELS, write_blobs
+from tests.helpers.runtime import MODELS, write_blobs
 
 TWO_INPUTS = '''
 import torch

@@ -13,7 +13,7 @@ from nnlo.errors import ConfigError
 from nnlo.optimize.options import SearchConfig, trial_overrides
 from nnlo.optimize.runners import TrainRunner
 from nnlo.roles import Role, describe
-from tests.compat_runtime.conftest import write_project
+from tests.helpers.projects import write_project
 
 
 def test_the_documented_13_rank_shape_is_2_blocks_of_2_fold_groups_of_1_master_and_2_workers(project):

@@ -1,14 +1,11 @@
-"""Fixtures of the data tests (helpers live in h5_fixtures.py, importable by the test modules)."""
+"""Fixtures of the data tests (the HDF5 writers live in tests/helpers/h5.py)."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # h5_fixtures, whatever pytest's import mode
-
-from h5_fixtures import write_indexed  # noqa: E402
+from tests.helpers.h5 import write_indexed
 
 
 @pytest.fixture

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import h5py
 import numpy as np
 
@@ -29,6 +31,7 @@ def load(script: str):
     return module
 
 
+@pytest.mark.slow
 def test_make_digits_writes_a_complete_one_hot_split_and_is_idempotent(tmp_path):
     out = tmp_path / "digits"
     printed = run("make_digits.py", "--out", str(out), "--files", "3", "--val-fraction", "0.25", "--seed", "4")
@@ -64,6 +67,7 @@ def test_make_digits_rewrites_a_damaged_file(tmp_path):
         assert f["features"].shape[1] == 64
 
 
+@pytest.mark.slow
 def test_make_synthetic_is_chunked_and_learnable(tmp_path):
     out = tmp_path / "syn"
     printed = run("make_synthetic.py", "--out", str(out), "--samples", "3001", "--features", "8", "--classes",
@@ -84,6 +88,7 @@ def test_make_synthetic_is_chunked_and_learnable(tmp_path):
     assert yi.dtype == np.int64
 
 
+@pytest.mark.slow
 def test_make_synthetic_rejects_bad_sizes(tmp_path):
     proc = subprocess.run([sys.executable, str(EXAMPLES / "make_synthetic.py"), "--out", str(tmp_path), "--samples",
                            "3", "--features", "2", "--classes", "2", "--files", "5"], capture_output=True, text=True,
@@ -92,6 +97,7 @@ def test_make_synthetic_rejects_bad_sizes(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_make_digits_bad_options_are_one_line_errors(tmp_path):
     for args, message in ((["--files", "5000"], "1438 training images cannot fill 5000 files"),
                           (["--val-fraction", "1.5"], "--val-fraction must be in (0, 1)")):

@@ -10,7 +10,7 @@ import pytest
 from nnlo.data import H5Dataset, h5dataset
 from nnlo.errors import DataError
 
-from h5_fixtures import write_indexed
+from tests.helpers.h5 import write_indexed
 
 
 def expected(idx):

@@ -19,7 +19,6 @@ torch = pytest.importorskip("torch")
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPUS == 0, reason="no CUDA GPU visible to torch")]
 
-from tests.runtime.conftest import blobs, run_train  # noqa: E402, F401 - fixtures of the 2-GPU training
 
 
 class _Ctx:
@@ -176,8 +175,9 @@ def test_cuda_aware_mpi_is_asked_not_assumed() -> None:
 @pytest.mark.mpi
 def test_two_ranks_sharing_one_gpu_sum_through_gloo(run_train, tmp_path) -> None:
     """NCCL refuses two ranks on one GPU: the torch engine agrees on gloo and trains."""
+    # a real launch: a process reads CUDA_VISIBLE_DEVICES once, when CUDA starts (the warm world's ranks may have)
     run = run_train(2, "--mode", "allreduce", "--allreduce-engine", "torch", "--epochs", "1", "--batch", "8",
-                    env={"CUDA_VISIBLE_DEVICES": "0"})
+                    env={"CUDA_VISIBLE_DEVICES": "0"}, launcher="mpirun")
     assert run.rc == 0, run.err[-3000:]
     assert "torch.distributed gloo over 2 rank(s)" in run.err and "share GPUs" in run.err, run.err[-2000:]
 
@@ -186,10 +186,11 @@ def test_two_ranks_sharing_one_gpu_sum_through_gloo(run_train, tmp_path) -> None
 @pytest.mark.skipif(GPUS < 2, reason="NCCL between ranks needs two GPUs")
 def test_two_gpu_ranks_train_over_nccl_like_the_mpi_engine(run_train) -> None:
     opts = ("--mode", "allreduce", "--epochs", "3", "--batch", "8", "--seed", "5", "--worker-optimizer", "sgd:lr=0.1")
-    nccl = run_train(2, *opts, "--allreduce-engine", "torch", "--amp")
+    # real launches: CUDA and NCCL start once per process; the GPU tests run only on GPU nodes (no suite budget)
+    nccl = run_train(2, *opts, "--allreduce-engine", "torch", "--amp", launcher="mpirun")
     assert nccl.rc == 0, nccl.err[-3000:]
     assert "torch.distributed nccl over 2 rank(s), step buffers on cuda:" in nccl.err, nccl.err[-2000:]
-    plain = run_train(2, *opts, "--allreduce-engine", "mpi", "--amp")
+    plain = run_train(2, *opts, "--allreduce-engine", "mpi", "--amp", launcher="mpirun")
     assert plain.rc == 0, plain.err[-3000:]
     a = [e["val_loss"] for e in nccl.history["history"]]
     b = [e["val_loss"] for e in plain.history["history"]]

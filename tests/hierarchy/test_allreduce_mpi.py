@@ -3,13 +3,12 @@ rank 0 writes; a restored run continues exactly; the rank map is the layout side
 from __future__ import annotations
 
 import pytest
-
 from nnlo.allreduce import available_engines
 from nnlo_sched.layout.compute import compute_layout
 from nnlo.roles import Shape
 from nnlo_sched.inner import parse_inner
 from nnlo_sched.profiles.loader import load_profile
-from tests.hierarchy.conftest import losses, rank_map_logged
+from tests.helpers.hierarchy import losses, rank_map_logged
 
 
 def shape_from_args(kind: str, args: list[str]) -> Shape:
@@ -34,7 +33,8 @@ def _same_rank_map_as_the_layout(run, ranks: int) -> None:
 @pytest.mark.parametrize("engine", [e for e in available_engines() if e != "torch"])  # torch: next test
 def test_n_ranks_match_one_process_with_n_times_the_batch(run_train, engine: str) -> None:
     ranks = 3 if engine == "mpi" else 2
-    many = run_train(ranks, *OPTS, "--epochs", "2", "--batch", "8", "--allreduce-engine", engine)
+    launcher = "world" if engine == "mpi" else "mpirun"  # Horovod initialises once per process: a real launch
+    many = run_train(ranks, *OPTS, "--epochs", "2", "--batch", "8", "--allreduce-engine", engine, launcher=launcher)
     assert many.rc == 0, many.err[-3000:]
     one = run_train(1, *OPTS, "--epochs", "2", "--batch", str(8 * ranks))
     assert one.rc == 0, one.err[-3000:]

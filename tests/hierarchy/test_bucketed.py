@@ -1,11 +1,9 @@
-"""Bucketed all-reduce: pure tests of the bucket assignment and start order, and (under a real 2-rank
-mpirun) the same weights as the unbucketed step for one bucket per parameter, a few, and one for all."""
+"""Bucketed all-reduce: pure tests of the bucket assignment and start order, and (on 2 ranks of the warm MPI
+world) the same weights as the unbucketed step for one bucket per parameter, a few, and one for all."""
 from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -88,14 +86,13 @@ def test_bucket_mb_is_checked() -> None:
 
 
 @pytest.mark.mpi
-def test_bucketed_step_gives_the_unbucketed_weights(mpirun: str, nnlo_env: dict[str, str]) -> None:
+def test_bucketed_step_gives_the_unbucketed_weights(nnlo_mpi) -> None:
     sizes = ["1e-9", "0.0002", "0.0006", "1000",  # one bucket per parameter, a few, one for all
              "1e-9:thread", "0.0006:thread",  # the same on a communication thread
              "0.0006@thread",  # the mpi engine driven by its progress thread instead of the hooks
              "0.0006@torch", "0@torch",  # torch.distributed (gloo): buckets, and one all-reduce
              "1e-9@torchdev", "0@torchdev"]  # its tensor step buffers (the NCCL path's), on the CPU
-    run = subprocess.run([mpirun, "-np", "2", sys.executable, str(HERE / "bucketed_ranks.py"), *sizes],
-                         capture_output=True, text=True, env=nnlo_env, timeout=240)
+    run = nnlo_mpi(2, HERE / "bucketed_ranks.py", *sizes)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     results = out["results"]

@@ -10,7 +10,7 @@ from nnlo_sched.layout.compute import compute_layout
 from nnlo.roles import Shape
 from nnlo_sched.inner import parse_inner
 from nnlo_sched.profiles.loader import load_profile
-from tests.hierarchy.conftest import losses, rank_map_logged
+from tests.helpers.hierarchy import losses, rank_map_logged
 
 
 def shape_from_args(kind: str, args: list[str]) -> Shape:

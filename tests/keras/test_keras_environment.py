@@ -17,6 +17,7 @@ def _python(code: str, env: dict[str, str], timeout: int = 300) -> subprocess.Co
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_keras_model_without_tensorflow_says_install_nnlo_tf(tmp_path, nnlo_env):
     arch = tmp_path / "arch.json"
     arch.write_text('{"class_name": "Sequential", "config": {"name": "s", "layers": []}}')
@@ -35,6 +36,7 @@ except ModelError as e:
     assert "\n" not in line
 
 
+@pytest.mark.mpi
 def test_cli_without_tensorflow_is_one_line_not_a_traceback(tmp_path, nnlo_env, mpirun):
     """The real `nnlo train` under mpirun with TensorFlow blocked at start-up (a sitecustomize)."""
     site = tmp_path / "site"
@@ -54,6 +56,7 @@ def test_cli_without_tensorflow_is_one_line_not_a_traceback(tmp_path, nnlo_env, 
     assert errors and any("nnlo[tf]" in ln for ln in errors), proc.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_neither_torch_nor_keras_model_is_named_without_importing_tensorflow(nnlo_env):
     code = BLOCK_TF + """
 from nnlo.backends import make_backend
@@ -70,6 +73,7 @@ except ModelError as e:
     assert "nnlo[tf]" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_torch_paths_never_import_tensorflow(nnlo_env):
     code = """
 import sys
@@ -88,6 +92,7 @@ print(sorted(m for m in ("tensorflow", "keras") if m in sys.modules))
     assert proc.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_other_keras_backend_is_refused(nnlo_env):
     code = """
 from nnlo.errors import ModelError
@@ -143,6 +148,7 @@ def test_prepare_environment_keeps_user_settings(monkeypatch):
     assert os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("tf_keras")
 def test_tensorflow_really_runs_one_thread_per_pool_under_mpi(nnlo_env):
     code = """

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.helpers.env import example
+
 pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("tf_keras")]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,9 +30,7 @@ TIMEOUT = 300  # generous: TensorFlow imports in every rank and the machine is s
 def digits(tmp_path_factory: pytest.TempPathFactory, nnlo_env: dict[str, str]) -> dict[str, Path]:
     """The digits HDF5 files (examples/make_digits.py) and a JSON model from real Keras ``to_json()``."""
     folder = tmp_path_factory.mktemp("digits")
-    proc = subprocess.run([sys.executable, str(EXAMPLES / "make_digits.py"), "--out", str(folder / "data"),
-                           "--files", "2"], capture_output=True, text=True, env=nnlo_env, timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stderr
+    example("make_digits").make_digits(folder / "data", files=2)
     spec = importlib.util.spec_from_file_location("digits_keras_example", EXAMPLES / "digits_keras.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

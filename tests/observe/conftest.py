@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from observe_helpers import JOB
+from tests.helpers.observe import JOB
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from nnlo.observe import plots
 from nnlo.observe.plots import common as plots_common
 from nnlo.observe.timeline import RecordingTracer, trace_path
-from observe_helpers import non_blank_fraction, png_size
+from tests.helpers.observe import non_blank_fraction, png_size
 
 
 def _history(path, epochs=6, keys=("train_loss", "val_loss", "val_accuracy", "samples_per_s")):
@@ -60,6 +60,7 @@ def _check_png(path, min_w=400, min_h=250):
     assert non_blank_fraction(path) > 0.01, f"{path} looks blank"
 
 
+@pytest.mark.slow
 def test_nnlo_plot_writes_every_kind_of_plot(tmp_path, nnlo_env):
     run = tmp_path / "run"
     _history(run / "history.json")
@@ -76,6 +77,7 @@ def test_nnlo_plot_writes_every_kind_of_plot(tmp_path, nnlo_env):
         _check_png(tmp_path / "png" / name)
 
 
+@pytest.mark.slow
 def test_missing_keys_are_tolerated_and_nothing_to_plot_is_a_one_line_error(tmp_path, nnlo_env):
     run = tmp_path / "only-val"
     _history(run / "history.json", keys=("val_loss",))
@@ -126,6 +128,7 @@ def test_an_optimization_run_gets_all_trial_curves_in_one_figure(tmp_path):
     _check_png(run / "plots" / "trial-curves.png")
 
 
+@pytest.mark.slow
 def test_an_unknown_run_is_a_clear_usage_error(tmp_path, nnlo_env):
     env = {**nnlo_env, "NNLO_HOME": str(tmp_path)}
     for command in ("plot", "timeline"):

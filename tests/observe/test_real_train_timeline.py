@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from nnlo.roles import describe
-from observe_helpers import load_trace, non_blank_fraction, png_size
+from tests.helpers.observe import load_trace, non_blank_fraction, png_size
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 

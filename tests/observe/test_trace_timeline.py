@@ -15,7 +15,7 @@ from nnlo.observe import summary, timeline
 from nnlo.observe.trace import Tracer, get_tracer, set_tracer
 from nnlo.roles import describe
 
-from observe_helpers import JOB, load_trace
+from tests.helpers.observe import JOB, load_trace
 
 pytestmark = pytest.mark.mpi
 

@@ -5,7 +5,11 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import REPO
+import pytest
+
+from tests.helpers.env import REPO
+
+pytestmark = [pytest.mark.slow]
 
 
 def run(name: str, tmp_path, nnlo_env) -> dict:

@@ -8,7 +8,7 @@ import pytest
 
 from nnlo.roles import Shape
 from nnlo_sched.inner import parse_inner
-from tests.conftest import REPO
+from tests.helpers.env import REPO
 
 
 def shape(*argv: str) -> Shape:
@@ -48,6 +48,7 @@ def test_overwrite_is_a_search_option_and_never_a_trials():
             parse_inner("optimize", ["--model", "m.py", "--overwrite", "--output", "o", extra])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, message", [
     (["--num-iterations", "0"], "--num-iterations"),
     (["--hyper-opt", "grid"], "--hyper-opt"),

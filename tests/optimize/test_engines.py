@@ -30,6 +30,7 @@ def best_after(engine, n: int, f=branin) -> float:
     return best
 
 
+@pytest.mark.slow
 def test_bayesian_beats_random_on_branin_over_seeds():
     seeds, n = range(3), 20
     bayes = [best_after(make_engine("bayesian", BRANIN, s, n_initial_points=6), n) for s in seeds]

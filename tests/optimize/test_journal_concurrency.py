@@ -19,7 +19,9 @@ import pytest
 from nnlo.contract import SEARCH_JOURNAL
 from nnlo.optimize.journal import Journal, encode, read_journal
 
-RUN_S = 3.0
+pytestmark = [pytest.mark.slow]
+
+KILLS = 15  # writers killed at random moments (a count, not a duration: the same test on any machine)
 ctx = multiprocessing.get_context("fork")
 
 
@@ -59,7 +61,7 @@ def valid(r: dict) -> bool:
     return r["kind"] == "test" and len(r["pad"]) == r["n"] and set(r["pad"]) <= {"x"}
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(180)
 def test_concurrent_appends_with_kills_and_tears(tmp_path):
     folder, acks = str(tmp_path), str(tmp_path / "acks")
     rng = random.Random(12345)
@@ -79,8 +81,7 @@ def test_concurrent_appends_with_kills_and_tears(tmp_path):
     reader = Journal(folder)  # reads without the lock, while the others write
     seen_unlocked: list[dict] = []
     kills = 0
-    end = time.monotonic() + RUN_S
-    while time.monotonic() < end:
+    while kills < KILLS or not tearers:
         time.sleep(rng.uniform(0.02, 0.12))
         alive = [w for w, p in procs.items() if p.is_alive()]
         victim = rng.choice(alive)

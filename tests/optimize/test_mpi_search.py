@@ -1,4 +1,5 @@
-"""Real ``nnlo optimize`` runs under mpirun on the Branin objective (hook path: no training, fast)."""
+"""Real ``nnlo optimize`` runs on the Branin objective (hook path: no training, fast), in the warm MPI world; a
+real mpirun where the launch matters (a kill, a stop signal, more ranks than the world has)."""
 from __future__ import annotations
 
 import json
@@ -11,28 +12,32 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers.env import REPO
 
 pytestmark = pytest.mark.mpi
 BRANIN = str(REPO / "examples" / "branin.py")
 
 
-def optimize(mpirun, env, np_, *args, extra_env=None, timeout=240):
-    e = dict(env, **(extra_env or {}))
-    cmd = [mpirun, "-np", str(np_), sys.executable, "-m", "nnlo_sched", "optimize", "--model", BRANIN, *args]
-    return subprocess.run(cmd, env=e, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+@pytest.fixture
+def optimize(nnlo_mpi, nnlo_env):
+    """``optimize(np, *args, extra_env=None)``: ``mpirun -np NP nnlo optimize --model branin.py ARGS`` (the warm
+    world; a real mpirun beyond its size)."""
+    def run(np_, *args, extra_env=None, timeout=240):
+        return nnlo_mpi(np_, "optimize", "--model", BRANIN, *args, env=dict(nnlo_env, **(extra_env or {})),
+                        cwd=REPO, timeout=timeout)
+    return run
 
 
 def trials(out: Path) -> list[dict]:
     return json.loads((out / "trials.json").read_text())
 
 
-def test_kfold_blocks_failures_and_results(mpirun, nnlo_env, tmp_path):
+def test_kfold_blocks_failures_and_results(optimize, tmp_path):
     """-np 5, blocks of 2 ranks, 2 folds of 1 rank each: fold foms differ by the shift, fom is their mean,
     x1 > 6 raises in the model (failed trials recorded, search goes on), both blocks take trials."""
     out = tmp_path / "run"
     log = tmp_path / "evals.jsonl"
-    r = optimize(mpirun, nnlo_env, 5, "--block-size", "2", "--n-fold", "2", "--mode", "allreduce",
+    r = optimize(5, "--block-size", "2", "--n-fold", "2", "--mode", "allreduce",
                  "--hyper-opt", "random", "--num-iterations", "8", "--seed", "3", "--output", str(out),
                  extra_env={"BRANIN_FOLD_SHIFT": "1.5", "BRANIN_FAIL_ABOVE": "6", "BRANIN_LOG": str(log)})
     assert r.returncode == 0, r.stderr[-3000:]
@@ -56,10 +61,11 @@ def test_kfold_blocks_failures_and_results(mpirun, nnlo_env, tmp_path):
     assert (out / "optimizer-state.json").exists()
 
 
-def test_kill_coordinator_then_restore_loses_and_repeats_nothing(mpirun, nnlo_env, tmp_path):
+def test_kill_coordinator_then_restore_loses_and_repeats_nothing(mpirun, nnlo_env, optimize, tmp_path):
     out = tmp_path / "run"
     log = tmp_path / "evals.jsonl"
-    env = dict(nnlo_env, BRANIN_SLEEP="0.4", BRANIN_LOG=str(log), BRANIN_CHOICE="1")
+    # evaluations wait once 4 are logged: the search is killed mid-run on any machine
+    env = dict(nnlo_env, BRANIN_SLEEP="0.1", BRANIN_LOG=str(log), BRANIN_CHOICE="1", BRANIN_HOLD_AFTER="4")
     args = [sys.executable, "-m", "nnlo_sched", "optimize", "--model", BRANIN, "--block-size", "2",
             "--hyper-opt", "genetic", "--ga-populations", "3", "--num-iterations", "10", "--output", str(out)]
     proc = subprocess.Popen([mpirun, "-np", "5", *args], env=env, cwd=REPO, start_new_session=True,
@@ -79,18 +85,18 @@ def test_kill_coordinator_then_restore_loses_and_repeats_nothing(mpirun, nnlo_en
     evaluated_before = len(log.read_text().splitlines())
 
     # resuming with the deadline already passed hands nothing out, keeps everything, says "resubmit me"
-    r = optimize(mpirun, nnlo_env, 5, "--block-size", "2", "--hyper-opt", "genetic", "--ga-populations", "3",
+    r = optimize(5, "--block-size", "2", "--hyper-opt", "genetic", "--ga-populations", "3",
                  "--num-iterations", "10", "--output", str(out), "--opt-restore",
                  extra_env={"BRANIN_CHOICE": "1", "BRANIN_LOG": str(log), "NNLO_DEADLINE": str(time.time() - 1)})
     assert r.returncode == 75, r.stderr[-3000:]
     assert {t["id"]: t for t in trials(out)} == before
 
     # without --opt-restore the saved search is protected
-    r = optimize(mpirun, nnlo_env, 5, "--block-size", "2", "--hyper-opt", "genetic", "--ga-populations", "3",
+    r = optimize(5, "--block-size", "2", "--hyper-opt", "genetic", "--ga-populations", "3",
                  "--num-iterations", "10", "--output", str(out), extra_env={"BRANIN_CHOICE": "1"})
     assert r.returncode == 2 and "--opt-restore" in r.stderr
 
-    r = optimize(mpirun, nnlo_env, 5, "--block-size", "2", "--hyper-opt", "genetic", "--ga-populations", "3",
+    r = optimize(5, "--block-size", "2", "--hyper-opt", "genetic", "--ga-populations", "3",
                  "--num-iterations", "10", "--output", str(out), "--opt-restore",
                  extra_env={"BRANIN_CHOICE": "1", "BRANIN_LOG": str(log)})
     assert r.returncode == 0, r.stderr[-3000:]
@@ -106,20 +112,18 @@ def test_kill_coordinator_then_restore_loses_and_repeats_nothing(mpirun, nnlo_en
     assert cats <= {"none", "up"} and all(isinstance(t["params"]["k"], int) for t in after.values())
 
 
-def test_a_second_search_into_a_search_folder_is_refused_until_overwrite(mpirun, nnlo_env, tmp_path):
+def test_a_second_search_into_a_search_folder_is_refused_until_overwrite(optimize, tmp_path):
     out = tmp_path / "run"
-    first = optimize(mpirun, nnlo_env, 3, "--block-size", "2", "--hyper-opt", "random", "--num-iterations", "3",
-                     "--output", str(out))
+    first = optimize(3, "--block-size", "2", "--hyper-opt", "random", "--num-iterations", "3", "--output", str(out))
     assert first.returncode == 0, first.stderr[-2000:]
     (out / "trials" / "0000" / "fold-0").mkdir(parents=True)  # an earlier trial's folder (a trained model's)
-    again = optimize(mpirun, nnlo_env, 3, "--block-size", "2", "--hyper-opt", "random", "--num-iterations", "2",
-                     "--output", str(out))
+    again = optimize(3, "--block-size", "2", "--hyper-opt", "random", "--num-iterations", "2", "--output", str(out))
     errors = [line for line in again.stderr.splitlines() if line.startswith("nnlo: error:")]
     assert again.returncode == 2 and len(errors) == 1, again.stderr[-2000:]
     assert all(w in errors[0] for w in ("already holds a search", "--opt-restore", "--output", "--overwrite"))
     assert len(trials(out)) == 3
-    fresh = optimize(mpirun, nnlo_env, 3, "--block-size", "2", "--hyper-opt", "random", "--num-iterations", "2",
-                     "--output", str(out), "--overwrite", "--seed", "5")
+    fresh = optimize(3, "--block-size", "2", "--hyper-opt", "random", "--num-iterations", "2", "--output", str(out),
+                     "--overwrite", "--seed", "5")
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert [t["id"] for t in trials(out)] == [0, 1] and not (out / "trials").exists()
 
@@ -132,8 +136,8 @@ def test_a_second_search_into_a_search_folder_is_refused_until_overwrite(mpirun,
      "fold groups of 1 rank(s) (2 / --n-fold 2), but a training group needs at least 3 ranks (1 master plus a "
      "worker); use --block-size 6"),
 ])
-def test_bad_input_gives_one_clear_line(mpirun, nnlo_env, tmp_path, np_, args, message):
-    r = optimize(mpirun, nnlo_env, np_, *args, "--output", str(tmp_path / "o"))
+def test_bad_input_gives_one_clear_line(optimize, tmp_path, np_, args, message):
+    r = optimize(np_, *args, "--output", str(tmp_path / "o"))
     assert r.returncode == 2, r.stderr[-2000:]
     errors = [line for line in r.stderr.splitlines() if line.startswith("nnlo: error:")]
     assert len(errors) == 1 and message in errors[0], r.stderr[-2000:]
@@ -144,11 +148,11 @@ def test_bad_input_gives_one_clear_line(mpirun, nnlo_env, tmp_path, np_, args, m
     (["--fom", "val_accuracy"], {}, 2, "no metric 'val_accuracy' (reported: fold, val_loss)"),
     ([], {"BRANIN_FAIL_ABOVE": "-10"}, 1, "simulated model failure"),
 ])
-def test_a_model_failing_everywhere_stops_the_search(mpirun, nnlo_env, tmp_path, extra, env, code, message):
+def test_a_model_failing_everywhere_stops_the_search(optimize, tmp_path, extra, env, code, message):
     """More than half of the first 8 trials failed: stop with the rule and the first error instead of burning
     the allocation (a bad start of fewer than 8 does not stop it: tests/optimize/test_search.py)."""
     out = tmp_path / "run"
-    r = optimize(mpirun, nnlo_env, 2, "--block-size", "1", "--num-iterations", "20", "--output", str(out),
+    r = optimize(2, "--block-size", "1", "--num-iterations", "20", "--output", str(out),
                  *extra, extra_env=env)
     assert r.returncode == code, r.stderr[-2000:]
     errors = [line for line in r.stderr.splitlines() if line.startswith("nnlo: error:")]
@@ -159,11 +163,11 @@ def test_a_model_failing_everywhere_stops_the_search(mpirun, nnlo_env, tmp_path,
     assert sum("FAILED" in line for line in r.stderr.splitlines()) == 8  # each failed trial printed once
 
 
-def test_no_block_waits_for_another(mpirun, nnlo_env, tmp_path):
+def test_no_block_waits_for_another(optimize, tmp_path):
     """The first trial is held until 4 other trials have finished: only an asynchronous coordinator that
     serves whichever block frees up first lets the other block run them (a synchronous one would hang)."""
     out, log = tmp_path / "run", tmp_path / "evals.jsonl"
-    r = optimize(mpirun, nnlo_env, 5, "--block-size", "2", "--num-iterations", "6", "--hyper-opt", "random",
+    r = optimize(5, "--block-size", "2", "--num-iterations", "6", "--hyper-opt", "random",
                  "--output", str(out),
                  extra_env={"BRANIN_LOG": str(log), "BRANIN_HOLD_FIRST": "4"})
     assert r.returncode == 0, r.stderr[-2000:]
@@ -176,11 +180,11 @@ def test_no_block_waits_for_another(mpirun, nnlo_env, tmp_path):
     assert len({json.dumps(t["params"], sort_keys=True) for t in table.values()}) == 6  # pending points avoided
 
 
-def test_bayesian_asks_ahead_with_short_trials_and_loses_nothing(mpirun, nnlo_env, tmp_path):
+def test_bayesian_asks_ahead_with_short_trials_and_loses_nothing(optimize, tmp_path):
     """Branin trials take ~0.1 s, a GP ask longer: with 2 blocks the coordinator proposes each next point
     in the background. Every trial of the budget runs once, at a distinct point, and the state is complete."""
     out = tmp_path / "run"
-    r = optimize(mpirun, nnlo_env, 3, "--block-size", "1", "--mode", "allreduce", "--hyper-opt", "bayesian",
+    r = optimize(3, "--block-size", "1", "--mode", "allreduce", "--hyper-opt", "bayesian",
                  "--n-initial-points", "4", "--num-iterations", "10", "--seed", "1", "--output", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "proposing each next point while the blocks train" in r.stderr
@@ -192,17 +196,17 @@ def test_bayesian_asks_ahead_with_short_trials_and_loses_nothing(mpirun, nnlo_en
     assert state["engine_state"]["n_asked"] == 10 and len(state["engine_state"]["observations"]) == 10
 
 
-def test_target_objective_ends_the_search(mpirun, nnlo_env, tmp_path):
+def test_target_objective_ends_the_search(optimize, tmp_path):
     out = tmp_path / "run"
     # one block, random search, seed 0: the values are 15.3, 49.6, 63.9, 129.0, 9.46, ... (first <= 10: trial 4)
-    r = optimize(mpirun, nnlo_env, 3, "--block-size", "2", "--num-iterations", "50", "--hyper-opt", "random",
+    r = optimize(3, "--block-size", "2", "--num-iterations", "50", "--hyper-opt", "random",
                  "--target-objective", "10", "--output", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
     table = trials(out)
     assert len(table) == 5 and table[-1]["fom"] <= 10 and all(t["fom"] > 10 for t in table[:-1])
 
 
-def test_upstream_shape_13_ranks(mpirun, nnlo_env, tmp_path):
+def test_upstream_shape_13_ranks(optimize, tmp_path):
     """mpirun -np 13 --block-size 6 --n-fold 2 = 1 coordinator + 2 blocks x 2 folds x (1 master + 2 workers)."""
     from nnlo.roles import Role, Shape, describe
 
@@ -210,7 +214,7 @@ def test_upstream_shape_13_ranks(mpirun, nnlo_env, tmp_path):
     assert h.count(Role.COORDINATOR) == 1 and len(h.blocks) == 2 and len(h.groups) == 4
     assert h.count(Role.MASTER) == 4 and h.count(Role.WORKER) == 8
     out = tmp_path / "run"
-    r = optimize(mpirun, nnlo_env, 13, "--block-size", "6", "--n-fold", "2", "--hyper-opt", "random",
+    r = optimize(13, "--block-size", "6", "--n-fold", "2", "--hyper-opt", "random",
                  "--num-iterations", "4", "--output", str(out), extra_env={"BRANIN_FOLD_SHIFT": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     table = trials(out)
@@ -225,7 +229,7 @@ def test_stop_signal_saves_state_and_exits_75(mpirun, nnlo_env, tmp_path):
     out = tmp_path / "run"
     env = dict(nnlo_env, BRANIN_SLEEP="0.5")
     cmd = [mpirun, "-np", "5", sys.executable, "-m", "nnlo_sched", "optimize", "--model", BRANIN,
-           "--block-size", "2", "--hyper-opt", "random", "--num-iterations", "40", "--output", str(out)]
+           "--block-size", "2", "--hyper-opt", "random", "--num-iterations", "400", "--output", str(out)]
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(1200):
@@ -244,6 +248,6 @@ def test_stop_signal_saves_state_and_exits_75(mpirun, nnlo_env, tmp_path):
     assert rc == 75, err[-2000:]
     assert "resubmit to resume" in err
     done = trials(out)
-    assert 2 <= len(done) < 40
+    assert 2 <= len(done) < 400  # a budget no machine finishes before the signal
     state = json.loads((out / "optimizer-state.json").read_text())
     assert [t["id"] for t in state["finished"]] == [t["id"] for t in done]

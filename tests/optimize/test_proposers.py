@@ -15,7 +15,7 @@ from nnlo.optimize.space import Real, Space
 from nnlo.roles import Shape
 from nnlo_sched.layout import LayoutError, compute_layout
 from nnlo_sched.profiles import load_profile
-from tests.conftest import REPO
+from tests.helpers.env import REPO, example
 
 SPACE = Space([Real(0.0, 1.0, name="a")])
 
@@ -139,8 +139,7 @@ def test_heterogeneous_blocks_tree_space_kfold_and_two_proposers_finish_and_rest
     space of two levels, the folds' spread told to the GP as noise, 2 proposer ranks (9 ranks), a small torch
     model; then --opt-restore adds trials."""
     data = tmp_path / "data"
-    subprocess.run([sys.executable, str(REPO / "examples" / "make_digits.py"), "--out", str(data)], check=True,
-                   capture_output=True, timeout=120)
+    example("make_digits").make_digits(data)
     (tmp_path / "tree_model.py").write_text(TREE_MODEL)
     (tmp_path / "space.toml").write_text(TREE_SPACE)
     out, built = tmp_path / "run", tmp_path / "built.jsonl"

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -11,7 +9,7 @@ import pytest
 from nnlo.config import TrainConfig
 from nnlo.optimize.runners import TrainRunner, split_params
 from nnlo.roles import Shape
-from tests.conftest import REPO
+from tests.helpers.env import REPO, example
 
 DIGITS_MODEL = str(REPO / "examples" / "digits_torch.py")
 
@@ -19,8 +17,7 @@ DIGITS_MODEL = str(REPO / "examples" / "digits_torch.py")
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     out = tmp_path_factory.mktemp("digits")
-    subprocess.run([sys.executable, str(REPO / "examples" / "make_digits.py"), "--out", str(out)], check=True,
-                   capture_output=True, timeout=120)
+    example("make_digits").make_digits(out)
     return out
 
 
@@ -64,13 +61,13 @@ def test_worker_lr_applies_to_the_default_worker_optimizer(tmp_path, mode, base)
 
 
 @pytest.mark.mpi
-def test_real_optimize_on_digits(mpirun, nnlo_env, digits, tmp_path):
+def test_real_optimize_on_digits(nnlo_mpi, digits, tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "nnlo_sched", "optimize", "-n", "5", "--model", DIGITS_MODEL,
+    cmd = ["optimize", "-n", "5", "--model", DIGITS_MODEL,
            "--train", str(digits / "train.list"), "--val", str(digits / "val.list"), "--block-size", "2",
            "--epochs", "2", "--batch", "32", "--mode", "downpour", "--num-iterations", "3",
            "--hyper-opt", "bayesian", "--n-initial-points", "2", "--fom", "val_accuracy", "--output", str(out)]
-    r = subprocess.run(cmd, env=nnlo_env, cwd=REPO, capture_output=True, text=True, timeout=400)
+    r = nnlo_mpi(5, *cmd, cwd=REPO, timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]
     table = json.loads((out / "trials.json").read_text())
     assert [t["status"] for t in table] == ["ok"] * 3
@@ -98,13 +95,13 @@ def test_allreduce_mode_makes_every_rank_of_a_fold_group_a_replica():
 
 
 @pytest.mark.mpi
-def test_real_optimize_in_allreduce_mode(mpirun, nnlo_env, digits, tmp_path):
+def test_real_optimize_in_allreduce_mode(nnlo_mpi, digits, tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "nnlo_sched", "optimize", "-n", "3", "--model", DIGITS_MODEL,
+    cmd = ["optimize", "-n", "3", "--model", DIGITS_MODEL,
            "--train", str(digits / "train.list"), "--val", str(digits / "val.list"), "--block-size", "2",
            "--epochs", "1", "--batch", "32", "--mode", "allreduce", "--num-iterations", "1",
            "--hyper-opt", "random", "--output", str(out)]
-    r = subprocess.run(cmd, env=nnlo_env, cwd=REPO, capture_output=True, text=True, timeout=400)
+    r = nnlo_mpi(3, *cmd, cwd=REPO, timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]
     (trial,) = json.loads((out / "trials.json").read_text())
     assert trial["status"] == "ok", trial
@@ -124,7 +121,7 @@ def get_model(hidden=32):
 
 
 @pytest.mark.mpi
-def test_a_model_that_raises_fails_its_trial_and_the_search_goes_on(mpirun, nnlo_env, digits, tmp_path):
+def test_a_model_that_raises_fails_its_trial_and_the_search_goes_on(nnlo_mpi, digits, tmp_path):
     """Real runtime: get_model raises for odd sizes; those trials are recorded as failed (their one line names
     the user's line, printed once), the rest train, two one-rank blocks at once, without --val (trained on
     the training loss: every training warns so, the screen once).
@@ -134,11 +131,11 @@ def test_a_model_that_raises_fails_its_trial_and_the_search_goes_on(mpirun, nnlo
     space = tmp_path / "space.toml"
     space.write_text('[hidden]\ntype = "integer"\nlow = 8\nhigh = 40\n')
     out = tmp_path / "run"
-    cmd = [mpirun, "-np", "3", sys.executable, "-m", "nnlo_sched", "optimize", "--model", str(model),
+    cmd = ["optimize", "--model", str(model),
            "--space", str(space), "--train", str(digits / "train.list"), "--fom", "loss",
            "--block-size", "1", "--epochs", "1", "--batch", "64", "--mode", "downpour", "--hyper-opt", "random",
            "--seed", "0", "--num-iterations", "4", "--output", str(out)]
-    r = subprocess.run(cmd, env=nnlo_env, cwd=REPO, capture_output=True, text=True, timeout=400)
+    r = nnlo_mpi(3, *cmd, cwd=REPO, timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]
     table = json.loads((out / "trials.json").read_text())
     assert [t["params"]["hidden"] for t in table] == [36, 25, 40, 24]

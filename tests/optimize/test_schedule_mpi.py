@@ -1,4 +1,4 @@
-"""Real ``nnlo optimize --schedule ...`` runs under mpirun: ASHA through the real training runtime (a promoted
+"""Real ``nnlo optimize --schedule ...`` runs (the warm MPI world; the kill test launches for real): ASHA through the real training runtime (a promoted
 trial resumes its own checkpoint), Hyperband with k-fold (the fold mean at each rung), PBT on heterogeneous
 blocks (children start from their donor's state), and a shared ASHA search whose job is SIGKILLed mid-stage
 (the other job takes the stage over from the trial's last checkpoint). One run per schedule, small."""
@@ -14,18 +14,17 @@ import pytest
 
 from nnlo.optimize.journal import read_journal, rebuild
 from nnlo.optimize.shared import rebuilt_engine_state
-from tests.conftest import REPO
-from tests.optimize.participants import kill_first_when
+from tests.helpers.env import REPO, example
+from tests.helpers.participants import kill_first_when
 
 pytestmark = pytest.mark.mpi
 CURVES = str(REPO / "examples" / "curves.py")
 DIGITS = str(REPO / "examples" / "digits_torch.py")
 
 
-def optimize(mpirun, env, np_, *args, extra_env=None, timeout=240):
-    cmd = [mpirun, "-np", str(np_), sys.executable, "-m", "nnlo_sched", "optimize", *args]
-    return subprocess.run(cmd, env=dict(env, **(extra_env or {})), cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
+def optimize(nnlo_mpi, env, np_, *args, extra_env=None):
+    """``mpirun -np NP nnlo optimize ARGS`` in the warm MPI world (returncode, stdout, stderr)."""
+    return nnlo_mpi(np_, "optimize", *args, env=dict(env, **(extra_env or {})), cwd=REPO)
 
 
 def trials(out: Path) -> dict[int, dict]:
@@ -45,12 +44,11 @@ def key(trial: dict, fold: int = 0) -> tuple:
     return json.dumps(trial["params"], sort_keys=True), fold
 
 
-def test_asha_trains_a_promoted_trial_on_from_its_own_checkpoint(mpirun, nnlo_env, tmp_path):
+def test_asha_trains_a_promoted_trial_on_from_its_own_checkpoint(nnlo_mpi, nnlo_env, tmp_path):
     data = tmp_path / "digits"
-    subprocess.run([sys.executable, str(REPO / "examples" / "make_digits.py"), "--out", str(data)], check=True,
-                   capture_output=True, timeout=120)
+    example("make_digits").make_digits(data)
     out = tmp_path / "run"
-    r = optimize(mpirun, nnlo_env, 3, "--model", DIGITS, "--train", str(data / "train.list"), "--val",
+    r = optimize(nnlo_mpi, nnlo_env, 3, "--model", DIGITS, "--train", str(data / "train.list"), "--val",
                  str(data / "val.list"), "--block-size", "2", "--schedule", "asha", "--epochs", "3",
                  "--min-epochs", "1", "--num-iterations", "3", "--hyper-opt", "random", "--fom", "val_accuracy",
                  "--batch", "64", "--log-level", "debug", "--output", str(out))
@@ -73,9 +71,9 @@ def test_asha_trains_a_promoted_trial_on_from_its_own_checkpoint(mpirun, nnlo_en
     assert {"epochs", "rung"} <= set(header)
 
 
-def test_hyperband_with_kfold_reports_the_fold_mean_at_every_rung(mpirun, nnlo_env, tmp_path):
+def test_hyperband_with_kfold_reports_the_fold_mean_at_every_rung(nnlo_mpi, nnlo_env, tmp_path):
     out, log = tmp_path / "run", tmp_path / "epochs.jsonl"
-    r = optimize(mpirun, nnlo_env, 5, "--model", CURVES, "--block-size", "2", "--n-fold", "2", "--mode",
+    r = optimize(nnlo_mpi, nnlo_env, 5, "--model", CURVES, "--block-size", "2", "--n-fold", "2", "--mode",
                  "allreduce", "--schedule", "hyperband", "--epochs", "9", "--num-iterations", "14",
                  "--hyper-opt", "random", "--seed", "4", "--output", str(out),
                  extra_env={"CURVES_FOLD_SHIFT": "0.5", "CURVES_LOG": str(log)})
@@ -94,9 +92,9 @@ def test_hyperband_with_kfold_reports_the_fold_mean_at_every_rung(mpirun, nnlo_e
             assert trained[key(t, fold)] == list(range(1, t["epochs"] + 1))
 
 
-def test_pbt_children_start_from_their_donors_state_on_heterogeneous_blocks(mpirun, nnlo_env, tmp_path):
+def test_pbt_children_start_from_their_donors_state_on_heterogeneous_blocks(nnlo_mpi, nnlo_env, tmp_path):
     out, log = tmp_path / "run", tmp_path / "epochs.jsonl"
-    r = optimize(mpirun, nnlo_env, 4, "--model", CURVES, "--block-sizes", "1,2", "--mode", "allreduce",
+    r = optimize(nnlo_mpi, nnlo_env, 4, "--model", CURVES, "--block-sizes", "1,2", "--mode", "allreduce",
                  "--schedule", "pbt", "--epochs", "8", "--pbt-interval", "2", "--population", "4",
                  "--num-iterations", "10", "--hyper-opt", "random", "--seed", "2", "--output", str(out),
                  extra_env={"CURVES_LOG": str(log)})

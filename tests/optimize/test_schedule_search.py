@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 
 import pytest
 
@@ -18,10 +17,9 @@ from nnlo.optimize.search import Search
 from nnlo.optimize.shared import SharedSearch, rebuilt_engine_state
 from nnlo.optimize.space import from_model
 from nnlo.optimize.trial_files import inherit, read_hook_state, trial_dir, write_hook_state
-from tests.conftest import REPO
+from tests.helpers.env import example
 
-sys.path.insert(0, str(REPO / "examples"))
-import curves  # the example's learning curves (after the path)
+curves = example("curves")  # the example's learning curves
 
 SPACE = from_model(curves)
 ASHA = ScheduleSpec("asha", max_epochs=9, min_epochs=1, eta=3)

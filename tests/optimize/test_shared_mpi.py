@@ -13,8 +13,8 @@ from nnlo.contract import OPTIMIZER_STATE_FILE
 from nnlo.optimize.journal import read_journal, rebuild
 from nnlo.optimize.results import Objective
 from nnlo.optimize.shared import rebuilt_engine_state
-from tests.conftest import REPO
-from tests.optimize.participants import kill_first_when
+from tests.helpers.env import REPO
+from tests.helpers.participants import kill_first_when
 
 pytestmark = pytest.mark.mpi
 BRANIN = str(REPO / "examples" / "branin.py")

@@ -1,14 +1,12 @@
-"""A real ``nnlo optimize -n 3`` on a two-level TOML tree space with 2 folds, then ``--opt-restore``."""
+"""A real ``nnlo optimize`` on 3 ranks (the warm MPI world) on a two-level TOML tree space with 2 folds, then ``--opt-restore``."""
 from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers.env import REPO
 from tests.optimize.test_tree_space import TREE_TOML, expected_names
 
 pytestmark = pytest.mark.mpi
@@ -27,18 +25,17 @@ def evaluate(params, *, fold, n_fold):
 '''
 
 
-def test_tree_space_kfold_search_and_restore(mpirun, nnlo_env, tmp_path):
+def test_tree_space_kfold_search_and_restore(nnlo_mpi, nnlo_env, tmp_path):
     (tmp_path / "tree_model.py").write_text(MODEL)
     (tmp_path / "space.toml").write_text(TREE_TOML)
     out, log = tmp_path / "run", tmp_path / "evals.jsonl"
     env = dict(nnlo_env, TREE_LOG=str(log))
 
-    def optimize(n: int, *extra: str) -> subprocess.CompletedProcess:
-        cmd = [mpirun, "-np", "3", sys.executable, "-m", "nnlo_sched", "optimize", "--model",
-               str(tmp_path / "tree_model.py"), "--space", str(tmp_path / "space.toml"), "--block-size", "2",
-               "--n-fold", "2", "--mode", "allreduce", "--hyper-opt", "bayesian", "--n-initial-points", "3",
-               "--num-iterations", str(n), "--seed", "5", "--output", str(out), *extra]
-        return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
+    def optimize(n: int, *extra: str):
+        return nnlo_mpi(3, "optimize", "--model", tmp_path / "tree_model.py", "--space", tmp_path / "space.toml",
+                        "--block-size", "2", "--n-fold", "2", "--mode", "allreduce", "--hyper-opt", "bayesian",
+                        "--n-initial-points", "3", "--num-iterations", str(n), "--seed", "5", "--output", out,
+                        *extra, env=env, cwd=REPO)
 
     r = optimize(4)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -1,4 +1,5 @@
-"""Fixtures of the fault-injection suite: the helpers importable as ``fault_tools``, a tiny HDF5 data set."""
+"""Fixtures of the fault-injection suite (its tools: tests/helpers/faults.py): a tiny HDF5 data set, a fake Slurm
+site, a local chain of the stand-in payload."""
 from __future__ import annotations
 
 import os
@@ -7,16 +8,13 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-from fault_tools import BIN, REPO, write_blobs, write_standin  # noqa: E402
+from tests.helpers.faults import BIN, REPO, write_standin
+from tests.helpers.runtime import write_blobs
 
 
 @pytest.fixture(scope="session")
 def blobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return write_blobs(tmp_path_factory.mktemp("reliability-blobs"))
+    return write_blobs(tmp_path_factory.mktemp("reliability-blobs"), n_train=240, files=1)
 
 
 PROFILE = 'scheduler = "slurm"\nlauncher = "srun"\ncores_per_node = 8\nnodes = 1\n'

@@ -1,8 +1,9 @@
 """A rank killed inside a chained job: the job ends, and the chain goes on from the newest checkpoint.
 
 Real local chain (render, submit, ``nnlo job start``, mpirun, ``nnlo job end``); the payload is the chain tests'
-stand-in trainer (epochs are sleeps, checkpoints are real). Rank 0 is SIGKILLed after two checkpoints, as if a
-node lost a process: MPICH ends the job with the signal's number as exit status.
+stand-in trainer (epochs are sleeps, checkpoints are real). Rank 0 is SIGKILLed after two checkpoints (the job
+waits there for it, so the kill comes mid-run on any machine), as if a node lost a process: MPICH ends the job
+with the signal's number as exit status.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_tools import wait_until
+from tests.helpers.faults import wait_until
 
 FINAL = ("done", "failed", "cancelled")
 
@@ -44,7 +45,8 @@ def test_a_killed_rank_in_a_chain_is_retried_from_the_newest_checkpoint(local_ch
     run_dir = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "nnlo_sched", "submit", "-c", "chainlocal", "--name", "kill",
                            "--run-dir", str(run_dir), "-t", "10m", "--workers", "1", "--max-resubmits", "3",
-                           "--no-check", "train", "--model", "model.py", "--epochs", "6"], cwd=tmp_path, env=local_chain,
+                           "--no-check", "train", "--model", "model.py", "--epochs", "6", "--model-arg",
+                           "epoch_seconds=0.2", "--model-arg", "hold_at_epoch=2"], cwd=tmp_path, env=local_chain,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     wait_until("two checkpoints", lambda: len(list((run_dir / "checkpoints").glob("ckpt-*"))) >= 2, limit=180)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_tools import rng, trials
+from tests.helpers.faults import rng, trials
 from nnlo.errors import ConfigError
 from nnlo.checkpoint import MANIFEST, CheckpointWriter, find_latest, list_checkpoints, read_manifest, read_part, \
     write_part
@@ -68,6 +68,7 @@ def _check_complete(ckpt: Path) -> int:
     return int(manifest["epoch"])
 
 
+@pytest.mark.slow
 def test_random_term_then_kill_never_leaves_a_torn_checkpoint(tmp_path: Path) -> None:
     n = trials(40)
     r = rng("checkpoint-kills")
@@ -117,6 +118,7 @@ def _is_complete(ckpt: Path) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_a_kill_while_pruning_leaves_no_torn_checkpoint(tmp_path: Path) -> None:
     """Kill the writer inside its pruning, after one part of an old checkpoint is gone (keep=1).
 
@@ -171,6 +173,7 @@ def test_a_truncated_or_garbled_part_is_a_one_line_error(tmp_path: Path) -> None
         read_manifest(ckpt)
 
 
+@pytest.mark.slow
 def test_a_killed_writers_temporary_folder_is_cleaned_up(tmp_path: Path) -> None:
     directory = tmp_path / "checkpoints"
     pid = os.fork()

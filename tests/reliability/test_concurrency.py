@@ -8,7 +8,11 @@ import sys
 import threading
 from pathlib import Path
 
-from fault_tools import REPO, nnlo, nnlo_argv, submitted_run, subprocess_env, write_standin
+import pytest
+
+from tests.helpers.faults import REPO, nnlo, nnlo_argv, submitted_run, subprocess_env, write_standin
+
+pytestmark = [pytest.mark.slow]
 
 UPDATERS, UPDATES = 6, 25
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_tools import BRANIN, RUNTIME_MODELS, error_lines, nnlo, nnlo_argv, subprocess_env, submitted_run
+from tests.helpers.faults import BRANIN, RUNTIME_MODELS, error_lines, nnlo, nnlo_argv, subprocess_env, submitted_run
 from nnlo.checkpoint import MANIFEST, list_checkpoints
 
 ARGS = ["--model", str(RUNTIME_MODELS / "tiny.py"), "--mode", "downpour", "--batch", "16",
@@ -88,6 +88,7 @@ def test_a_truncated_hdf5_file_is_one_line(blobs, tmp_path: Path) -> None:
     _one_line(proc, "train_0.h5")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", [
     '{"run_id": "x", "jobs": [', "", "\x00\x01garbage",
     '["a list"]',

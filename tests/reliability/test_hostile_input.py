@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from fault_tools import RUNTIME_MODELS, nnlo, wait_until
+from tests.helpers.faults import RUNTIME_MODELS, nnlo, wait_until
 
 CANARY = "/tmp/nnlo-reliability-canary"
 PAYLOADS = [f"$(touch {CANARY})", f"`touch {CANARY}`", f"'; touch {CANARY}; '", f'"; touch {CANARY}; "',
@@ -131,6 +131,7 @@ def test_hostile_profile_files_give_one_line(tmp_path_factory, monkeypatch: pyte
 HOSTILE_NAME = f"n $(touch {CANARY}) `touch {CANARY}` '\"; é🙂"
 
 
+@pytest.mark.slow
 def test_a_local_run_with_hostile_name_and_dir_runs_no_code(local_chain: dict[str, str], tmp_path: Path) -> None:
     """The whole local chain (render, submit, job start, payload, job end) with a hostile name and folder."""
     if os.path.exists(CANARY):

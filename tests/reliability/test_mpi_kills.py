@@ -3,7 +3,7 @@ moments, then resumed until done; and one rank SIGKILLed (worker, master, coordi
 
 The walltime cycle is what a batch system does at the end of an allocation; the run must always resume from a
 complete checkpoint and finish with every epoch exactly once. A killed rank must end the whole job (no idle
-allocation): a job still running :data:`fault_tools.HANG_LIMIT_S` after the kill fails the test as a hang.
+allocation): a job still running :data:`tests.helpers.faults.HANG_LIMIT_S` after the kill fails the test as a hang.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_tools import (BRANIN, HANG_LIMIT_S, RUNTIME_MODELS, Job, error_lines, nnlo_argv, rank_pids, rng, start,
+from tests.helpers.faults import (BRANIN, COMM_LIMIT, HANG_LIMIT_S, RUNTIME_MODELS, Job, error_lines, nnlo_argv, rank_pids, rng, start,
                          subprocess_env, wait_until)
 from nnlo.checkpoint import list_checkpoints, read_manifest
 from nnlo.roles import Shape, describe
@@ -162,14 +162,15 @@ def test_a_frozen_worker_ends_the_job_through_the_watchdog(blobs, tmp_path: Path
     """SIGSTOP, not SIGKILL: the rank stays alive, so the launcher sees nothing; nnlo's watchdog must end it."""
     args = ["train", *TRAIN_ARGS, "--epochs", "100000", "--train", str(blobs["train"]), "--val", str(blobs["val"]),
             "--checkpoint", str(tmp_path / "run")]
-    job = start([mpirun, "-np", "3", *nnlo_argv(*args)], tmp_path, env=subprocess_env(NNLO_COMM_TIMEOUT="5"),
+    # the limit bounds every wait, the ranks' start-up included: long enough for a start-up on a busy machine
+    job = start([mpirun, "-np", "3", *nnlo_argv(*args)], tmp_path, env=subprocess_env(NNLO_COMM_TIMEOUT=COMM_LIMIT),
                 name="frozen")
     wait_until("training to start", lambda: "epoch " in job.err, job=job)
     pids = wait_until("every rank's process", lambda: (lambda p: p if len(p) == 3 else None)(rank_pids(job.proc.pid)),
                       job=job)
     os.kill(pids[2], signal.SIGSTOP)  # type: ignore[index]
     try:
-        rc = job.wait_or_hang(HANG_LIMIT_S, what="the job after a worker froze (NNLO_COMM_TIMEOUT=5)")
+        rc = job.wait_or_hang(HANG_LIMIT_S, what=f"the job after a worker froze (NNLO_COMM_TIMEOUT={COMM_LIMIT})")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pids[2], signal.SIGKILL)  # type: ignore[index]

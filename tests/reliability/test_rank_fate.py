@@ -96,18 +96,18 @@ def test_rank_death_or_python_failure(log: str, rc: int, death: str | None, tmp_
         (tmp_path / "run" / "spec.json").read_text()), "7", rc) == death
 
 
+@pytest.mark.slow
 def test_the_first_process_to_vanish_is_the_cause_not_the_teardown(tmp_path: Path) -> None:
     """Real processes: rank 2 is killed first, ranks 0-1 a moment later (Hydra's teardown); the watcher
     names rank 2 even though the launcher's banner may name any of them."""
     import subprocess
-    import time
 
     procs = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
     try:
         _records(tmp_path, *((r, f"role{r}", socket.gethostname(), p.pid) for r, p in enumerate(procs)))
         watch = rankfate.FirstDeath(tmp_path)
         watch.start()
-        time.sleep(0.7)  # the watcher has read the records
+        _wait("the watcher to watch every rank", lambda: watch.watching == {p.pid for p in procs})
         procs[2].kill()
         procs[2].wait()
         watch.join(timeout=10)  # it ends by itself once it has seen a death
@@ -169,11 +169,11 @@ def test_job_end_retries_a_rank_death_and_stops_on_anything_else(
     assert st.job("10").alive == (state == "resubmitting")  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_a_rank_leaving_through_pythons_exit_is_not_the_cause(tmp_path: Path) -> None:
     """Rank 0 ends by itself (its record marked at exit), then rank 1 is killed: rank 1 is named."""
     import subprocess
     import sys
-    import time
 
     code = ("import sys, time; from nnlo import rankfate; rankfate.record_rank(int(sys.argv[1]), 'r' + sys.argv[1]);"
             "time.sleep(float(sys.argv[2]))")
@@ -183,7 +183,7 @@ def test_a_rank_leaving_through_pythons_exit_is_not_the_cause(tmp_path: Path) ->
         watch = rankfate.FirstDeath(tmp_path)
         watch.start()
         assert procs[0].wait(timeout=60) == 0
-        time.sleep(0.5)
+        _wait("the watcher to see rank 0 leave", lambda: procs[0].pid in watch.left)
         assert watch.first is None and [r.exited for r in rankfate.read_records(tmp_path)] == [True, False]
         procs[1].kill()
         watch.join(timeout=10)
@@ -192,3 +192,13 @@ def test_a_rank_leaving_through_pythons_exit_is_not_the_cause(tmp_path: Path) ->
         for p in procs:
             p.kill()
             p.wait()
+
+
+def _wait(what: str, ready, limit: float = 60.0) -> None:
+    """Poll ``ready()`` (the watcher thread's progress) until true; fail, never hang, after ``limit`` s."""
+    import time
+
+    end = time.monotonic() + limit
+    while not ready():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.01)

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fault_tools import GOOD_SQUEUE, error_lines, nnlo, submitted_run, write_standin
+from tests.helpers.faults import GOOD_SQUEUE, error_lines, nnlo, submitted_run, write_standin
+
+pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture(autouse=True)

@@ -3,8 +3,8 @@
 SIGTERM, SIGUSR1, SIGUSR2 and SIGINT (:data:`nnlo.contract.STOP_SIGNALS`) all mean "checkpoint now and stop",
 wherever they land:
 
-* ``nnlo train -n 3``: the nnlo process's group gets it (as from a terminal's Ctrl-C or a process manager);
-* ``mpirun -np 3 python -m nnlo_sched train`` started by hand: mpirun gets it, relayed the way the batch
+* ``nnlo train -n 2``: the nnlo process's group gets it (as from a terminal's Ctrl-C or a process manager);
+* ``mpirun -np 2 python -m nnlo_sched train`` started by hand: mpirun gets it, relayed the way the batch
   script and ``-n`` relay it (:meth:`Mpirun.relay`: MPICH's Hydra dies on SIGUSR2, so it gets SIGUSR1);
 * a batch job of the local scheduler (``nnlo submit --cluster local``): the batch shell gets it (Slurm's
   ``--signal=B:``, LSF's warning action), SIGTERM its whole process group (the scheduler at the walltime);
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from fault_tools import BRANIN, REPO, Job, nnlo_argv, start, subprocess_env, wait_until
+from tests.helpers.faults import BRANIN, REPO, Job, nnlo_argv, start, subprocess_env, wait_until
 from nnlo.checkpoint import find_latest, list_checkpoints, read_manifest
 from nnlo.contract import EXIT_RESUMABLE, STOP_SIGNALS
 from nnlo.stop import INSIST_AFTER_S, Stop
@@ -37,6 +37,10 @@ from nnlo_sched.profiles import load_profile
 PACED = REPO / "tests" / "chain" / "paced_mlp.py"
 EPOCHS = 1000  # never reached: every run here is stopped by its signal
 SIGNALS = ["SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT"]
+#: 1 master + 1 worker: every rank of the job gets the signal and writes its part of the stop's checkpoint; a
+#: second worker reaches no other code of the signal path (a stop's checkpoint of two workers and its exact
+#: resume: tests/runtime/test_runtime_restore_mpi.py, through the same SIGUSR1 handling)
+RANKS = "2"
 LIMIT_S = 240.0  # a healthy run here takes seconds; this only separates "slow on a busy machine" from "hung"
 
 
@@ -63,22 +67,22 @@ def _assert_stopped_with_checkpoint(out: Path, output: str, name: str) -> None:
     manifest = read_manifest(latest)
     assert manifest["stopped_reason"] == "signal"
     assert manifest["epoch"] == history["epochs_done"]
-    assert {"master.pkl", "worker-0.pkl", "worker-1.pkl"} <= {p.name for p in latest.iterdir()}
+    assert {"master.pkl", "worker-0.pkl"} <= {p.name for p in latest.iterdir()}
 
 
 def _wait_for_training(job: Job) -> None:
     wait_until("the first epoch", lambda: "epoch 1/" in job.err, limit=LIMIT_S, job=job)
 
 
-# -- (a) nnlo train -n 3 ----------------------------------------------------------------------------------
+# -- (a) nnlo train -n 2 ----------------------------------------------------------------------------------
 @pytest.mark.mpi
 @pytest.mark.parametrize("name", SIGNALS)
 def test_nnlo_train_n_stops_with_a_checkpoint(name: str, blobs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "run"
-    job = start(nnlo_argv("train", "-n", "3", *_train_args(blobs), "--checkpoint", str(out)), tmp_path)
+    job = start(nnlo_argv("train", "-n", RANKS, *_train_args(blobs), "--checkpoint", str(out)), tmp_path)
     _wait_for_training(job)
     os.killpg(job.proc.pid, signal.Signals[name])  # nnlo's whole process group, as a terminal's Ctrl-C
-    assert job.wait_or_hang(LIMIT_S, f"nnlo train -n 3 after {name}") == EXIT_RESUMABLE, job.err[-3000:]
+    assert job.wait_or_hang(LIMIT_S, f"nnlo train -n {RANKS} after {name}") == EXIT_RESUMABLE, job.err[-3000:]
     _assert_stopped_with_checkpoint(out, job.err, name)
 
 
@@ -88,7 +92,7 @@ def test_nnlo_train_n_stops_with_a_checkpoint(name: str, blobs: dict[str, Path],
 def test_mpirun_train_stops_with_a_checkpoint(name: str, blobs: dict[str, Path], tmp_path: Path,
                                               mpirun: str) -> None:
     out = tmp_path / "run"
-    job = start([mpirun, "-np", "3", *nnlo_argv("train", *_train_args(blobs), "--checkpoint", str(out))], tmp_path)
+    job = start([mpirun, "-np", RANKS, *nnlo_argv("train", *_train_args(blobs), "--checkpoint", str(out))], tmp_path)
     _wait_for_training(job)
     os.kill(job.proc.pid, signal.Signals[_relayed(name)])  # as the batch script's trap relays it
     assert job.wait_or_hang(LIMIT_S, f"mpirun after {name}") == EXIT_RESUMABLE, job.err[-3000:]
@@ -108,7 +112,7 @@ def _queued_job(run: Path) -> dict[str, Any]:
 def test_local_batch_job_stops_with_a_checkpoint(name: str, blobs: dict[str, Path], tmp_path: Path) -> None:
     env = subprocess_env(NNLO_HOME=str(tmp_path / "home"), NNLO_LOCAL_KILL_WAIT="30")
     submitted = subprocess.run(
-        nnlo_argv("submit", "--cluster", "local", "--name", "sig", "-t", "10m", "--workers", "2",
+        nnlo_argv("submit", "--cluster", "local", "--name", "sig", "-t", "10m", "--workers", str(int(RANKS) - 1),
                   "--max-resubmits", "0", "train", *_train_args(blobs)),
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert submitted.returncode == 0, submitted.stderr
@@ -141,7 +145,7 @@ def test_local_batch_job_stops_with_a_checkpoint(name: str, blobs: dict[str, Pat
 def test_nnlo_optimize_n_saves_the_search_and_stops(name: str, tmp_path: Path) -> None:
     out = tmp_path / "search"
     job = start(nnlo_argv("optimize", "-n", "5", "--block-size", "2", "--model", str(BRANIN), "--hyper-opt",
-                          "random", "--num-iterations", "40", "--output", str(out)),
+                          "random", "--num-iterations", "400", "--output", str(out)),
                 tmp_path, env=subprocess_env(BRANIN_SLEEP="0.5"))
 
     def finished() -> int:
@@ -155,7 +159,7 @@ def test_nnlo_optimize_n_saves_the_search_and_stops(name: str, tmp_path: Path) -
     assert job.wait_or_hang(LIMIT_S, f"nnlo optimize -n 5 after {name}") == EXIT_RESUMABLE, job.err[-3000:]
     assert f"stopping (signal {_relayed(name)})" in job.err and "resubmit to resume" in job.err
     done = json.loads((out / "trials.json").read_text())
-    assert 2 <= len(done) < 40
+    assert 2 <= len(done) < 400  # a budget no machine finishes before the signal
     state = json.loads((out / "optimizer-state.json").read_text())
     assert [t["id"] for t in state["finished"]] == [t["id"] for t in done]
 
@@ -203,9 +207,8 @@ def test_a_stop_outside_the_main_thread_installs_nothing() -> None:
     assert seen == before
 
 
-CHILD = f"""
+CHILD = """
 import os, signal, sys, time
-sys.path.insert(0, {str(REPO)!r})
 from nnlo.stop import INSIST_AFTER_S, Stop
 sig = signal.Signals[sys.argv[1]]
 stop = Stop().install()
@@ -219,10 +222,11 @@ print("still running", flush=True)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SIGNALS)
 def test_a_second_sigterm_or_sigint_ends_the_process_at_once(name: str) -> None:
     child = subprocess.run([sys.executable, "-c", CHILD, name], capture_output=True, text=True, timeout=60,
-                           check=False)
+                           check=False, env=subprocess_env())
     assert f"after the repeat: {name}" in child.stdout, child.stderr
     if name in ("SIGTERM", "SIGINT"):
         assert child.returncode == 128 + signal.Signals[name] and "still running" not in child.stdout

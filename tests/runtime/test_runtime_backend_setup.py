@@ -15,7 +15,7 @@ from nnlo.backends import check_backend_choice, make_backend
 from nnlo.config import TrainConfig
 from nnlo.errors import ConfigError
 
-from .conftest import MODELS, TIMEOUT
+from tests.helpers.runtime import MODELS, TIMEOUT
 
 TF_VARS = ("KERAS_BACKEND", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "TF_CPP_MIN_LOG_LEVEL",
            "TF_ENABLE_ONEDNN_OPTS", "TF_FORCE_GPU_ALLOW_GROWTH", "NNLO_TF_THREADS")
@@ -41,6 +41,7 @@ def test_backend_mismatch_is_one_line_without_importing_tensorflow():
         check_backend_choice({"not": "a model"}, "torch")
 
 
+@pytest.mark.slow
 def test_choosing_the_backend_of_a_torch_model_never_imports_tensorflow(nnlo_env):
     """In a fresh interpreter: this pytest process may hold TensorFlow already (the Keras tests)."""
     import subprocess

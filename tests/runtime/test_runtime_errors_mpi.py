@@ -1,11 +1,15 @@
-"""Every bad input ends the whole job with one line naming the cause and the rank; no hang, no traceback."""
+"""Every bad input ends the whole job with one line naming the cause and the rank; no hang, no traceback.
+
+Bad input runs in the warm MPI world (the ranks' checks and their one line are what is tested), one case through
+a real ``mpirun`` (the launch's exit status and merged output); a rank that fails or hangs ends a real job."""
 from __future__ import annotations
 
 import h5py
 import numpy as np
 import pytest
 
-from tests.runtime.conftest import MODELS
+from tests.helpers.runtime import MODELS
+from tests.helpers.faults import COMM_LIMIT
 
 pytestmark = [pytest.mark.mpi]
 
@@ -24,7 +28,7 @@ def _one_error(run, *needles: str, rc: int = 2, rank: str | None = None) -> str:
 
 
 def test_missing_model_file(run_train, tmp_path) -> None:
-    run = run_train(2, "--epochs", "1", model=str(tmp_path / "nope.py"))
+    run = run_train(2, "--epochs", "1", model=str(tmp_path / "nope.py"), launcher="mpirun")
     _one_error(run, "nope.py", "does not exist", rank="0")
 
 
@@ -73,7 +77,7 @@ def test_fewer_samples_than_workers(run_train, tmp_path) -> None:
 
 
 def test_model_raising_on_one_worker_ends_the_job(run_train) -> None:
-    run = run_train(3, "--mode", "gem", "--epochs", "50", model="raises_on_rank2.py")
+    run = run_train(3, "--mode", "gem", "--epochs", "50", model="raises_on_rank2.py", launcher="mpirun")
     line = _one_error(run, "deliberate failure in forward", "(at ", "raises_on_rank2.py:14 in forward)", rc=1,
                       rank="2")
     assert "worker" in line
@@ -94,7 +98,7 @@ def test_a_shape_mistake_in_the_users_forward_is_located_and_debug_shows_its_tra
 
 @pytest.mark.parametrize("mode", [["--mode", "downpour", "--synchronous"], ["--mode", "gem"]])
 def test_nan_loss_on_both_workers_prints_one_line(run_train, mode) -> None:
-    run = run_train(3, *mode, "--epochs", "2", model="nan_model.py")
+    run = run_train(3, *mode, "--epochs", "2", model="nan_model.py", launcher="mpirun")
     _one_error(run, "loss is nan at epoch 1, batch 1", "lower the learning rate", rc=1)
 
 
@@ -116,8 +120,8 @@ def test_contradictory_shapes_are_refused(run_train) -> None:
 
 def test_a_hanging_worker_ends_the_job_through_the_watchdog(run_train) -> None:
     run = run_train(3, "--mode", "downpour", "--epochs", "3", model="hangs_on_rank2.py",
-                    env={"NNLO_COMM_TIMEOUT": "4"})
+                    env={"NNLO_COMM_TIMEOUT": COMM_LIMIT}, launcher="mpirun")
     assert run.rc != 0, run.err
     lines = run.error_lines()
-    assert lines and "for more than 4 s: a peer died or hangs" in lines[0], run.err
+    assert lines and f"for more than {COMM_LIMIT} s: a peer died or hangs" in lines[0], run.err
     assert "Traceback" not in run.err

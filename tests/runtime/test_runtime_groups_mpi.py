@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,11 +12,9 @@ TIMEOUT = 240
 pytestmark = [pytest.mark.mpi]
 
 
-def test_train_runs_on_a_split_communicator_with_fold_indices(mpirun, nnlo_env, blobs, tmp_path: Path) -> None:
+def test_train_runs_on_a_split_communicator_with_fold_indices(nnlo_mpi, blobs, tmp_path: Path) -> None:
     job = Path(__file__).parent / "group_job.py"
-    proc = subprocess.run([mpirun, "-np", "4", sys.executable, str(job), str(MODELS / "tiny.py"),
-                           str(blobs["train"]), str(tmp_path)], env=nnlo_env, capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    proc = nnlo_mpi(4, job, MODELS / "tiny.py", blobs["train"], tmp_path, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads((tmp_path / "results.json").read_text())
     assert [r["rank"] for r in rows] == [1, 2, 3]

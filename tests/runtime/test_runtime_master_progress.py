@@ -73,7 +73,7 @@ def test_nnlo_train_n_on_a_terminal_shows_the_live_line(mpirun, nnlo_env, blobs,
     import subprocess
     import sys
 
-    from tests.runtime.conftest import MODELS, TIMEOUT
+    from tests.helpers.runtime import MODELS, TIMEOUT
 
     leader, follower = pty.openpty()
     cmd = [sys.executable, "-m", "nnlo_sched", "train", "-n", "3", "--model", str(MODELS / "tiny.py"),

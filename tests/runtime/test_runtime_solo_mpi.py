@@ -12,7 +12,7 @@ import torch
 from nnlo.checkpoint import MANIFEST, list_checkpoints
 from nnlo.data import H5Dataset, ShardedLoader, read_list_file
 from nnlo.models import load_model_source
-from tests.runtime.conftest import MODELS
+from tests.helpers.runtime import MODELS
 
 pytestmark = [pytest.mark.mpi]
 

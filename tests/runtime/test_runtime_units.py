@@ -328,6 +328,7 @@ def test_launch_argv_is_the_local_profiles_launch_line_with_this_python() -> Non
     assert launch_argv(2, ["train"])[0] == str(Path(sys.executable).parent / "mpirun")  # the venv's MPICH
 
 
+@pytest.mark.slow
 def test_no_mpirun_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from nnlo_sched.launchers.local_launch import relaunch
 
@@ -376,6 +377,7 @@ def test_every_option_has_help() -> None:
     assert missing == []
 
 
+@pytest.mark.slow
 def test_command_module_imports_no_framework() -> None:
     import subprocess
 

@@ -64,7 +64,7 @@ def test_validation_weight_counts_the_ranks_behind_each_helper() -> None:
 
 @pytest.fixture(scope="module")
 def val_set(tmp_path_factory: pytest.TempPathFactory) -> Validator:
-    from tests.runtime.conftest import write_blobs
+    from tests.helpers.runtime import write_blobs
 
     files = write_blobs(tmp_path_factory.mktemp("val"), n_train=8, n_val=37)
     ds = H5Dataset(read_list_file(str(files["val"])))

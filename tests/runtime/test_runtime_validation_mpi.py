@@ -15,7 +15,7 @@ from nnlo.data import H5Dataset, read_list_file
 from nnlo.models import load_model_source
 from nnlo.training.validation import Validator
 
-from .conftest import MODELS, write_blobs
+from tests.helpers.runtime import MODELS, write_blobs
 
 pytestmark = [pytest.mark.mpi]
 

@@ -48,6 +48,26 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def probe_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model-and-data probe run in this process instead of a fresh interpreter: the same ``probe()``, its
+    errors as the same one-line ConfigError. The subprocess itself (its time limit, a valid run through it) is
+    tested by test_a_valid_run_renders_and_its_checks_pass and test_a_hanging_import_is_stopped_by_the_time_limit."""
+    import contextlib
+
+    from nnlo.errors import ConfigError, NnloError
+    from nnlo_sched import checks
+
+    def in_process(config, search, cwd):
+        with contextlib.chdir(cwd):
+            try:
+                return checks.probe(config, search)
+            except NnloError as e:
+                raise ConfigError(str(e)) from None
+
+    monkeypatch.setattr(checks, "_probe", in_process)
+
+
 def submit(capsys: pytest.CaptureFixture[str], kind: str, *inner: str, dry_run: bool = True,
            extra: tuple[str, ...] = ()) -> tuple[int, str, str]:
     size = ["--blocks", "1"] if kind == "optimize" else ["--workers", "1"]
@@ -63,6 +83,7 @@ def refused(code: int, err: str, *needles: str) -> None:
         assert needle in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_a_valid_run_renders_and_its_checks_pass(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = submit(capsys, "train", "--model", "model.py", "--train", "train.list", "--val", "val.list")
     assert code == 0, err
@@ -79,7 +100,7 @@ def test_a_valid_run_renders_and_its_checks_pass(project: Path, capsys: pytest.C
     ("no get_model", ("no_get_model.py", "get_model")),
     ("broken import", ("broken.py", "ZeroDivisionError")),
 ])
-def test_bad_inputs_are_refused_before_anything_is_queued(project: Path, capsys: pytest.CaptureFixture[str],
+def test_bad_inputs_are_refused_before_anything_is_queued(probe_in_process: None, project: Path, capsys: pytest.CaptureFixture[str],
                                                           case: str, needles: tuple[str, ...],
                                                           dry_run: bool) -> None:
     inner = ["--model", "model.py", "--train", "train.list"]
@@ -104,13 +125,13 @@ def test_bad_inputs_are_refused_before_anything_is_queued(project: Path, capsys:
     assert sorted(p.name for p in project.iterdir()) == before  # no run directory, no runs home, nothing
 
 
-def test_a_model_without_data_and_without_get_train_is_refused(project: Path,
+def test_a_model_without_data_and_without_get_train_is_refused(probe_in_process: None, project: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = submit(capsys, "train", "--model", "model.py")
     refused(code, err, "no training data", "--train")
 
 
-def test_data_from_the_model_module_is_checked(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_data_from_the_model_module_is_checked(probe_in_process: None, project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (project / "withdata.py").write_text(TINY + f"\n\ndef get_train():\n    return [{str(project / 'data' / 'a.h5')!r}]"
                                          "\n\n\ndef get_features():\n    return 'inputs'\n")
     code, _, err = submit(capsys, "train", "--model", "withdata.py")
@@ -119,7 +140,7 @@ def test_data_from_the_model_module_is_checked(project: Path, capsys: pytest.Cap
     assert code == 0, err
 
 
-def test_a_search_space_is_checked(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_search_space_is_checked(probe_in_process: None, project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = submit(capsys, "optimize", "--model", "model.py", "--train", "train.list")
     refused(code, err, "declares no search space")
     (project / "bad.py").write_text(TINY + "\nget_model.parameter_range = ['hidden']\n")
@@ -140,7 +161,7 @@ def test_paths_of_space_restore_and_opt_restore_must_exist(project: Path, capsys
     refused(code, err, needle)
 
 
-def test_a_huge_list_is_sampled_and_says_so(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_huge_list_is_sampled_and_says_so(probe_in_process: None, project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     names = [f"data/f{i:03d}.h5" for i in range(30)]
     for n in names:
         h5(project / n)
@@ -153,6 +174,7 @@ def test_a_huge_list_is_sampled_and_says_so(project: Path, capsys: pytest.Captur
     refused(code, err, "f029.h5", "'labels'")
 
 
+@pytest.mark.slow
 def test_a_hanging_import_is_stopped_by_the_time_limit(project: Path, capsys: pytest.CaptureFixture[str],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     (project / "slow.py").write_text("import time\ntime.sleep(60)\n\ndef get_model():\n    return None\n")
@@ -181,7 +203,7 @@ def test_an_unwritable_run_home_is_refused(project: Path, capsys: pytest.Capture
     refused(code, err, "cannot be written")
 
 
-def test_a_run_home_under_a_file_is_refused(project: Path, capsys: pytest.CaptureFixture[str],
+def test_a_run_home_under_a_file_is_refused(probe_in_process: None, project: Path, capsys: pytest.CaptureFixture[str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     (project / "afile").write_text("x")
     monkeypatch.setenv("NNLO_HOME", str(project / "afile" / "runs"))

@@ -118,6 +118,7 @@ def test_submit_refusals(capsys: pytest.CaptureFixture[str], tmp_path: Path, mon
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_console_script_end_to_end(tmp_path: Path, nnlo_env: dict[str, str]) -> None:
     """The installed entry point, in a fresh process, as a user runs it."""
     done = subprocess.run(
@@ -176,6 +177,7 @@ def _snapshot(root: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage, reason", [
     (lambda d: d.update(scheduler="torque"), "unknown scheduler 'torque'"),
     (lambda d: d["jobs"][0].update(job_id=41), "'jobs[0].job_id' must be a non-empty string"),
@@ -199,6 +201,7 @@ def test_one_damaged_run_is_listed_as_damaged_and_hides_no_other(capsys: pytest.
     assert code == 2 and reason in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ref, needle", [("", "the run reference is empty"), ("  ", "is blank"),
                                          ("c", "too short"), ("cl", "too short"), ("zzzz", "no run 'zzzz'")])
 def test_cancel_refuses_an_empty_blank_or_short_reference_and_changes_nothing(

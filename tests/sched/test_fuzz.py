@@ -619,6 +619,7 @@ def _allowed(world: World, made: list[tuple[str, list[str]]]) -> dict[str, set[s
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=150 * SCALE, **SETTINGS)
 @given(runs=run_sets())
 def test_status_over_fuzzed_run_directories(world: World, runs: tuple[list[tuple[str, str, bool]],
@@ -654,6 +655,7 @@ def references(draw: st.DrawFn, ids: list[str]) -> str:
         st.just(target), VALUES))
 
 
+@pytest.mark.slow
 @settings(max_examples=150 * SCALE, **SETTINGS)
 @given(runs=run_sets(), verb=st.sampled_from(["cancel", "cancel", "resume"]), data=st.data())
 def test_cancel_and_resume_over_fuzzed_references_and_records(world: World, runs: Any, verb: str,

@@ -69,6 +69,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r}))
 """
 
 
+@pytest.mark.slow  # a fresh interpreter: what a process imports
 @pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["optimize", "--help"], ["submit", "--help"],
                                   ["status", "--help"]])
 def test_help_starts_without_heavy_dependencies(argv: list[str]) -> None:
@@ -82,6 +83,7 @@ def test_help_starts_without_heavy_dependencies(argv: list[str]) -> None:
     assert json.loads(proc.stderr.strip().splitlines()[-1]) == []
 
 
+@pytest.mark.slow
 def test_nnlo_help_imports_no_command_module() -> None:
     code = ("import sys; from nnlo_sched.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in sys.modules if m.startswith('nnlo_sched.')), file=sys.stderr)")
@@ -91,6 +93,7 @@ def test_nnlo_help_imports_no_command_module() -> None:
     assert "submit" in listed and "run" not in listed and "job" not in listed  # the internal ones are not listed
 
 
+@pytest.mark.slow
 def test_nnlo_optimize_is_the_search_function_and_its_package_imports() -> None:
     code = ("import sys, nnlo; import nnlo.optimize.options\n"
             "from nnlo.optimize.options import SearchConfig\n"

@@ -63,6 +63,7 @@ CASES: dict[str, tuple[str, RunSpec]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_golden_script(case: str) -> None:
     cluster, s = CASES[case]
@@ -138,6 +139,7 @@ def test_unsafe_directive_values_are_refused(field: str, value: str) -> None:
         render_script(s, profile("cscs"), "/r")
 
 
+@pytest.mark.slow
 def test_user_template_extends_a_builtin_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NNLO_CLUSTERS", str(tmp_path))
     (tmp_path / "mysite.sh").write_text(
@@ -187,6 +189,7 @@ HOSTILE = st.lists(
 ).map("".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(name=HOSTILE, run_dir=HOSTILE, workdir=HOSTILE)
 def test_hostile_values_stay_inert_words(name: str, run_dir: str, workdir: str) -> None:
@@ -208,6 +211,7 @@ def test_hostile_values_stay_inert_words(name: str, run_dir: str, workdir: str) 
     assert re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,14}", job_name(name, "pbs"))
 
 
+@pytest.mark.mpi
 def test_rendered_local_script_runs_with_a_hostile_run_dir(tmp_path: Path, mpirun: str) -> None:
     """Execute a real rendered local script with real bash and mpirun; stand-in programs record what they got."""
     run_dir = tmp_path / "run $(touch PWNED) `touch PWNED2` 'x' \"y\""
@@ -236,6 +240,7 @@ def test_rendered_local_script_runs_with_a_hostile_run_dir(tmp_path: Path, mpiru
     assert not list(tmp_path.rglob("PWNED*"))
 
 
+@pytest.mark.mpi
 def test_batch_shell_forwards_the_warning_signal(tmp_path: Path, mpirun: str) -> None:
     """USR2 to the batch shell reaches every rank through real mpirun (relayed as USR1, which hydra
     forwards), and the program's own exit status is what the job reports."""

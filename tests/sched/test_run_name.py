@@ -11,7 +11,7 @@ from nnlo.config import TrainConfig
 from nnlo.models import declared_name, run_name
 from nnlo.optimize.options import SearchConfig, search_name
 from nnlo_sched import api
-from tests.conftest import REPO
+from tests.helpers.env import REPO
 
 DIGITS = REPO / "examples" / "digits_torch.py"
 

@@ -7,9 +7,7 @@ through the batch shell's trap and srun.
 """
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -22,8 +20,7 @@ from nnlo_sched.render import render_script
 from nnlo_sched.schedulers.slurm import SlurmScheduler
 from nnlo_sched.spec import RunSpec
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/slurm_harness.py
-from slurm_harness import SlurmCluster, SlurmUnavailable  # noqa: E402
+from tests.helpers.slurm import SlurmCluster
 
 STANDIN = """#!/bin/bash
 # stands in for python: records how it was called, and as the program ("-m nnlo_sched run") waits for USR2
@@ -37,16 +34,10 @@ exit 0
 """
 
 
-@pytest.fixture(scope="module")
-def slurm():
-    try:
-        cluster = SlurmCluster.start()
-    except SlurmUnavailable as e:
-        if os.environ.get("NNLO_REQUIRE_SLURM"):
-            pytest.fail(str(e))
-        pytest.skip(str(e))
-    with cluster:
-        yield cluster
+@pytest.fixture
+def slurm(slurm_cluster: SlurmCluster) -> SlurmCluster:
+    """The session's private Slurm (tests/helpers/fixtures.py)."""
+    return slurm_cluster
 
 
 @pytest.fixture

@@ -34,12 +34,17 @@ class Counter(helpers.Checkpointable):
         self.jobs: list[str] = []
         self.steps: list[int] = []  # steps done in each job
 
-    def __call__(self, n: int, step_s: float, min_jobs: int = 1) -> tuple[int, list[str], list[int]]:
+    def __call__(self, n: int, step_s: float, min_jobs: int = 1, hold_at: int = 0) -> tuple[int, list[str], list[int]]:
+        """``hold_at``: the first job stops counting at that count (and says so in ``held-JOBID``) until its
+        checkpoint signal ends it: a test interrupts it mid-count on a machine of any speed."""
         self.jobs.append(job_id())
         self.steps.append(0)
         open(f"started-{job_id()}", "w").close()  # the job's signal handlers are in place
         while self.count < n or len(self.jobs) < min_jobs:
             time.sleep(step_s)
+            if len(self.jobs) == 1 and hold_at and self.count >= hold_at:
+                open(f"held-{job_id()}", "w").close()
+                continue
             if self.count < n:
                 self.count += 1
                 self.steps[-1] += 1

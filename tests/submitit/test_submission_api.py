@@ -9,7 +9,6 @@ import pytest
 
 from nnlo.errors import ConfigError
 from nnlo_sched import api
-from submitit_fixtures import plugin_env  # noqa: F401 - pytest fixtures
 
 CHAIN_STANDIN = Path(__file__).resolve().parent.parent / "chain" / "standin_batch.py"
 
@@ -50,6 +49,7 @@ def test_spec_layout_render_and_refusals(plugin_env):
         api.spec("train", ["--model", "m.py"], "testlsf", walltime="soon")
 
 
+@pytest.mark.slow
 def test_submit_query_wait_cancel(lsf, plugin_env):
     runs = [api.submit(api.spec("train", ["--model", "m.py"], "testlsf", account="A1", name=f"r{i}"), check=False)
             for i in range(2)]
@@ -75,6 +75,7 @@ def test_submit_query_wait_cancel(lsf, plugin_env):
     assert len(calls(lsf, "bsub")) == 2  # nothing was submitted
 
 
+@pytest.mark.slow
 def test_preflight_writes_nothing_and_submit_queues_a_search_with_its_notes(lsf, plugin_env, tmp_path):
     """The checks and the submission ``nnlo submit`` runs, from Python: preflight is a dry run's checks (nothing
     written, notes returned), submit runs them (notes to on_note) and queues a search of 2 chains as one array."""

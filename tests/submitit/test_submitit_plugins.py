@@ -13,9 +13,8 @@ import pytest
 import submitit
 from submitit.core import plugins
 
-import submitit_funcs as funcs
-from submitit_fixtures import plugin_env, standins  # noqa: F401 - pytest fixtures
 from nnlo.errors import ConfigError
+from tests.submitit import submitit_funcs as funcs
 
 TIMEOUT = 60
 
@@ -53,7 +52,7 @@ def test_entry_points_register_both_backends_and_register_stands_in_for_them(plu
     import nnlo_sched.submitit
     from nnlo_sched.submitit.lsf import LsfExecutor, LsfJobEnvironment
     from nnlo_sched.submitit.pbs import PbsExecutor, PbsJobEnvironment
-    from submitit_fixtures import _clear_plugin_caches
+    from tests.helpers.submitit import clear_plugin_caches
 
     # from the declared entry points alone (nnlo's setup.cfg: LSF; plugins/submitit-pbs: PBS)
     assert plugins.get_executors()["lsf"] is LsfExecutor and plugins.get_executors()["pbs"] is PbsExecutor
@@ -68,7 +67,7 @@ def test_entry_points_register_both_backends_and_register_stands_in_for_them(plu
     declared = plugins._iter_submitit_entrypoints
     monkeypatch.setattr(plugins, "_iter_submitit_entrypoints",
                         lambda: [ep for ep in declared() if not ep.value.startswith("nnlo_sched.submitit.pbs")])
-    _clear_plugin_caches()
+    clear_plugin_caches()
     with pytest.raises(ValueError, match="pbs"):
         submitit.AutoExecutor(plugin_env, cluster="pbs")
     nnlo_sched.submitit.register()
@@ -122,6 +121,7 @@ def test_dry_run_script_carries_the_profile_and_parameters(plugin_env):
         nnlo_sched.submitit.script(bare)
 
 
+@pytest.mark.slow
 def test_lsf_results_states_and_one_query_for_many_jobs(standins, plugin_env):
     ex = lsf_executor(plugin_env / "jobs")
     jobs = ex.map_array(funcs.add, [1, 2, 3], [10, 20, 30])
@@ -136,6 +136,7 @@ def test_lsf_results_states_and_one_query_for_many_jobs(standins, plugin_env):
     assert "#BSUB -P ABC123" in subs[0]["script"]
 
 
+@pytest.mark.slow
 def test_lsf_exception_surfaces_as_failed_job_error(standins, plugin_env):
     job = lsf_executor(plugin_env / "jobs").submit(funcs.fail, "the model diverged")
     with pytest.raises(submitit.core.utils.FailedJobError) as info:
@@ -144,6 +145,7 @@ def test_lsf_exception_surfaces_as_failed_job_error(standins, plugin_env):
     assert job.state == "FAILED"
 
 
+@pytest.mark.slow
 def test_lsf_cancel(standins, plugin_env, monkeypatch):
     from nnlo_sched.submitit.base import NnloJob
 
@@ -157,6 +159,7 @@ def test_lsf_cancel(standins, plugin_env, monkeypatch):
     assert isinstance(job.exception(), submitit.core.utils.UncompletedJobError)
 
 
+@pytest.mark.slow
 def test_pbs_checkpoint_resumes_in_a_successor_job(standins, plugin_env):
     # no warning signal on PBS: the job's timer checkpoints 56 s before its 1-minute walltime
     ex = pbs_executor(plugin_env / "jobs", pbs_checkpoint_lead_s=56)
@@ -172,17 +175,18 @@ def test_pbs_checkpoint_resumes_in_a_successor_job(standins, plugin_env):
     assert job.state == "COMPLETED" and job.job_id == job.chain[-1]
 
 
+@pytest.mark.slow
 def test_lsf_checkpoint_on_the_signal_resumes_in_a_successor_job(standins, plugin_env):
-    job = lsf_executor(plugin_env / "jobs").submit(funcs.Counter(), 20, 0.25)  # 5 s: the signal comes first
+    # the first job counts to 5 and waits there for the signal: it comes mid-count on any machine
+    job = lsf_executor(plugin_env / "jobs").submit(funcs.Counter(), 20, 0.05, 1, 5)
     first = job.job_id
     end = time.time() + TIMEOUT
-    while not (plugin_env / f"started-{first}").exists() and time.time() < end:
+    while not (plugin_env / f"held-{first}").exists() and time.time() < end:
         time.sleep(0.1)
-    time.sleep(0.5)
     job._interrupt()  # what LSF's -wa warning (or a preemption) does: SIGUSR2 to the job
     assert calls(standins, "bkill")[-1]["args"] == ["-s", "USR2", first]
     count, seen, steps = job.result()
-    assert count == 20 and sum(steps) == 20 and steps[0] < 20
+    assert count == 20 and steps == [5, 15]  # the second job went on from the first one's checkpointed count
     assert job.chain[0] == first and len(job.chain) == 2 and seen == job.chain
     assert calls(standins, "bsub")[1]["args"] == ["-w", f"ended({first})"]
     assert job.state == "COMPLETED"

@@ -11,27 +11,9 @@ from pathlib import Path
 import pytest
 import submitit
 
-import submitit_funcs as funcs
-from submitit_fixtures import plugin_env  # noqa: F401 - pytest fixtures
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/slurm_harness.py
-from slurm_harness import SlurmCluster, SlurmUnavailable  # noqa: E402
+from tests.submitit import submitit_funcs as funcs
 
 pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster():
-    try:
-        cluster = SlurmCluster.start()
-    except SlurmUnavailable as e:
-        if os.environ.get("NNLO_REQUIRE_SLURM") == "1":
-            pytest.fail(f"NNLO_REQUIRE_SLURM=1 but the test Slurm cannot start: {e}")
-        pytest.skip(f"no private test Slurm: {e}")
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

@@ -1,11 +1,9 @@
 """nnlo.transport: compact headers (pure round trips of every field, what falls back to pickling) and, under
-a real 2-rank mpirun, one message up to the threshold, two above it, pickled headers, buffers."""
+a 2-rank MPI run (the warm world), one message up to the threshold, two above it, pickled headers, buffers."""
 from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -88,9 +86,8 @@ def test_numpy_floats_travel_as_floats() -> None:
 
 
 @pytest.mark.mpi
-def test_link_one_message_up_to_the_threshold(mpirun: str, nnlo_env: dict[str, str], tmp_path: Path) -> None:
-    run = subprocess.run([mpirun, "-np", "2", sys.executable, str(HERE / "link_ranks.py"), str(tmp_path)],
-                         capture_output=True, text=True, env=nnlo_env, timeout=120)
+def test_link_one_message_up_to_the_threshold(nnlo_mpi, tmp_path: Path) -> None:
+    run = nnlo_mpi(2, HERE / "link_ranks.py", tmp_path, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [json.loads(line) for rank in (0, 1)
              for line in (tmp_path / f"rank-{rank}.jsonl").read_text().splitlines()]

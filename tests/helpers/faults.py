@@ -12,24 +12,26 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-RUNTIME_MODELS = REPO / "tests" / "runtime" / "models"
-BRANIN = REPO / "examples" / "branin.py"
+from tests.helpers.env import BIN, BRANIN, REPO, RUNTIME_MODELS, error_lines, nnlo_argv, subprocess_env
+
+__all__ = ["BIN", "BRANIN", "REPO", "RUNTIME_MODELS", "error_lines", "nnlo_argv", "subprocess_env"]  # re-exported
 
 #: A job that has not ended this long after its fault is reported as a hang (the issue's target is 60 s;
 #: the extra margin is for a busy 2-core CI machine, not for a slow product).
 HANG_LIMIT_S = 90.0
 #: Generous bound for a whole healthy run on a contended machine.
 RUN_LIMIT_S = 300.0
+#: ``NNLO_COMM_TIMEOUT`` of the tests that freeze or hang a rank on purpose. The watchdog bounds every wait, the
+#: ranks' start-up included (a master waits for workers still importing torch), so it must exceed a start-up on
+#: a loaded 2-core machine: 5 s did not (the watchdog fired before the first epoch).
+COMM_LIMIT = "30"
 
 
 def trials(default: int) -> int:
@@ -43,17 +45,6 @@ def rng(salt: str) -> random.Random:
     seed = int(os.environ.get("NNLO_FAULT_SEED", "0") or 0) or random.randrange(1, 2**31)
     print(f"fault seed for {salt}: NNLO_FAULT_SEED={seed}")
     return random.Random(f"{seed}-{salt}")
-
-
-def subprocess_env(**extra: str) -> dict[str, str]:
-    """This venv first on PATH, the checkout importable, one BLAS thread, unbuffered output."""
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env.get('PYTHONPATH', '')}".rstrip(os.pathsep)
-    env["OMP_NUM_THREADS"] = "1"
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
 
 
 @dataclass
@@ -174,32 +165,6 @@ def write_standin(bin_dir: Path, name: str, body: str) -> Path:
     path.write_text("#!/bin/bash\n" + body.strip() + "\n")
     path.chmod(0o755)
     return path
-
-
-def write_blobs(folder: Path, n_train: int = 240, n_val: int = 30, seed: int = 0) -> dict[str, Path]:
-    """A tiny 3-class HDF5 data set (8 float32 features, one-hot labels): train list, val list."""
-    import h5py
-    import numpy as np
-
-    folder.mkdir(parents=True, exist_ok=True)
-    r = np.random.default_rng(seed)
-    centers = r.normal(0, 2.0, size=(3, 8)).astype(np.float32)
-    for name, n in (("train_0.h5", n_train), ("val_0.h5", n_val)):
-        y = r.integers(0, 3, size=n)
-        with h5py.File(folder / name, "w") as f:
-            f["features"] = (centers[y] + r.normal(0, 1.0, size=(n, 8))).astype(np.float32)
-            f["labels"] = np.eye(3, dtype=np.float32)[y]
-    (folder / "train.list").write_text("train_0.h5\n")
-    (folder / "val.list").write_text("val_0.h5\n")
-    return {"train": folder / "train.list", "val": folder / "val.list", "dir": folder}
-
-
-def nnlo_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "nnlo_sched", *args]
-
-
-def error_lines(text: str) -> list[str]:
-    return [ln for ln in text.splitlines() if ln.startswith("nnlo: error:")]
 
 
 def nnlo(*args: str, timeout: float = 120, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:

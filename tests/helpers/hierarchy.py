@@ -1,10 +1,9 @@
-"""Fixtures for the hierarchy tests: the runtime's tiny data set and real ``nnlo train`` runs under mpirun."""
+"""What the hierarchy tests read from a run: the rank map the runtime logged, the losses of its history."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from tests.runtime.conftest import MODELS, Run, blobs, run_train, write_blobs  # noqa: F401 - fixtures
+from tests.helpers.runtime import Run
 
 RANK_MAP = re.compile(r"training (.+?): \d+ worker|all-reduce training: (.+?), engine")
 
@@ -21,5 +20,3 @@ def rank_map_logged(run: Run) -> str:
 def losses(history: dict, key: str = "loss") -> list[float]:
     return [e[key] for e in history["history"]]
 
-
-__all__ = ["MODELS", "Path", "losses", "rank_map_logged", "write_blobs"]

@@ -2,7 +2,8 @@
 scheduler from the test; tests/submitit/submitit_standin.py also runs the scripts): the call log, the locked
 job table, and the bjobs/qstat tables in the real programs' formats and exit statuses.
 
-A stand-in runs as a program (linked as bsub, qstat, ...): it imports this file by path, not as a package."""
+A stand-in runs as a program (linked as bsub, qstat, ...) with the checkout on ``PYTHONPATH``: it imports this
+module as ``tests.helpers.standins``."""
 from __future__ import annotations
 
 import fcntl
@@ -78,3 +79,20 @@ def qstat(args: list[str], name: Callable[[dict[str, Any]], str]) -> int:
             print(f"qstat: Unknown Job Id {j}", file=sys.stderr)
             rc = 153
     return rc
+
+
+PROGRAMS = ("bsub", "bjobs", "bkill", "qsub", "qstat", "qdel")
+
+
+def install(root: Path, program: Path, monkeypatch: Any, *, more_path: tuple[str, ...] = ()) -> Path:
+    """Link ``program`` as every LSF and PBS program in ``root/standin-bin``, first on the test's ``PATH`` (then
+    ``more_path``), with ``STANDIN_DIR`` a fresh ``root/standin``; returns that folder (the call log, the jobs)."""
+    bin_dir = root / "standin-bin"
+    bin_dir.mkdir()
+    for prog in PROGRAMS:
+        (bin_dir / prog).symlink_to(program)
+    state = root / "standin"
+    state.mkdir()
+    monkeypatch.setenv("STANDIN_DIR", str(state))
+    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), *more_path, os.environ["PATH"]]))
+    return state

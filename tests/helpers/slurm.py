@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers.env import REPO
 INSTALL_SCRIPT = REPO / "scripts" / "install-slurm.sh"
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol")
 ACCOUNTING_BINARIES = ("slurmdbd", "sacct", "sacctmgr", "mariadbd", "mariadb-install-db")
@@ -144,7 +144,7 @@ class SlurmCluster:
                 "JobAcctGatherType=jobacct_gather/linux\n"
                 if self.accounting else "AccountingStorageType=accounting_storage/none\n"
                 "JobAcctGatherType=jobacct_gather/none\n")
-        (r / "slurm.conf").write_text(f"""# private test cluster written by tests/slurm_harness.py
+        (r / "slurm.conf").write_text(f"""# private test cluster written by tests/helpers/slurm.py
 ClusterName={CLUSTER_NAME}
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={self.ctld_port}

@@ -6,8 +6,9 @@ import struct
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-JOB = HERE / "traced_job.py"
+from tests.helpers.env import REPO
+
+JOB = REPO / "tests" / "observe" / "traced_job.py"
 
 
 def png_size(path: Path) -> tuple[int, int]:
