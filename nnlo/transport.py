@@ -22,6 +22,16 @@ on the same tag). So the receiver always takes the first message with one ``Recv
 and ``out`` together (the tensor may be fused) and never probes (``docs/performance.md``, section 1, has the
 measurements behind the threshold).
 
+**The per-message Python is compiled once per header shape.** The exchange sends the same few header shapes
+(the same keys, in the same order, with values of the same types) over and over, so the first header of a shape
+is packed by the general rules (:func:`_encode`) and the shape then gets a writer: a small function compiled
+from the schema that hands the values straight to one ``struct`` call, checking only what a type cannot say
+(a word outside :data:`WORDS`, an integer past 2**53: pickled, as the general rules decide). A received block
+is read the same way, by a reader compiled for its masks (which fields are present, which None). Both give
+the very bytes and headers of the general rules (tests/transport/test_header_fast_path.py); they are about
+three times faster, and the send and receive paths around them avoid per-message calls and allocations
+(``docs/performance.md``, issue 29 row 3).
+
 **Framed buffers: one message at any size, no copy.** :meth:`Link.frame` hands out a tensor buffer whose memory
 is preceded by a header slot (one allocation: ``[header block | tensor]``). A compact header sent with a framed
 tensor is packed into that slot and the two leave as *one contiguous message*; a framed ``out`` receives one
@@ -98,15 +108,27 @@ def pack_header(header: dict[str, Any], out: np.ndarray, fused: bool = False) ->
 
 
 def _pack(header: dict[str, Any], out: memoryview, fused: bool) -> bool:
+    """:func:`pack_header` on the bytes of the block. The exchange sends a few header shapes over and over,
+    so a shape seen before is packed by its writer (:func:`_writer`); a new one goes through :func:`_encode`,
+    the general rules, which also decide whether the shape gets a writer."""
+    shape = (*header, *map(type, header.values()))
+    writer = _WRITERS.get(shape)
+    if writer is not None:
+        return writer(header, out, _FUSED if fused else 0)
     values = _encode(header)
     if values is None:
         return False
     _BLOCK.pack_into(out, 0, _MAGIC, values[0], values[1], _FUSED if fused else 0, *values[2])
+    if len(_WRITERS) >= _PLANS_MAX:  # shapes are few; this bounds a caller that varies them without end
+        _WRITERS.clear()
+    _WRITERS[shape] = _writer(header)
     return True
 
 
 def _encode(header: dict[str, Any]) -> tuple[int, int, list[float]] | None:
-    """(present mask, None mask, one value a field) of a compact header, or None: it must be pickled."""
+    """(present mask, None mask, one value a field) of a compact header, or None: it must be pickled. The
+    general rules: :func:`_writer` and :func:`_reader` make their fast form for one shape, and must give the
+    same bytes and headers (tests/transport)."""
     values = list(_ZEROS)
     present = nones = 0
     for key, v in header.items():
@@ -137,6 +159,56 @@ def _encode(header: dict[str, Any]) -> tuple[int, int, list[float]] | None:
     return present, nones, values
 
 
+# -- the fast form of the rules, for the shapes the exchange repeats ----------------------------------------
+# A writer packs headers of one shape (their keys in their order and each value's type) that _encode accepted;
+# a reader decodes blocks of one (present, None) mask pair. Each is a small function compiled once from the
+# schema (as dataclasses and namedtuple build theirs): the keys and word positions come from COMPACT_FIELDS,
+# never from a message. Only a word outside WORDS or an integer past 2**53 is still checked per call (the
+# writer then returns False and the header is pickled, as _encode decides). tests/transport checks that they
+# give the same bytes and headers as _encode and _decode.
+
+Writer = Callable[[dict[str, Any], memoryview, int], bool]
+Reader = Callable[[tuple[Any, ...]], dict[str, Any]]
+
+
+def _writer(header: dict[str, Any]) -> Writer:
+    lines, args = [], ["0.0"] * len(COMPACT_FIELDS)
+    present = nones = 0
+    for key, v in header.items():
+        i, kind, bit = _SLOT[key]
+        present |= bit
+        if v is None:
+            nones |= bit
+        elif kind is str:
+            lines += [f"w{i} = index(h[{key!r}])", f"if w{i} is None: return False"]
+            args[i] = f"w{i}"
+        elif kind is int:
+            lines += [f"n{i} = h[{key!r}]", f"if not -limit < n{i} < limit: return False"]
+            args[i] = f"n{i}"
+        else:  # a float, or a bool ('d' packs True as 1.0)
+            args[i] = f"h[{key!r}]"
+    lines.append(f"pack(out, 0, magic, {present}, {nones}, flags, {', '.join(args)})")
+    return _compile("h, out, flags", [*lines, "return True"],
+                    index=_WORD_INDEX.get, limit=_INT_LIMIT, pack=_BLOCK.pack_into, magic=_MAGIC)
+
+
+def _reader(present: int, nones: int) -> Reader:
+    items = []
+    for i, (key, kind) in enumerate(COMPACT_FIELDS):
+        if present >> i & 1:
+            word = f"b[{_FIXED + i}]"
+            value = ("None" if nones >> i & 1 else word if kind is float else f"words[int({word})]" if kind is str
+                     else f"{word} != 0.0" if kind is bool else f"int({word})")
+            items.append(f"{key!r}: {value}")
+    return _compile("b", [f"return {{{', '.join(items)}}}"], words=WORDS)
+
+
+def _compile(params: str, body: list[str], **names: Any) -> Any:
+    source = f"def f({params}):\n" + "".join(f"    {line}\n" for line in body)
+    exec(compile(source, "<nnlo.transport header code>", "exec"), names)  # built from the schema, never from a message
+    return names["f"]
+
+
 def mark_pickled(out: np.ndarray) -> None:
     """Make ``out`` the block that announces a pickled header."""
     words = out.view(np.uint64)
@@ -145,11 +217,24 @@ def mark_pickled(out: np.ndarray) -> None:
 
 def unpack_header(block: np.ndarray) -> tuple[dict[str, Any], bool]:
     """The header :func:`pack_header` packed, and whether its tensor was fused into the same message. Pure."""
-    _, present, nones, flags, *values = _BLOCK.unpack_from(block.data)
-    return _decode(present, nones, values), bool(flags & _FUSED)
+    words = _BLOCK.unpack_from(block.data)
+    return _read(words), bool(words[3] & _FUSED)
 
 
-def _decode(present: int, nones: int, values: list[float]) -> dict[str, Any]:
+def _read(words: tuple[Any, ...]) -> dict[str, Any]:
+    """The header of an unpacked block (``_BLOCK.unpack_from``): by the reader of its masks
+    (:func:`_reader`) once they were seen, else by :func:`_decode`, the general rules."""
+    masks = (words[1], words[2])
+    reader = _READERS.get(masks)
+    if reader is None:
+        if len(_READERS) >= _PLANS_MAX:
+            _READERS.clear()
+        _READERS[masks] = _reader(*masks)
+        return _decode(words[1], words[2], words[_FIXED:])
+    return reader(words)
+
+
+def _decode(present: int, nones: int, values: Any) -> dict[str, Any]:
     header: dict[str, Any] = {}
     for i, (key, kind) in enumerate(COMPACT_FIELDS):
         if not present >> i & 1:
@@ -165,6 +250,11 @@ def _decode(present: int, nones: int, values: list[float]) -> dict[str, Any]:
         else:
             header[key] = int(values[i])
     return header
+
+
+_PLANS_MAX = 256
+_WRITERS: dict[tuple[Any, ...], Writer] = {}  # header shape -> its writer
+_READERS: dict[tuple[int, int], Reader] = {}  # (present, None) masks -> their reader
 
 
 @dataclass(frozen=True)
@@ -197,7 +287,7 @@ class Link:
         self._types: OrderedDict[tuple[int, int, int], Any] = OrderedDict()  # (header, tensor, size) -> type
         self._frames: dict[int, Frame] = {}  # id(tensor) -> its frame (the tensor object itself, not views)
         self._status = MPI.Status()
-        self._waits: dict[tuple[str, int], str] = {}  # the watchdog's words for (what, source), made once
+        self._waits: dict[tuple[str, int] | int, str] = {}  # the watchdog's words for (what, source), made once
         self.last_messages = 0  # messages the last recv took (1: header and tensor in one), for tests/traces
 
     def frame(self, n: int, alloc: Callable[[int], np.ndarray] | None = None) -> np.ndarray:
@@ -213,7 +303,7 @@ class Link:
         return tensor
 
     def frame_of(self, array: np.ndarray | None) -> Frame | None:
-        frame = self._frames.get(id(array)) if array is not None else None
+        frame = self._frames.get(id(array))  # id(None) is never a frame's key: frames hold their tensors
         return frame if frame is not None and frame.tensor is array else None
 
     def _fused_type(self, block: np.ndarray, array: np.ndarray) -> Any:
@@ -238,27 +328,32 @@ class Link:
         """Send ``header`` and, if given, ``array`` (flat, contiguous float32) to ``dest``."""
         header = dict(header, array=array is not None)
         extra = header.pop("buffers", None)
-        for a in (array, extra):
-            if a is not None:
-                _check(a)  # before the header: a peer must never wait for an array that will not come
+        frame = self._frames.get(id(array))  # frame_of, inline: this is the exchange's hot path
+        if frame is None or frame.tensor is not array:
+            frame = None
+            if array is not None:  # (a frame was checked when made, and its memory is what travels)
+                _check(array)  # before the header: a peer must never wait for an array that will not come
         if extra is not None:
+            _check(extra)
             header["buffers_size"] = int(extra.size)
         tracer = get_tracer()
-        span = tracer.span(f"send {header.get('kind', 'msg')}", "comm", dest=dest) if tracer.enabled else _NO_SPAN
-        with span:
-            self._send(dest, header, array, extra)
+        if tracer.enabled:
+            with tracer.span(f"send {header.get('kind', 'msg')}", "comm", dest=dest):
+                self._send(dest, header, array, extra, frame)
+        else:
+            self._send(dest, header, array, extra, frame)
 
-    def _send(self, dest: int, header: dict[str, Any], array: np.ndarray | None, extra: np.ndarray | None) -> None:
+    def _send(self, dest: int, header: dict[str, Any], array: np.ndarray | None, extra: np.ndarray | None,
+              frame: Frame | None) -> None:
         MPI, comm = self._MPI, self.comm
-        frame = self.frame_of(array)
-        fused = array is not None and (frame is not None or array.nbytes <= ONE_MESSAGE_BYTES)
-        compact = extra is None and _pack(header, frame.block if frame is not None else self._out_mem, fused)
+        if frame is not None and extra is None and _pack(header, frame.block, True):
+            comm.Send([frame.whole, MPI.FLOAT], dest=dest, tag=HEADER)  # header slot and tensor: one message
+            return
+        fused = frame is None and array is not None and array.nbytes <= ONE_MESSAGE_BYTES
+        compact = frame is None and extra is None and _pack(header, self._out_mem, fused)
         if compact and fused:
-            if frame is not None:  # header slot and tensor are one contiguous message
-                comm.Send([frame.whole, MPI.FLOAT], dest=dest, tag=HEADER)
-            else:
-                assert array is not None
-                comm.Send([MPI.BOTTOM, 1, self._fused_type(self._hdr_out, array)], dest=dest, tag=HEADER)
+            assert array is not None
+            comm.Send([MPI.BOTTOM, 1, self._fused_type(self._hdr_out, array)], dest=dest, tag=HEADER)
             return
         if not compact:  # the block only says "a pickled header follows"
             mark_pickled(self._hdr_out)
@@ -283,7 +378,9 @@ class Link:
         tracer = get_tracer()
         MPI = self._MPI
         status = self._status
-        frame = self.frame_of(out)
+        frame = self._frames.get(id(out))  # frame_of, inline: this is the exchange's hot path
+        if frame is not None and frame.tensor is not out:
+            frame = None
         # Whatever the sender does (a fused message, or the header alone), one receive takes it: into the frame,
         # or into the header block and ``out`` through a struct datatype (no copy), or the header block alone.
         if frame is not None:
@@ -294,10 +391,14 @@ class Link:
             block, target = self._in_mem, [self._hdr_in, MPI.BYTE]
         watchdog = self.watchdog
         if watchdog is not None:
-            watchdog.arm(self._wait_words("waiting for a message from", source))
+            watchdog.arm(self._waits.get(source) or self._wait_words("waiting for a message from", source))
         try:
-            with tracer.span("wait", "wait") if tracer.enabled else _NO_SPAN:
-                self._wait(source, HEADER)
+            if tracer.enabled:
+                with tracer.span("wait", "wait"):
+                    self._receive(target, source, status)
+            else:  # _receive, inline
+                if self.timeout is not None:
+                    self._wait(source, HEADER)
                 self.comm.Recv(target, source=source, tag=HEADER, status=status)
         except MPI.Exception as e:  # a message longer than the header and the expected tensor
             who = "a rank" if source == ANY else f"rank {source}"
@@ -308,19 +409,20 @@ class Link:
                 watchdog.disarm()
         src = status.Get_source()
         nbytes = status.Get_count(MPI.BYTE)
-        magic, present, nones, flags, *values = _BLOCK.unpack_from(block) if nbytes >= HEADER_BYTES else (0,) * 4
-        if magic != _MAGIC:
+        words = _BLOCK.unpack_from(block) if nbytes >= HEADER_BYTES else None
+        if words is None or words[0] != _MAGIC:
             raise TrainingError(f"rank {src} sent a message that is not an nnlo header ({nbytes} bytes); every "
                                 f"rank must run the same nnlo")
+        flags = words[3]
         if flags & _FUSED:
-            header = _decode(present, nones, values)
+            header = _read(words)
             if out is None or nbytes != HEADER_BYTES + out.nbytes:
                 expected = "none" if out is None else out.size
                 raise TrainingError(f"rank {src} sent a tensor of {(nbytes - HEADER_BYTES) // 4} values, this rank "
                                     f"expects {expected}; all ranks must load the same model")
             self.last_messages = 1
             return src, header, out
-        header = self.comm.recv(source=src, tag=HEADER) if flags & _PICKLED else _decode(present, nones, values)
+        header = self.comm.recv(source=src, tag=HEADER) if flags & _PICKLED else _read(words)
         self.last_messages = (1 + bool(flags & _PICKLED) + bool(header.get("array"))
                               + (header.get("buffers_size") is not None))
         if header.get("array"):
@@ -348,10 +450,20 @@ class Link:
         return self.watchdog.waiting(self._wait_words(what, source))
 
     def _wait_words(self, what: str, source: int) -> str:
+        """The watchdog's words for a wait, made once (those of :meth:`recv` also under the bare ``source``)."""
         words = self._waits.get((what, source))
         if words is None:
             words = self._waits[what, source] = f"{what} {'any worker' if source == ANY else f'rank {source}'}"
+            if what == "waiting for a message from":
+                self._waits[source] = words
         return words
+
+    def _receive(self, target: list[Any], source: int, status: Any) -> None:
+        """The blocking receive of a header's message (under the watchdog), after :meth:`_wait`'s polling when
+        a timeout is set."""
+        if self.timeout is not None:
+            self._wait(source, HEADER)
+        self.comm.Recv(target, source=source, tag=HEADER, status=status)
 
     def _wait(self, source: int, tag: int) -> None:
         if self.timeout is None:
