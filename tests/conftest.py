@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from tests.helpers.env import REPO
 from tests.helpers.fixtures import (  # noqa: F401 - fixtures
     blobs,
     mpi_world,
@@ -22,3 +23,6 @@ from tests.helpers.markers import (  # noqa: F401 - pytest hooks
 
 # Scheduler queries retry with backoff (0.5, 1, 2 s); tests that break a scheduler on purpose need not wait.
 os.environ.setdefault("NNLO_SCHED_RETRY_DELAY", "0.05")
+# Every program a test starts sees this checkout first: the batch-system stand-ins (linked as bsub, qstat, ...)
+# import tests.helpers, and a fresh clone has no PYTHONPATH of its own (an editable install covers nnlo only).
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
