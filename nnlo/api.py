@@ -186,9 +186,9 @@ def train_config(config: TrainConfig | Mapping[str, Any] | None = None, **option
 def default_run_dir(config: TrainConfig) -> str:
     """Where a training writes without ``--checkpoint``: ``nnlo-runs/<trial name, else the model module's
     get_name(), else the model file's stem; a model object: its name, :func:`nnlo.models.object_name`)>``."""
-    from nnlo.models import model_name
+    from nnlo.models import run_name
 
-    return str(Path(DEFAULT_RUNS) / (config.trial_name or model_name(config.model)))
+    return str(Path(DEFAULT_RUNS) / run_name(config.model, config.trial_name))
 
 
 def _data(value: Any, role: str) -> tuple[str | None, Any]:
@@ -346,7 +346,8 @@ def optimize(model: Any = None, data: Any = None, val_data: Any = None, space: A
 
     model/data/val_data/config: as for :func:`train`; ``options`` are ``nnlo optimize``'s (``block_size``,
     ``n_fold``, ``num_iterations``, ``hyper_opt``, ``estimator``, ``n_initial_points``, ``ga_populations``,
-    ``fom``, ``target_objective``, ``opt_restore``, ``output``) and the training options.
+    ``fom``, ``target_objective``, ``max_failures``, ``opt_restore``, ``overwrite``, ``output``) and the training
+    options.
     space: a TOML file's path (``--space``), a dict of tables as in that file, a list of
         ``Real``/``Integer``/``Categorical`` dimensions, or None (the model's ``parameter_range``).
     """
@@ -401,8 +402,9 @@ def _check_search(search: Any) -> None:
     if target is not None and (not isinstance(target, (int, float)) or isinstance(target, bool)
                                or not math.isfinite(target)):
         raise ConfigError(f"target_objective={target!r} must be a finite number")
-    if not isinstance(search.opt_restore, bool):
-        raise ConfigError(f"opt_restore={search.opt_restore!r} must be True or False")
+    for flag in ("opt_restore", "overwrite"):
+        if not isinstance(getattr(search, flag), bool):
+            raise ConfigError(f"{flag}={getattr(search, flag)!r} must be True or False")
 
 
 def run_search(config: TrainConfig, opts: Any, inputs: RunInputs | None = None, space: Any = None, *,

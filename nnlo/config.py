@@ -73,6 +73,7 @@ class TrainConfig:
     checkpoint_interval: int = 5  # epochs between checkpoints (0: only at the end and on deadline/signal)
     checkpoint_keep: int = 3  # how many complete checkpoints to keep
     restore: str | None = None  # a checkpoint directory, a run directory, or "auto"
+    overwrite: bool = False  # start afresh in a checkpoint folder that holds an earlier run (deleting its files)
     preload_data: int = 0  # N >= 1: read every listed file into memory before training (0: read as needed)
     cache_data: str | None = None  # a node-local folder the listed files are copied into, or CACHE_IN_MEMORY
     log_level: str = "info"
@@ -182,6 +183,9 @@ class TrainConfig:
         if not isinstance(self.validate_every, int) or isinstance(self.validate_every, bool) or self.validate_every < 0:
             raise ConfigError(f"--validate-every must be an integer >= 0 master updates (0: once an epoch), "
                               f"got {self.validate_every!r}")
+        if self.overwrite and self.restore:
+            raise ConfigError(f"--overwrite starts the run afresh and --restore {self.restore} continues one; "
+                              "drop one of them")
         if self.checkpoint_interval < 0:
             raise ConfigError(
                 f"--checkpoint-interval must be >= 0 epochs (0: only at the end), got {self.checkpoint_interval}"

@@ -79,6 +79,9 @@ SEARCH_JOURNAL = "search-journal.jsonl"  # a shared search's journal (nnlo.optim
 SEARCH_LOCK = "search-journal.lock"  # the lock file beside it (flock), held for every append
 #: Default seconds after which a shared-search trial whose participant stopped renewing its lease is re-run
 LEASE_TIMEOUT_S = 120.0
+#: Default failure rule of a search (``--max-failures FRACTION[:MIN]``, :mod:`nnlo.optimize.failures`): it stops
+#: once more than half of at least 8 finished trials failed
+MAX_FAILURES = "0.5:8"
 
 # -- stop signals -------------------------------------------------------------------------------------
 #: Signals that mean "write a complete checkpoint now and exit 75": LSF's and Slurm's pre-walltime warnings

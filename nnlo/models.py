@@ -260,6 +260,42 @@ def importable(module_path: Path) -> None:
         sys.path.insert(0, folder)
 
 
+def run_name(model: str, trial_name: str | None = None, *, import_module: bool = True) -> str:
+    """The one name of a run: its folder (``nnlo-runs/<name>``), a search's output (``optimize-<name>``) and
+    trials (``<name>-<trial>-fold-<f>``), a submitted run and its jobs. ``--trial-name`` if given, else the
+    model module's ``get_name()``, else the model file's stem (a model object: its name, :func:`object_name`).
+
+    import_module=False, for the submitting side (it imports no user module in its own process: the checks do,
+    in a subprocess bounded in time): ``get_name()`` is read from the module's source, as the literal string it
+    returns (:func:`declared_name`); a name it computes needs ``--trial-name`` (or ``nnlo submit --name``).
+    """
+    given = safe_name(trial_name or "")
+    if given:
+        return given
+    if import_module or model.startswith(OBJECT_PREFIX):
+        return model_name(model)
+    return safe_name(declared_name(model) or "") or safe_name(Path(model).stem) or "run"
+
+
+def declared_name(path: str | Path) -> str | None:
+    """The literal string a model module's ``get_name()`` returns, read from its source without running it
+    (None: no such function, a computed name, or no readable module)."""
+    import ast
+
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "get_name":
+            body = [n for n in node.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+            if (len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str) and body[0].value.value.strip()):
+                return body[0].value.value.strip()
+            return None
+    return None
+
+
 def model_name(path: str) -> str:
     """The model's name for run folders: ``get_name()`` of a model module, else the file's stem.
 

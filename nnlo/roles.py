@@ -40,6 +40,7 @@ class Role(str, enum.Enum):  # noqa: UP042 - str(role) and f"{role}" print the v
     UBER_MASTER = "uber-master"
     MASTER = "master"
     WORKER = "worker"
+    SOLO = "solo"  # the only rank of its training group: trains alone, its own master
 
     def __str__(self) -> str:  # "worker", not "Role.WORKER"
         return self.value
@@ -139,8 +140,25 @@ class Shape:
 
     @property
     def smallest_group(self) -> int:
-        """Ranks of the smallest training group of this shape (every master with one worker)."""
-        return self.group_size(1 if self.allreduce else self.masters_with_workers)
+        """Ranks of the smallest training group of this shape with its masters (every master with one worker;
+        one replica in all-reduce mode): a search's default block holds ``n_fold`` of them."""
+        if self.allreduce:
+            return 1
+        return self.server_ranks + self.masters_with_workers * self.ranks_per_worker
+
+    @property
+    def solo_capable(self) -> bool:
+        """Whether a group of this shape may be one rank training alone (:attr:`Role.SOLO`): one master asked
+        (the default) and workers of one rank; an uber-master or multi-rank workers need more ranks."""
+        return self.n_masters == 1 and self.n_processes == 1
+
+    def is_solo(self, group_size: int) -> bool:
+        """A training group of ``group_size`` ranks of this shape is one rank that trains alone."""
+        return group_size == 1 and self.solo_capable
+
+    def servers_in_group(self, group_size: int) -> int:
+        """Ranks of a ``group_size``-rank training group that do not train (masters, uber-master)."""
+        return 0 if self.is_solo(group_size) else self.server_ranks
 
     @property
     def optimization(self) -> bool:
@@ -234,19 +252,23 @@ class Shape:
 
     # -- sizes -------------------------------------------------------------------------------------
     def group_size(self, n_workers: int) -> int:
-        """Ranks of one training group holding ``n_workers`` logical workers."""
+        """Ranks of one training group holding ``n_workers`` logical workers (one worker: the solo rank)."""
+        if n_workers == 1 and self.is_solo(1):
+            return 1
         return self.server_ranks + n_workers * self.ranks_per_worker
 
     def workers_in_group(self, group_size: int) -> int:
         """Workers in a training group of ``group_size`` ranks (raises if it does not fit).
 
         In pure all-reduce mode this counts replicas (one rank each), which together form the group's
-        single all-reduce group.
+        single all-reduce group. A solo group (:meth:`is_solo`) is one worker.
         """
+        if self.is_solo(group_size):
+            return 1
         rest = group_size - self.server_ranks
         k = self.ranks_per_worker
         need = self.masters_with_workers if not self.allreduce else 1
-        smallest = self.group_size(need)
+        smallest = self.smallest_group
         if rest < need * k or rest % k:
             what = self._describe_servers()
             hint = _nearest(group_size, smallest, k)
@@ -314,9 +336,14 @@ class RankInfo:
     proposer: int | None = None  # proposer index (proposers only)
 
     @property
+    def trains(self) -> bool:
+        """Computes gradients on training data: a worker, or a solo rank."""
+        return self.role in (Role.WORKER, Role.SOLO)
+
+    @property
     def needs_device(self) -> bool:
-        """Only workers compute gradients; masters and coordinators run on a CPU core."""
-        return self.role is Role.WORKER
+        """Only the ranks that train need a device; masters and coordinators run on a CPU core."""
+        return self.trains
 
     @property
     def is_leader(self) -> bool:
@@ -469,6 +496,11 @@ def _layout_group(
 
     if shape.allreduce:
         add_worker(first, None, None, size)
+    elif shape.is_solo(size):  # its own master and its only worker
+        masters.append(first)
+        workers.append((first,))
+        master_of.append(0)
+        infos.append(RankInfo(first, Role.SOLO, block, fold, index, master=0, worker=0, member=0))
     else:
         pos = first
         n_sub = shape.masters_with_workers
@@ -503,11 +535,6 @@ def describe(world_size: int, shape: Shape | None = None) -> Hierarchy:
     coordinator: int | None = None
     proposers: tuple[int, ...] = ()
     if not shape.optimization:
-        if world_size < 2 and not shape.allreduce:
-            raise RoleError(
-                f"1 rank cannot hold a master and a worker; use -n {shape.smallest_group} or more "
-                "(or --mode allreduce for a single process)"
-            )
         g, gi = _layout_group(shape, 0, 0, 0, 0, world_size)
         groups.append(g)
         infos.extend(gi)

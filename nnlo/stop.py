@@ -31,6 +31,7 @@ from types import FrameType, TracebackType
 from typing import Any, Self
 
 from nnlo.contract import INSISTING_SIGNALS, STOP_SIGNALS, signal_status
+from nnlo.observe.logs import ONCE
 
 log = logging.getLogger("nnlo.stop")
 
@@ -102,7 +103,8 @@ class Stop:
         if self.signal_name is None:
             self.signal_name, self._first_at = sig.name, now
             again = f"; {sig.name} again ends it at once" if sig in INSISTING_SIGNALS else ""
-            log.warning("received %s: writing a checkpoint and stopping%s", sig.name, again)
+            # a batch system's or a launcher's signal reaches every rank: the screen says it once
+            log.warning("received %s: writing a checkpoint and stopping%s", sig.name, again, extra=ONCE)
         elif sig in INSISTING_SIGNALS and now - self._first_at >= INSIST_AFTER_S:
             os._exit(signal_status(signum))  # asked again: the user (or the batch system) insists
 

@@ -28,7 +28,7 @@ from typing import Any
 from nnlo.contract import SCRIPT_FILE
 from nnlo.errors import ConfigError, NnloError
 from nnlo.roles import Shape
-from nnlo_sched.chain import cancel_run
+from nnlo_sched.chain import ChainError, cancel_run, preempt_run, preemptable
 from nnlo_sched.checks import check_run, check_run_home, check_site_run_home, skipped_checks
 from nnlo_sched.inner import InnerCommand, parse_inner
 from nnlo_sched.layout import Layout, compute_layout
@@ -119,13 +119,14 @@ def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = Non
     elif inner.kind != kind:
         raise ConfigError(f"the parsed options are of a {inner.kind} run, not of {kind}")
     profile = load_profile(cluster)
-    s = RunSpec.of(inner, list(args), profile.name,
-                   name=name or Path(inner.train.model).stem or f"nnlo-{kind}", walltime_s=parse_walltime(walltime),
+    workdir = str(workdir if workdir is not None else os.getcwd())
+    s = RunSpec.of(inner, list(args), profile.name, name=name or inner.run_name(workdir),
+                   walltime_s=parse_walltime(walltime),
                    queue=queue, account=account, nodes=nodes, workers=workers, blocks=blocks,
                    gpus_per_worker=gpus_per_worker, constraint=constraint,
                    max_resubmits=DEFAULT_MAX_RESUBMITS if max_resubmits is None else max_resubmits,
                    max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
-                   directives=list(directives), workdir=str(workdir if workdir is not None else os.getcwd()))
+                   directives=list(directives), workdir=workdir)
     return replace(s, layout=s.layout_on(profile).record())
 
 
@@ -315,11 +316,39 @@ def cancel(run: RunRef) -> list[str]:
     return cancel_run(r.dir)
 
 
+def preempt(run: RunRef, *, wait: float | None = 0.0, every: float = 0.25) -> str:
+    """Stop ``run``'s running job as its walltime would, now: it checkpoints, exits 75 and the queued successor
+    resumes (to move a run, free its nodes, or try the chain). Returns the job id signalled.
+
+    wait: how long to wait for a job that can be preempted (running, with a checkpoint of its own, its
+    successor queued) before giving up with :class:`WaitTimeout`; None waits as long as the run goes on, 0 not
+    at all (ChainError, one line, saying why not). A run that ends first is a ChainError.
+    """
+    r = find(run, changes=True)
+    if is_search(r):
+        raise ChainError(f"run {r.id} is a search of many chains; preempt one chain's run directory "
+                         f"(`nnlo status {r.id}` lists them)")
+    start = time.monotonic()
+    looks = 0
+    while True:
+        found = preemptable(r.dir, load_state(r.dir))
+        if not found.later:
+            return preempt_run(r.dir)  # a job to preempt, or a reason no wait can help (raised there)
+        if wait is not None and time.monotonic() - start >= wait:
+            if wait == 0:
+                raise ChainError(f"{found.why}; nothing to preempt yet (--wait waits for it)")
+            raise WaitTimeout(f"{found.why} after {wait:g} s; nothing was preempted", status(r))
+        looks += 1
+        if looks % 40 == 0 and status(r).ended:  # a chain lost without a record ends the wait, never hangs
+            return preempt_run(r.dir)
+        time.sleep(every)
+
+
 def is_search(run: RunRef) -> bool:
     """Whether ``run`` is a search over many chains (``nnlo submit --jobs K``), not one chain."""
     return load_state(find(run).dir).is_search
 
 
 __all__ = ["JobStatus", "Preflight", "RunRef", "RunStatus", "WaitTimeout", "cancel", "check_cancel",
-           "check_chaining", "find", "is_search", "layout", "preflight", "query", "render", "spec", "status",
+           "check_chaining", "find", "is_search", "layout", "preempt", "preflight", "query", "render", "spec", "status",
            "submit", "submit_argv", "wait"]

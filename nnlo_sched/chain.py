@@ -33,6 +33,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from nnlo.checkpoint import find_latest
 from nnlo.contract import (
@@ -65,6 +66,7 @@ from nnlo_sched.state import (
     JOB_CANCELLED,
     JOB_FAILED,
     NO_CHECKPOINT,
+    PREEMPTED,
     QUEUED,
     RESUBMITTING,
     RUNNING,
@@ -229,7 +231,7 @@ def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:
                 st.error = (f"job {job_id} stopped (exit {rc}) without writing a new checkpoint; the chain "
                             "stops (give a longer --walltime or checkpoint more often)")
             elif successors:
-                rec.status, st.state, stop = WALLTIME, RESUBMITTING, False
+                rec.status, st.state, stop = PREEMPTED if rec.preempted_at else WALLTIME, RESUBMITTING, False
             else:
                 rec.status, st.state = WALLTIME, FAILED
                 st.error = (f"stopped at the walltime of job {job_id} with no successor queued "
@@ -385,6 +387,63 @@ def cancel_run(run_dir: Path) -> list[str]:
             raise ChainError(f"run {run_dir.name} is marked cancelled (its queued jobs exit as soon as they start), "
                              f"but the scheduler refused: {e}; cancel job(s) {', '.join(ids)} by hand") from None
     return ids
+
+
+class Preemptable(NamedTuple):
+    """What ``nnlo preempt`` finds in a run: the job it would stop now, or None and why not (``later``: waiting
+    could change that, e.g. a job still starting)."""
+
+    job: JobRecord | None
+    why: str = ""
+    later: bool = False
+
+
+def preemptable(run_dir: Path, st: RunState) -> Preemptable:
+    """The job ``nnlo preempt`` would stop now (:class:`Preemptable`).
+
+    A job is preempted only once training is under way in it (it has written a checkpoint of its own, so its
+    stop is a resumption, never a lost start) and while its successor is queued (so the chain goes on)."""
+    if st.state in FINAL_STATES:
+        return Preemptable(None, f"run {st.run_id} is {st.state}; there is no job to preempt")
+    running = [j for j in _chain(st) if j.status == RUNNING_JOB]
+    if not running:
+        return Preemptable(None, f"run {st.run_id} has no running job yet ({st.state})", later=True)
+    job = running[-1]
+    if job.preempted_at is not None:
+        return Preemptable(None, f"run {st.run_id}: job {job.job_id} was already preempted; it is writing its "
+                                 "checkpoint")
+    if not _new_checkpoint(run_dir, load_spec(run_dir), job):
+        return Preemptable(None, f"job {job.job_id} of run {st.run_id} has not written a checkpoint yet",
+                           later=True)
+    if not any(j.alive for j in st.jobs if j is not job):
+        return Preemptable(None, f"run {st.run_id}: job {job.job_id} has no successor queued (--max-resubmits "
+                                 f"reached?); preempting it would end the chain: `nnlo cancel {st.run_id}` stops it")
+    return Preemptable(job)
+
+
+def preempt_run(run_dir: Path) -> str:
+    """Send the running job of the run the chain's own warning signal (the profile's ``signal``, else SIGUSR1),
+    as the batch system does before the walltime: it checkpoints, exits 75 and its queued successor resumes.
+    Returns the job id; ChainError (one line) when no job can be preempted now (:func:`preemptable`)."""
+    run_dir = Path(run_dir)
+    st = read_state(run_dir)
+    profile = load_profile_for(run_dir, st.cluster, st.env)  # before any write: a refused preempt changes nothing
+    sig = signal.Signals["SIG" + (profile.signal or "USR1").removeprefix("SIG")]
+    with update_state(run_dir) as st:
+        job, why, _ = preemptable(run_dir, st)
+        if job is None:
+            raise ChainError(why)
+        job.preempted_at = time.time()
+        job_id, scheduler = job.job_id, st.scheduler
+    try:
+        get_scheduler(scheduler, run_dir).signal([job_id], sig)
+    except NnloError as e:
+        with update_state(run_dir) as st:
+            rec = st.job(job_id)
+            if rec is not None:
+                rec.preempted_at = None
+        raise ChainError(f"run {st.run_id}: could not signal job {job_id}: {e}") from None
+    return job_id
 
 
 def resume_run(run_dir: Path, *, force: bool = False, options: list[str] | None = None) -> str:

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "status": ("nnlo_sched.commands.status", "Show runs, their jobs and progress."),
     "wait": ("nnlo_sched.commands.wait", "Wait until a run's chain has ended (exit 0: done)."),
     "cancel": ("nnlo_sched.commands.control", "Cancel a run and its queued successors."),
+    "preempt": ("nnlo_sched.commands.control", "Stop a run's job now with a checkpoint; its successor resumes."),
     "logs": ("nnlo_sched.commands.control", "Show or follow a run's logs."),
     "resume": ("nnlo_sched.commands.control", "Resubmit a stopped run from its newest checkpoint."),
     "job": ("nnlo_sched.commands.job", None),  # chain bookkeeping inside a batch job

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
 
 from nnlo.config import TrainConfig
 from nnlo.errors import ConfigError
+from nnlo.models import run_name
 from nnlo.optimize.options import SearchConfig
 from nnlo.roles import RoleError, Shape
 from nnlo_sched.options import command, config_from_params, parse_model_arg, search_from_params
@@ -59,6 +62,13 @@ class InnerCommand:
     def shape(self) -> Shape:
         """The run's role shape (:func:`run_shape`)."""
         return run_shape(self.train, self.search)
+
+    def run_name(self, workdir: str | Path) -> str:
+        """The run's name, by the one rule train and optimize follow (:func:`nnlo.models.run_name`), without
+        running the model module in this process: a relative ``--model`` is read in ``workdir``."""
+        model = self.train.model
+        return run_name(model if os.path.isabs(model) else os.path.join(workdir, model), self.train.trial_name,
+                        import_module=False)
 
 
 @functools.cache

@@ -180,6 +180,12 @@ TRAINING: list[Decorator] = [
     train_option("--restore", metavar="DIR|auto",
                  help="Resume from the newest complete checkpoint in DIR (a run or checkpoint folder); "
                       "'auto' looks in the run directory. No checkpoint there yet: start fresh."),
+    # one option, two fields of the same name: TrainConfig.overwrite (nnlo train) and SearchConfig.overwrite
+    train_option("--overwrite", is_flag=True,
+                 help="Start afresh in a folder that holds an earlier run (nnlo train: --checkpoint DIR; "
+                      "nnlo optimize: --output DIR), deleting its history, model, checkpoints and logs (a "
+                      "search's trials and state) first. Without it such a folder is refused: --restore auto "
+                      "(--opt-restore) continues it."),
     train_option("--preload-data", type=click.IntRange(min=0), is_flag=False, flag_value=1, show_default=False,
                  metavar="[N]", help="Read every listed file into memory once before training (any N >= 1, "
                                      "or the bare flag; 0: read from the files as needed)."),
@@ -189,7 +195,8 @@ TRAINING: list[Decorator] = [
     train_option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
                  help="Verbosity of the console and of logs/rank-<r>.log."),
     train_option("--trial-name", metavar="NAME",
-                 help=f"Name of this run (default run directory: {DEFAULT_RUNS}/NAME)."),
+                 help=f"Name of this run (default run directory: {DEFAULT_RUNS}/NAME); without it the model "
+                      "module's get_name(), else the model file's stem, for train, optimize and submit alike."),
     train_option("--seed", type=click.IntRange(min=0),
                  help="Seed of the weight initialisation and of every epoch's data order."),
     train_option("--n-masters", type=click.IntRange(min=0),
@@ -221,8 +228,8 @@ TRAINING: list[Decorator] = [
 
 SEARCH: list[Decorator] = [
     search_option("--block-size", type=click.IntRange(min=1),
-                  help="Ranks per block (each block trains one parameter set at a time). Default: the "
-                       "smallest block, n-fold x (1 master + 1 worker)."),
+                  help="Ranks per block (each block trains one parameter set at a time; 1: one rank per "
+                       "trial, training alone). Default: n-fold x (1 master + 1 worker)."),
     search_option("--block-sizes", callback=parse_block_sizes_option,
                   help="Heterogeneous blocks: the ranks of each block, e.g. 6,6,3,3 (instead of "
                        "--block-size); the world is 1 coordinator + proposers + their sum."),
@@ -236,7 +243,8 @@ SEARCH: list[Decorator] = [
     search_option("--n-fold", type=click.IntRange(min=1),
                   help="Fold groups per block (k-fold cross-validation on the --train samples); the "
                        "block reports the mean figure of merit over folds."),
-    search_option("--num-iterations", type=click.IntRange(min=1), help="Trials in total (failed ones count)."),
+    search_option("--num-iterations", type=click.IntRange(min=1),
+                  help="Trials in total (failed ones count); a larger number with --opt-restore extends a search."),
     search_option("--hyper-opt", type=click.Choice(["bayesian", "genetic", "random"]), help="Search engine."),
     search_option("--estimator", type=click.Choice(["GP", "RF", "ET"], case_sensitive=False),
                   help="Surrogate of the Bayesian engine: Gaussian process, random forest or extra trees."),
@@ -252,6 +260,10 @@ SEARCH: list[Decorator] = [
     search_option("--space", type=click.Path(dir_okay=False),
                   help="TOML search space (one [name] table per parameter); default: the model "
                        "module's get_model.parameter_range."),
+    search_option("--max-failures", metavar="FRACTION[:MIN]",
+                  help="Stop the search once more than FRACTION of its finished trials failed, counted from MIN "
+                       "finished trials on (or the whole budget if smaller): the model, not the parameters, "
+                       "is broken. 1 never stops (upstream went on)."),
     search_option("--opt-restore", is_flag=True,
                   help="Resume the search saved in --output (finished trials kept, running ones re-run)."),
     search_option("--output", type=click.Path(file_okay=False),
@@ -287,7 +299,7 @@ SEARCH: list[Decorator] = [
 
 def _launch_options(kind: str) -> list[Decorator]:
     """How to start the run here (no field of the run): ``-n N`` ranks on this machine, ``--no-check``."""
-    who = "1 master + N-1 workers" if kind == "train" else "1 coordinator + blocks"
+    who = "1 master + N-1 workers; -n 1: one rank trains alone" if kind == "train" else "1 coordinator + blocks"
     return [
         click.option("-n", "--np", "np_", type=click.IntRange(min=1), metavar="N",
                      help=f"Start N ranks with mpirun on this machine ({who}). Ignored inside an existing "

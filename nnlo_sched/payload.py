@@ -54,7 +54,9 @@ def job_config(run_dir: Path) -> TrainConfig:
     config = spec.train.replace(deadline=deadline_from_env(spec.train.deadline))
     if spec.kind == "train":
         ckpt = checkpoint_dir(run_dir, spec)
-        config = config.replace(checkpoint=str(ckpt), restore=str(ckpt) if find_latest(ckpt) else None)
+        restore = str(ckpt) if find_latest(ckpt) else None
+        # --overwrite starts the chain's run afresh once: a job that finds the run's checkpoints continues them
+        config = config.replace(checkpoint=str(ckpt), restore=restore, overwrite=config.overwrite and not restore)
     return config
 
 
@@ -88,7 +90,7 @@ def start_here(inner: InnerCommand, args: list[str]) -> int:
                                                                          f"{skipped_checks()}"]
     for note in notes:
         click.echo(f"nnlo: note: {note}", err=True)
-    spec = RunSpec.of(inner, args, PROFILE, name=Path(inner.train.model).stem or inner.kind, workdir=os.getcwd())
+    spec = RunSpec.of(inner, args, PROFILE, name=inner.run_name(os.getcwd()), workdir=os.getcwd())
     with tempfile.TemporaryDirectory(prefix="nnlo-run-") as folder:
         write_json_atomic(Path(folder) / SPEC_FILE, spec.to_dict())
         return relaunch(inner.ranks, ["run", "--as-given", folder])

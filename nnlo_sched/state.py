@@ -43,6 +43,8 @@ FINAL_STATES = (DONE, FAILED, CANCELLED)
 QUEUED_JOB, RUNNING_JOB = "queued", "running"
 FINISHED, WALLTIME, JOB_FAILED, JOB_CANCELLED, NO_CHECKPOINT, SKIPPED = (
     "finished", "walltime", "failed", "cancelled", "no-checkpoint", "skipped")
+#: A job stopped with a checkpoint by ``nnlo preempt`` (its successor continues), not by its walltime.
+PREEMPTED = "preempted"
 
 
 class StateError(NnloError):
@@ -62,6 +64,7 @@ class JobRecord:
     rc: int | None = None
     host: str | None = None
     checkpoint_at_start: str | None = None  # newest complete checkpoint when the job started
+    preempted_at: float | None = None  # when `nnlo preempt` sent it the chain's warning signal
 
     @property
     def alive(self) -> bool:
@@ -183,6 +186,7 @@ _RUN_FIELDS: dict[str, _Check] = {
 _JOB_FIELDS: dict[str, _Check] = {
     "job_id": _TEXT, "submitted_at": _NUM, "depends_on": _OPT_STR, "status": (_TEXT[0], _TEXT[1], False),
     "started_at": _OPT_NUM, "ended_at": _OPT_NUM, "rc": _OPT_INT, "host": _OPT_STR, "checkpoint_at_start": _OPT_STR,
+    "preempted_at": _OPT_NUM,
 }
 
 

@@ -39,8 +39,10 @@ from nnlo_sched.params import TypedCommand, keep_typed
 TRAINING = "TrainingDriver.py"
 OPTIMIZATION = "OptimizationDriver.py"
 MPI_LEARN = "MPIDriver.py"
+#: mpi_opt's search driver (``hyperparameter_search_option*.py``), NNLO's OptimizationDriver.py before the merger
+MPI_OPT = "hyperparameter_search_option.py"
 #: which nnlo command replaces each upstream driver
-COMMAND_OF = {TRAINING: "train", MPI_LEARN: "train", OPTIMIZATION: "optimize"}
+COMMAND_OF = {TRAINING: "train", MPI_LEARN: "train", OPTIMIZATION: "optimize", MPI_OPT: "optimize"}
 
 
 class Kind(enum.StrEnum):
@@ -74,7 +76,7 @@ class Upstream:
 
 
 # the drivers that had an option (OptimizationDriver.py took every option of TrainingDriver.py)
-T, S, M = (TRAINING, OPTIMIZATION), (OPTIMIZATION,), (MPI_LEARN,)
+T, S, M, P = (TRAINING, OPTIMIZATION), (OPTIMIZATION,), (MPI_LEARN,), (MPI_OPT,)
 TM = (TRAINING, OPTIMIZATION, MPI_LEARN)
 _LEVELS = {"warn": "warning", "critical": "error", "fatal": "error", "debug": "debug", "info": "info",
            "warning": "warning", "error": "error"}
@@ -189,6 +191,15 @@ TABLE: tuple[Upstream, ...] = (
     _same("--ga-populations", S, True, "argparse's prefix --ga-population works"),
     _same("--opt-restore", S, False, "resumes the search saved in --output"),
     _same("--target-objective", S, True),
+    # -- mpi_opt's own spellings (its driver took mpi_learn's training options and O's search options) ------
+    _noop("--label", P, True, "it named mpi_opt's coordinator files; a search writes into --output DIR and "
+          "--trial-name names it"),
+    _alias("--n-master", P, True, "--n-masters"),
+    _alias("--n-process", P, True, "--n-processes"),
+    _refuse("--previous-result", P, True, "resume a search with --opt-restore: it reads the state the search "
+            "saved in --output"),
+    _refuse("--try-restore", P, False, "resume a search with --opt-restore: it reads the state the search "
+            "saved in --output"),
 )
 
 class UpstreamError(ConfigError):
@@ -220,18 +231,18 @@ def native_options(command: click.Command) -> dict[str, str]:
 
 def resolve(name: str, candidates: Sequence[str], same: Mapping[str, str] | None = None,
             upstream: frozenset[str] = frozenset()) -> str | None:
-    """argparse's rule: an exact name; else the one candidate ``name`` is a prefix of; None if none.
-    An ambiguous prefix is an :class:`UpstreamError` naming the candidates, unless they are all spellings
-    of one option (``same``: alias -> the option it spells; ``--va`` is ``--val`` or ``--val_data``), or
-    only one of them is an option the upstream drivers had (an upstream line's prefix was unique among
-    those: ``--va`` stays ``--val_data`` although nnlo added ``--validate-every``)."""
+    """argparse's rule, where upstream had it: an exact name; else the one option upstream had (``upstream``)
+    that ``name`` is a prefix of; None if none. An option nnlo added is taken only by its whole name: a
+    prefix is accepted where an upstream parser accepted it, never one that only nnlo's options would give a
+    meaning (mpi_opt's ``--label`` is never ``--labels-name``: it is mpi_opt's own, exact, entry). An
+    ambiguous prefix is an :class:`UpstreamError` naming the candidates, unless they are all spellings of one
+    option (``same``: alias -> the option it spells; ``--va`` is ``--val`` or ``--val_data``)."""
     if name in candidates:
         return name
-    matches = sorted({c for c in candidates if c.startswith(name)})
-    for pool in (matches, [c for c in matches if c in upstream]):
-        meant = {(same or {}).get(c, c) for c in pool}
-        if len(meant) == 1:
-            return meant.pop()
+    matches = sorted({c for c in candidates if c.startswith(name) and c in upstream})
+    meant = {(same or {}).get(c, c) for c in matches}
+    if len(meant) == 1:
+        return meant.pop()
     if matches:
         raise UpstreamError(f"{name} is ambiguous: it could be {', '.join(matches)}; spell the option out")
     return None
@@ -241,6 +252,9 @@ def translate(command_name: str, native: Mapping[str, str], argv: Sequence[str])
     """``argv`` of ``nnlo <command_name>`` rewritten into nnlo's own options (see the module docstring)."""
     upstream = {e.name: e for e in TABLE if e.applies_to(command_name)}
     longs = sorted({n for n in native if n.startswith("--")} | set(upstream))
+    # the names upstream's parsers had here: this command's entries, and those another command refuses for
+    # itself (``only``: this command has the option of that name, as upstream did)
+    had = frozenset(upstream) | {e.name for e in TABLE if e.only is not None}
     same = {e.name: e.becomes[0] for e in upstream.values()
             if e.kind is Kind.ALIAS and len(e.becomes) == 1 and e.name != "--worker-optimizer-params"}
     out: list[str] = []
@@ -272,7 +286,7 @@ def translate(command_name: str, native: Mapping[str, str], argv: Sequence[str])
                 i += 1
             continue
         typed, eq, inline = token.partition("=")
-        name = resolve(typed, longs, same, frozenset(upstream))
+        name = resolve(typed, longs, same, had)
         if name is None:  # not ours, not upstream's: click names it (with its suggestions), as typed
             out += args[i - 1:]
             break
@@ -411,7 +425,7 @@ class UpstreamCommand(TypedCommand):
 # ----------------------------------------------------------------------------------------------------
 # the documentation (docs/migrating.md holds this table; tests/compat checks it is current)
 # ----------------------------------------------------------------------------------------------------
-_SHORT = {TRAINING: "T", OPTIMIZATION: "O", MPI_LEARN: "M"}
+_SHORT = {TRAINING: "T", OPTIMIZATION: "O", MPI_LEARN: "M", MPI_OPT: "P"}
 
 
 def _doc_effect(e: Upstream) -> str:

@@ -58,6 +58,31 @@ def test_allreduce_worker_groups_under_a_master():
     assert h.colors(0)["worker"] is None
 
 
+@pytest.mark.parametrize("mode", ["gem", "easgd", "downpour"])
+def test_a_group_of_one_rank_trains_alone(mode):
+    """nnlo train -n 1: one solo rank, its own master and only worker; the layout gives one worker one rank."""
+    shape = Shape.for_run(mode=mode)
+    h = describe(1, shape)
+    assert roles(h) == [Role.SOLO] and h.rank_map() == "0 solo" and h[0].label() == "solo"
+    assert h[0].needs_device and h[0].parent is None and h.colors(0)["worker"] is None
+    assert h.groups[0].workers == ((0,),) and h.groups[0].masters == (0,) and h.groups[0].top == 0
+    assert shape.world_size(1) == 1 and shape.workers_in_group(1) == 1 and shape.servers_in_group(1) == 0
+    assert roles(describe(2, shape)) == [Role.MASTER, Role.WORKER]  # -n 2 is still a master with one worker
+    assert shape.world_size(2) == 3 and shape.smallest_group == 2  # a search's default block keeps its master
+
+
+def test_one_rank_search_blocks_and_fold_groups_are_solo():
+    """optimize --block-size 1 (one trial per GPU) and --block-size 2 --n-fold 2: every fold group one rank."""
+    h = describe(7, Shape.for_run(block_size=1, search=True))
+    assert roles(h) == [Role.COORDINATOR] + [Role.SOLO] * 6 and h.blocks == tuple((r,) for r in range(1, 7))
+    assert [h[r].label() for r in (1, 6)] == ["b0:solo", "b5:solo"]
+    folds = describe(5, Shape.for_run(block_size=2, n_fold=2, search=True))
+    assert [(g.block, g.fold, g.ranks) for g in folds.groups] == [(0, 0, (1,)), (0, 1, (2,)), (1, 0, (3,)),
+                                                                  (1, 1, (4,))]
+    assert folds[2].label() == "b0f1:solo" and "4 solo" in folds.summary()
+    assert Shape.for_run(block_size=1, search=True).search_world(6) == 7
+
+
 def test_pure_allreduce_mode_one_group_of_replicas():
     h = describe(3, Shape(n_masters=0))
     assert roles(h) == [Role.WORKER] * 3
@@ -69,14 +94,13 @@ def test_pure_allreduce_mode_one_group_of_replicas():
 @pytest.mark.parametrize(
     "world, shape, message",
     [
-        (1, Shape(), "use -n 2"),
-        (1, Shape(n_processes=2), "^1 rank cannot hold a master and a worker; use -n 3 or more "),
-        (1, Shape(n_masters=3), "use -n 5 or more"),
         (4, Shape(n_processes=2), "use 5 ranks"),
+        (1, Shape(n_processes=2), "use 3 ranks"),
+        (1, Shape(n_masters=3), "1 uber-master and 2 masters"),
         (2, Shape(n_masters=3), "1 uber-master and 2 masters"),
         (14, Shape(block_size=6, n_fold=2), "use -n 13"),
         (13, Shape(block_size=6, n_fold=4), "multiple of 4"),
-        (5, Shape(block_size=4, n_fold=4), "cannot hold 1 master"),
+        (5, Shape(block_size=4, n_fold=4, n_processes=2), "cannot hold 1 master"),
         (3, Shape(block_size=3), "use -n 4"),
         (0, Shape(), "at least 1"),
     ],
@@ -116,6 +140,13 @@ shapes = st.builds(
 def check_invariants(h):
     seen = set()
     for g in h.groups:
+        if h.shape.is_solo(len(g.ranks)):  # one rank: its own master and its only worker, reporting to nobody
+            (r,) = g.ranks
+            assert g.masters == (r,) and g.workers == ((r,),) and g.uber_master is None
+            assert h[r].role is Role.SOLO and h[r].parent is None and h[r].needs_device
+            assert seen.isdisjoint(g.ranks)
+            seen |= set(g.ranks)
+            continue
         # every group rank is either a server or in exactly one worker
         server = set(g.masters) | ({g.uber_master} if g.uber_master is not None else set())
         worker_ranks = [r for w in g.workers for r in w]
@@ -154,7 +185,10 @@ def check_invariants(h):
 
 
 def _group_holds(shape, size):
-    """Independently of nnlo.roles: ``size`` ranks hold the servers and at least one worker per master."""
+    """Independently of nnlo.roles: ``size`` ranks hold the servers and at least one worker per master, or
+    are one rank that trains alone (one master asked, workers of one rank)."""
+    if size == 1 and shape.n_masters == 1 and shape.n_processes == 1:
+        return True
     k = shape.n_processes if shape.n_masters else 1
     need = max(1, shape.n_masters - 1) if shape.n_masters else 1
     rest = size - shape.n_masters
@@ -192,9 +226,12 @@ def test_invariants_or_clear_error(shape, world):
         return
     assert _feasible(shape, world)
     check_invariants(h)
-    # The sizing function used by the scheduler side agrees with the runtime's description.
-    n_workers = shape.workers_in_group(len(h.groups[0].ranks))
-    assert shape.world_size(n_workers, n_blocks=len(h.blocks)) == world
+    # The sizing function used by the scheduler side agrees with the runtime's description, but for a master
+    # with a single worker (upstream's -np 2), which it sizes as that worker alone (one rank, no master).
+    size = len(h.groups[0].ranks)
+    n_workers = shape.workers_in_group(size)
+    relayed = n_workers == 1 and shape.solo_capable and size == 2
+    assert shape.world_size(n_workers, n_blocks=len(h.blocks)) == world - (len(h.groups) if relayed else 0)
 
 
 def test_exhaustive_small_shapes_round_trip():
@@ -246,7 +283,7 @@ def test_heterogeneous_blocks_with_proposers():
     (20, Shape(block_sizes=(6, 6, 3, 3)), "do not make 1 coordinator \\+ blocks of 6,6,3,3; use -n 19"),
     (6, Shape(block_size=2, proposers=2), "1 coordinator \\+ 2 proposers \\+ blocks of 2; use -n 5"),
     (12, Shape(block_sizes=(6, 5), n_fold=2), "block size 5 does not divide into --n-fold 2"),
-    (5, Shape(block_sizes=(1, 3)), "1 ranks cannot hold 1 master"),
+    (5, Shape(block_sizes=(1, 3), n_processes=2), "1 ranks cannot hold 1 master"),
 ])
 def test_heterogeneous_shapes_refused_with_the_nearest_size(world, shape, message):
     with pytest.raises(RoleError, match=message):
@@ -430,6 +467,4 @@ def test_remaining_exact_values():
     assert sizes.block_sizes == (6, 3) and type(sizes.block_sizes) is tuple
     h = describe(13, Shape(block_size=6, n_fold=2))
     assert [g.index for g in h.groups] == [0, 1, 2, 3] and describe(3).groups[0].index == 0
-    with pytest.raises(RoleError, match=r"^1 rank cannot hold a master and a worker; use -n 2 or more \(or --mode "
-                                        r"allreduce for a single process\)$"):
-        describe(1)
+    assert [r.role for r in describe(1).ranks] == [Role.SOLO]  # one rank trains alone

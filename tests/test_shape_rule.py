@@ -93,7 +93,48 @@ def test_a_world_the_runtime_accepts_is_one_the_layout_sizes(mode: str, n_master
         layout = compute_layout(BIG, shape, "optimize", blocks=len(hierarchy.blocks))
     else:
         layout = compute_layout(BIG, shape, "train", workers=shape.workers_in_group(world))
-    assert layout.world_size == world
+    assert layout.world_size == world - _relayed(shape, world, search)
+
+
+def _relayed(shape: Shape, world: int, search: bool) -> int:
+    """The one world the layout sizes smaller: a training of a master and a single worker (upstream's -np 2)
+    runs, but the layout gives one worker one rank of its own (a solo group, no master to relay it)."""
+    return 1 if not search and world == 2 and shape.solo_capable else 0
+
+
+@pytest.mark.parametrize("mode", ["gem", "easgd", "downpour"])
+def test_one_rank_trains_alone_in_the_runtime_and_the_layout(mode: str) -> None:
+    """nnlo train -n 1 and nnlo layout/submit --workers 1: one rank, which holds a GPU (it trains)."""
+    shape = TrainConfig(model="m.py", mode=mode).validate().training_group_shape
+    assert [str(r.role) for r in describe(1, shape)] == ["solo"]
+    summit = load_profile("summit")
+    layout = compute_layout(summit, shape, "train", workers=1)
+    assert layout.world_size == 1 and layout.gpus_used == 1 and not layout.server_ranks()
+    assert describe(layout.world_size, shape).rank_map() == "0 solo"
+    assert layout.world_size == _relayed(shape, 2, False) == 1  # the -np 2 of upstream command lines: 1 rank here
+
+
+@pytest.mark.parametrize("n_fold, per_node", [(1, 6), (2, 3)])
+def test_one_rank_fold_groups_fill_a_summit_node_one_trial_per_gpu(n_fold: int, per_node: int) -> None:
+    """optimize --block-size 1 (or blocks of 2 with 2 folds): every fold group one GPU rank, a GPU each."""
+    config = TrainConfig(model="m.py")
+    shape = SearchConfig(block_size=n_fold, n_fold=n_fold).shape(config)
+    check_fold_groups(shape)
+    layout = compute_layout(load_profile("summit"), shape, "optimize", nodes=1)
+    hierarchy = describe(layout.world_size, shape)
+    assert layout.blocks == per_node and layout.gpus_used == 6
+    assert [str(r.role) for r in hierarchy][1:] == ["solo"] * 6 and len(hierarchy.groups) == 6
+    assert [r.rank for r in layout.server_ranks()] == [0]  # only the coordinator goes without a GPU
+
+
+def test_the_api_sizes_one_rank_groups_from_the_same_rule() -> None:
+    from nnlo_sched import api
+
+    assert api.layout("local", workers=1).world_size == 1
+    assert api.layout("local", block_size=1, blocks=4).world_size == 5
+    assert api.layout("local", block_size=2, n_fold=2, blocks=2).hierarchy.rank_map() == "0 coordinator | 1-4 solo"
+    spec = api.spec("optimize", ["--model", "m.py", "--block-size", "1"], "local", blocks=3)
+    assert spec.layout is not None and spec.layout.world_size == 4 and spec.layout.roles == {"coordinator": 1, "solo": 3}
 
 
 @pytest.mark.parametrize("argv, expected", [

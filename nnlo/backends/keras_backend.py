@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -257,7 +258,7 @@ class KerasBackend(Backend):
                 fn = self._compiled[key] = fn.get_concrete_function()
             return fn(tf.nest.map_structure(tf.convert_to_tensor, x), tf.nest.map_structure(tf.convert_to_tensor, y))
         except (self._tf.errors.InvalidArgumentError, ValueError, TypeError) as e:
-            text = " ".join(str(e).split())
+            text = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(e)).split())  # no terminal colours in one line
             text = text if len(text) <= 240 else text[:237] + "..."
             raise ModelError(f"Keras model {self.model.name!r} failed on a batch: {text}; check that "
                              f"--features-name/--labels-name, the model's input shape and --loss "

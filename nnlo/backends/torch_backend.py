@@ -231,16 +231,18 @@ class TorchBackend(Backend):
 
     # -- training ----------------------------------------------------------------------------------
     def _tensors(self, x: Any, y: Any) -> tuple[Any, torch.Tensor]:
+        """The batch as the model's tensors: contiguous (an adaptor's ``np.swapaxes`` view would otherwise reach
+        a model that calls ``.view``), float32 for float64, integer labels as int64."""
         def conv(a: Any) -> Any:
             if isinstance(a, (list, tuple)):
                 return [conv(v) for v in a]
-            t = torch.as_tensor(np.asarray(a))
+            t = torch.as_tensor(np.ascontiguousarray(a))
             if t.dtype == torch.float64:
                 t = t.float()
             return t.to(self.device)
 
         xt = conv(x)
-        yt = torch.as_tensor(np.asarray(y))
+        yt = torch.as_tensor(np.ascontiguousarray(y))
         if yt.dtype in (torch.int8, torch.int16, torch.int32, torch.uint8):
             yt = yt.long()
         if yt.dtype == torch.float64:

@@ -6,7 +6,15 @@ with a UTC timestamp with microseconds, so the files of all ranks merge into one
 does it on demand, e.g. for ``nnlo logs``). Multi-line records (tracebacks) stay with their first line.
 
 On the console, rank 0 shows its records at the chosen level and the other ranks only warnings and errors,
-each prefixed with the rank and role, so eight ranks do not print eight copies of every message.
+each prefixed with the rank and role, so eight ranks do not print eight copies of every message. Two marks
+(``extra=``) refine that, for every console handler nnlo installs (:class:`ConsoleFilter`):
+
+* :data:`ONCE`: a warning every rank gives alike (it follows from the options, the data, or a signal that
+  reaches every rank) is printed once per run, by the rank that speaks for the run (rank 0 of a training; in
+  a search the first rank of its first block, see :func:`speaking_for_the_run`), and once per process however
+  many trials repeat it; every rank's log file keeps its own copy;
+* :data:`DETAIL`: a record for the log files whatever the level (the trimmed traceback of an error in the
+  user's code, whose one line the screen shows anyway), on the screen only at ``--log-level debug``.
 """
 from __future__ import annotations
 
@@ -23,6 +31,11 @@ from nnlo.atomic import atomic_open
 from nnlo.contract import LOG_DIR
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
+#: ``log.warning(..., extra=ONCE)``: a warning every rank of the run gives alike: on the screen once per run
+ONCE = {"nnlo_once": True}
+#: ``log.error(..., extra=DETAIL)``: for the log files at any level; on the screen only at debug level
+DETAIL = {"nnlo_detail": True}
+_speaker: bool | None = None  # set by speaking_for_the_run(); None: rank 0 of the console's run speaks
 MERGED_NAME = "all-ranks.log"
 _STAMP_LEN = len("2026-11-21T09:30:01.123456Z")
 
@@ -56,6 +69,41 @@ class RankFormatter(logging.Formatter):
         if self.prefix_only:
             return f"[rank {self.rank} {self.role}] {record.levelname.lower()}: {message}"
         return f"{self.formatTime(record)} rank {self.rank} {self.role} {record.levelname} {record.name}: {message}"
+
+
+@contextlib.contextmanager
+def speaking_for_the_run(speaker: bool) -> Iterator[None]:
+    """Within the block, whether this process prints the run-wide warnings (:data:`ONCE`) on the screen (else
+    rank 0 does). A search's blocks name the first rank of the first block: rank 0 is the coordinator, which
+    trains nothing."""
+    global _speaker
+    previous, _speaker = _speaker, speaker
+    try:
+        yield
+    finally:
+        _speaker = previous
+
+
+class ConsoleFilter(logging.Filter):
+    """What a console handler of rank ``rank`` at ``level`` leaves out: :data:`DETAIL` records above debug
+    level, :data:`ONCE` warnings unless this process speaks for the run, and those it has printed before."""
+
+    def __init__(self, rank: int, level: int) -> None:
+        super().__init__()
+        self.rank, self.level = rank, level
+        self._said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "nnlo_detail", False) and self.level > logging.DEBUG:
+            return False
+        if getattr(record, "nnlo_once", False):
+            if not (_speaker if _speaker is not None else self.rank == 0):
+                return False
+            text = record.getMessage()
+            if text in self._said:
+                return False
+            self._said.add(text)
+        return True
 
 
 class _ConsoleHandler(logging.StreamHandler[IO[str]]):
@@ -112,6 +160,7 @@ class RankLogging:
             handler = _ConsoleHandler(stream if stream is not None else sys.stderr)
             handler.setFormatter(RankFormatter(rank, role, prefix_only=True))
             handler.setLevel(self.level if rank == 0 else max(self.level, logging.WARNING))
+            handler.addFilter(ConsoleFilter(rank, self.level))
             self._add(handler)
 
     def _add(self, handler: logging.Handler) -> None:
@@ -137,6 +186,7 @@ def console_logging(level: str, rank: int) -> None:
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter(f"%(asctime)s [{rank}] %(name)s: %(message)s", "%H:%M:%S"))
+        handler.addFilter(ConsoleFilter(rank, parse_level(level)))
         logger.addHandler(handler)
     logger.setLevel(level.upper() if rank == 0 else "WARNING")
 

@@ -53,8 +53,9 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
             outcome = runner.run(group_comm, trial_id, params, int(info.fold or 0), n_fold, out_dir,
                                  epochs=None if epochs is None else int(epochs))
         except Exception as e:  # noqa: BLE001 - a trial may fail in any way; the search must go on
-            outcome = outcome_of_exception(e)
-            log.warning("trial %d fold %s failed on rank %d: %s", trial_id, info.fold, rank, outcome.error)
+            outcome = outcome_of_exception(e, log)
+            # the coordinator prints the failed trial (one line); this rank's record of it is not for the screen
+            log.info("trial %d fold %s failed on rank %d: %s", trial_id, info.fold, rank, outcome.error)
         is_top = group_comm.Get_rank() == 0
         report = (int(info.fold or 0), is_top, None if outcome is None else outcome.to_dict())
         wait_for_all(block_comm)  # ranks done early (other folds, hook evaluations) sleep meanwhile

@@ -192,8 +192,10 @@ class Coordinator:
         search = self.search
         broken = search.broken()
         if broken is not None:
-            print(f"nnlo: error: the first {search.n_failed} trial(s) all failed; first error: {broken.error}",
-                  file=sys.stderr)
+            rule = search.failures
+            print(f"nnlo: error: the search stopped: {search.n_failed} of {len(search.finished)} finished trial(s) "
+                  f"failed (it stops when {rule.describe()}: --max-failures {rule.option}; 1 never stops); "
+                  f"first error: {broken.error}", file=sys.stderr)
             return EXIT_BAD_INPUT if broken.error_code == EXIT_BAD_INPUT else EXIT_FAILED
         if search.complete():
             return EXIT_DONE

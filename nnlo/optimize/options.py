@@ -18,7 +18,9 @@ from typing import Any
 
 from nnlo.config import TrainConfig, known_fields
 from nnlo.contract import ENV_RUN_DIR, LEASE_TIMEOUT_S
+from nnlo.contract import MAX_FAILURES as FAILURES
 from nnlo.errors import ConfigError
+from nnlo.optimize.failures import FailureRule
 from nnlo.optimize.schedules import DEFAULT_ETA, PBT_POPULATION, SCHEDULES, ScheduleError, ScheduleSpec
 from nnlo.roles import RoleError, Shape
 
@@ -41,6 +43,8 @@ class OptimizeOptions:
     n_initial_points: int | None = None
     seed: int = 0
     restore: bool = False
+    overwrite: bool = False  # start afresh in an out_dir that holds a search (its files deleted first)
+    max_failures: str = FAILURES  # FRACTION[:MIN]: when failed trials stop the search (nnlo.optimize.failures)
     deadline: float | None = None
     grace_s: float = 60.0
     shared: bool = False  # one search across many jobs: the journal in out_dir is the state
@@ -70,9 +74,9 @@ def default_out_dir(name: str) -> Path:
 def search_name(train: TrainConfig) -> str:
     """The search's name: ``--trial-name``, else the model module's ``get_name()``, else the file's stem.
     It names the default output folder and every trial's training (``<name>-<trial>-fold-<f>``)."""
-    from nnlo.models import model_name, safe_name
+    from nnlo.models import run_name
 
-    return safe_name(train.trial_name or "") or model_name(train.model)
+    return run_name(train.model, train.trial_name)
 
 
 def trial_overrides(train: TrainConfig, out_dir: Path, name: str) -> list[str]:
@@ -132,6 +136,7 @@ class SearchConfig:
     target_objective: float | None = None
     space: str | None = None  # a TOML search space; None: the model module's get_model.parameter_range
     opt_restore: bool = False
+    overwrite: bool = False  # --overwrite: start afresh in an --output folder that holds a search
     output: str | None = None  # None: $NNLO_RUN_DIR inside a submitted run, else ./optimize-<model>
     shared: bool = False  # join the shared search in the output folder (nnlo.optimize.shared)
     participant: str | None = None  # None: $NNLO_PARTICIPANT, else <hostname>-<pid>
@@ -144,6 +149,7 @@ class SearchConfig:
     reduction_factor: float | None = None  # --reduction-factor eta: asha/hyperband (None: 3)
     population: int | None = None  # --population: pbt (None: PBT_POPULATION, at most --num-iterations)
     pbt_interval: int | None = None  # --pbt-interval: epochs per pbt step (None: a tenth of --epochs, >= 1)
+    max_failures: str = FAILURES  # --max-failures FRACTION[:MIN]: stop when more than FRACTION of MIN+ trials fail
 
     def __post_init__(self) -> None:
         if self.block_sizes is not None:  # a list when read back from spec.json
@@ -155,6 +161,12 @@ class SearchConfig:
         if not (isinstance(self.lease_timeout, (int, float)) and 1.0 <= self.lease_timeout < float("inf")):
             raise ConfigError(f"--lease-timeout {self.lease_timeout!r} is not a finite number of seconds >= 1; "
                               "give the seconds after which a silent job's trial goes back to the pool")
+        FailureRule.parse(self.max_failures)
+        if self.overwrite and (self.opt_restore or self.shared):
+            other = "--shared joins" if self.shared else "--opt-restore resumes"
+            raise ConfigError(f"--overwrite starts a search afresh and {other} the one in --output: drop one of "
+                              "them (a shared search's folder belongs to every job that runs it: start a new one "
+                              "in another --output)")
         if self.shared and self.proposers > 1:  # their ranks would idle: a shared search asks under the lock
             raise ConfigError("--proposers does not apply to a shared search (--shared, nnlo submit --jobs/--join): "
                               "each job's coordinator proposes under the journal's lock; leave --proposers out")
@@ -227,6 +239,8 @@ class SearchConfig:
             n_initial_points=self.n_initial_points,
             seed=train.seed,
             restore=self.opt_restore,
+            overwrite=self.overwrite,
+            max_failures=self.max_failures,
             deadline=train.deadline,
             shared=self.shared,
             participant=self.participant,

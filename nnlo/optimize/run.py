@@ -17,10 +17,12 @@ from typing import Any
 from nnlo.config import deadline_from_env
 from nnlo.contract import ENV_RUN_DIR, SEARCH_JOURNAL
 from nnlo.errors import ConfigError, NnloError
+from nnlo.observe.logs import speaking_for_the_run
 from nnlo.optimize import space as space_mod
 from nnlo.optimize.assign import make_policy
 from nnlo.optimize.coordinator import Coordinator
 from nnlo.optimize.engines import ENGINES, Engine, make_engine
+from nnlo.optimize.failures import FailureRule
 from nnlo.optimize.options import OptimizeOptions, check_schedule, trial_overrides
 from nnlo.optimize.results import Objective
 from nnlo.optimize.runners import TrainRunner
@@ -50,13 +52,17 @@ def build_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
         return SharedSearch(engine, Objective.parse(opts.fom), num_iterations=opts.num_iterations,
                             out_dir=opts.out_dir, target=opts.target_objective, n_fold=opts.n_fold,
                             participant=participant_name(opts.participant), lease_s=opts.lease_s,
-                            schedule=schedule)
+                            schedule=schedule, failures=FailureRule.parse(opts.max_failures))
     return Search(engine, Objective.parse(opts.fom), num_iterations=opts.num_iterations, out_dir=opts.out_dir,
-                  target=opts.target_objective, n_fold=opts.n_fold, schedule=schedule)
+                  target=opts.target_objective, n_fold=opts.n_fold, schedule=schedule,
+                  failures=FailureRule.parse(opts.max_failures))
 
 
 def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
     """The coordinator's search, restored when asked (or inside a chained job) and refused over old data."""
+    resume = opts.restore or bool(os.environ.get(ENV_RUN_DIR))
+    if resume and not opts.shared:
+        opts = as_started(opts)
     search = build_search(opts, space)
     has_state = (opts.out_dir / STATE_FILE).exists()
     has_journal = (opts.out_dir / SEARCH_JOURNAL).exists()
@@ -69,11 +75,13 @@ def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
                               "it without --shared, or choose another --output for a shared search")
         search.restore()
         return search
-    resume = opts.restore or bool(os.environ.get(ENV_RUN_DIR))
+    if has_state and opts.overwrite and not resume:
+        clear_search(opts.out_dir)
+        has_state = False
     if has_state and not resume:
         raise ConfigError(
-            f"{opts.out_dir} already holds a search ({STATE_FILE}); pass --opt-restore to resume it "
-            "or choose another --output"
+            f"{opts.out_dir} already holds a search ({STATE_FILE}); resume it with --opt-restore, choose another "
+            "--output, or pass --overwrite to start afresh (deleting its trials)"
         )
     if resume and search.restore():
         log.info("resumed the search in %s: %d trial(s) done, %d to re-run", opts.out_dir,
@@ -81,6 +89,38 @@ def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
     elif opts.restore:
         log.warning("--opt-restore: no %s in %s yet; starting a new search", STATE_FILE, opts.out_dir)
     return search
+
+
+def as_started(opts: OptimizeOptions) -> OptimizeOptions:
+    """The options of a search continued from its state in ``out_dir`` (a larger ``--num-iterations`` is the
+    common case): the random first points it started with stay its initial design, however many the new budget
+    would derive (``--n-initial-points`` given says it explicitly and is taken as given)."""
+    from dataclasses import replace
+
+    from nnlo.optimize.state import load_state
+
+    if opts.n_initial_points is not None:
+        return opts
+    state = load_state(opts.out_dir)
+    started = (state or {}).get("engine_options", {}).get("n_initial_points")
+    return opts if started is None else replace(opts, n_initial_points=int(started))
+
+
+def clear_search(out_dir: Path) -> None:
+    """Delete what a search wrote into ``out_dir`` (``--overwrite``): its state, tables and trials' folders
+    (whose checkpoints the new search's trials of the same ids would otherwise resume)."""
+    import shutil
+
+    from nnlo.contract import BEST_FILE, TRIALS_CSV, TRIALS_JSON
+    from nnlo.optimize.trial_files import TRIALS_DIR
+
+    for name in (STATE_FILE, TRIALS_JSON, TRIALS_CSV, BEST_FILE, TRIALS_DIR):
+        path = out_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    log.info("--overwrite: deleted the earlier search in %s", out_dir)
 
 
 def check_fold_groups(shape: Shape) -> None:
@@ -204,7 +244,9 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
                                             else TrainRunner(config, opts.seed, opts.name, keep))
         if inputs is not None and not hook:
             runner = _GivenInputsRunner(config, opts.seed, opts.name, inputs, keep)
-        return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
+        # the trainings' run-wide warnings (every block gives them alike): on the screen from one rank that trains
+        with speaking_for_the_run(rank == hierarchy.blocks[0][0]):
+            return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
 
 
 class _GivenInputsRunner(TrainRunner):

@@ -19,6 +19,7 @@ keyword argument of ``get_model``.
 """
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 from dataclasses import dataclass
@@ -63,11 +64,12 @@ class Runner(Protocol):
         ...
 
 
-def outcome_of_exception(e: BaseException) -> FoldOutcome:
-    """A failed fold from any exception: one line, and whether it is bad input (2) or a failure (1)."""
-    from nnlo.training.failure import RankFailure, describe_exception
+def outcome_of_exception(e: BaseException, logger: logging.Logger) -> FoldOutcome:
+    """A failed fold from any exception: one line, and whether it is bad input (2) or a failure (1); the
+    traceback of an error in the user's code (an objective hook's) goes to ``logger``, trimmed."""
+    from nnlo.training.failure import RankFailure, failure_line
 
-    message, code = describe_exception(e)
+    message, code = failure_line(e, logger, "trial failed")
     if isinstance(e, RankFailure):
         message = str(e)  # "rank R (role): message": which rank of the fold group failed
     return FoldOutcome(error=message, code=code)
@@ -166,6 +168,7 @@ class TrainRunner:
             checkpoint=str(out),
             checkpoint_keep=self.keep,
             restore="auto",
+            overwrite=False,  # --overwrite applies to the search's folder (cleared once), never to a trial
             trial_name=f"{self.name}-{out.parent.name}-{out.name}",
             # trainings of many blocks at once would flood the console: their progress goes to the fold's
             # logs/ and history.json; --log-level debug shows it on the console too

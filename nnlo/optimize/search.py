@@ -6,8 +6,9 @@ the checkpoint) lives here, so it can be tested without MPI and reused by the se
 
 Budget: ``num_iterations`` finished trials, failed ones included (a model that fails everywhere must not
 loop forever). ``target`` ends the search once a trial's figure of merit reaches it; trials already running
-are still collected. If the first ``max_failures_at_start`` trials all fail, the search stops with the first
-error: the model is broken, not the parameters, and the allocation should not be burnt.
+are still collected. When the failure rule (:mod:`nnlo.optimize.failures`, ``--max-failures``: by default more
+than half of at least 8 finished trials failed) says so, the search stops with the first error: the model is
+broken, not the parameters, and the allocation should not be burnt.
 
 Asking ahead (:mod:`nnlo.optimize.ask_ahead`): with several blocks, once an ask costs more than 2 % of a
 typical trial, the next point is proposed in the background right after each hand-out.
@@ -40,6 +41,7 @@ from nnlo.errors import ConfigError
 from nnlo.optimize.ask_ahead import AskAhead, describe, worth_it
 from nnlo.optimize.assign import Candidate, Fifo, Observation, Policy
 from nnlo.optimize.engines import Engine, engine_options
+from nnlo.optimize.failures import FailureRule
 from nnlo.optimize.results import (
     FAILED,
     OK,
@@ -57,6 +59,12 @@ from nnlo.optimize.state import load_state, save_state
 log = logging.getLogger("nnlo.optimize.search")
 
 
+def _identity(options: dict[str, Any]) -> dict[str, Any]:
+    """The engine options that make a search what it is: all but the size of its initial random design, which
+    a continued search may change (``--n-initial-points``; a larger budget keeps the design it started with)."""
+    return {k: v for k, v in options.items() if k != "n_initial_points"}
+
+
 class Search:
     def __init__(
         self,
@@ -67,7 +75,7 @@ class Search:
         out_dir: Path,
         target: float | None = None,
         n_fold: int = 1,
-        max_failures_at_start: int = 3,
+        failures: FailureRule | None = None,
         schedule: Schedule | None = None,
     ):
         if num_iterations < 1:
@@ -78,7 +86,7 @@ class Search:
         self.target = target
         self.n_fold = n_fold
         self.out_dir = Path(out_dir)
-        self.max_failures_at_start = max_failures_at_start
+        self.failures = failures or FailureRule.default()
         self.finished: dict[int, Trial] = {}
         self.in_flight: dict[int, Trial] = {}
         self.requeue: list[Trial] = []  # restored in-flight trials: re-run first, same id and parameters
@@ -125,9 +133,9 @@ class Search:
         self._counted = (self._version, (ok, failed))
 
     def broken(self) -> Trial | None:
-        """The first failed trial, if every one of the first trials failed (the model, not the point, is bad)."""
-        if self.n_ok == 0 and self.n_failed >= min(self.max_failures_at_start, self.num_iterations):
-            return min(self.finished.values(), key=lambda t: t.id)
+        """The first failed trial, once the failure rule stops the search (the model, not the point, is bad)."""
+        if self.failures.stops(self.n_failed, len(self.finished), self.num_iterations):
+            return min((t for t in self.finished.values() if t.status == FAILED), key=lambda t: t.id)
         return None
 
     def target_reached(self) -> bool:
@@ -456,7 +464,7 @@ class Search:
         mismatch = []
         if state["space"] != self.engine.space.to_dict():
             mismatch.append("search space")
-        if state["engine_options"] != engine_options(self.engine):
+        if _identity(state["engine_options"]) != _identity(engine_options(self.engine)):
             mismatch.append(f"engine ({state['engine_options']})")
         if state["objective"] != {"name": self.objective.name, "direction": self.objective.direction}:
             mismatch.append(f"--fom ({state['objective']['name']}:{state['objective']['direction']})")

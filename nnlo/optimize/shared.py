@@ -47,6 +47,7 @@ from typing import Any
 from nnlo.contract import ENV_PARTICIPANT, LEASE_TIMEOUT_S, SEARCH_JOURNAL
 from nnlo.errors import ConfigError
 from nnlo.optimize.engines import Engine, engine_options
+from nnlo.optimize.failures import FailureRule
 from nnlo.optimize.journal import JOB_FIELDS, Journal, Lease, SharedState
 from nnlo.optimize.results import Objective, Trial, fold_variance, write_results
 from nnlo.optimize.schedules import Job, Ledger, Schedule
@@ -73,12 +74,12 @@ class SharedSearch(Search):
     """A search whose trials, leases and results live in the journal in ``out_dir``."""
 
     def __init__(self, engine: Engine, objective: Objective, *, num_iterations: int, out_dir: Path,
-                 target: float | None = None, n_fold: int = 1, max_failures_at_start: int = 3,
+                 target: float | None = None, n_fold: int = 1, failures: FailureRule | None = None,
                  participant: str, lease_s: float = LEASE_TIMEOUT_S,
                  clock: Callable[[], float] = time.time, heartbeat: bool = True,
                  schedule: Schedule | None = None) -> None:
         super().__init__(engine, objective, num_iterations=num_iterations, out_dir=out_dir, target=target,
-                         n_fold=n_fold, max_failures_at_start=max_failures_at_start, schedule=schedule)
+                         n_fold=n_fold, failures=failures, schedule=schedule)
         if not lease_s >= MIN_LEASE_S:
             raise ConfigError(f"--lease-timeout {lease_s} is too short; use at least {MIN_LEASE_S:g} seconds "
                               f"(default {LEASE_TIMEOUT_S:g})")

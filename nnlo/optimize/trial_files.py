@@ -32,8 +32,12 @@ HOOK_STATE = "hook-state.json"
 _COPY_TRIES = 5
 
 
+#: the folder of a search's trials, ``<out>/trials/<trial-id>/fold-<f>/``
+TRIALS_DIR = "trials"
+
+
 def trial_dir(out_dir: Path | str, trial_id: int, fold: int) -> Path:
-    return Path(out_dir) / "trials" / f"{trial_id:04d}" / f"fold-{fold}"
+    return Path(out_dir) / TRIALS_DIR / f"{trial_id:04d}" / f"fold-{fold}"
 
 
 # -- an objective hook's state -----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import os
 import random
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -32,13 +33,15 @@ import numpy as np
 from nnlo import checkpoint as ckpt
 from nnlo.abort import abort_rank
 from nnlo.config import TrainConfig
-from nnlo.contract import CONFIG_FILE
+from nnlo.contract import CONFIG_FILE, ENV_RUN_DIR
 from nnlo.errors import ConfigError
+from nnlo.observe.logs import ONCE
 from nnlo.roles import Hierarchy, Role, describe
 from nnlo.stop import Stop
 from nnlo.training.context import RunContext, RunInputs
-from nnlo.training.failure import RankFailure, describe_exception
+from nnlo.training.failure import RankFailure, failure_line
 from nnlo.training.history import TrainResult
+from nnlo.training.rundir import claim
 from nnlo.training.startup import mark
 from nnlo.training.watchdog import Watchdog, abort_on_expiry, timeout_from_env
 
@@ -129,10 +132,8 @@ def _phase(comm: Any, hierarchy: Hierarchy | None, fn: Callable[[], T], watchdog
     error = None
     try:
         value = fn()
-    except Exception as e:  # every failure becomes one line on one rank
-        message, code = describe_exception(e)
-        error = (message, code)
-        log.debug("set-up failed", exc_info=e)
+    except Exception as e:  # noqa: BLE001 - every failure becomes one line on one rank (its log: the traceback)
+        error = failure_line(e, log, "set-up failed")
     with watchdog.waiting("waiting for the other ranks to finish setting up"):
         errors = comm.allgather(error)
     for r, err in enumerate(errors):
@@ -150,15 +151,13 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
 
     def check() -> Hierarchy:
         wanted = config.validate().training_group_shape
-        if comm.Get_size() < 2 and not wanted.allreduce:
-            raise ConfigError(
-                "1 rank cannot hold a master and a worker: use -n 2 or more (e.g. -n 3 = 1 master + 2 "
-                "workers), or start the ranks with mpirun/srun inside a batch job"
-            )
         hierarchy = describe(comm.Get_size(), wanted)
         if out is not None:
+            top = rank == hierarchy.groups[0].top
+            if top:  # before any rank writes: an earlier run here is continued, overwritten on request, or kept
+                claim(out, config, chained=bool(os.environ.get(ENV_RUN_DIR)))
             out.mkdir(parents=True, exist_ok=True)
-            if rank == hierarchy.groups[0].top:
+            if top:
                 ckpt.write_json_atomic(out / CONFIG_FILE, config.to_dict())
         return hierarchy
 
@@ -217,14 +216,15 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         role.engine_name = comm.bcast(role.engine_name, root=0)
         _phase(comm, hierarchy, role.start, watchdog)
         return ctx, role
-    # the top of the tree (the master, or the uber-master) sets everyone's initial weights
+    # the top of the tree (the master, the uber-master, a solo rank) sets everyone's initial weights
     center = role.center if ctx.info.role is not Role.WORKER else np.empty(builder.backend.n_params, np.float32)
     with watchdog.waiting("waiting for the initial weights"):
         comm.Bcast(center, root=ctx.group.top)
     mark("weights_shared")
-    if ctx.info.role is Role.WORKER:
-        role.rule.start(center)
-        _phase(comm, hierarchy, lambda: builder.restore_worker(role, checkpoint), watchdog)
+    trainer = role.worker if ctx.info.role is Role.SOLO else role if ctx.info.role is Role.WORKER else None
+    if trainer is not None:
+        trainer.rule.start(center)
+        _phase(comm, hierarchy, lambda: builder.restore_worker(trainer, checkpoint), watchdog)
     else:
         _phase(comm, hierarchy, lambda: None, watchdog)
     return ctx, role
@@ -290,10 +290,16 @@ class _Builder:
         if ctx.info.role is Role.MASTER:
             state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
             return Master(ctx, self.backend, self.data, restored=state)
-        link = Link(ctx.comm, watchdog=ctx.watchdog)
-        rule = make_worker_rule(self.backend, ctx.config, ctx.n_workers, link, ctx.master_rank)
         position = (int(manifest["epoch"]), 0) if manifest else (0, 0)
         loader, validator = self.data
+        if ctx.info.role is Role.SOLO:  # a group of one rank: the master's part around its own worker
+            from nnlo.training.solo import Alone, Solo, SoloWorker
+
+            state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
+            worker = SoloWorker(ctx, self.backend, loader, Alone(self.backend), position, validator)
+            return Solo(ctx, self.backend, validator, worker, restored=state)
+        link = Link(ctx.comm, watchdog=ctx.watchdog)
+        rule = make_worker_rule(self.backend, ctx.config, ctx.n_workers, link, ctx.master_rank)
         if ctx.worker_comm is not None:
             from nnlo.training.allreduce import choose_engine
             from nnlo.training.groups import GroupWorker
@@ -310,10 +316,9 @@ class _Builder:
         name = ckpt.part_name("worker", ctx.worker_index)
         same = manifest.get("n_workers") == len(ctx.group.workers) and manifest.get("mode") == ctx.config.effective_mode
         if not same or not (Path(checkpoint) / name).is_file():
-            if ctx.worker_index == 0:
-                log.warning("checkpoint %s was written by %s worker(s) in mode %s; workers restart epoch %d "
-                            "with fresh optimizer state", checkpoint, manifest.get("n_workers"),
-                            manifest.get("mode"), int(manifest["epoch"]) + 1)
+            log.warning("checkpoint %s was written by %s worker(s) in mode %s; workers restart epoch %d with fresh "
+                        "optimizer state", checkpoint, manifest.get("n_workers"), manifest.get("mode"),
+                        int(manifest["epoch"]) + 1, extra=ONCE)
             return
         state = ckpt.read_part(checkpoint, name)
         worker.load_state_dict(state)
@@ -341,8 +346,7 @@ def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, v
         return _Builder(ctx, backend, data, device)
     # every rank evaluates its share of the master's validations (nnlo.training.validation); only workers train
     validator = _validation(ctx, source, val_indices)
-    is_master = ctx.info.role is not Role.WORKER
-    data = validator if is_master else (_training(ctx, source, train_indices), validator)
+    data = (_training(ctx, source, train_indices), validator) if ctx.info.trains else validator
     return _Builder(ctx, backend, data, device)
 
 
@@ -420,7 +424,7 @@ def _validation(ctx: RunContext, source: Any, indices: Any) -> Any:
             for flag, rule in (("--early-stopping", cfg.early_stopping), ("--target-metric", cfg.target_metric)):
                 if rule and rule.strip().startswith("val_"):
                     raise ConfigError(f"{flag} {rule} needs validation data; pass --val LIST")
-            log.warning("no validation data (--val): the history holds training metrics only")
+            log.warning("no validation data (--val): the history holds training metrics only", extra=ONCE)
             return None
         idx = np.arange(len(dataset), dtype=np.int64)
     if idx.size == 0:
@@ -443,8 +447,7 @@ def _log_summary(result: TrainResult) -> None:
 
 
 def _abort(comm: Any, exc: BaseException, role: str) -> None:
-    message, code = describe_exception(exc)
+    message, code = failure_line(exc, log, "aborting")
     if isinstance(exc, KeyboardInterrupt):
         message, code = "interrupted", 130
-    log.debug("aborting", exc_info=exc)
     abort_rank(comm, role, message, code)

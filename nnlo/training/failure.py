@@ -8,6 +8,7 @@ the originating rank has ``report=True``, so the command line prints the line on
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -39,9 +40,21 @@ class RankFailure(NnloError):
 
 
 def describe_exception(exc: BaseException) -> tuple[str, int]:
-    """(one-line message, exit code) for any exception: NnloErrors as they are, others with their type."""
+    """(one-line message, exit code) for any exception: NnloErrors as they are, others with their type; an
+    error raised in the user's own code names where (:func:`nnlo.usercode.locate`: ``(at model.py:12 in
+    forward)``, or the failing layer of a torch model)."""
     if isinstance(exc, RankFailure):
         return exc.message, exc.exit_code
+    message, code = _described(exc)
+    from nnlo.usercode import locate
+
+    where = locate(exc)
+    if where and where not in message:
+        message = f"{message} ({where})"
+    return message, code
+
+
+def _described(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, NnloError):
         return str(exc), getattr(exc, "exit_code", EXIT_BAD_INPUT)
     from nnlo.roles import RoleError
@@ -50,6 +63,22 @@ def describe_exception(exc: BaseException) -> tuple[str, int]:
         return str(exc), 2
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__, 1
+
+
+def failure_line(exc: BaseException, logger: logging.Logger, what: str = "failed") -> tuple[str, int]:
+    """:func:`describe_exception` of this rank's own failure, with its traceback in the rank's log: an error in
+    the user's code trimmed to their part (:func:`nnlo.usercode.user_traceback`), in the log file whatever the
+    level and on the screen at ``--log-level debug``; any other at debug level, whole."""
+    from nnlo.observe.logs import DETAIL
+    from nnlo.usercode import user_traceback
+
+    if not isinstance(exc, RankFailure):
+        trimmed = user_traceback(exc)
+        if trimmed is not None:
+            logger.error("%s:\n%s", what, trimmed, extra=DETAIL)
+        else:
+            logger.debug(what, exc_info=exc)
+    return describe_exception(exc)
 
 
 def in_model(what: str, fn: Callable[..., T], *args: Any) -> T:

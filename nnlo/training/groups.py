@@ -27,7 +27,7 @@ from nnlo.allreduce import Engine, make_engine
 from nnlo.allreduce.bucketed import BucketedReducer, make_reducer
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
-from nnlo.training.failure import RankFailure, describe_exception
+from nnlo.training.failure import RankFailure, describe_exception, failure_line
 from nnlo.training.validation import SUMS, split_range
 from nnlo.training.voted_step import EXTRA, allreduce_step
 from nnlo.training.worker import Worker
@@ -146,9 +146,8 @@ class GroupWorker(Worker):
             if self.validator is None:
                 raise TrainingError("asked for a validation share but this rank has no validation data")
             sums[:len(SUMS)] = self.validator.sums_with(self.backend, weights, request.get("buffers"), a, b)
-        except Exception as e:  # the whole group fails together
-            log.debug("validation share failed", exc_info=e)
-            error = describe_exception(e)
+        except Exception as e:  # noqa: BLE001 - the whole group fails together (the log: the traceback)
+            error = failure_line(e, log, "validation share failed")
             sums[:] = 0.0
             sums[-1] = 1.0
         with self.ctx.watchdog.waiting("adding up the group's validation sums"):

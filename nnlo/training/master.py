@@ -228,7 +228,7 @@ class Master(WorkerServer):
             try:
                 seconds = self.checkpoints.publish(tmp, self.state_dict, self.backend, self.center, {
                     "epoch": self.epoch, "updates": self.updates, "mode": self.cfg.effective_mode,
-                    "n_workers": len(self.ctx.group.workers), "config": self.cfg.to_dict(),
+                    "n_workers": self.run_workers, "config": self.cfg.to_dict(),
                     "stopped_reason": self.stop_reason,
                 })
             except Exception as e:  # noqa: BLE001 - the round failed: every worker learns it
@@ -255,6 +255,6 @@ class Master(WorkerServer):
         if result is None:
             result = TrainResult.of(self.history, self.epoch, self.stop_reason or "running", self.checkpoints.writer)
         return write_history(self.ctx.out_dir, result, {
-            "mode": self.cfg.effective_mode, "n_workers": len(self.workers), "config": self.cfg.to_dict(),
+            "mode": self.cfg.effective_mode, "n_workers": self.run_workers, "config": self.cfg.to_dict(),
             "validations": self.validations,
         })

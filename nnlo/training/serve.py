@@ -48,7 +48,7 @@ from nnlo.training import startup
 from nnlo.training.buffers import CentralBuffers
 from nnlo.training.context import RunContext
 from nnlo.training.deadline import Deadline
-from nnlo.training.failure import RankFailure, describe_exception
+from nnlo.training.failure import RankFailure, failure_line
 from nnlo.training.modes import ServerRule, make_server_rule
 from nnlo.training.validation import Validator, no_sums, split_range, validation_weight
 from nnlo.transport import ANY, Link
@@ -120,13 +120,21 @@ class WorkerServer(ABC):
     def _updated(self) -> None:
         """The center just took update number :attr:`updates` (the top of the tree validates every N)."""
 
+    @property
+    def run_workers(self) -> int:
+        """The training's workers, under every master (an uber-master serves masters, not workers)."""
+        return len(self.ctx.group.workers)
+
     # -- serving -----------------------------------------------------------------------------------
+    def _what_trains(self) -> str:
+        """The start of the first log line: who trains, how."""
+        return (f"training {self.ctx.hierarchy.rank_map()}: {self.run_workers} worker(s), mode "
+                f"{self.cfg.effective_mode}")
+
     def _begin(self) -> bool:
         """Log what is about to be trained; False, stopped as completed, when no epoch is left to train."""
         cfg = self.cfg
-        log.info("training %s: %d worker(s), mode %s, %d epoch(s), batch %d, %s",
-                 self.ctx.hierarchy.rank_map(), len(self.workers), cfg.effective_mode, cfg.epochs,
-                 cfg.batch, self.deadline.describe())
+        log.info("%s, %d epoch(s), batch %d, %s", self._what_trains(), cfg.epochs, cfg.batch, self.deadline.describe())
         if self.epoch >= cfg.epochs:
             self.stop_reason = "completed"
             log.info("the restored run has already done %d of %d epochs; nothing to train", self.epoch, cfg.epochs)
@@ -259,8 +267,8 @@ class WorkerServer(ABC):
         counted = count_update and bool(hdr.get("samples", 0))
         if counted:
             self._count_update()
-        if hdr.get("stop_requested") and self.stop_reason is None:
-            self.stop_reason = "signal"
+        if hdr.get("stop_requested") and self.stop_reason is None and not self.ctx.stop.raised:
+            self.stop_reason = "signal"  # a signal that reached the worker only (one this rank got: _check_stop)
             log.warning("a worker received %s: stopping with a checkpoint", hdr.get("stop_requested"))
         self._check_stop()
         self._accounted(hdr, counted)
@@ -356,9 +364,8 @@ class WorkerServer(ABC):
 
     def _fail_here(self, exc: BaseException) -> None:
         if self.failure is None:
-            message, code = describe_exception(exc)
+            message, code = failure_line(exc, log, "failed")
             self.failure = RankFailure(message, self.ctx.rank, self.ctx.role_label, exit_code=code, report=True)
-            log.debug("master failed", exc_info=exc)
 
     def _drain(self, ranks: list[int]) -> None:
         """After a failure, answer the next message of each of ``ranks`` with abort (so none waits)."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from nnlo.allreduce import flat
 from nnlo.observe.trace import get_tracer
-from nnlo.training.failure import describe_exception, in_model
+from nnlo.training.failure import failure_line, in_model
 
 COUNT, LOSS, CORRECT, VOTE = range(4)
 EXTRA = 4  # scalars after the gradient in the step buffer
@@ -85,9 +85,8 @@ def allreduce_step(ctx: Any, engine: Any, backend: Any, loader: Any, buf: Any, i
             flat.fill(buf[:n], 0.0)
             scalars = [0.0, 0.0, 0.0]
         flat.put(buf, n, [*scalars, vote])
-    except Exception as e:  # vote "failed": every rank then stops at this very step
-        error = describe_exception(e)
-        log.debug("%s step failed", label, exc_info=e)
+    except Exception as e:  # noqa: BLE001 - vote "failed": every rank then stops at this very step
+        error = failure_line(e, log, f"{label} step failed")
         # buckets already started are in the library's hands: leave them; the vote makes every rank stop
         if reducer is None:
             flat.fill(buf[:n], 0.0)

@@ -27,7 +27,7 @@ from nnlo.backends.base import Backend
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
 from nnlo.training.context import RunContext
-from nnlo.training.failure import RankFailure, describe_exception, in_model
+from nnlo.training.failure import RankFailure, failure_line, in_model
 from nnlo.training.modes import WorkerRule
 from nnlo.training.validation import Validator
 
@@ -132,9 +132,8 @@ class Worker:
             self._report(e)
 
     def _report(self, exc: BaseException) -> NoReturn:
-        message, code = describe_exception(exc)
+        message, code = failure_line(exc, log, "training failed")
         failure = RankFailure(message, self.ctx.rank, self.ctx.role_label, exit_code=code, report=True)
-        log.debug("failing", exc_info=exc)
         link, master = self.rule.link, self.rule.master
         link.send(master, {"kind": "error", "failure": failure.to_dict()})
         # The master answers with the group's *first* failure: only its rank prints, so two workers

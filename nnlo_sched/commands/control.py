@@ -1,7 +1,8 @@
-"""``nnlo cancel RUN``, ``nnlo logs RUN [-f]``, ``nnlo resume RUN``: control a run's chain of jobs.
+"""``nnlo cancel RUN``, ``nnlo preempt RUN``, ``nnlo logs RUN [-f]``, ``nnlo resume RUN``: control a run's chain
+of jobs.
 
 RUN is a run id (or a unique prefix of one) under ``$NNLO_HOME``/``./nnlo-runs``, or a run directory. The
-commands that change a run (cancel, resume) take a prefix only of at least
+commands that change a run (cancel, preempt, resume) take a prefix only of at least
 :data:`nnlo_sched.runs.MIN_PREFIX` characters, never an empty or blank one, and say which run they act on
 before they act.
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from nnlo.contract import ARRAY_LOG, JOB_LOG, LOG_DIR, STATE_FILE
+from nnlo.contract import ARRAY_LOG, EXIT_FAILED, JOB_LOG, LOG_DIR, STATE_FILE
 from nnlo_sched import api
 from nnlo_sched.chain import job_logs, resume_run
 from nnlo_sched.params import finite_range
@@ -39,6 +40,29 @@ def cancel_command(run: str) -> None:
     click.echo(f"cancelling run {r.id} ({r.dir})")
     ids = api.cancel(r)
     click.echo(f"cancelled run {r.id}" + (f" (job {', '.join(ids)})" if ids else " (no job was queued or running)"))
+
+
+@click.command("preempt")
+@click.argument("run")
+@click.option("--wait", "wait_s", type=finite_range(min=0), default=None, metavar="SECONDS",
+              help="Wait up to this long for a job to preempt (running, with a checkpoint of its own and its "
+                   "successor queued) instead of refusing at once.")
+def preempt_command(run: str, wait_s: float | None) -> None:
+    """Stop RUN's running job now as its walltime would: it gets the chain's warning signal, writes a
+    checkpoint and exits 75, and the queued successor resumes from it (to move a run, free its nodes, or
+    try the chain).
+
+    RUN is a whole run id, a run directory, or at least 4 characters of a run id that name only one run.
+    """
+    r = api.find(run, changes=True)
+    click.echo(f"preempting run {r.id} ({r.dir})")
+    try:
+        job = api.preempt(r.dir, wait=0.0 if wait_s is None else wait_s)
+    except api.WaitTimeout as e:
+        click.echo(f"nnlo: error: {e}", err=True)
+        raise SystemExit(EXIT_FAILED) from None
+    click.echo(f"preempted job {job} of run {r.id}: it checkpoints and stops; its successor resumes "
+               f"(`nnlo wait {r.id}` follows the chain)")
 
 
 def _log_files(run_dir: Path) -> list[Path]:

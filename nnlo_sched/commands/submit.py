@@ -139,7 +139,8 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> InnerCommand:
     context_settings=dict(ignore_unknown_options=True, allow_interspersed_args=False),
 )
 @click.option("--cluster", "-c", default=None, help="Cluster profile (nnlo clusters lists them); required.")
-@click.option("--name", default=None, help="Run and job name (default: the model file's name).")
+@click.option("--name", default=None, help="Run and job name (default: --trial-name, else the model module's "
+                                           "get_name(), else the model file's name, as train/optimize name runs).")
 @click.option("--walltime", "-t", default="1h", show_default=True, callback=parse_walltime_option,
               help="Per job: MM, HH:MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h. Longer runs resubmit themselves.")
 @click.option("--queue", "-q", default=None, help="Queue / partition (default: the profile's).")

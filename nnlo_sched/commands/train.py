@@ -28,7 +28,7 @@ from nnlo_sched.payload import run_training, start_here
 def _train(ctx: click.Context, np_: int | None, no_check: bool, **params: Any) -> None:
     """Train one model with 1 master and N-1 workers (Downpour, EASGD, GEM or synchronous), or deeper
     hierarchies: --n-masters M (uber-master above M-1 masters), --n-processes K (workers of K ranks that
-    all-reduce), --mode allreduce (no master; every rank a replica).
+    all-reduce), --mode allreduce (no master; every rank a replica). -n 1: one rank trains alone.
 
     Example: nnlo train -n 3 --model examples/digits_torch.py --train train.list --val val.list --mode gem
 

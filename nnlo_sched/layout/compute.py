@@ -98,10 +98,11 @@ def _worker_ranks(shape: Shape, world: int) -> int:
 
 
 def _servers(shape: Shape, world: int) -> int:
+    """Ranks that need no GPU: the coordinator and proposers, and every training group's masters."""
     if not shape.optimization:
-        return shape.n_masters
-    blocks = len(shape.blocks_in(world))
-    return shape.head_ranks + blocks * shape.n_fold * shape.n_masters
+        return shape.servers_in_group(world)
+    f = shape.n_fold
+    return shape.head_ranks + sum(f * shape.servers_in_group(bs // f) for bs in shape.blocks_in(world))
 
 
 def _fits_one_node(node: _Node, shape: Shape, world: int) -> bool:
@@ -170,12 +171,14 @@ def _fill(node: _Node, shape: Shape, nodes: int, cluster: str) -> int:
     if cap_workers is not None:
         w = min(w, cap_workers // k)
     need = 1 if shape.allreduce else shape.masters_with_workers
+    if w < need and shape.is_solo(1) and (cap_workers is None or cap_workers >= 1):
+        return 1  # room for one worker alone: a solo group needs no master
     if w < need:
         raise LayoutError(
             f"{nodes} {cluster} node(s) cannot hold {shape.server_ranks} master rank(s) and {need} worker(s) "
             f"of {k} rank(s); use more --nodes, fewer --n-masters or fewer --n-processes"
         )
-    return shape.world_size(w)
+    return shape.server_ranks + w * k  # the masters and every worker that fits (one worker too: 2 ranks here)
 
 
 def compute_layout(
@@ -242,9 +245,9 @@ def _place(
     queue: str | None,
 ) -> Layout:
     """Lay ``world`` ranks out on ``nodes`` nodes (None: as few as hold them) and check the site's limits."""
+    fewer = "fewer blocks" if shape.optimization else "fewer workers"  # what to cut: a search's unit is a block
     if world > MAX_RANKS:
-        raise LayoutError(f"{world} ranks are more than nnlo lays out (at most {MAX_RANKS:,}); "
-                          "ask for fewer workers/blocks")
+        raise LayoutError(f"{world} ranks are more than nnlo lays out (at most {MAX_RANKS:,}); ask for {fewer}")
     slots = node.gpu_slots
     if nodes is None:
         nodes = 1 if _fits_one_node(node, shape, world) else -(-world // node.uniform_cap())
@@ -253,14 +256,14 @@ def _place(
         raise LayoutError(
             f"{world} ranks ({_worker_ranks(shape, world)} on GPUs) do not fit on {nodes} {profile.label} node(s) "
             f"of {profile.cores_per_node} cores and {profile.gpus_per_node} GPUs; use --nodes {best} "
-            "or fewer workers"
+            f"or {fewer}"
         )
     if nodes > world:
         raise LayoutError(f"{nodes} nodes for only {world} ranks leaves nodes empty; use --nodes {world} or fewer")
     if profile.nodes is not None and nodes > profile.nodes:
         raise LayoutError(
             f"{world} ranks need {nodes} {profile.label} nodes but the machine has {profile.nodes}; "
-            "ask for fewer workers/blocks or fewer GPUs per worker"
+            f"ask for {fewer} or fewer GPUs per worker"
         )
 
     ranks_per_node = -(-world // nodes)

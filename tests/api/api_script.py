@@ -102,4 +102,18 @@ def enough(epoch: int, logs: dict) -> None:
 keep("raising", nnlo.train(model=tiny.get_model, data=nnlo.ArraySource(x, y), callbacks=enough,
                            checkpoint=out / "raising", **{**SYNC, "mode": "easgd", "synchronous": False}))
 
+# a second training into a folder holding a run is refused on every rank, before any rank writes there;
+# overwrite=True starts afresh
+MPI.COMM_WORLD.Barrier()  # every rank has left the last training (rank 0 merged its logs)
+before = sorted((p.name, p.stat().st_mtime_ns) for p in (out / "raising").rglob("*"))
+try:
+    nnlo.train(model=tiny.get_model, data=nnlo.ArraySource(x, y), checkpoint=out / "raising", **SYNC)
+    results["again"] = {"refused": False}
+except nnlo.RankFailure as e:
+    results["again"] = {"refused": True, "message": e.message, "code": e.exit_code,
+                        "untouched": sorted((p.name, p.stat().st_mtime_ns) for p in (out / "raising").rglob("*"))
+                        == before}
+keep("overwritten", nnlo.train(model=tiny.get_model, data=nnlo.ArraySource(x, y), checkpoint=out / "raising",
+                               overwrite=True, **{**SYNC, "epochs": 1}))
+
 (out / f"rank-{rank}.json").write_text(json.dumps(results))

@@ -66,7 +66,7 @@ def test_every_rank_gets_the_result_and_only_the_master_is_master(runs) -> None:
     ranks = runs["ranks"]
     assert [r["list"]["is_master"] for r in ranks] == [True, False, False]
     for r in ranks[1:]:
-        for name in ("list", "arrays", "cut", "resumed", "callback", "raising"):
+        for name in ("list", "arrays", "cut", "resumed", "callback", "raising", "overwritten"):
             assert r[name]["history"] == ranks[0][name]["history"], name
             assert r[name]["stopped"] == ranks[0][name]["stopped"]
 
@@ -96,3 +96,16 @@ def test_a_callback_stops_training_cleanly(runs) -> None:
     raising = ranks[0]["raising"]
     assert raising["stopped"] == "callback" and raising["epochs_done"] == 1
     assert "callback enough stopped the training after epoch 1: enough" in runs["err"]
+
+
+def test_a_second_training_into_a_folder_holding_a_run_is_refused_unless_overwrite(runs) -> None:
+    for r in runs["ranks"]:  # every rank raises the same failure; nothing was written
+        again = r["again"]
+        assert again["refused"] and again["code"] == 2 and again["untouched"], again
+        assert "already holds a run" in again["message"] and "--overwrite" in again["message"]
+    overwritten = runs["ranks"][0]["overwritten"]
+    assert overwritten["stopped"] == "completed" and overwritten["epochs_done"] == 1
+    written = json.loads(Path(overwritten["history_path"]).read_text())
+    assert written["mode"] == "synchronous" and len(written["history"]) == 1  # the easgd run is gone
+    (ckpt,) = list_checkpoints(runs["out"] / "raising" / "checkpoints")
+    assert json.loads((ckpt / MANIFEST).read_text())["mode"] == "synchronous"

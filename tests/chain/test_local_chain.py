@@ -166,3 +166,37 @@ def test_unknown_or_ambiguous_runs_are_one_line_errors(chain_env):
     assert proc.returncode == 2 and "matches 2 runs" in proc.stderr
     wait_for("both runs", lambda: a.state.state == "done" and b.state.state == "done")
     assert f"run       {a.id}" in nnlo("status", str(a.dir)).stdout  # a run directory's path names it too
+
+
+def test_preempt_stops_the_running_job_and_its_successor_resumes(chain_env):
+    # the first job holds after its first checkpoint until a stop signal comes (its walltime is far away):
+    # only `nnlo preempt` moves the chain on, at any machine speed
+    run = submit(make_spec("testlocal", epochs=4, epoch_s=0.2, walltime_s=600, hold_at_epoch=1))
+    out = nnlo("preempt", run.id, "--wait", "170", timeout=180).stdout
+    assert "preempted job 1 of run" in out
+    wait_for("the run to finish", lambda: run.state.state in ("done", "failed"), timeout=120)
+    st = run.state
+    assert st.state == "done", st.error
+    started = [j for j in st.jobs if j.started_at]
+    assert [(j.status, j.rc) for j in started] == [("preempted", 75), ("finished", 0)]
+    assert started[0].preempted_at is not None and started[1].preempted_at is None
+    assert epochs_done(run) == [1, 2, 3, 4]
+    assert "payload: stopping at epoch 1 (signal)" in nnlo("logs", run.id).stdout
+    view = status_json(run)
+    assert [j["status"] for j in view["jobs"] if j["started_at"]] == ["preempted", "finished"]
+    late = nnlo("preempt", run.id, check=False)  # nothing left to preempt: one line, nothing changes
+    assert late.returncode == 2 and late.stderr.count("\n") == 1 and "is done" in late.stderr
+
+
+def test_preempt_refuses_a_job_without_successor_and_one_not_started(chain_env):
+    run = submit(make_spec("testlocal", epochs=3, epoch_s=0.2, walltime_s=600, hold_at_epoch=1,
+                           max_resubmits=0))
+    wait_for("the first checkpoint", lambda: (run.dir / "history.json").exists())
+    refused = nnlo("preempt", run.id, check=False)  # stopping it would end the chain: cancel says so
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "no successor queued" in refused.stderr and f"nnlo cancel {run.id}" in refused.stderr
+    assert run.state.state == "running" and run.state.jobs[0].preempted_at is None
+    nnlo("cancel", run.id)
+    wait_for("the cancel to land", lambda: _local_queue_idle(run))
+    waited = nnlo("preempt", run.id, "--wait", "5", check=False)
+    assert waited.returncode == 2 and "is cancelled" in waited.stderr

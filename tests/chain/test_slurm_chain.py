@@ -135,24 +135,22 @@ def test_a_failing_run_is_not_resubmitted(slurm, chain_env):
     assert "failed" in nnlo("status").stdout
 
 
-def test_a_signal_sent_through_the_scheduler_checkpoints_and_the_successor_resumes(slurm, chain_env):
-    """``Scheduler.signal`` (``scancel --signal=USR2 --batch``, what a preemption sends): the batch shell relays
-    it to srun's tasks, the job stops with a checkpoint (75, ``walltime``), its queued successor resumes."""
-    import signal
-
-    from nnlo_sched.schedulers import get_scheduler
-
-    run = submit(make_spec("testslurm", epochs=8, epoch_s=0.5, walltime_s=600))
-    view = wait_for("the first epoch", lambda: (v := status_json(run))["state"] == "running"
-                    and (run.dir / "checkpoints").is_dir() and v)
-    first = view["jobs"][0]["job_id"]
-    get_scheduler("slurm").signal([first], signal.SIGUSR2)
+def test_nnlo_preempt_signals_through_slurm_and_the_successor_resumes(slurm, chain_env):
+    """``nnlo preempt`` sends the profile's warning signal with ``scancel --signal=USR2 --batch`` (what a site's
+    preemption sends): the batch shell relays it to srun's tasks, the job stops with a checkpoint (75,
+    ``preempted``), its queued successor resumes. The first job holds after its first checkpoint until a stop
+    signal comes, so only the preemption moves the chain on."""
+    run = submit(make_spec("testslurm", epochs=4, epoch_s=0.3, walltime_s=600, hold_at_epoch=1))
+    out = nnlo("preempt", run.id, "--wait", "170", timeout=180).stdout
+    first = run.state.jobs[0].job_id
+    assert f"preempted job {first} of run {run.id}" in out
     wait_for("the run to finish", lambda: run.state.state in ("done", "failed"), timeout=180)
     st = run.state
     assert st.state == "done", st.error
-    assert st.jobs[0].status == "walltime" and st.jobs[0].rc == 75, st.jobs[0]
-    assert epochs_done(run) == list(range(1, 9))
-    assert "restored from ckpt-e" in nnlo("logs", run.id).stdout
+    assert st.jobs[0].status == "preempted" and st.jobs[0].rc == 75, st.jobs[0]
+    assert epochs_done(run) == [1, 2, 3, 4]
+    logs = nnlo("logs", run.id).stdout
+    assert "payload: stopping at epoch 1 (signal)" in logs and "restored from ckpt-e0001" in logs
 
 
 def test_pbs_path_through_slurms_torque_wrappers(slurm, chain_env):

@@ -151,7 +151,7 @@ def test_optimize_takes_the_search_options_and_their_prefixes() -> None:
 
 # -- prefixes ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("prefix", "candidates"), [
-    ("--n", ("--n-masters", "--n-processes", "--np")),
+    ("--n", ("--n-masters", "--n-processes")),  # not nnlo's own --np: its options are never prefixed
     ("--gem", ("--gem-kappa", "--gem-lr", "--gem-momentum")),
     ("--ch", ("--checkpoint", "--checkpoint-interval")),
     ("--sync", ("--sync-every", "--synchronous")),
@@ -167,6 +167,27 @@ def test_an_ambiguous_prefix_is_one_error_listing_the_candidates(prefix: str, ca
     listed = message.split("could be ", 1)[1].split(";")[0].split(", ")
     assert set(candidates) <= set(listed)
     assert all(c.startswith(prefix) for c in listed)
+
+
+def test_mpi_opts_own_options_are_its_own_never_a_prefix_of_another() -> None:
+    """mpi_opt's --label named its files: one warning, never --labels-name (a missing dataset later)."""
+    inner = parse_inner("optimize", [*BASE, "--label", "hOpt", "--n-master", "2", "--n-process", "3"])
+    assert inner.train.labels_name == TrainConfig(model="m.py").labels_name
+    assert (inner.train.n_masters, inner.train.n_processes) == (2, 3)
+    for option in (["--try-restore"], ["--previous-result", "coordinator.pkl"]):
+        with pytest.raises(UpstreamError, match=r"not supported by nnlo optimize; resume a search with --opt-restore"):
+            parse_inner("optimize", [*BASE, *option])
+
+
+@pytest.mark.parametrize("prefix", ["--overw", "--max-fail", "--validate-ev", "--trial-na"])
+def test_an_option_nnlo_added_is_never_taken_by_a_prefix(prefix: str) -> None:
+    """Prefixes are accepted where an upstream parser accepted them; nnlo's own options need their whole name
+    (--trial-na is upstream's --trial-name: still taken)."""
+    if prefix == "--trial-na":
+        assert parse_inner("optimize", [*BASE, prefix, "x"]).train.trial_name == "x"
+        return
+    with pytest.raises(ConfigError, match=f"No such option '{prefix}'"):
+        parse_inner("optimize", [*BASE, prefix, "1"])
 
 
 def test_exact_names_win_over_longer_names_they_prefix() -> None:

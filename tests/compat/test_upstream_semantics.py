@@ -107,6 +107,20 @@ def test_gem_lr_beside_a_worker_optimizer_with_another_step_is_refused(worker: s
         TrainConfig(model="m.py", mode="gem", gem_lr=0.05, worker_optimizer=worker).validate()
 
 
+def test_gem_lr_beside_another_worker_step_is_refused_before_any_launch(monkeypatch) -> None:
+    """The launching side (`nnlo train -n 3`, `nnlo submit`) parses the inner command and refuses it before
+    any rank or job starts: nothing is launched."""
+    import nnlo_sched.launchers.local_launch as local_launch
+    from nnlo_sched.cli import main
+
+    monkeypatch.setattr(local_launch.subprocess, "Popen", lambda *a, **k: pytest.fail("a launch started"))
+    with pytest.raises(ConfigError, match="--gem-lr 0.1 sets the step"):
+        parse_inner("train", ["--model", "m.py", "--gem-lr", "0.1", "--worker-optimizer", "adam"])
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "-n", "3", "--model", "m.py", "--gem-lr", "0.1", "--worker-optimizer", "adam"])
+    assert exit_.value.code == 2
+
+
 @pytest.mark.parametrize("changes", [
     dict(gem_lr=0.05),  # the default worker optimizer is sgd:lr=<gem-lr>
     dict(gem_lr=0.05, worker_optimizer="sgd:lr=0.05,momentum=0.5"),

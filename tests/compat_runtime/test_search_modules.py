@@ -61,10 +61,12 @@ def test_kfold_counts_the_samples_of_get_train(project, monkeypatch):
 
 
 @pytest.mark.mpi
-def test_kfold_search_from_get_train_reports_mean_and_spread(project, nnlo_cli):
-    """The upstream k-fold command, small: no --train, no --val; get_train() is split into 2 folds."""
+@pytest.mark.parametrize("ranks, block", [("5", "4"), ("3", "2")])  # fold groups of 2 ranks, and of 1 (solo)
+def test_kfold_search_from_get_train_reports_mean_and_spread(project, nnlo_cli, ranks, block):
+    """The upstream k-fold command, small: no --train, no --val; get_train() is split into 2 folds; with
+    --block-size 2 each fold group is one rank that trains alone."""
     root = project["root"]
-    r = nnlo_cli(["optimize", "-n", "5", "--model", "models/model.py", "--block-size", "4", "--n-fold", "2",
+    r = nnlo_cli(["optimize", "-n", ranks, "--model", "models/model.py", "--block-size", block, "--n-fold", "2",
                   "--num-iterations", "2", "--epochs", "1", "--batch", "16", "--mode", "downpour",
                   "--hyper-opt", "random", "--checkpoint", "CP", "--trial-name", "kf"], cwd=root)
     assert r.rc == 0, r.err[-3000:]
@@ -83,6 +85,7 @@ def test_kfold_search_from_get_train_reports_mean_and_spread(project, nnlo_cli):
             history = json.loads((fold / "history.json").read_text())
             assert history["config"]["trial_name"] == f"kf-{t['id']:04d}-fold-{f}"
             assert history["history"][0]["samples"] == 48  # half of get_train()'s 96 samples trains
+            assert history["n_workers"] == 1 and history["epochs_done"] == 1
     best = json.loads((out / "best.json").read_text())
     assert best["best_fom_std"] is not None and best["best_fom"] is not None
     header = (out / "trials.csv").read_text().splitlines()[0].split(",")

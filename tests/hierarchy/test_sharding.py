@@ -39,7 +39,7 @@ def _epoch_samples(shape: Shape, world: int, n: int, batch: int, epoch: int, see
     hierarchy = describe(world, shape)
     out = []
     for info in hierarchy:
-        if info.role is not Role.WORKER:
+        if not info.trains:  # workers, and a solo rank (a group of one)
             continue
         ctx = RunContext(_Comm(info.rank), TrainConfig(model="m"), hierarchy, None, None)  # type: ignore[arg-type]
         n_shards, index, members, member = ctx.data_split

@@ -36,6 +36,15 @@ def test_every_mode_trains_through_the_tree(run_train, mode: str) -> None:
     assert sorted(p.name for p in last.iterdir()) == PARTS
     layout = compute_layout(load_profile("local"), shape_from_args("train", ["--n-masters", "3"]), workers=2)
     assert rank_map_logged(run) == layout.hierarchy.rank_map() == "0 uber-master | 1 master | 2 worker | 3 master | 4 worker"
+    # the run's workers, not the uber-master's masters: in the history and in its first line
+
+
+def test_the_uber_master_counts_the_runs_workers_not_its_masters(run_train) -> None:
+    """-n 5 --n-masters 2: one master under the uber-master, with 3 workers: the run has 3 workers."""
+    run = run_train(5, "--n-masters", "2", "--batch", "16", "--epochs", "1", "--log-level", "info")
+    assert run.rc == 0, run.err[-3000:]
+    (first,) = [ln for ln in run.err.splitlines() if ln.startswith("[rank 0 uber-master] info: training ")]
+    assert ": 3 worker(s), mode" in first and run.history["n_workers"] == 3, first
 
 
 def test_a_signal_stops_the_tree_with_a_checkpoint_that_restores(run_train, tmp_path) -> None:

@@ -75,3 +75,28 @@ def test_a_console_handler_installed_by_a_command_prints_no_more_than_before(tmp
     finally:
         logger.removeHandler(theirs)
         logger.setLevel(old_level)
+
+
+@pytest.mark.parametrize("level", ["info", "debug"])
+def test_run_wide_warnings_once_and_details_for_the_files(tmp_path, level):
+    """ONCE: the screen shows it from the speaking rank only, once however often it comes; DETAIL: every file
+    at any level, the screen at debug only."""
+    screens = {r: io.StringIO() for r in (0, 1)}
+    log = logging.getLogger("nnlo.test.once")
+    for rank in (0, 1):  # one process at a time, as each rank's own
+        h = logs.RankLogging(tmp_path, rank, f"role{rank}", level, console=True, stream=screens[rank])
+        try:
+            for _ in range(2):
+                log.warning("no validation data", extra=logs.ONCE)
+            log.error("their traceback", extra=logs.DETAIL)
+            with logs.speaking_for_the_run(rank == 1):  # a search: the first block's rank speaks
+                log.warning("every trial says this", extra=logs.ONCE)
+                log.warning("every trial says this", extra=logs.ONCE)
+        finally:
+            h.close()
+    assert screens[0].getvalue().count("no validation data") == 1 and "no validation" not in screens[1].getvalue()
+    assert screens[1].getvalue().count("every trial says this") == 1 and "every trial" not in screens[0].getvalue()
+    for rank in (0, 1):
+        text = (tmp_path / "logs" / f"rank-{rank}.log").read_text()
+        assert text.count("no validation data") == 2 and "their traceback" in text
+        assert ("their traceback" in screens[rank].getvalue()) is (level == "debug")

@@ -35,6 +35,19 @@ def test_search_options_are_parsed(monkeypatch, tmp_path):
     assert inner.search.options(inner.train).out_dir == tmp_path
 
 
+def test_overwrite_is_a_search_option_and_never_a_trials():
+    from nnlo.errors import ConfigError
+    from nnlo.optimize.runners import TrainRunner
+
+    inner = parse_inner("optimize", ["--model", "m.py", "--overwrite", "--output", "o"])
+    assert inner.search is not None and inner.search.options(inner.train).overwrite
+    trial = TrainRunner(inner.train, 0, "s").config_for({}, REPO / "o" / "trials" / "0000" / "fold-0")
+    assert trial.restore == "auto" and not trial.overwrite  # a trial resumes its own folder
+    for extra in ("--opt-restore", "--shared"):
+        with pytest.raises(ConfigError, match="--overwrite starts a search afresh"):
+            parse_inner("optimize", ["--model", "m.py", "--overwrite", "--output", "o", extra])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("argv, message", [
     (["--num-iterations", "0"], "--num-iterations"),

@@ -122,7 +122,9 @@ def get_model(hidden=32):
 
 @pytest.mark.mpi
 def test_a_model_that_raises_fails_its_trial_and_the_search_goes_on(nnlo_mpi, digits, tmp_path):
-    """Real runtime: get_model raises for odd sizes; those trials are recorded as failed, the rest train.
+    """Real runtime: get_model raises for odd sizes; those trials are recorded as failed (their one line names
+    the user's line, printed once), the rest train, two one-rank blocks at once, without --val (trained on
+    the training loss: every training warns so, the screen once).
     The space comes from a TOML file; random search with seed 0 proposes hidden = 36, 25, 40, 24."""
     model = tmp_path / "fragile.py"
     model.write_text(FRAGILE_MODEL)
@@ -130,8 +132,8 @@ def test_a_model_that_raises_fails_its_trial_and_the_search_goes_on(nnlo_mpi, di
     space.write_text('[hidden]\ntype = "integer"\nlow = 8\nhigh = 40\n')
     out = tmp_path / "run"
     cmd = ["optimize", "--model", str(model),
-           "--space", str(space), "--train", str(digits / "train.list"), "--val", str(digits / "val.list"),
-           "--block-size", "2", "--epochs", "1", "--batch", "64", "--mode", "downpour", "--hyper-opt", "random",
+           "--space", str(space), "--train", str(digits / "train.list"), "--fom", "loss",
+           "--block-size", "1", "--epochs", "1", "--batch", "64", "--mode", "downpour", "--hyper-opt", "random",
            "--seed", "0", "--num-iterations", "4", "--output", str(out)]
     r = nnlo_mpi(3, *cmd, cwd=REPO, timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -139,4 +141,7 @@ def test_a_model_that_raises_fails_its_trial_and_the_search_goes_on(nnlo_mpi, di
     assert [t["params"]["hidden"] for t in table] == [36, 25, 40, 24]
     assert [t["status"] for t in table] == ["ok", "failed", "ok", "ok"]
     assert "hidden=25 is odd" in table[1]["error"] and table[1]["fom"] is None
+    assert table[1]["error"].endswith(f"(at {model}:7 in get_model)")
     assert all(t["fom"] > 0 for t in table if t["status"] == "ok")
+    assert sum("hidden=25 is odd" in line for line in r.stderr.splitlines()) == 1  # the coordinator's line only
+    assert r.stderr.count("no validation data (--val)") == 1

@@ -86,13 +86,48 @@ def test_maximised_fom_picks_the_largest(tmp_path):
     assert s.engine.observations[1][1] == -0.9
 
 
-def test_broken_model_stops_after_the_first_failures(tmp_path):
+def test_broken_model_stops_once_more_than_half_of_at_least_8_trials_failed(tmp_path):
+    """The default rule tolerates a bad start (upstream went on): 4 failures first, then trials that work."""
     s = new_search(tmp_path, num_iterations=20)
-    for _ in range(3):
+    for i in range(7):
         t = s.next_trial(0)
-        s.record(t.id, [{"error": "m.py: get_model() raised KeyError: 'x'", "code": 2}], 0)
-    assert s.broken().id == 0 and s.broken().error_code == 2 and "KeyError" in s.broken().error
-    assert s.next_trial(0) is None
+        s.record(t.id, [{"error": "m.py: get_model() raised KeyError: 'x'", "code": 2}] if i < 4 else [ok(0.1)], 0)
+    assert s.broken() is None and s.next_trial(0) is not None  # 4 of 7: fewer than 8 finished trials
+    bad = new_search(tmp_path / "bad", num_iterations=20)
+    for _ in range(8):
+        t = bad.next_trial(0)
+        bad.record(t.id, [{"error": "m.py: get_model() raised KeyError: 'x'", "code": 2}], 0)
+        assert bad.broken() is None or len(bad.finished) == 8
+    assert bad.broken().id == 0 and bad.broken().error_code == 2 and "KeyError" in bad.broken().error
+    assert bad.next_trial(0) is None
+
+
+@pytest.mark.parametrize("text, fails, finished, budget, stops", [
+    ("0.5:8", 5, 9, 20, True), ("0.5:8", 4, 8, 20, False), ("0.5:8", 3, 3, 3, True),  # a budget under 8: all of it
+    ("0.25:4", 2, 4, 20, True), ("0.25", 3, 7, 20, False), ("0.25", 3, 8, 20, True), ("1", 30, 30, 30, False), ("0:1", 1, 1, 20, True),
+])
+def test_the_failure_rule(text, fails, finished, budget, stops):
+    from nnlo.optimize.failures import FailureRule
+
+    rule = FailureRule.parse(text)
+    assert rule.stops(fails, finished, budget) is stops
+    assert FailureRule.parse(rule.option) == rule
+
+
+@pytest.mark.parametrize("text", ["", "half", "1.5", "-0.1", "0.5:0", "0.5:x", "0.5:8:2", "nan"])
+def test_a_bad_failure_rule_is_one_line_with_an_example(text):
+    from nnlo.optimize.failures import FailureRule
+
+    with pytest.raises(ConfigError, match="--max-failures .*e.g. 0.5:8"):
+        FailureRule.parse(text)
+
+
+def test_the_failure_rule_reads_as_it_is_printed():
+    from nnlo.optimize.failures import FailureRule
+
+    assert FailureRule.default().describe() == "more than half of at least 8 finished trials failed"
+    assert FailureRule.parse("0.25:4").describe() == "more than 25% of at least 4 finished trials failed"
+    assert FailureRule.parse("1").describe() == "never (--max-failures 1)"
 
 
 def test_results_files_and_restore_rerun_in_flight(tmp_path):
@@ -166,3 +201,38 @@ def test_an_interrupted_training_stops_the_hand_out():
     stop = Stop(deadline=None)
     stop.request("a training was interrupted (deadline or signal)")
     assert "interrupted" in stop.reason(0.0)
+
+
+def test_a_search_continues_with_a_larger_budget_and_its_initial_design_counts(tmp_path, monkeypatch):
+    """optimize --num-iterations 10 --opt-restore over a search of 4: the random first points that the budget
+    of 4 derived (2) are the design done; the 10-trial search would have derived 3."""
+    from dataclasses import replace
+
+    from nnlo.optimize.options import OptimizeOptions
+    from nnlo.optimize.run import prepare_search
+
+    monkeypatch.delenv("NNLO_RUN_DIR", raising=False)
+    opts = OptimizeOptions(out_dir=tmp_path, block_size=1, num_iterations=4, hyper_opt="bayesian")
+    s = prepare_search(opts, SPACE)
+    for v in (0.4, 0.3, 0.2, 0.1):
+        t = s.next_trial(0)
+        s.record(t.id, [ok(v + t.params["a"])], 0)
+    s.save()
+    assert not s.can_hand_out() and s.engine.n_initial_points == 2
+    more = prepare_search(replace(opts, num_iterations=10, restore=True), SPACE)
+    assert sorted(more.finished) == [0, 1, 2, 3] and more.engine.n_initial_points == 2
+    assert replace(opts, num_iterations=10).initial_points() == 3
+    assert more.next_trial(0).id == 4 and more.num_iterations == 10
+    given = prepare_search(replace(opts, num_iterations=10, restore=True, n_initial_points=6), SPACE)
+    assert given.engine.n_initial_points == 6 and len(given.finished) == 4  # asked for explicitly: as given
+    for other, what in ((dict(hyper_opt="random"), "engine"), (dict(estimator="RF"), "engine"),
+                        (dict(fom="val_accuracy"), "--fom")):
+        with pytest.raises(ConfigError, match=f"different {what}"):
+            prepare_search(replace(opts, num_iterations=10, restore=True, **other), SPACE)
+
+
+def test_the_default_rule_is_the_contracts():
+    from nnlo.contract import MAX_FAILURES
+    from nnlo.optimize.failures import FailureRule
+
+    assert FailureRule.parse(MAX_FAILURES) == FailureRule.default() == FailureRule(0.5, 8)

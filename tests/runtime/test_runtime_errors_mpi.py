@@ -8,6 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
+from tests.helpers.runtime import MODELS
 from tests.helpers.faults import COMM_LIMIT
 
 pytestmark = [pytest.mark.mpi]
@@ -36,9 +37,22 @@ def test_model_without_get_model(run_train) -> None:
     _one_error(run, "no_get_model.py", "get_model", rank="0")
 
 
+def _user_traceback(log: str, where: str) -> list[str]:
+    """The rank log's traceback of an error in the user's code: it starts at their frame, none of nnlo's."""
+    lines = log.splitlines()
+    start = lines.index("Traceback (most recent call last, from your code on):")
+    frames = [ln for ln in lines[start:] if ln.startswith('  File "')]
+    assert frames[0].startswith(f'  File "{where}'), frames
+    assert not [f for f in frames if "/nnlo/" in f or "/nnlo_sched/" in f], frames
+    return lines[start:]
+
+
 def test_get_model_that_raises(run_train) -> None:
+    """The one line names the user's file and line; the rank's log has their traceback, the screen none."""
     run = run_train(2, "--epochs", "1", model="build_fails.py")
-    _one_error(run, "get_model() raised ValueError: hidden size must be positive", rank="0")
+    _one_error(run, "get_model() raised ValueError: hidden size must be positive", "build_fails.py:5 in get_model)",
+               rank="0")
+    _user_traceback((run.out_dir / "logs" / "rank-0.log").read_text(), str(MODELS / "build_fails.py"))
 
 
 def test_list_naming_a_missing_file(run_train, tmp_path, blobs) -> None:
@@ -64,8 +78,22 @@ def test_fewer_samples_than_workers(run_train, tmp_path) -> None:
 
 def test_model_raising_on_one_worker_ends_the_job(run_train) -> None:
     run = run_train(3, "--mode", "gem", "--epochs", "50", model="raises_on_rank2.py", launcher="mpirun")
-    line = _one_error(run, "deliberate failure in forward", rc=1, rank="2")
+    line = _one_error(run, "deliberate failure in forward", "(at ", "raises_on_rank2.py:14 in forward)", rc=1,
+                      rank="2")
     assert "worker" in line
+    trace = _user_traceback((run.out_dir / "logs" / "rank-2.log").read_text(), str(MODELS / "raises_on_rank2.py"))
+    assert trace[-1] == "RuntimeError: deliberate failure in forward"
+
+
+def test_a_shape_mistake_in_the_users_forward_is_located_and_debug_shows_its_traceback(run_train) -> None:
+    """nn.Linear(7, ...) meets 8 features: one line naming the user's line; at --log-level debug the trimmed
+    traceback is on the screen too."""
+    run = run_train(1, "--epochs", "1", "--log-level", "debug", model="wrong_width.py")
+    assert run.rc == 1 and len(run.error_lines()) == 1, run.err
+    assert "mat1 and mat2 shapes cannot be multiplied" in run.error_lines()[0]
+    assert run.error_lines()[0].endswith("wrong_width.py:12 in forward)")
+    shown = run.err[run.err.index("Traceback (most recent call last, from your code on):"):]
+    assert shown.splitlines()[1].startswith(f'  File "{MODELS / "wrong_width.py"}", line 12, in forward')
 
 
 @pytest.mark.parametrize("mode", [["--mode", "downpour", "--synchronous"], ["--mode", "gem"]])

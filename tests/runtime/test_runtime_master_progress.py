@@ -21,7 +21,7 @@ def _master(epochs: int = 4, epoch: int = 0, comm=MPI.COMM_WORLD, top: int = 0) 
     """A Master with only what run()'s progress path reads (no workers, no backend)."""
     m = Master.__new__(Master)
     m.cfg = TrainConfig(model="m.py", epochs=epochs)
-    m.ctx = SimpleNamespace(rank=comm.Get_rank(), group=SimpleNamespace(top=top), comm=comm,
+    m.ctx = SimpleNamespace(rank=comm.Get_rank(), group=SimpleNamespace(top=top, workers=()), comm=comm,
                             hierarchy=SimpleNamespace(rank_map=lambda: "test"))
     m.workers, m.epoch, m.failure, m.progress = (), epoch, None, None
     m.deadline = SimpleNamespace(describe=lambda: "no deadline")

@@ -1,4 +1,4 @@
-"""Real ``mpirun`` runs of ``nnlo train``: every mode on 2 and 3 ranks, 1 rank refused, exactness checks."""
+"""Real ``mpirun`` runs of ``nnlo train``: every mode on 2 and 3 ranks, exactness checks (1 rank: test_runtime_solo_mpi)."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,15 +32,6 @@ def test_every_mode_trains_and_learns(run_train, mode: str, ranks: int) -> None:
     assert 0.0 <= h["final"]["val_accuracy"] <= 1.0
     assert (run.out_dir / "model.pt").is_file()
     assert h["n_workers"] == ranks - 1
-
-
-@pytest.mark.parametrize("mode", sorted(MODES))
-def test_one_rank_is_a_clear_error(run_train, mode: str) -> None:
-    run = run_train(1, *MODES[mode], "--epochs", "1")
-    assert run.rc == 2
-    assert run.error_lines() == [run.error_lines()[0]]
-    assert "1 rank cannot hold a master and a worker" in run.err and "-n 2" in run.err
-    assert "Traceback" not in run.err
 
 
 def _reference_model(seed: int = 0) -> torch.nn.Module:

@@ -98,6 +98,29 @@ def test_sigusr1_to_the_launching_command_checkpoints_and_exits_75(nnlo_env, blo
         if proc.poll() is None:
             proc.kill()
     assert rc == 75, "".join(seen)
+    assert "".join(seen).count("] warning: received SIGUSR1: writing a checkpoint") == 1  # every rank got it: once
     history = json.loads((out / "history.json").read_text())
     assert history["stopped_reason"] == "signal" and history["epochs_done"] < 100000
     assert len(list_checkpoints(out / "checkpoints")) == 1
+
+
+def _snapshot(folder) -> dict[str, tuple[int, bytes]]:
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_second_run_into_a_finished_run_is_refused_before_writing_until_overwrite(run_train, tmp_path) -> None:
+    """nnlo train --checkpoint DIR twice: the second is one line (the ways on) and writes nothing; --overwrite
+    starts afresh (the earlier checkpoints gone, so a later --restore auto cannot pick them up)."""
+    out = tmp_path / "done"
+    first = run_train(1, "--epochs", "2", "--batch", "16", "--checkpoint-interval", "1", out_dir=out)
+    assert first.rc == 0, first.err
+    before = _snapshot(out)
+    again = run_train(2, "--epochs", "1", "--batch", "16", out_dir=out)
+    assert again.rc == 2, again.err
+    (line,) = again.error_lines()
+    assert "already holds a run (checkpoint ckpt-e0002" in line and "--restore auto" in line and "--overwrite" in line
+    assert "Traceback" not in again.err and _snapshot(out) == before
+    fresh = run_train(1, "--epochs", "1", "--batch", "16", "--overwrite", out_dir=out)
+    assert fresh.rc == 0, fresh.err
+    assert fresh.history["epochs_done"] == 1 and len(fresh.history["history"]) == 1
+    assert [c.name[:10] for c in list_checkpoints(out / "checkpoints")] == ["ckpt-e0001"]

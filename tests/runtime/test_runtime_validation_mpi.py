@@ -69,3 +69,12 @@ def test_a_worker_failing_while_validating_ends_the_job_with_one_line(run_train)
     assert len(lines) == 1, run.err
     assert "rank 2" in lines[0] and "while validating" in lines[0] and "deliberate failure" in lines[0]
     assert "Traceback" not in run.err
+
+
+def test_a_run_wide_warning_is_printed_once_and_kept_in_every_ranks_log(run_train, blobs) -> None:
+    """-n 4 without --val: every rank finds no validation data; the screen says so once, each log keeps it."""
+    run = run_train(4, "--epochs", "1", "--batch", "16", "--train", str(blobs["train"]), data=False)
+    assert run.rc == 0, run.err
+    assert run.err.count("no validation data (--val)") == 1, run.err
+    for rank in range(4):
+        assert "no validation data (--val)" in (run.out_dir / "logs" / f"rank-{rank}.log").read_text()

@@ -138,11 +138,17 @@ def test_nodes_alone_fill_the_allocation(profile: Profile, shape: Shape, kw: dic
         (SUMMIT, Shape(), dict(nodes=5000),
          "summit has 4608 nodes; ask for at most --nodes 4608"),
         (SUMMIT, Shape(), dict(workers=30000),
-         "30001 ranks need 5001 summit nodes but the machine has 4608; ask for fewer workers/blocks or fewer "
+         "30001 ranks need 5001 summit nodes but the machine has 4608; ask for fewer workers or fewer "
+         "GPUs per worker"),
+        (SUMMIT, Shape(block_size=6), dict(blocks=6000),
+         "36001 ranks need 6001 summit nodes but the machine has 4608; ask for fewer blocks or fewer "
          "GPUs per worker"),
         (SUMMIT, Shape(), dict(workers=20, nodes=1),
          "21 ranks (20 on GPUs) do not fit on 1 summit node(s) of 42 cores and 6 GPUs; use --nodes 4 or fewer "
          "workers"),
+        (SUMMIT, Shape(block_size=6, n_fold=2), dict(blocks=3, nodes=1),
+         "19 ranks (12 on GPUs) do not fit on 1 summit node(s) of 42 cores and 6 GPUs; use --nodes 4 or fewer "
+         "blocks"),
         (SUMMIT, Shape(), dict(workers=3, nodes=5),
          "5 nodes for only 4 ranks leaves nodes empty; use --nodes 4 or fewer"),
         (SUMMIT, Shape(), dict(workers=8, nodes=4),
@@ -249,20 +255,28 @@ class _Oracle:
         self.min_nodes = queue.min_nodes if queue else 1
         self.max_nodes = min(profile.nodes or 10**9, queue.max_nodes or 10**9 if queue else 10**9)
 
+    @property
+    def solo(self) -> bool:
+        """A training group of one rank trains alone (no master) when one master and one-rank workers are asked."""
+        return self.shape.n_masters == 1 and self.shape.n_processes == 1
+
     def world(self, units: int) -> int:
-        """Ranks of ``units`` blocks (an optimization) or logical workers (a training)."""
+        """Ranks of ``units`` blocks (an optimization) or logical workers (a training; one worker: one rank)."""
         s = self.shape
         if s.optimization:
             assert s.block_size is not None
             return 1 + units * s.block_size
+        if units == 1 and self.solo:
+            return 1
         return s.n_masters + units * (s.n_processes if s.n_masters else 1)
 
     def servers(self, world: int) -> int:
         s = self.shape
         if s.optimization:
             assert s.block_size is not None
-            return 1 + (world - 1) // s.block_size * s.n_fold * s.n_masters
-        return s.n_masters
+            masters = 0 if s.block_size // s.n_fold == 1 and self.solo else s.n_masters
+            return 1 + (world - 1) // s.block_size * s.n_fold * masters
+        return 0 if world == 1 and self.solo else s.n_masters
 
     def holds(self, world: int, nodes: int, *, fill: bool = False) -> bool:
         """``world`` ranks fit ``nodes`` nodes: on one node the server ranks may use cores without a GPU; on
@@ -290,6 +304,8 @@ class _Oracle:
         if not s.optimization:
             return units >= self.smallest_units()
         assert s.block_size is not None
+        if s.block_size // s.n_fold == 1 and self.solo:
+            return True  # fold groups of one rank, each training alone
         k = s.n_processes if s.n_masters else 1
         workers, rest = divmod(s.block_size // s.n_fold - s.n_masters, k)
         return rest == 0 and workers >= (1 if s.n_masters == 0 else max(1, s.n_masters - 1))
@@ -312,8 +328,11 @@ def test_layout_invariants(req: tuple[Profile, Shape, str, dict]) -> None:
                          if oracle.holds(world, n) and oracle.spread(world, n) == n), None)
     elif units is None:  # --nodes alone: as many workers (blocks) as those nodes hold
         n = kw["nodes"]
-        fitting = [oracle.world(u) for u in range(oracle.smallest_units(), n * profile.cores_per_node + 1)
-                   if oracle.possible(u) and oracle.holds(oracle.world(u), n, fill=True)]
+        worlds = [oracle.world(u) for u in range(oracle.smallest_units(), n * profile.cores_per_node + 1)
+                  if oracle.possible(u)]
+        if oracle.solo and not shape.optimization:
+            worlds.append(2)  # one worker under its master (upstream's -np 2), where a solo rank is 1
+        fitting = [w for w in worlds if oracle.holds(w, n, fill=True)]
         if fitting and oracle.spread(max(fitting), n) == n:
             expected = (max(fitting), n)
         elif fitting:  # the most ranks would leave a node empty: refused, naming the node count they fill
@@ -333,7 +352,7 @@ def test_layout_invariants(req: tuple[Profile, Shape, str, dict]) -> None:
     assert [r.rank for r in infos] == list(range(lay.world_size))
     servers = [r.rank for r in infos if not r.needs_device]
     assert len(servers) == oracle.servers(lay.world_size)
-    assert lay.hierarchy.count(Role.WORKER) == lay.world_size - len(servers)
+    assert lay.hierarchy.count(Role.WORKER) + lay.hierarchy.count(Role.SOLO) == lay.world_size - len(servers)
     placements = list(lay.placements())
     assert [p.rank for p in placements] == list(range(lay.world_size))
     per_node: dict[int, list] = {}
@@ -448,8 +467,8 @@ def test_a_filled_machine_collapses_its_node_map() -> None:
     one = compute_layout(SUMMIT, Shape(), workers=1)
     assert summary(one).splitlines()[3] == "walltime  not given (queue limit for 1 node(s): 2h00)"
     cpu = compute_layout(LOCAL4, Shape(), workers=1)
-    assert summary(cpu).splitlines()[:3] == ["cluster   local", "run       train: 2 ranks: 1 master, 1 worker",
-                                             "nodes     1 x 2 ranks/node, 2 cores/rank"]
+    assert summary(cpu).splitlines()[:3] == ["cluster   local", "run       train: 1 ranks: 1 solo",
+                                             "nodes     1 x 1 ranks/node, 4 cores/rank"]  # one worker trains alone
     assert "walltime" not in summary(cpu)  # no queue, no walltime given
     assert cpu.to_dict(ranks=False)["gpu_binding"] == "none" and cpu.gpus_used == 0
     long_map = compute_layout(SUMMIT, Shape(n_processes=2), nodes=100)
@@ -520,3 +539,20 @@ def test_walltimes_and_server_notes_in_words() -> None:
     many = compute_layout(DAINT, Shape(block_size=2), "optimize", blocks=9)  # 1 node per rank: a master per block
     assert many.notes[0] == ("no-GPU ranks: coordinator rank 0 on node 0; master 9 ranks (1,3,5,...,15,17) on "
                              "nodes 1,3,5,...,15,17 (each in a rank slot whose GPU stays idle)")
+
+
+def test_every_example_of_layout_help_runs_as_written() -> None:
+    """The examples `nnlo layout --help` prints are commands a user copies: each one lays its run out."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from nnlo_sched.commands.layout import layout_command
+
+    examples = [line.split("#")[0].split() for line in (layout_command.help or "").splitlines()
+                if line.strip().startswith("nnlo layout ")]
+    assert len(examples) >= 5
+    for words in examples:
+        result = CliRunner().invoke(layout_command, words[2:])
+        assert result.exit_code == 0, f"{shlex.join(words)}: {result.output}"
+        assert "rank map" in result.output or "node map" in result.output or "nodes" in result.output

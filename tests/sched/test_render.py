@@ -226,7 +226,7 @@ def test_rendered_local_script_runs_with_a_hostile_run_dir(tmp_path: Path, mpiru
     rec.chmod(0o755)
     p = replace(load_profile("local"), python=str(rec), launcher_command=mpirun)
     s = RunSpec.from_argv("train", ["--model", "m.py"], "local", name="hostile $(touch PWNED3)", walltime_s=60,
-                workdir=str(tmp_path), workers=1)
+                workdir=str(tmp_path), workers=2)
     s.layout = s.layout_on(p).record()
     script = tmp_path / "job.sh"
     script.write_text(render_script(s, p, run_dir))
@@ -235,7 +235,7 @@ def test_rendered_local_script_runs_with_a_hostile_run_dir(tmp_path: Path, mpiru
     assert done.returncode == 75, done.stderr  # the program's exit status comes back through the trap loop
     calls = (run_dir / "calls.txt").read_text().splitlines()
     assert calls[0] == "-m|nnlo_sched|job|start|" + str(run_dir) + "|"
-    assert calls.count("-m|nnlo_sched|run|" + str(run_dir) + "|") == 2  # two ranks (1 master + 1 worker)
+    assert calls.count("-m|nnlo_sched|run|" + str(run_dir) + "|") == 3  # three ranks (1 master + 2 workers)
     assert calls[-1] == "-m|nnlo_sched|job|end|" + str(run_dir) + "|75|"
     assert not list(tmp_path.rglob("PWNED*"))
 
@@ -253,7 +253,7 @@ def test_batch_shell_forwards_the_warning_signal(tmp_path: Path, mpirun: str) ->
     )
     rec.chmod(0o755)
     p = replace(load_profile("local"), python=str(rec), launcher_command=mpirun)
-    s = RunSpec.from_argv("train", ["--model", "m.py"], "local", name="sig", walltime_s=60, workdir=str(tmp_path), workers=1)
+    s = RunSpec.from_argv("train", ["--model", "m.py"], "local", name="sig", walltime_s=60, workdir=str(tmp_path), workers=2)
     s.layout = s.layout_on(p).record()
     script = tmp_path / "job.sh"
     script.write_text(render_script(s, p, tmp_path))
@@ -261,7 +261,7 @@ def test_batch_shell_forwards_the_warning_signal(tmp_path: Path, mpirun: str) ->
     proc = subprocess.Popen(get_scheduler("local", tmp_path).submit_argv(script), cwd=tmp_path)
     try:
         for _ in range(1200):
-            if len(list(tmp_path.glob("started.*"))) == 2:
+            if len(list(tmp_path.glob("started.*"))) == 3:
                 break
             subprocess.run(["sleep", "0.1"])
         proc.send_signal(12)  # SIGUSR2, as Slurm --signal=B:USR2 or LSF -wa USR2 would
@@ -270,5 +270,5 @@ def test_batch_shell_forwards_the_warning_signal(tmp_path: Path, mpirun: str) ->
         if proc.poll() is None:
             proc.kill()
     calls = (tmp_path / "calls.txt").read_text().splitlines()
-    assert sorted(c for c in calls if c.startswith("got-usr1")) == ["got-usr1 0", "got-usr1 1"]
+    assert sorted(c for c in calls if c.startswith("got-usr1")) == ["got-usr1 0", "got-usr1 1", "got-usr1 2"]
     assert calls[-1].endswith("job end " + str(tmp_path) + " 75")
