@@ -141,7 +141,8 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> InnerCommand:
 @click.option("--cluster", "-c", default=None, help="Cluster profile (nnlo clusters lists them); required.")
 @click.option("--name", default=None, help="Run and job name (default: the model file's name).")
 @click.option("--walltime", "-t", default="1h", show_default=True, callback=parse_walltime_option,
-              help="Per job: MM, HH:MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h. Longer runs resubmit themselves.")
+              help="Per job: MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h, 1.5h (not A:B, which LSF and Slurm read differently). "
+                   "Longer runs resubmit themselves.")
 @click.option("--queue", "-q", default=None, help="Queue / partition (default: the profile's).")
 @click.option("--account", "-A", default=None, help="Project to charge (bsub -P, #PBS -A, --account).")
 @click.option("--nodes", type=int, default=None, help="Nodes; alone, fills them with as many workers/blocks as fit.")
