@@ -6,9 +6,10 @@ gives one line naming the file, the key and the expected type instead of a KeyEr
 """
 from __future__ import annotations
 
+import difflib
 import os
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -280,9 +281,7 @@ def _queue(src: str, name: str, table: Any) -> Queue:
     known = {"walltime", "max_nodes", "min_nodes", "bins", "chaining", "notes"}
     for k in table:
         if k not in known:
-            raise ProfileError(
-                f"profile {src}: unknown key {where}.{k}; expected one of {', '.join(sorted(known))}"
-            )
+            raise _unknown_key(src, f"{where}.{k}", k, known)
     bins: list[WalltimeBin] = []
     if "bins" in table:
         if "walltime" in table or "max_nodes" in table:
@@ -321,10 +320,18 @@ def _node_types(src: str, raw: Any) -> dict[str, dict[str, Any]]:
         entry: dict[str, Any] = {}
         for k, v in table.items():
             if k not in NODE_KEYS:
-                raise ProfileError(f"profile {src}: unknown key {where}.{k}; expected one of {', '.join(NODE_KEYS)}")
+                raise _unknown_key(src, f"{where}.{k}", k, NODE_KEYS)
             entry[k] = _SCALARS[k](src, f"{where}.{k}", v)
         out[constraint] = entry
     return out
+
+
+def _unknown_key(src: str, where: str, key: str, known: Iterable[str]) -> ProfileError:
+    """A key the profile schema does not have, with the one it most resembles: one short line (``nnlo clusters``
+    shows it in a table row), never the whole list of keys."""
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else " (the keys are listed in docs/clusters.md, Keys)"
+    return ProfileError(f"profile {src}: unknown key {where!r}{hint}")
 
 
 def profile_from_table(name: str, table: dict[str, Any], source: str) -> Profile:
@@ -343,8 +350,7 @@ def profile_from_table(name: str, table: dict[str, Any], source: str) -> Profile
             continue
         check = _SCALARS.get(key)
         if check is None:
-            known = ", ".join(sorted({*_SCALARS, "queues", "node_types", *LOADER_KEYS} - {"max_processes"}))
-            raise ProfileError(f"profile {source}: unknown key {key!r}; known keys: {known}")
+            raise _unknown_key(source, key, key, {*_SCALARS, "queues", "node_types", *LOADER_KEYS} - {"max_processes"})
         values[key] = check(source, key, raw)
     missing = [k for k in REQUIRED if k not in values]
     if missing:

@@ -132,3 +132,32 @@ def test_list_profiles_reports_broken_files_without_failing(user_dir: Path) -> N
     assert isinstance(got["broken"], ProfileError)
     assert got["fine"].scheduler == "local"
     assert {"summit", "titan", "cscs", "flatiron", "local"} <= set(got)
+
+
+@pytest.mark.parametrize("body, message", [
+    ('extends = "local"\ngpu_per_node = 4\n', "unknown key 'gpu_per_node'; did you mean 'gpus_per_node'?"),
+    ('extends = "local"\nsetpu = ["module load x"]\n', "unknown key 'setpu'; did you mean 'setup'?"),
+    ('scheduler = "slurm"\nlauncher = "srun"\ncores_per_node = 4\n[queues.a]\nwaltime = "2h"\n',
+     "unknown key 'queues.a.waltime'; did you mean 'walltime'?"),
+    ('extends = "cscs"\n[node_types.mc]\ncore_per_node = 36\n',
+     "unknown key 'node_types.mc.core_per_node'; did you mean 'cores_per_node'?"),
+    ('extends = "local"\ncolour = "blue"\n', "unknown key 'colour' (the keys are listed in docs/clusters.md, Keys)"),
+])
+def test_a_misspelt_key_is_named_with_the_key_it_resembles(user_dir: Path, body: str, message: str) -> None:
+    """One short line: the key meant, never the whole list of keys (nnlo clusters shows it in a table row)."""
+    (user_dir / "bad.toml").write_text(body)
+    with pytest.raises(ProfileError) as e:
+        load_profile("bad")
+    text = str(e.value)
+    assert text.startswith(f"profile {user_dir / 'bad.toml'}") and text.endswith(f": {message}"), text
+    assert "oversubscribe" not in text and "share_setup" not in text  # no list of every key
+
+
+def test_nnlo_clusters_keeps_the_row_of_a_misspelt_profile_short(user_dir: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.sched.cli_runner import run
+
+    (user_dir / "typo.toml").write_text('extends = "local"\ngpu_per_node = 4\n')
+    code, out, _ = run(capsys, "clusters")
+    row = next(line for line in out.splitlines() if line.startswith("typo "))
+    assert code == 0 and "BROKEN" in row and "did you mean 'gpus_per_node'?" in row and "oversubscribe" not in row
