@@ -9,6 +9,7 @@ without touching the filesystem.
 """
 from __future__ import annotations
 
+import difflib
 import shlex
 import sys
 from pathlib import Path
@@ -61,10 +62,27 @@ def _guess_kind(args: tuple[str, ...]) -> str:
 
 
 def _check_kind(word: str, args: tuple[str, ...]) -> None:
-    """``word`` must be train or optimize; otherwise say exactly what to type."""
+    """``word`` must be train or optimize; otherwise say exactly what to type.
+
+    An option before the kind is one of three mistakes: a misspelt submit option (click's "no such option" with
+    the options it resembles, as every command says it), an option of the run put before its kind (the command
+    line with it moved after the kind), or a forgotten kind (the command line with the kind put in).
+    """
     if word in KINDS:
         return
     before = _typed_before(1 + len(args))
+    if word.startswith("-"):
+        name = word.split("=", 1)[0] if word.startswith("--") else word
+        if name not in _inner_option_names("train") | _inner_option_names("optimize"):
+            raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(name, _submit_option_names()),
+                                     ctx=click.get_current_context())
+        later = next((i for i, a in enumerate(args) if a in KINDS), None)
+        if later is not None:  # the kind comes after: the run's option goes after it
+            kind = args[later]
+            moved, kept, _ = _move_submit_options(kind, (word, *args[:later]))
+            fixed = _command_line([*before, *moved, kind, *kept, *args[later + 1:]])
+            raise ConfigError(f"{name} is an option of nnlo {kind}, not of nnlo submit; put it after the word "
+                              f"{kind}: {fixed}")
     guess = _guess_kind((word, *args))
     if word.startswith("-"):
         moved, kept, _ = _move_submit_options(guess, (word, *args))
@@ -74,6 +92,11 @@ def _check_kind(word: str, args: tuple[str, ...]) -> None:
     moved, kept, _ = _move_submit_options(guess, args)
     fixed = _command_line([*before, *moved, guess, *kept])
     raise ConfigError(f"{word!r} is not a run kind (train or optimize); type: {fixed}")
+
+
+def _submit_option_names() -> list[str]:
+    """Every option name of nnlo submit (what a misspelt one is compared with)."""
+    return [o for p in submit_command.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)]
 
 
 def _submit_option_takes_value(option: str) -> bool | None:

@@ -118,6 +118,44 @@ def test_submit_refusals(capsys: pytest.CaptureFixture[str], tmp_path: Path, mon
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("typo, value, meant", [
+    ("--wokers", "2", "'--workers'"), ("--node", "2", "'--nodes'"), ("--acount", "s1", "'--account'"),
+    ("--dryrun", None, "'--dry-run'"), ("--max-resubmit", "3", "'--max-resubmits'"),
+])
+@pytest.mark.parametrize("kind", ["train", "optimize"])
+def test_a_misspelt_submit_option_gets_clicks_did_you_mean(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch, typo: str,
+                                                          value: str | None, meant: str, kind: str) -> None:
+    """A typo in a submit option before the run kind is named as such, with the option meant (as nnlo layout
+    says it), never turned into a "corrected" command line with the kind twice and the typo moved after it."""
+    monkeypatch.chdir(tmp_path)
+    typed = [typo] if value is None else [typo, value]
+    code, out, err = run(capsys, "submit", "--cluster", "cscs", "-A", "s1", *typed, "--dry-run", kind,
+                         "--model", "m.py")
+    assert code == 2 and out == "" and list(tmp_path.iterdir()) == []
+    assert err.startswith(f"nnlo: error: No such option '{typo}'") and meant in err, err
+    assert err.rstrip().endswith("see `nnlo submit --help`") and f" {kind} " not in err and err.count("\n") == 1
+
+
+def test_an_option_of_neither_command_without_the_kind_is_named_too(capsys: pytest.CaptureFixture[str],
+                                                                    tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forgetting the kind is one mistake and mistyping an option another: an option that neither nnlo submit
+    nor train/optimize has is named, not placed after a guessed kind."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "submit", "--cluster", "local", "--wokers", "2", "--model", "m.py")
+    assert code == 2 and err.startswith("nnlo: error: No such option '--wokers'") and "'--workers'" in err
+    # an option of the run given before its kind still gets the corrected command line
+    code, _, err = run(capsys, "submit", "--cluster", "local", "--epochs", "2", "--model", "m.py")
+    assert code == 2 and "type: nnlo submit --cluster local train --epochs 2 --model m.py" in err
+    # ... and one given before a kind that follows is moved after it (submit options stay before it)
+    code, _, err = run(capsys, "submit", "--cluster", "local", "--epochs", "2", "--workers", "2", "optimize",
+                       "--model", "m.py")
+    assert code == 2 and err == ("nnlo: error: --epochs is an option of nnlo optimize, not of nnlo submit; put it "
+                                 "after the word optimize: nnlo submit --cluster local --workers 2 optimize --epochs "
+                                 "2 --model m.py\n")
+
+
 @pytest.mark.slow
 def test_console_script_end_to_end(tmp_path: Path, nnlo_env: dict[str, str]) -> None:
     """The installed entry point, in a fresh process, as a user runs it."""
