@@ -293,12 +293,16 @@ def submit_command(
     if jobs is not None:
         arrayed = use_array(profile, jobs, array)
         names = chain_names(profile.scheduler, jobs, None if arrayed else 0)
-        script = (render_array(spec, profile, shown_dir, names) if arrayed else
-                  render_script(chain_spec(spec, shown_dir), profile, shown_dir / CHAINS_DIR / names[0],
-                                participant=names[0]))
+        first = render_script(chain_spec(spec, shown_dir), profile, shown_dir / CHAINS_DIR / names[0],
+                              participant=names[0])
         target = shown_dir / (ARRAY_SCRIPT if arrayed else Path(CHAINS_DIR, names[0], SCRIPT_FILE))
         argv = get_scheduler(profile.scheduler, shown_dir).submit_argv(target)
-        click.echo(script, nl=False)
+        if arrayed:  # the array's task I only starts chain I's own script: show both
+            click.echo(render_array(spec, profile, shown_dir, names), nl=False)
+            click.echo(f"# --- the job script of chain {names[0]} ({CHAINS_DIR}/{names[0]}/{SCRIPT_FILE}), which the "
+                       "array's first task starts and every later job of the chain runs; the other chains' differ "
+                       "only in their name ---")
+        click.echo(first, nl=False)
         click.echo("# --- dry run: nothing was written or submitted ---")
         click.echo(f"# search run directory: {shlex.quote(str(shown_dir))}; {jobs} chain(s) "
                    f"{', '.join(names)}" + (", started as one job array" if arrayed else
