@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import string
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -70,6 +72,23 @@ class Queue:
         return None
 
 
+#: a set-up line that activates a Python environment: it sources an ``activate`` script (venv, virtualenv,
+#: conda's ``bin/activate``) or runs ``conda|mamba|micromamba activate``; the job then runs ``python3`` from the
+#: PATH that line leaves (:meth:`Profile.job_python`)
+ACTIVATES = re.compile(r"(?:^|[\s;&|(])(?:source|\.)\s+\S*activate(?:$|[\s;&|)])"
+                       r"|\b(?:conda|mamba|micromamba)\s+activate\b")
+#: the interpreter a job looks up on its PATH after a set-up line that activates an environment
+PATH_PYTHON = "python3"
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The interpreter a job runs (``command``: a path, or a name looked up on the job's PATH), and why."""
+
+    command: str
+    why: str
+
+
 @dataclass(frozen=True)
 class Profile:
     """One cluster: its batch system, launcher, node hardware, queues and job-script set-up."""
@@ -110,6 +129,20 @@ class Profile:
     @property
     def template_name(self) -> str:
         return self.template or f"{self.scheduler}.sh"
+
+    def job_python(self) -> Interpreter:
+        """The interpreter every program of a job runs with (``nnlo job start|end`` and the ranks): the
+        ``python`` key; else, when a ``setup`` line activates a Python environment (:data:`ACTIVATES`),
+        ``python3`` from the PATH the set-up leaves; else the interpreter nnlo runs with here (where it was
+        submitted), by its absolute path, which no set-up line can change."""
+        if self.python:
+            return Interpreter(self.python, "the profile's python key")
+        for line in self.setup:
+            if ACTIVATES.search(line):
+                return Interpreter(PATH_PYTHON, f"on the job's PATH after its set-up: set-up line {line!r} "
+                                                "activates an environment")
+        return Interpreter(sys.executable, "the interpreter nnlo runs with here; set python, or activate an "
+                                           "environment in setup, for another")
 
     @property
     def label(self) -> str:
