@@ -193,6 +193,9 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> InnerCommand:
 @click.option("--join", "join", default=None, metavar="RUN",
               help="Add one chain on --cluster (another partition or cluster seeing the same file system) to "
                    "the search run RUN; the optimize options, if given, must match the search's.")
+@click.option("--overwrite", is_flag=True,
+              help="With --run-dir: a folder holding an earlier run that has stopped is deleted first (its "
+                   "checkpoints, logs and records); without it such a folder is refused.")
 @click.option("--dry-run", is_flag=True, help="Print the batch script and the submit command; change nothing.")
 @click.option("--no-check", is_flag=True,
               help="Skip the checks of the model, data, --space and --restore paths before queueing (for "
@@ -217,6 +220,7 @@ def submit_command(
     jobs: int | None,
     array: bool | None,
     join: str | None,
+    overwrite: bool,
     dry_run: bool,
     no_check: bool,
     kind: str | None,
@@ -259,7 +263,8 @@ def submit_command(
         click.echo(f"nnlo: note: {text}", err=True)
 
     if not dry_run and join is None:  # the one path a Python script takes too: checks, then the chain(s)
-        run = api.submit(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array, on_note=note)
+        run = api.submit(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array, overwrite=overwrite,
+                         on_note=note)
         if jobs is None:
             click.echo(f"submitted run {run.id} as job {run.job_id} ({run.dir})")
         else:
@@ -270,9 +275,11 @@ def submit_command(
 
     if join is not None:
         check_search_options(spec.search)
-    found = api.preflight(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array)
+    found = api.preflight(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array, overwrite=overwrite)
     for text in found.notes:
         note(text)
+    if found.earlier is not None and dry_run:
+        note(f"--overwrite: the earlier run {found.earlier} in {found.run_dir} would be deleted")
     profile = found.profile
     if join is not None:
         if not dry_run:

@@ -239,6 +239,56 @@ def test_one_damaged_run_is_listed_as_damaged_and_hides_no_other(capsys: pytest.
     assert code == 2 and reason in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # the submission runs an sbatch stand-in
+def test_submit_into_a_run_dir_holding_a_run_is_refused_with_the_ways_on(capsys: pytest.CaptureFixture[str],
+                                                                        runs_env: Path) -> None:
+    """nnlo submit --run-dir DIR where DIR holds an earlier run: its ways on in one line (resume it, another
+    folder, --overwrite), as a training's --checkpoint folder says them; a run still going is never deleted, a
+    folder that is no run never either; --overwrite starts afresh, and its dry run deletes nothing."""
+    from nnlo_sched.state import update_state
+
+    (runs_env / "bin" / "sbatch").write_text('#!/bin/sh\necho 4242\n')
+    (runs_env / "bin" / "sbatch").chmod(0o755)
+    earlier = _run(runs_env, "tslurm", "old")  # its job 42 is queued
+    (earlier / "checkpoints").mkdir()
+    (earlier / "checkpoints" / "ckpt-e0003-u00000012").mkdir()
+    argv = ["submit", "--cluster", "tslurm", "--no-check", "--run-dir", str(earlier)]
+    inner = ["train", "--model", "m.py"]
+    before = _snapshot(runs_env)
+    for extra in ([], ["--overwrite"], ["--dry-run"], ["--overwrite", "--dry-run"]):
+        code, out, err = run(capsys, *argv, *extra, *inner)
+        assert (code, out) == (2, "") and err == (
+            f"nnlo: error: --run-dir {earlier} holds run {earlier.name}, which is queued (job 42); `nnlo cancel "
+            f"{earlier.name}` first, or submit to another --run-dir\n")
+    with update_state(earlier) as st:
+        st.state, st.jobs[-1].status = "failed", "failed"
+    before = _snapshot(runs_env)
+    for extra in ([], ["--dry-run"]):
+        code, out, err = run(capsys, *argv, *extra, *inner)
+        assert (code, out) == (2, "") and err == (
+            f"nnlo: error: --run-dir {earlier} already holds run {earlier.name} (failed); continue it with `nnlo "
+            f"resume {earlier.name}`, submit this one to another --run-dir, or pass --overwrite (before the word "
+            f"train) to start afresh (deleting its checkpoints, logs and records)\n")
+    code, out, err = run(capsys, *argv, "--overwrite", "--dry-run", *inner)
+    assert code == 0 and f"nnlo: note: --overwrite: the earlier run {earlier.name} in {earlier} would be deleted" in err
+    assert _snapshot(runs_env) == before  # a dry run deletes nothing
+    code, out, err = run(capsys, *argv, "--overwrite", *inner)
+    assert code == 0 and out == f"submitted run {earlier.name} as job 4242 ({earlier})\n"
+    assert f"nnlo: note: --overwrite: deleted the earlier run {earlier.name} in {earlier}" in err
+    assert not (earlier / "checkpoints").exists() and [j["job_id"] for j in json.loads(
+        (earlier / "state.json").read_text())["jobs"]] == ["4242"]
+    # a folder with files that are no run is never deleted, --overwrite or not
+    other = runs_env / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    for extra in ([], ["--overwrite"]):
+        code, _, err = run(capsys, "submit", "--cluster", "tslurm", "--no-check", "--run-dir", str(other), *extra,
+                           *inner)
+        assert code == 2 and err == (f"nnlo: error: --run-dir {other} holds files but no nnlo run; submit to a new "
+                                     "or empty directory\n")
+    assert (other / "notes.txt").read_text() == "keep me"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("ref, needle", [("", "the run reference is empty"), ("  ", "is blank"),
                                          ("c", "too short"), ("cl", "too short"), ("zzzz", "no run 'zzzz'")])
