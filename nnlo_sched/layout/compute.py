@@ -248,9 +248,9 @@ def _place(
     queue: str | None,
 ) -> Layout:
     """Lay ``world`` ranks out on ``nodes`` nodes (None: as few as hold them) and check the site's limits."""
+    fewer = "fewer blocks" if shape.optimization else "fewer workers"  # what to cut: a search's unit is a block
     if world > MAX_RANKS:
-        raise LayoutError(f"{world} ranks are more than nnlo lays out (at most {MAX_RANKS:,}); "
-                          "ask for fewer workers/blocks")
+        raise LayoutError(f"{world} ranks are more than nnlo lays out (at most {MAX_RANKS:,}); ask for {fewer}")
     slots = node.gpu_slots
     if nodes is None:
         nodes = 1 if _fits_one_node(node, shape, world) else -(-world // node.uniform_cap())
@@ -259,14 +259,14 @@ def _place(
         raise LayoutError(
             f"{world} ranks ({_worker_ranks(shape, world)} on GPUs) do not fit on {nodes} {profile.label} node(s) "
             f"of {profile.cores_per_node} cores and {profile.gpus_per_node} GPUs; use --nodes {best} "
-            "or fewer workers"
+            f"or {fewer}"
         )
     if nodes > world:
         raise LayoutError(f"{nodes} nodes for only {world} ranks leaves nodes empty; use --nodes {world} or fewer")
     if profile.nodes is not None and nodes > profile.nodes:
         raise LayoutError(
             f"{world} ranks need {nodes} {profile.label} nodes but the machine has {profile.nodes}; "
-            "ask for fewer workers/blocks or fewer GPUs per worker"
+            f"ask for {fewer} or fewer GPUs per worker"
         )
 
     ranks_per_node = -(-world // nodes)

@@ -138,7 +138,10 @@ def test_nodes_alone_fill_the_allocation(profile: Profile, shape: Shape, kw: dic
         (SUMMIT, Shape(), dict(nodes=5000),
          "summit has 4608 nodes; ask for at most --nodes 4608"),
         (SUMMIT, Shape(), dict(workers=30000),
-         "30001 ranks need 5001 summit nodes but the machine has 4608; ask for fewer workers/blocks or fewer "
+         "30001 ranks need 5001 summit nodes but the machine has 4608; ask for fewer workers or fewer "
+         "GPUs per worker"),
+        (SUMMIT, Shape(block_size=6), dict(blocks=6000),
+         "36001 ranks need 6001 summit nodes but the machine has 4608; ask for fewer blocks or fewer "
          "GPUs per worker"),
         (SUMMIT, Shape(), dict(workers=20, nodes=1),
          "21 ranks (20 on GPUs) do not fit on 1 summit node(s) of 42 cores and 6 GPUs; use --nodes 4 or fewer "
@@ -520,3 +523,20 @@ def test_walltimes_and_server_notes_in_words() -> None:
     many = compute_layout(DAINT, Shape(block_size=2), "optimize", blocks=9)  # 1 node per rank: a master per block
     assert many.notes[0] == ("no-GPU ranks: coordinator rank 0 on node 0; master 9 ranks (1,3,5,...,15,17) on "
                              "nodes 1,3,5,...,15,17 (each in a rank slot whose GPU stays idle)")
+
+
+def test_every_example_of_layout_help_runs_as_written() -> None:
+    """The examples `nnlo layout --help` prints are commands a user copies: each one lays its run out."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from nnlo_sched.commands.layout import layout_command
+
+    examples = [line.split("#")[0].split() for line in (layout_command.help or "").splitlines()
+                if line.strip().startswith("nnlo layout ")]
+    assert len(examples) >= 5
+    for words in examples:
+        result = CliRunner().invoke(layout_command, words[2:])
+        assert result.exit_code == 0, f"{shlex.join(words)}: {result.output}"
+        assert "rank map" in result.output or "node map" in result.output or "nodes" in result.output
