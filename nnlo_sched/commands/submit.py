@@ -230,10 +230,12 @@ def submit_command(
 
     \b
     Examples:
-      nnlo submit --cluster summit -A ABC123 --nodes 10 -t 2h train --model m.py --train t.list --val v.list
-      nnlo submit --cluster daint -A s123 --blocks 4 --dry-run optimize --block-size 3 --model m.py
-      nnlo submit --cluster local --workers 2 --dry-run train --model m.py --train t.list --val v.list
-      nnlo submit --cluster daint -A s123 --jobs 4 -t 2h optimize --model m.py --num-iterations 200
+      nnlo submit --cluster summit -A ABC123 --nodes 10 -t 2h train --model examples/digits_torch.py \\
+          --train examples/data/digits/train.list --val examples/data/digits/val.list
+      nnlo submit --cluster daint -A s123 --blocks 4 --dry-run optimize --block-size 3 --model examples/branin.py
+      nnlo submit --cluster local --workers 2 --dry-run train --model examples/digits_torch.py \\
+          --train examples/data/digits/train.list --val examples/data/digits/val.list
+      nnlo submit --cluster daint -A s123 --jobs 4 -t 2h optimize --model examples/branin.py --num-iterations 200
       nnlo submit --join SEARCH --cluster daint-mc -A s123 -t 4h
     """
     inner_given = kind is not None
