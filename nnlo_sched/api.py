@@ -31,7 +31,7 @@ from nnlo.roles import Shape
 from nnlo_sched.chain import cancel_run
 from nnlo_sched.checks import check_run, check_run_home, check_site_run_home, skipped_checks
 from nnlo_sched.inner import InnerCommand, parse_inner
-from nnlo_sched.layout import Layout, compute_layout
+from nnlo_sched.layout import Layout, compute_layout, oversubscribed
 from nnlo_sched.profiles import Profile, load_profile
 from nnlo_sched.render import job_name, render_script, warning_signal
 from nnlo_sched.runs import (
@@ -238,6 +238,10 @@ def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str
     check_run_home(target, home_dir)
     notes += check_site_run_home(profile, run_spec.account, target or home_dir)
     notes.append(warning_signal(run_spec, profile)[2] or "")
+    if run_spec.layout is not None:  # as nnlo layout and nnlo train -n say it (the local profile: this machine)
+        cores = profile.for_constraint(run_spec.constraint).cores_per_node
+        over = oversubscribed(run_spec.layout.ranks_per_node, cores)
+        notes.append(f"{over} of a {profile.label} node (the ranks share them: slower, not wrong)" if over else "")
     return Preflight(profile, target, shown, script, tuple(filter(None, notes)),
                      earlier=choice.earlier if choice is not None else None)
 

@@ -111,6 +111,7 @@ def clone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("NNLO_HOME", str(tmp_path / "nnlo-runs"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the built-in profiles only
+    monkeypatch.delenv("NNLO_CLUSTERS", raising=False)
     _setup("examples/make_digits.py", "--out examples/data/digits", monkeypatch)
     return tmp_path
 

@@ -46,6 +46,20 @@ def test_a_search_says_it_too(launches: list, capsys: pytest.CaptureFixture[str]
     assert code == 0 and launches and err.count("oversubscribed: 5 ranks on 2 cores") == 1
 
 
+@pytest.mark.parametrize("workers, said", [(2, True), (1, False)])
+def test_a_submission_to_the_local_profile_says_it_too(launches: list, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                       workers: int, said: bool) -> None:
+    """nnlo submit --cluster local with more ranks than the node's cores: the same note, once, from the checks
+    a real submission runs too (api.preflight)."""
+    monkeypatch.setenv("NNLO_HOME", str(tmp_path / "runs"))
+    code, _, err = run(capsys, "submit", "--cluster", "local", "--workers", str(workers), "--no-check", "--dry-run",
+                       "train", "--model", "m.py")
+    note = (f"nnlo: note: oversubscribed: {workers + 1} ranks on 2 cores of a local node (the ranks share them: "
+            "slower, not wrong)\n")
+    assert code == 0 and err.count("oversubscribed") == said and (note in err) == said
+
+
 def test_gem_lr_beside_another_worker_optimizer_is_refused_before_any_rank_starts(
         launches: list, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "train", "-n", "3", "--model", "m.py", "--no-check", "--gem-lr", "0.05",
