@@ -42,6 +42,7 @@ from nnlo_sched.schedulers import NAMES, get_scheduler
 from nnlo_sched.spec import RunNotFound, RunSpec, load_spec
 from nnlo_sched.state import (
     ACTIVE_STATES,
+    CANCELLED,
     DONE,
     FAILED,
     QUEUED,
@@ -171,17 +172,23 @@ def check_run_dir(run_dir: Path, kind: str = "train", *, overwrite: bool = False
         states = [st.state] if not st.is_search else [_chain_state(c.dir) for c in chain_runs(path, st)]
         alive = [j.job_id for j in st.jobs if j.alive]
         going = next((s for s in states if s in ACTIVE_STATES), None)
-        shown = st.state if not st.is_search else ("search, " + (going or "stopped"))
+        done = DONE in states and st.state != CANCELLED  # a search is done once a chain finished its budget
+        shown = st.state if not st.is_search else ("search, " + (going or ("done" if done else "stopped")))
+        # what `nnlo resume` takes: a stopped run; a done training with --force; a done search not at all
+        resume = (None if st.is_search and done else
+                  f"nnlo resume {path.name}" + (" --force" if done else ""))
     except NnloError:
-        going, alive, shown = None, [], "damaged"
+        going, alive, shown, resume = None, [], "damaged", None
     if going is not None:
         jobs = f" (job {', '.join(alive)})" if alive else ""
         raise ConfigError(f"--run-dir {path} holds run {path.name}, which is {going}{jobs}; `nnlo cancel "
                           f"{path.name}` first, or submit to another --run-dir")
     if not overwrite:
-        raise ConfigError(f"--run-dir {path} already holds run {path.name} ({shown}); continue it with `nnlo resume "
-                          f"{path.name}`, submit this one to another --run-dir, or pass --overwrite (before the word "
-                          f"{kind}) to start afresh (deleting its checkpoints, logs and records)")
+        ways = ([f"continue it with `{resume}`"] if resume else []) + [
+            "submit this one to another --run-dir",
+            f"pass --overwrite (before the word {kind}) to start afresh (deleting its checkpoints, logs and records)"]
+        raise ConfigError(f"--run-dir {path} already holds run {path.name} ({shown}); "
+                          f"{', '.join(ways[:-1])}, or {ways[-1]}")
     return RunDirChoice(path, earlier=path.name)
 
 

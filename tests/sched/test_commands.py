@@ -269,6 +269,11 @@ def test_submit_into_a_run_dir_holding_a_run_is_refused_with_the_ways_on(capsys:
             f"nnlo: error: --run-dir {earlier} already holds run {earlier.name} (failed); continue it with `nnlo "
             f"resume {earlier.name}`, submit this one to another --run-dir, or pass --overwrite (before the word "
             f"train) to start afresh (deleting its checkpoints, logs and records)\n")
+    with update_state(earlier) as st:  # a done training resumes only with --force: the hint says so
+        st.state = "done"
+    code, out, err = run(capsys, *argv, *inner)
+    assert (code, out) == (2, "") and f"(done); continue it with `nnlo resume {earlier.name} --force`, " in err
+    before = _snapshot(runs_env)
     code, out, err = run(capsys, *argv, "--overwrite", "--dry-run", *inner)
     assert code == 0 and f"nnlo: note: --overwrite: the earlier run {earlier.name} in {earlier} would be deleted" in err
     assert _snapshot(runs_env) == before  # a dry run deletes nothing
