@@ -105,15 +105,16 @@ def _params() -> list[object]:
 @pytest.fixture
 def clone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A folder laid out as a fresh clone after the quick start: examples/ and its digits lists, no runs."""
-    (tmp_path / "examples").mkdir()
+    clone = tmp_path / "clone"
+    (clone / "examples").mkdir(parents=True)
     for source in (REPO / "examples").glob("*.py"):
-        (tmp_path / "examples" / source.name).symlink_to(source)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("NNLO_HOME", str(tmp_path / "nnlo-runs"))
+        (clone / "examples" / source.name).symlink_to(source)
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv("NNLO_HOME", str(clone / "nnlo-runs"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the built-in profiles only
     monkeypatch.delenv("NNLO_CLUSTERS", raising=False)
     _setup("examples/make_digits.py", "--out examples/data/digits", monkeypatch)
-    return tmp_path
+    return clone
 
 
 def _setup(script: str, args: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -315,6 +315,7 @@ def test_clusters_show_says_which_interpreter_a_job_runs_and_why(tmp_path: Path,
                                  "python, or activate an environment in setup, for another)")
 
 
+@pytest.mark.mpi
 def test_an_environment_activated_in_setup_is_the_one_the_job_runs(tmp_path: Path, mpirun: str) -> None:
     """A real rendered job script: its set-up sources an activate script that puts a recording python3 first on
     PATH, and every program the job starts (job start, the ranks, job end) is that one."""
