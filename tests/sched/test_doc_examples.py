@@ -125,23 +125,6 @@ def _setup(script: str, args: str, monkeypatch: pytest.MonkeyPatch) -> None:
             runpy.run_path(script, run_name="__main__")
 
 
-@pytest.fixture
-def probe_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pre-queue model-and-data probe in this process (the same ``probe()``, its errors as the same one
-    line); its own interpreter is tested in test_checks."""
-    from nnlo.errors import ConfigError, NnloError
-    from nnlo_sched import checks
-
-    def in_process(config, search, cwd):  # type: ignore[no-untyped-def]
-        with contextlib.chdir(cwd):
-            try:
-                return checks.probe(config, search)
-            except NnloError as e:
-                raise ConfigError(str(e)) from None
-
-    monkeypatch.setattr(checks, "_probe", in_process)
-
-
 def test_the_examples_are_found() -> None:
     """The extraction itself: it sees the README's quick start and the --help examples (a test of nothing
     would pass if it saw none)."""
