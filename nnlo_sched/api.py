@@ -31,10 +31,19 @@ from nnlo.roles import Shape
 from nnlo_sched.chain import ChainError, cancel_run, preempt_run, preemptable
 from nnlo_sched.checks import check_run, check_run_home, check_site_run_home, skipped_checks
 from nnlo_sched.inner import InnerCommand, parse_inner
-from nnlo_sched.layout import Layout, compute_layout
+from nnlo_sched.layout import Layout, compute_layout, oversubscribed
 from nnlo_sched.profiles import Profile, load_profile
 from nnlo_sched.render import job_name, render_script, warning_signal
-from nnlo_sched.runs import Run, find_run, load_state, new_run_dir, runs_home, submit_run
+from nnlo_sched.runs import (
+    Run,
+    RunDirChoice,
+    check_run_dir,
+    find_run,
+    load_state,
+    remove_run_dir,
+    runs_home,
+    submit_run,
+)
 from nnlo_sched.schedulers import SchedulerError, get_scheduler, scheduler_class
 from nnlo_sched.search import cancel_search, check_cancel_search, check_search_options, submit_search, use_array
 from nnlo_sched.spec import DEFAULT_MAX_RESUBMITS, DEFAULT_MAX_RETRIES, RunSpec
@@ -194,16 +203,19 @@ class Preflight:
     shown_dir: Path  # the folder the script names: run_dir, or an example folder under the run home
     script: str  # the batch script rendered for shown_dir (for jobs=K, the first chain's standalone script)
     notes: tuple[str, ...]  # to print before anything else (a sampled data list, a run dir off the site's area)
+    earlier: str | None = None  # the stopped run in run_dir that --overwrite deletes at submission (its id)
 
 
 def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str | Path | None = None,
-              check: bool = True, jobs: int | None = None, array: bool | None = None) -> Preflight:
+              check: bool = True, jobs: int | None = None, array: bool | None = None,
+              overwrite: bool = False) -> Preflight:
     """Everything ``nnlo submit`` checks before anything is queued, with and without ``--dry-run``; nothing
     is written. Raises the first problem as one line (:class:`~nnlo.errors.ConfigError`).
 
     The queue's chaining rule; for ``jobs`` (one search over K chains) the search's own options and whether a
-    job array can be used; the run directory (``run_dir`` free, the home writable, neither on a file system
-    the site's compute nodes cannot write); the script renders (an account where the site needs one, no
+    job array can be used; the run directory (``run_dir`` new or empty, or holding a stopped run that
+    ``overwrite`` deletes at submission; the home writable; neither on a file system the site's compute
+    nodes cannot write); the script renders (an account where the site needs one, no
     directive of another scheduler); and with ``check`` the model imports and its data and paths exist
     (:func:`nnlo_sched.checks.check_run`; ``check=False`` is ``--no-check``, said in a note).
     """
@@ -215,7 +227,8 @@ def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str
                               "training is one chain; give it more --nodes)")
         check_search_options(run_spec.search)
         use_array(profile, jobs, array)
-    target = new_run_dir(Path(run_dir)) if run_dir is not None else None
+    choice = check_run_dir(Path(run_dir), run_spec.kind, overwrite=overwrite) if run_dir is not None else None
+    target = choice.path if choice is not None else None
     home_dir = Path(home) if home is not None else runs_home()
     shown = target or home_dir / job_name(run_spec.name, "local")
     script = render_script(run_spec, profile, shown)  # refuses what the profile cannot take (account, ...)
@@ -226,22 +239,33 @@ def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str
     check_run_home(target, home_dir)
     notes += check_site_run_home(profile, run_spec.account, target or home_dir)
     notes.append(warning_signal(run_spec, profile)[2] or "")
-    return Preflight(profile, target, shown, script, tuple(filter(None, notes)))
+    if run_spec.layout is not None:  # as nnlo layout and nnlo train -n say it (the local profile: this machine)
+        cores = profile.for_constraint(run_spec.constraint).cores_per_node
+        over = oversubscribed(run_spec.layout.ranks_per_node, cores)
+        notes.append(f"{over} of a {profile.label} node (the ranks share them: slower, not wrong)" if over else "")
+    return Preflight(profile, target, shown, script, tuple(filter(None, notes)),
+                     earlier=choice.earlier if choice is not None else None)
 
 
 def submit(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str | Path | None = None,
-           check: bool = True, jobs: int | None = None, array: bool | None = None,
+           check: bool = True, jobs: int | None = None, array: bool | None = None, overwrite: bool = False,
            on_note: Callable[[str], None] | None = None) -> Run:
     """Check the run (:func:`preflight`, whose notes go to ``on_note``), create its directory and queue the first
     job of the chain; the :class:`Run` names it (``run.job_id``). ``nnlo submit`` calls this.
 
     ``jobs=K`` (``nnlo submit --jobs K``): one search run of K chains sharing its state, started as one job
     array where the scheduler has them (``array`` forces it either way). A failed submission leaves the run
-    directory marked failed and raises the reason.
+    directory marked failed and raises the reason. ``overwrite``: a ``run_dir`` holding a stopped run is
+    deleted first (``nnlo submit --overwrite``); without it such a folder is refused.
     """
-    found = preflight(run_spec, run_dir=run_dir, home=home, check=check, jobs=jobs, array=array)
+    found = preflight(run_spec, run_dir=run_dir, home=home, check=check, jobs=jobs, array=array,
+                      overwrite=overwrite)
+    notes = list(found.notes)
+    if found.run_dir is not None and found.earlier is not None:
+        remove_run_dir(RunDirChoice(found.run_dir, found.earlier))
+        notes.append(f"--overwrite: deleted the earlier run {found.earlier} in {found.run_dir}")
     if on_note is not None:
-        for note in found.notes:
+        for note in notes:
             on_note(note)
     home_dir = Path(home) if home is not None else None
     if jobs is not None:

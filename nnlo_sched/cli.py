@@ -73,7 +73,8 @@ def cli() -> None:
 
     \b
     Typical use:
-      nnlo train -n 3 --model examples/digits_torch.py --train train.list --val val.list   # here
+      nnlo train -n 3 --model examples/digits_torch.py --train examples/data/digits/train.list \\
+          --val examples/data/digits/val.list                                             # here
       nnlo submit --cluster summit ... train ...                                          # on a cluster
       nnlo status                                                                         # follow runs
     """

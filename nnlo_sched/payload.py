@@ -38,6 +38,8 @@ from nnlo.training.failure import RankFailure
 from nnlo_sched.checks import check_run, skipped_checks
 from nnlo_sched.inner import InnerCommand
 from nnlo_sched.launchers.local_launch import PROFILE, relaunch
+from nnlo_sched.layout import oversubscribed
+from nnlo_sched.profiles import load_profile
 from nnlo_sched.spec import RunSpec, checkpoint_dir, load_spec
 from nnlo_sched.state import write_json_atomic
 
@@ -88,6 +90,9 @@ def start_here(inner: InnerCommand, args: list[str]) -> int:
     assert inner.ranks is not None
     notes = check_run(inner.train, inner.search) if inner.check else [f"--no-check: skipped the checks of "
                                                                          f"{skipped_checks()}"]
+    over = oversubscribed(inner.ranks, load_profile(PROFILE).cores_per_node)
+    if over:
+        notes.append(f"{over} of this machine (the ranks share them: slower, not wrong)")
     for note in notes:
         click.echo(f"nnlo: note: {note}", err=True)
     spec = RunSpec.of(inner, args, PROFILE, name=inner.run_name(os.getcwd()), workdir=os.getcwd())

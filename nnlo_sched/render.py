@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import re
 import shlex
-import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -183,7 +182,7 @@ class Program:
 
 
 def _python(profile: Profile) -> str:
-    return profile.python or sys.executable
+    return profile.job_python().command
 
 
 def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path, *, participant: str | None = None,

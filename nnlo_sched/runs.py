@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,6 +41,8 @@ from nnlo_sched.render import render_script
 from nnlo_sched.schedulers import NAMES, get_scheduler
 from nnlo_sched.spec import RunNotFound, RunSpec, load_spec
 from nnlo_sched.state import (
+    ACTIVE_STATES,
+    CANCELLED,
     DONE,
     FAILED,
     QUEUED,
@@ -138,9 +141,21 @@ def new_run_id(name: str) -> str:
     return f"{clean}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
-def new_run_dir(run_dir: Path) -> Path:
-    """``--run-dir`` as the run will use it (absolute, ``~`` expanded), refused when it is taken; the one check
-    that ``nnlo submit`` and its ``--dry-run`` share."""
+@dataclass(frozen=True)
+class RunDirChoice:
+    """``--run-dir`` as the run will use it: ``path`` (absolute), and ``earlier``, the id of the stopped run it
+    holds (None: it is new or empty), which ``--overwrite`` deletes first (:func:`remove_run_dir`)."""
+
+    path: Path
+    earlier: str | None = None
+
+
+def check_run_dir(run_dir: Path, kind: str = "train", *, overwrite: bool = False) -> RunDirChoice:
+    """``--run-dir`` checked: the one check that ``nnlo submit`` and its ``--dry-run`` share. A new or empty
+    folder is taken; one holding a stopped run (done, failed, cancelled, damaged) is refused with the ways on
+    (``nnlo resume``, another folder, ``--overwrite``, which ``kind`` is the run kind to put it before) unless
+    ``overwrite``; a run still going and a folder holding files but no run are always refused: nothing but an
+    earlier run that has stopped is ever deleted."""
     try:
         path = Path(run_dir).expanduser().resolve()
         taken = path.exists() and (not path.is_dir() or any(path.iterdir()))
@@ -148,16 +163,60 @@ def new_run_dir(run_dir: Path) -> Path:
         why = getattr(e, "strerror", None) or str(e)
         raise ConfigError(f"--run-dir {str(run_dir)[:200]!r} cannot be used ({why}); "
                           "choose another directory") from None
-    if taken:
-        raise ConfigError(f"--run-dir {path} exists and is not empty; choose a new directory "
-                          f"(or `nnlo resume {path}` if it is a stopped run)")
-    return path
+    if not taken:
+        return RunDirChoice(path)
+    if not _is_run_dir(path):
+        raise ConfigError(f"--run-dir {path} holds files but no nnlo run; submit to a new or empty directory")
+    try:
+        st = read_state(path)
+        states = [st.state] if not st.is_search else [_chain_state(c.dir) for c in chain_runs(path, st)]
+        alive = [j.job_id for j in st.jobs if j.alive]
+        going = next((s for s in states if s in ACTIVE_STATES), None)
+        done = DONE in states and st.state != CANCELLED  # a search is done once a chain finished its budget
+        shown = st.state if not st.is_search else ("search, " + (going or ("done" if done else "stopped")))
+        # what `nnlo resume` takes: a stopped run; a done training with --force; a done search not at all
+        resume = (None if st.is_search and done else
+                  f"nnlo resume {path.name}" + (" --force" if done else ""))
+    except NnloError:
+        going, alive, shown, resume = None, [], "damaged", None
+    if going is not None:
+        jobs = f" (job {', '.join(alive)})" if alive else ""
+        raise ConfigError(f"--run-dir {path} holds run {path.name}, which is {going}{jobs}; `nnlo cancel "
+                          f"{path.name}` first, or submit to another --run-dir")
+    if not overwrite:
+        ways = ([f"continue it with `{resume}`"] if resume else []) + [
+            "submit this one to another --run-dir",
+            f"pass --overwrite (before the word {kind}) to start afresh (deleting its checkpoints, logs and records)"]
+        raise ConfigError(f"--run-dir {path} already holds run {path.name} ({shown}); "
+                          f"{', '.join(ways[:-1])}, or {ways[-1]}")
+    return RunDirChoice(path, earlier=path.name)
+
+
+def _chain_state(chain_dir: Path) -> str:
+    try:
+        return read_state(chain_dir).state
+    except NnloError:
+        return "damaged"
+
+
+def remove_run_dir(choice: RunDirChoice) -> None:
+    """Delete the stopped run ``choice`` holds (``--overwrite``), checked again just before: a run that started
+    going meanwhile is refused, never deleted."""
+    if choice.earlier is None:
+        return
+    again = check_run_dir(choice.path, overwrite=True)
+    if again.earlier is not None:
+        try:
+            shutil.rmtree(again.path)
+        except OSError as e:
+            raise ConfigError(f"--overwrite: cannot delete the earlier run in {again.path} ({e.strerror}); "
+                              "remove it by hand or choose another --run-dir") from None
 
 
 def make_run_dir(name: str, home: Path | None = None, run_dir: Path | None = None) -> tuple[Path, str]:
     """A new, empty run directory (``run_dir``, or a fresh ``<name>-<time>-<hex>`` under ``home``) and its id."""
     if run_dir is not None:
-        run_dir = new_run_dir(run_dir)
+        run_dir = check_run_dir(run_dir).path
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:

@@ -16,10 +16,12 @@ _UNIT = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 
 
 def parse_walltime(text: str | int) -> int:
-    """Seconds from a walltime: ``MM``, ``HH:MM``, ``HH:MM:SS``, ``D-HH:MM:SS``, ``90m``, ``2h``, ``1.5h``.
+    """Seconds from a walltime: ``MM``, ``HH:MM:SS``, ``D-HH:MM:SS``, ``90m``, ``2h``, ``1.5h``, ``45s``.
 
-    A bare number is minutes (as in Slurm's ``--time`` and LSF's ``-W``); ``HH:MM`` is hours and minutes
-    (as in LSF), not Slurm's minutes:seconds, because walltimes are never given to the second.
+    A bare number is minutes (as in Slurm's ``--time`` and LSF's ``-W``). Two fields, ``A:B``, are refused:
+    LSF reads them as hours:minutes and Slurm as minutes:seconds, so either reading would be a silent guess
+    that costs someone a job of the wrong length; the error names both readings in a form that is not
+    ambiguous.
     """
     if isinstance(text, int):
         s = text
@@ -31,15 +33,15 @@ def parse_walltime(text: str | int) -> int:
             s = round(float(m.group(1)) * _UNITS[m.group(2)])
         elif c:
             days, a, b, d = c.groups()
+            if days is not None and d is None:  # D-HH:MM:SS only
+                raise _bad_walltime(text)
             if b is None:  # MM
                 s = int(a) * 60
-            elif d is None:  # HH:MM
-                s = int(a) * 3600 + _sixty(b, text) * 60
+            elif d is None:  # A:B: hours:minutes (LSF) or minutes:seconds (Slurm)
+                raise _ambiguous(text, int(a), int(b))
             else:  # HH:MM:SS
                 s = int(a) * 3600 + _sixty(b, text) * 60 + _sixty(d, text)
             if days is not None:
-                if d is None:
-                    raise _bad_walltime(text)
                 s += int(days) * 86400
         else:
             raise _bad_walltime(text)
@@ -57,8 +59,19 @@ def _sixty(part: str, text: str) -> int:
 
 def _bad_walltime(text: object) -> ConfigError:
     return ConfigError(
-        f"walltime {text!r} is malformed; use MM, HH:MM, HH:MM:SS, D-HH:MM:SS, 90m or 2h"
+        f"walltime {text!r} is malformed; use MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h or 1.5h"
     )
+
+
+def _ambiguous(text: object, a: int, b: int) -> ConfigError:
+    """``A:B``, with the unambiguous spelling of each reading that is a valid walltime."""
+    readings = []
+    if b < 60:
+        readings.append(f"{a}:{b:02d}:00 for {a} h {b} min")
+        if a < 60:
+            readings.append(f"0:{a:02d}:{b:02d} for {a} min {b} s")
+    return ConfigError(f"walltime {text!r} is ambiguous (hours:minutes to LSF, minutes:seconds to Slurm); write "
+                       f"{' or '.join(readings) or 'H:MM:SS'}, or use a unit: 90m, 1.5h, 45s")
 
 
 def format_hms(seconds: int) -> str:

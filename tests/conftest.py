@@ -11,6 +11,7 @@ from tests.helpers.fixtures import (  # noqa: F401 - fixtures
     mpirun,
     nnlo_env,
     nnlo_mpi,
+    probe_in_process,
     run_train,
     slurm_cluster,
 )

@@ -67,6 +67,8 @@ def show_command(name: str, as_json: bool) -> None:
         "  signal         "
         + (f"SIG{p.signal} {p.signal_lead_s} s before the walltime" if p.signal else f"none ({ENV_DEADLINE} clock)"),
     ]
+    python = p.job_python()
+    lines.append(f"  python         {python.command} ({python.why})")
     if p.aliases:
         lines.append(f"  aliases        {', '.join(p.aliases)}")
     if p.constraint or p.constraints:

@@ -47,7 +47,7 @@ def pick_cluster(option: str | None, positional: str | None, command: str) -> st
 @click.option("--proposers", type=int, default=None,
               help="Proposer ranks of an optimization (P > 1 adds P ranks after the coordinator).")
 @click.option("--walltime", "-t", default=None, callback=parse_walltime_option,
-              help="Checked against the queue's limit: MM, HH:MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h.")
+              help="Checked against the queue's limit: MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h, 1.5h.")
 @click.option("--queue", "-q", default=None, help="Queue / partition (default: the profile's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full structure, one entry per rank.")
 def layout_command(

@@ -31,7 +31,8 @@ def _optimize(ctx: click.Context, np_: int | None, no_check: bool, **params: Any
     Example (1 coordinator + 2 blocks of 2 ranks, 20 trials):
       nnlo optimize -n 5 --block-size 2 --model examples/branin.py --num-iterations 20
     Upstream shape (1 coordinator + 2 blocks x 2 folds x (1 master + 2 workers)):
-      mpirun -np 13 nnlo optimize --block-size 6 --n-fold 2 --model m.py --train t.list
+      mpirun -np 13 nnlo optimize --block-size 6 --n-fold 2 --model examples/digits_torch.py \\
+          --train examples/data/digits/train.list
     """
     if np_ is not None and not inside_mpi_launch():
         sys.exit(start_here(inner_from_context("optimize", ctx, submitted=False), typed_args(ctx)))

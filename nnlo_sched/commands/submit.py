@@ -9,6 +9,7 @@ without touching the filesystem.
 """
 from __future__ import annotations
 
+import difflib
 import shlex
 import sys
 from pathlib import Path
@@ -61,10 +62,27 @@ def _guess_kind(args: tuple[str, ...]) -> str:
 
 
 def _check_kind(word: str, args: tuple[str, ...]) -> None:
-    """``word`` must be train or optimize; otherwise say exactly what to type."""
+    """``word`` must be train or optimize; otherwise say exactly what to type.
+
+    An option before the kind is one of three mistakes: a misspelt submit option (click's "no such option" with
+    the options it resembles, as every command says it), an option of the run put before its kind (the command
+    line with it moved after the kind), or a forgotten kind (the command line with the kind put in).
+    """
     if word in KINDS:
         return
     before = _typed_before(1 + len(args))
+    if word.startswith("-"):
+        name = word.split("=", 1)[0] if word.startswith("--") else word
+        if name not in _inner_option_names("train") | _inner_option_names("optimize"):
+            raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(name, _submit_option_names()),
+                                     ctx=click.get_current_context())
+        later = next((i for i, a in enumerate(args) if a in KINDS), None)
+        if later is not None:  # the kind comes after: the run's option goes after it
+            kind = args[later]
+            moved, kept, _ = _move_submit_options(kind, (word, *args[:later]))
+            fixed = _command_line([*before, *moved, kind, *kept, *args[later + 1:]])
+            raise ConfigError(f"{name} is an option of nnlo {kind}, not of nnlo submit; put it after the word "
+                              f"{kind}: {fixed}")
     guess = _guess_kind((word, *args))
     if word.startswith("-"):
         moved, kept, _ = _move_submit_options(guess, (word, *args))
@@ -74,6 +92,11 @@ def _check_kind(word: str, args: tuple[str, ...]) -> None:
     moved, kept, _ = _move_submit_options(guess, args)
     fixed = _command_line([*before, *moved, guess, *kept])
     raise ConfigError(f"{word!r} is not a run kind (train or optimize); type: {fixed}")
+
+
+def _submit_option_names() -> list[str]:
+    """Every option name of nnlo submit (what a misspelt one is compared with)."""
+    return [o for p in submit_command.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)]
 
 
 def _submit_option_takes_value(option: str) -> bool | None:
@@ -142,7 +165,8 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> InnerCommand:
 @click.option("--name", default=None, help="Run and job name (default: --trial-name, else the model module's "
                                            "get_name(), else the model file's name, as train/optimize name runs).")
 @click.option("--walltime", "-t", default="1h", show_default=True, callback=parse_walltime_option,
-              help="Per job: MM, HH:MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h. Longer runs resubmit themselves.")
+              help="Per job: MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h, 1.5h (not A:B, which LSF and Slurm read differently). "
+                   "Longer runs resubmit themselves.")
 @click.option("--queue", "-q", default=None, help="Queue / partition (default: the profile's).")
 @click.option("--account", "-A", default=None, help="Project to charge (bsub -P, #PBS -A, --account).")
 @click.option("--nodes", type=int, default=None, help="Nodes; alone, fills them with as many workers/blocks as fit.")
@@ -170,6 +194,9 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> InnerCommand:
 @click.option("--join", "join", default=None, metavar="RUN",
               help="Add one chain on --cluster (another partition or cluster seeing the same file system) to "
                    "the search run RUN; the optimize options, if given, must match the search's.")
+@click.option("--overwrite", is_flag=True,
+              help="With --run-dir: a folder holding an earlier run that has stopped is deleted first (its "
+                   "checkpoints, logs and records); without it such a folder is refused.")
 @click.option("--dry-run", is_flag=True, help="Print the batch script and the submit command; change nothing.")
 @click.option("--no-check", is_flag=True,
               help="Skip the checks of the model, data, --space and --restore paths before queueing (for "
@@ -194,6 +221,7 @@ def submit_command(
     jobs: int | None,
     array: bool | None,
     join: str | None,
+    overwrite: bool,
     dry_run: bool,
     no_check: bool,
     kind: str | None,
@@ -203,10 +231,12 @@ def submit_command(
 
     \b
     Examples:
-      nnlo submit --cluster summit -A ABC123 --nodes 10 -t 2h train --model m.py --train t.list --val v.list
-      nnlo submit --cluster daint -A s123 --blocks 4 --dry-run optimize --block-size 3 --model m.py
-      nnlo submit --cluster local --workers 2 --dry-run train --model m.py --train t.list --val v.list
-      nnlo submit --cluster daint -A s123 --jobs 4 -t 2h optimize --model m.py --num-iterations 200
+      nnlo submit --cluster summit -A ABC123 --nodes 10 -t 2h train --model examples/digits_torch.py \\
+          --train examples/data/digits/train.list --val examples/data/digits/val.list
+      nnlo submit --cluster daint -A s123 --blocks 4 --dry-run optimize --block-size 3 --model examples/branin.py
+      nnlo submit --cluster local --workers 2 --dry-run train --model examples/digits_torch.py \\
+          --train examples/data/digits/train.list --val examples/data/digits/val.list
+      nnlo submit --cluster daint -A s123 --jobs 4 -t 2h optimize --model examples/branin.py --num-iterations 200
       nnlo submit --join SEARCH --cluster daint-mc -A s123 -t 4h
     """
     inner_given = kind is not None
@@ -236,7 +266,8 @@ def submit_command(
         click.echo(f"nnlo: note: {text}", err=True)
 
     if not dry_run and join is None:  # the one path a Python script takes too: checks, then the chain(s)
-        run = api.submit(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array, on_note=note)
+        run = api.submit(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array, overwrite=overwrite,
+                         on_note=note)
         if jobs is None:
             click.echo(f"submitted run {run.id} as job {run.job_id} ({run.dir})")
         else:
@@ -247,9 +278,11 @@ def submit_command(
 
     if join is not None:
         check_search_options(spec.search)
-    found = api.preflight(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array)
+    found = api.preflight(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array, overwrite=overwrite)
     for text in found.notes:
         note(text)
+    if found.earlier is not None and dry_run:
+        note(f"--overwrite: the earlier run {found.earlier} in {found.run_dir} would be deleted")
     profile = found.profile
     if join is not None:
         if not dry_run:
@@ -270,12 +303,16 @@ def submit_command(
     if jobs is not None:
         arrayed = use_array(profile, jobs, array)
         names = chain_names(profile.scheduler, jobs, None if arrayed else 0)
-        script = (render_array(spec, profile, shown_dir, names) if arrayed else
-                  render_script(chain_spec(spec, shown_dir), profile, shown_dir / CHAINS_DIR / names[0],
-                                participant=names[0]))
+        first = render_script(chain_spec(spec, shown_dir), profile, shown_dir / CHAINS_DIR / names[0],
+                              participant=names[0])
         target = shown_dir / (ARRAY_SCRIPT if arrayed else Path(CHAINS_DIR, names[0], SCRIPT_FILE))
         argv = get_scheduler(profile.scheduler, shown_dir).submit_argv(target)
-        click.echo(script, nl=False)
+        if arrayed:  # the array's task I only starts chain I's own script: show both
+            click.echo(render_array(spec, profile, shown_dir, names), nl=False)
+            click.echo(f"# --- the job script of chain {names[0]} ({CHAINS_DIR}/{names[0]}/{SCRIPT_FILE}), which the "
+                       "array's first task starts and every later job of the chain runs; the other chains' differ "
+                       "only in their name ---")
+        click.echo(first, nl=False)
         click.echo("# --- dry run: nothing was written or submitted ---")
         click.echo(f"# search run directory: {shlex.quote(str(shown_dir))}; {jobs} chain(s) "
                    f"{', '.join(names)}" + (", started as one job array" if arrayed else

@@ -30,7 +30,10 @@ def _train(ctx: click.Context, np_: int | None, no_check: bool, **params: Any) -
     hierarchies: --n-masters M (uber-master above M-1 masters), --n-processes K (workers of K ranks that
     all-reduce), --mode allreduce (no master; every rank a replica). -n 1: one rank trains alone.
 
-    Example: nnlo train -n 3 --model examples/digits_torch.py --train train.list --val val.list --mode gem
+    \b
+    Example:
+      nnlo train -n 3 --model examples/digits_torch.py --train examples/data/digits/train.list \\
+          --val examples/data/digits/val.list --mode gem
 
     Writes history.json, config.json, the model (model.pt for torch, model.keras for Keras) and logs/ into
     the run directory (--checkpoint DIR, else nnlo-runs/NAME). Exit status: 0 done, 75 stopped on

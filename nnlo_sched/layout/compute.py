@@ -181,6 +181,12 @@ def _fill(node: _Node, shape: Shape, nodes: int, cluster: str) -> int:
     return shape.server_ranks + w * k  # the masters and every worker that fits (one worker too: 2 ranks here)
 
 
+def oversubscribed(ranks: int, cores: int) -> str | None:
+    """The note for ``ranks`` ranks on a node of ``cores`` cores when they are more (``nnlo layout`` and
+    ``nnlo train|optimize -n`` say it the same way); None when they fit."""
+    return f"oversubscribed: {ranks} ranks on {cores} cores" if ranks > cores else None
+
+
 def compute_layout(
     profile: Profile,
     shape: Shape,
@@ -275,8 +281,9 @@ def _place(
     unbound = nodes == 1 and slots is not None and ranks_per_node > slots
     cores_per_rank = max(1, profile.cores_per_node // ranks_per_node)
     notes: list[str] = []
-    if ranks_per_node > profile.cores_per_node:
-        notes.append(f"oversubscribed: {ranks_per_node} ranks on {profile.cores_per_node} cores")
+    over = oversubscribed(ranks_per_node, profile.cores_per_node)
+    if over:
+        notes.append(over)
 
     q = profile.queue(queue)
     limit: int | None = None

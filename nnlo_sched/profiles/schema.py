@@ -6,9 +6,12 @@ gives one line naming the file, the key and the expected type instead of a KeyEr
 """
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import string
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -69,6 +72,23 @@ class Queue:
         return None
 
 
+#: a set-up line that activates a Python environment: it sources an ``activate`` script (venv, virtualenv,
+#: conda's ``bin/activate``) or runs ``conda|mamba|micromamba activate``; the job then runs ``python3`` from the
+#: PATH that line leaves (:meth:`Profile.job_python`)
+ACTIVATES = re.compile(r"(?:^|[\s;&|(])(?:source|\.)\s+\S*activate(?:$|[\s;&|)])"
+                       r"|\b(?:conda|mamba|micromamba)\s+activate\b")
+#: the interpreter a job looks up on its PATH after a set-up line that activates an environment
+PATH_PYTHON = "python3"
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The interpreter a job runs (``command``: a path, or a name looked up on the job's PATH), and why."""
+
+    command: str
+    why: str
+
+
 @dataclass(frozen=True)
 class Profile:
     """One cluster: its batch system, launcher, node hardware, queues and job-script set-up."""
@@ -109,6 +129,20 @@ class Profile:
     @property
     def template_name(self) -> str:
         return self.template or f"{self.scheduler}.sh"
+
+    def job_python(self) -> Interpreter:
+        """The interpreter every program of a job runs with (``nnlo job start|end`` and the ranks): the
+        ``python`` key; else, when a ``setup`` line activates a Python environment (:data:`ACTIVATES`),
+        ``python3`` from the PATH the set-up leaves; else the interpreter nnlo runs with here (where it was
+        submitted), by its absolute path, which no set-up line can change."""
+        if self.python:
+            return Interpreter(self.python, "the profile's python key")
+        for line in self.setup:
+            if ACTIVATES.search(line):
+                return Interpreter(PATH_PYTHON, f"on the job's PATH after its set-up: set-up line {line!r} "
+                                                "activates an environment")
+        return Interpreter(sys.executable, "the interpreter nnlo runs with here; set python, or activate an "
+                                           "environment in setup, for another")
 
     @property
     def label(self) -> str:
@@ -280,9 +314,7 @@ def _queue(src: str, name: str, table: Any) -> Queue:
     known = {"walltime", "max_nodes", "min_nodes", "bins", "chaining", "notes"}
     for k in table:
         if k not in known:
-            raise ProfileError(
-                f"profile {src}: unknown key {where}.{k}; expected one of {', '.join(sorted(known))}"
-            )
+            raise _unknown_key(src, f"{where}.{k}", k, known)
     bins: list[WalltimeBin] = []
     if "bins" in table:
         if "walltime" in table or "max_nodes" in table:
@@ -321,10 +353,18 @@ def _node_types(src: str, raw: Any) -> dict[str, dict[str, Any]]:
         entry: dict[str, Any] = {}
         for k, v in table.items():
             if k not in NODE_KEYS:
-                raise ProfileError(f"profile {src}: unknown key {where}.{k}; expected one of {', '.join(NODE_KEYS)}")
+                raise _unknown_key(src, f"{where}.{k}", k, NODE_KEYS)
             entry[k] = _SCALARS[k](src, f"{where}.{k}", v)
         out[constraint] = entry
     return out
+
+
+def _unknown_key(src: str, where: str, key: str, known: Iterable[str]) -> ProfileError:
+    """A key the profile schema does not have, with the one it most resembles: one short line (``nnlo clusters``
+    shows it in a table row), never the whole list of keys."""
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else " (the keys are listed in docs/clusters.md, Keys)"
+    return ProfileError(f"profile {src}: unknown key {where!r}{hint}")
 
 
 def profile_from_table(name: str, table: dict[str, Any], source: str) -> Profile:
@@ -343,8 +383,7 @@ def profile_from_table(name: str, table: dict[str, Any], source: str) -> Profile
             continue
         check = _SCALARS.get(key)
         if check is None:
-            known = ", ".join(sorted({*_SCALARS, "queues", "node_types", *LOADER_KEYS} - {"max_processes"}))
-            raise ProfileError(f"profile {source}: unknown key {key!r}; known keys: {known}")
+            raise _unknown_key(source, key, key, {*_SCALARS, "queues", "node_types", *LOADER_KEYS} - {"max_processes"})
         values[key] = check(source, key, raw)
     missing = [k for k in REQUIRED if k not in values]
     if missing:

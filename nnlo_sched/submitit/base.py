@@ -22,7 +22,6 @@ import os
 import shlex
 import shutil
 import signal
-import sys
 import time
 import typing as tp
 import uuid
@@ -411,7 +410,7 @@ class NnloExecutor(core.PicklingExecutor):
         spec = RunSpec(kind=FUNCTION, args=[], cluster=profile.name, name=name, walltime_s=walltime_s, queue=queue,
                        account=account, nodes=nodes, directives=list(self.parameters.get("directives") or ()),
                        workdir=os.getcwd(), layout=self._layout(profile, nodes, queue, walltime_s))
-        python = self._python or shlex.quote(profile.python or sys.executable)
+        python = self._python or shlex.quote(profile.job_python().command)
         lead_s = self._lead_s(profile, walltime_s)
         signal_name = warning_signal(spec, profile)[0]  # as the directives ask for it
         env = [("SUBMITIT_EXECUTOR", self.name()), (ENV_WALLTIME, str(walltime_s)), (ENV_LEAD, str(lead_s)),

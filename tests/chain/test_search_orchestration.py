@@ -199,6 +199,12 @@ def test_slurm_array_script_and_array_task_ids(search_env, cli):
     out = nnlo("submit", "--no-check", "--cluster", "srchslurm", "--jobs", "3", "--dry-run", *inner()).stdout
     assert "#SBATCH --array=0-2" in out and "/logs/array-%A_%a.out" in out
     assert 'id="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in out and "--dependency" not in out
+    # the array only starts each chain's own script: the dry run shows that one too, with its launch line
+    array, _, chain = out.partition("# --- the job script of chain c0 ")
+    assert "#SBATCH --array=0-2" in array and "-m nnlo_sched run" not in array
+    assert "export NNLO_PARTICIPANT=c0" in chain and "--array" not in chain.split("# --- dry run")[0]
+    assert "srun " in chain and ' -m nnlo_sched run "$NNLO_RUN_DIR"' in chain
+    assert out.rstrip().splitlines()[-1].startswith("# submit command: sbatch --parsable ")
     out = nnlo("submit", "--no-check", "--cluster", "srchslurm", "--jobs", "3", "--no-array", "--dry-run",
                *inner()).stdout
     assert "--array" not in out and "export NNLO_PARTICIPANT=c0" in out

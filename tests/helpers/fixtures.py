@@ -125,3 +125,24 @@ def run_train(mpi_world: MpiWorld, mpirun: str, nnlo_env: dict[str, str], blobs:
         return Run(proc.returncode, proc.stdout, proc.stderr, out)
 
     return run
+
+
+@pytest.fixture
+def probe_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model-and-data probe run in this process instead of a fresh interpreter: the same ``probe()``, its
+    errors as the same one-line ConfigError. The subprocess itself (its time limit, a valid run through it) is
+    tested by tests/sched/test_checks.py: test_a_valid_run_renders_and_its_checks_pass and
+    test_a_hanging_import_is_stopped_by_the_time_limit."""
+    import contextlib
+
+    from nnlo.errors import ConfigError, NnloError
+    from nnlo_sched import checks
+
+    def in_process(config, search, cwd):  # type: ignore[no-untyped-def]
+        with contextlib.chdir(cwd):
+            try:
+                return checks.probe(config, search)
+            except NnloError as e:
+                raise ConfigError(str(e)) from None
+
+    monkeypatch.setattr(checks, "_probe", in_process)

@@ -48,26 +48,6 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.fixture
-def probe_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The model-and-data probe run in this process instead of a fresh interpreter: the same ``probe()``, its
-    errors as the same one-line ConfigError. The subprocess itself (its time limit, a valid run through it) is
-    tested by test_a_valid_run_renders_and_its_checks_pass and test_a_hanging_import_is_stopped_by_the_time_limit."""
-    import contextlib
-
-    from nnlo.errors import ConfigError, NnloError
-    from nnlo_sched import checks
-
-    def in_process(config, search, cwd):
-        with contextlib.chdir(cwd):
-            try:
-                return checks.probe(config, search)
-            except NnloError as e:
-                raise ConfigError(str(e)) from None
-
-    monkeypatch.setattr(checks, "_probe", in_process)
-
-
 def submit(capsys: pytest.CaptureFixture[str], kind: str, *inner: str, dry_run: bool = True,
            extra: tuple[str, ...] = ()) -> tuple[int, str, str]:
     size = ["--blocks", "1"] if kind == "optimize" else ["--workers", "1"]

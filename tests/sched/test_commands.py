@@ -118,6 +118,44 @@ def test_submit_refusals(capsys: pytest.CaptureFixture[str], tmp_path: Path, mon
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("typo, value, meant", [
+    ("--wokers", "2", "'--workers'"), ("--node", "2", "'--nodes'"), ("--acount", "s1", "'--account'"),
+    ("--dryrun", None, "'--dry-run'"), ("--max-resubmit", "3", "'--max-resubmits'"),
+])
+@pytest.mark.parametrize("kind", ["train", "optimize"])
+def test_a_misspelt_submit_option_gets_clicks_did_you_mean(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch, typo: str,
+                                                          value: str | None, meant: str, kind: str) -> None:
+    """A typo in a submit option before the run kind is named as such, with the option meant (as nnlo layout
+    says it), never turned into a "corrected" command line with the kind twice and the typo moved after it."""
+    monkeypatch.chdir(tmp_path)
+    typed = [typo] if value is None else [typo, value]
+    code, out, err = run(capsys, "submit", "--cluster", "cscs", "-A", "s1", *typed, "--dry-run", kind,
+                         "--model", "m.py")
+    assert code == 2 and out == "" and list(tmp_path.iterdir()) == []
+    assert err.startswith(f"nnlo: error: No such option '{typo}'") and meant in err, err
+    assert err.rstrip().endswith("see `nnlo submit --help`") and f" {kind} " not in err and err.count("\n") == 1
+
+
+def test_an_option_of_neither_command_without_the_kind_is_named_too(capsys: pytest.CaptureFixture[str],
+                                                                    tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forgetting the kind is one mistake and mistyping an option another: an option that neither nnlo submit
+    nor train/optimize has is named, not placed after a guessed kind."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "submit", "--cluster", "local", "--wokers", "2", "--model", "m.py")
+    assert code == 2 and err.startswith("nnlo: error: No such option '--wokers'") and "'--workers'" in err
+    # an option of the run given before its kind still gets the corrected command line
+    code, _, err = run(capsys, "submit", "--cluster", "local", "--epochs", "2", "--model", "m.py")
+    assert code == 2 and "type: nnlo submit --cluster local train --epochs 2 --model m.py" in err
+    # ... and one given before a kind that follows is moved after it (submit options stay before it)
+    code, _, err = run(capsys, "submit", "--cluster", "local", "--epochs", "2", "--workers", "2", "optimize",
+                       "--model", "m.py")
+    assert code == 2 and err == ("nnlo: error: --epochs is an option of nnlo optimize, not of nnlo submit; put it "
+                                 "after the word optimize: nnlo submit --cluster local --workers 2 optimize --epochs "
+                                 "2 --model m.py\n")
+
+
 @pytest.mark.slow
 def test_console_script_end_to_end(tmp_path: Path, nnlo_env: dict[str, str]) -> None:
     """The installed entry point, in a fresh process, as a user runs it."""
@@ -199,6 +237,61 @@ def test_one_damaged_run_is_listed_as_damaged_and_hides_no_other(capsys: pytest.
     assert code == 0 and f"{bad.name}: " in out and reason in out and good.name in out
     code, _, err = run(capsys, "status", bad.name)  # asked for by name: the reason, as one line
     assert code == 2 and reason in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow  # the submission runs an sbatch stand-in
+def test_submit_into_a_run_dir_holding_a_run_is_refused_with_the_ways_on(capsys: pytest.CaptureFixture[str],
+                                                                        runs_env: Path) -> None:
+    """nnlo submit --run-dir DIR where DIR holds an earlier run: its ways on in one line (resume it, another
+    folder, --overwrite), as a training's --checkpoint folder says them; a run still going is never deleted, a
+    folder that is no run never either; --overwrite starts afresh, and its dry run deletes nothing."""
+    from nnlo_sched.state import update_state
+
+    (runs_env / "bin" / "sbatch").write_text('#!/bin/sh\necho 4242\n')
+    (runs_env / "bin" / "sbatch").chmod(0o755)
+    earlier = _run(runs_env, "tslurm", "old")  # its job 42 is queued
+    (earlier / "checkpoints").mkdir()
+    (earlier / "checkpoints" / "ckpt-e0003-u00000012").mkdir()
+    argv = ["submit", "--cluster", "tslurm", "--no-check", "--run-dir", str(earlier)]
+    inner = ["train", "--model", "m.py"]
+    before = _snapshot(runs_env)
+    for extra in ([], ["--overwrite"], ["--dry-run"], ["--overwrite", "--dry-run"]):
+        code, out, err = run(capsys, *argv, *extra, *inner)
+        assert (code, out) == (2, "") and err == (
+            f"nnlo: error: --run-dir {earlier} holds run {earlier.name}, which is queued (job 42); `nnlo cancel "
+            f"{earlier.name}` first, or submit to another --run-dir\n")
+    with update_state(earlier) as st:
+        st.state, st.jobs[-1].status = "failed", "failed"
+    before = _snapshot(runs_env)
+    for extra in ([], ["--dry-run"]):
+        code, out, err = run(capsys, *argv, *extra, *inner)
+        assert (code, out) == (2, "") and err == (
+            f"nnlo: error: --run-dir {earlier} already holds run {earlier.name} (failed); continue it with `nnlo "
+            f"resume {earlier.name}`, submit this one to another --run-dir, or pass --overwrite (before the word "
+            f"train) to start afresh (deleting its checkpoints, logs and records)\n")
+    with update_state(earlier) as st:  # a done training resumes only with --force: the hint says so
+        st.state = "done"
+    code, out, err = run(capsys, *argv, *inner)
+    assert (code, out) == (2, "") and f"(done); continue it with `nnlo resume {earlier.name} --force`, " in err
+    before = _snapshot(runs_env)
+    code, out, err = run(capsys, *argv, "--overwrite", "--dry-run", *inner)
+    assert code == 0 and f"nnlo: note: --overwrite: the earlier run {earlier.name} in {earlier} would be deleted" in err
+    assert _snapshot(runs_env) == before  # a dry run deletes nothing
+    code, out, err = run(capsys, *argv, "--overwrite", *inner)
+    assert code == 0 and out == f"submitted run {earlier.name} as job 4242 ({earlier})\n"
+    assert f"nnlo: note: --overwrite: deleted the earlier run {earlier.name} in {earlier}" in err
+    assert not (earlier / "checkpoints").exists() and [j["job_id"] for j in json.loads(
+        (earlier / "state.json").read_text())["jobs"]] == ["4242"]
+    # a folder with files that are no run is never deleted, --overwrite or not
+    other = runs_env / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    for extra in ([], ["--overwrite"]):
+        code, _, err = run(capsys, "submit", "--cluster", "tslurm", "--no-check", "--run-dir", str(other), *extra,
+                           *inner)
+        assert code == 2 and err == (f"nnlo: error: --run-dir {other} holds files but no nnlo run; submit to a new "
+                                     "or empty directory\n")
+    assert (other / "notes.txt").read_text() == "keep me"
 
 
 @pytest.mark.slow

@@ -108,6 +108,16 @@ def test_xdg_config_dir_is_searched(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ('scheduler = "slurm"\nlauncher = "srun"\ncores_per_node = 4\naccount_required = "yes"\n',
          "'account_required' must be true or false"),
         ("scheduler = [\n", "is not valid TOML"),
+        # a misspelt key: the key meant, in one short line, never the whole list of keys (nnlo clusters shows
+        # the message in a table row)
+        ('extends = "local"\ngpu_per_node = 4\n', "unknown key 'gpu_per_node'; did you mean 'gpus_per_node'?"),
+        ('extends = "local"\nsetpu = ["module load x"]\n', "unknown key 'setpu'; did you mean 'setup'?"),
+        ('scheduler = "slurm"\nlauncher = "srun"\ncores_per_node = 4\n[queues.a]\nwaltime = "2h"\n',
+         "unknown key 'queues.a.waltime'; did you mean 'walltime'?"),
+        ('extends = "cscs"\n[node_types.mc]\ncore_per_node = 36\n',
+         "unknown key 'node_types.mc.core_per_node'; did you mean 'cores_per_node'?"),
+        ('extends = "local"\ncolour = "blue"\n',
+         "unknown key 'colour' (the keys are listed in docs/clusters.md, Keys)"),
     ],
 )
 def test_malformed_user_profile(user_dir: Path, body: str, needle: str) -> None:
@@ -115,7 +125,8 @@ def test_malformed_user_profile(user_dir: Path, body: str, needle: str) -> None:
     with pytest.raises(ProfileError) as e:
         load_profile("bad")
     msg = str(e.value)
-    assert needle in msg and "bad.toml" in msg and "\n" not in msg
+    assert needle in msg and msg.startswith(f"profile {user_dir / 'bad.toml'}") and "\n" not in msg
+    assert "oversubscribe" not in msg and "share_setup" not in msg  # no list of every key
 
 
 def test_extends_cycle(user_dir: Path) -> None:
@@ -132,3 +143,13 @@ def test_list_profiles_reports_broken_files_without_failing(user_dir: Path) -> N
     assert isinstance(got["broken"], ProfileError)
     assert got["fine"].scheduler == "local"
     assert {"summit", "titan", "cscs", "flatiron", "local"} <= set(got)
+
+
+def test_nnlo_clusters_keeps_the_row_of_a_misspelt_profile_short(user_dir: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.sched.cli_runner import run
+
+    (user_dir / "typo.toml").write_text('extends = "local"\ngpu_per_node = 4\n')
+    code, out, _ = run(capsys, "clusters")
+    row = next(line for line in out.splitlines() if line.startswith("typo "))
+    assert code == 0 and "BROKEN" in row and "did you mean 'gpus_per_node'?" in row and "oversubscribe" not in row

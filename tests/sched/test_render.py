@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -272,3 +274,66 @@ def test_batch_shell_forwards_the_warning_signal(tmp_path: Path, mpirun: str) ->
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert sorted(c for c in calls if c.startswith("got-usr1")) == ["got-usr1 0", "got-usr1 1", "got-usr1 2"]
     assert calls[-1].endswith("job end " + str(tmp_path) + " 75")
+
+
+# -- which interpreter a job runs: the profile's python key, else the environment its set-up activates -----
+@pytest.mark.parametrize("setup, python, runs", [
+    ((), "", sys.executable),  # nothing said: the interpreter nnlo was submitted with
+    (("module load gcc cuda",), "", sys.executable),  # modules do not name a Python environment
+    (("source $HOME/venvs/nnlo/bin/activate",), "", "python3"),
+    (("module load cuda/12", ". /sw/envs/nnlo/bin/activate",), "", "python3"),
+    (("conda activate nnlo",), "", "python3"),
+    (("eval \"$(micromamba shell hook -s bash)\"; micromamba activate ml",), "", "python3"),
+    (("source $HOME/venvs/nnlo/bin/activate",), "/opt/py/bin/python3.11", "/opt/py/bin/python3.11"),  # the key wins
+])
+def test_the_job_runs_the_interpreter_the_profile_names(setup: tuple[str, ...], python: str, runs: str) -> None:
+    p = replace(load_profile("flatiron"), setup=setup, python=python)
+    text = render_script(spec("flatiron", workers=2), p, "/scratch/r1")
+    assert f"{shlex.quote(runs)} -m nnlo_sched job start" in text
+    assert f"{shlex.quote(runs)} -m nnlo_sched run \"$NNLO_RUN_DIR\" &" in text
+    if setup:  # the set-up runs before the interpreter is looked up
+        assert text.index(setup[-1]) < text.index("-m nnlo_sched job start")
+
+
+def test_clusters_show_says_which_interpreter_a_job_runs_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.sched.cli_runner import run
+
+    monkeypatch.setenv("NNLO_CLUSTERS", str(tmp_path))
+    (tmp_path / "venvsite.toml").write_text('extends = "flatiron"\nsetup = ["module load cuda/12", '
+                                            '"source $HOME/venvs/nnlo/bin/activate"]\n')
+    (tmp_path / "pinned.toml").write_text('extends = "flatiron"\npython = "/opt/py/bin/python3"\n')
+    shown = {}
+    for name in ("venvsite", "pinned", "flatiron"):
+        code, out, _ = run(capsys, "clusters", "show", name)
+        assert code == 0
+        shown[name] = next(line for line in out.splitlines() if line.startswith("  python "))
+    assert shown["venvsite"] == ("  python         python3 (on the job's PATH after its set-up: set-up line "
+                                 "'source $HOME/venvs/nnlo/bin/activate' activates an environment)")
+    assert shown["pinned"] == "  python         /opt/py/bin/python3 (the profile's python key)"
+    assert shown["flatiron"] == (f"  python         {sys.executable} (the interpreter nnlo runs with here; set "
+                                 "python, or activate an environment in setup, for another)")
+
+
+@pytest.mark.mpi
+def test_an_environment_activated_in_setup_is_the_one_the_job_runs(tmp_path: Path, mpirun: str) -> None:
+    """A real rendered job script: its set-up sources an activate script that puts a recording python3 first on
+    PATH, and every program the job starts (job start, the ranks, job end) is that one."""
+    env_bin = tmp_path / "env" / "bin"
+    env_bin.mkdir(parents=True)
+    (env_bin / "activate").write_text(f'export PATH="{env_bin}:$PATH"\n')
+    (env_bin / "python3").write_text('#!/bin/bash\necho "$*" >> "$NNLO_RUN_DIR/calls.txt"\nexit 0\n')
+    (env_bin / "python3").chmod(0o755)
+    p = replace(load_profile("local"), setup=(f"source {shlex.quote(str(env_bin / 'activate'))}",),
+                launcher_command=mpirun)
+    s = RunSpec.from_argv("train", ["--model", "m.py"], "local", name="venv", walltime_s=60, workdir=str(tmp_path),
+                          workers=1)
+    s.layout = s.layout_on(p).record()
+    script = tmp_path / "job.sh"
+    script.write_text(render_script(s, p, tmp_path))
+    done = subprocess.run(get_scheduler("local", tmp_path).submit_argv(script), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert calls[0] == f"-m nnlo_sched job start {tmp_path}" and calls[-1] == f"-m nnlo_sched job end {tmp_path} 0"
+    assert calls.count(f"-m nnlo_sched run {tmp_path}") == 2

@@ -191,7 +191,7 @@ def test_dry_run_refuses_the_run_dir_that_submit_refuses(capsys, workdir, dry: b
     argv = ["submit", "-c", "local", "--run-dir", str(taken), *(["--dry-run"] if dry else []), "--no-check",
             "train", "--model", "m.py"]
     code, out, err = run(capsys, *argv)
-    assert f"--run-dir {taken} exists and is not empty" in one_line_error(code, err)
+    assert f"--run-dir {taken} holds files but no nnlo run" in one_line_error(code, err)
     assert (taken / "f").read_text() == "keep me" and out == ""
 
 

@@ -87,7 +87,7 @@ def test_preflight_writes_nothing_and_submit_queues_a_search_with_its_notes(lsf,
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "x").write_text("")
-    with pytest.raises(ConfigError, match="exists and is not empty"):
+    with pytest.raises(ConfigError, match="holds files but no nnlo run"):
         api.preflight(spec, run_dir=taken, check=False)
     with pytest.raises(ConfigError, match="needs optimize, not train"):
         api.submit(api.spec("train", ["--model", "m.py"], "testlsf", account="A1"), check=False, jobs=2)

@@ -1,0 +1,69 @@
+"""``nnlo train|optimize -n N`` on this machine, up to the launch: what is said and refused before any rank starts.
+
+The launch itself is replaced by a recorder (the real one is tested with MPI in tests/runtime): these tests
+pin what the command line decides first, once, in the ``nnlo`` process.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.sched.cli_runner import run
+
+
+@pytest.fixture
+def launches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, list[str]]]:
+    """A two-core ``local`` profile, and every launch ``-n`` would make (none is started)."""
+    from nnlo_sched import payload
+
+    clusters = tmp_path / "clusters"
+    clusters.mkdir()
+    (clusters / "local.toml").write_text('extends = "local"\ncores_per_node = 2\n')
+    monkeypatch.setenv("NNLO_CLUSTERS", str(clusters))
+    monkeypatch.chdir(tmp_path)
+    for var in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "NNLO_LAUNCHED"):
+        monkeypatch.delenv(var, raising=False)
+    made: list[tuple[int, list[str]]] = []
+    monkeypatch.setattr(payload, "relaunch", lambda n, argv: made.append((n, list(argv))) or 0)
+    return made
+
+
+@pytest.mark.parametrize("ranks, note", [
+    (3, "nnlo: note: oversubscribed: 3 ranks on 2 cores of this machine (the ranks share them: slower, not wrong)\n"),
+    (2, ""),
+])
+def test_more_ranks_than_cores_is_said_once_before_the_launch(launches: list, capsys: pytest.CaptureFixture[str],
+                                                              ranks: int, note: str) -> None:
+    code, _, err = run(capsys, "train", "-n", str(ranks), "--model", "m.py", "--no-check", "--epochs", "1")
+    assert code == 0 and len(launches) == 1 and launches[0][0] == ranks
+    said = [line for line in err.splitlines(keepends=True) if "--no-check: skipped" not in line]
+    assert "".join(said) == note
+
+
+def test_a_search_says_it_too(launches: list, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "optimize", "-n", "5", "--block-size", "2", "--model", "m.py", "--no-check")
+    assert code == 0 and launches and err.count("oversubscribed: 5 ranks on 2 cores") == 1
+
+
+@pytest.mark.parametrize("workers, said", [(2, True), (1, False)])
+def test_a_submission_to_the_local_profile_says_it_too(launches: list, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                       workers: int, said: bool) -> None:
+    """nnlo submit --cluster local with more ranks than the node's cores: the same note, once, from the checks
+    a real submission runs too (api.preflight)."""
+    monkeypatch.setenv("NNLO_HOME", str(tmp_path / "runs"))
+    code, _, err = run(capsys, "submit", "--cluster", "local", "--workers", str(workers), "--no-check", "--dry-run",
+                       "train", "--model", "m.py")
+    note = (f"nnlo: note: oversubscribed: {workers + 1} ranks on 2 cores of a local node (the ranks share them: "
+            "slower, not wrong)\n")
+    assert code == 0 and err.count("oversubscribed") == said and (note in err) == said
+
+
+def test_gem_lr_beside_another_worker_optimizer_is_refused_before_any_rank_starts(
+        launches: list, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "train", "-n", "3", "--model", "m.py", "--no-check", "--gem-lr", "0.05",
+                         "--worker-optimizer", "adam")
+    assert code == 2 and launches == [] and out == ""
+    assert err == ("nnlo: error: --gem-lr 0.05 sets the step of GEM's worker SGD, but --worker-optimizer adam steps "
+                   "on its own; drop --worker-optimizer (GEM's paper setting, sgd:lr=0.05) or drop --gem-lr\n")
