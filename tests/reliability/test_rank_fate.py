@@ -81,6 +81,10 @@ def _run_dir(tmp_path: Path, log: str) -> Path:
     return run
 
 
+#: the line the peers of a dead rank print (nnlo.liveness), as a job log holds it
+_PEERS = f"nnlo: error: {rankfate.died_line(2, 'block 0 worker:w0', 'nid01')}\n"
+
+
 @pytest.mark.parametrize("log, rc, death", [
     (HYDRA, 9, "a rank (pid 30801) on vm was killed by SIGKILL (signal 9); the job was ended"),
     ("nnlo: error: rank 1 (worker:w1) on vm was killed by SIGKILL (signal 9); the job was ended\n", 1,
@@ -90,6 +94,10 @@ def _run_dir(tmp_path: Path, log: str) -> Path:
     ("nnlo: error: --epochs must be positive\n", 2, None),
     ("Traceback (most recent call last):\nValueError: bad\n", 1, None),
     ("nnlo: error: rank 2 (worker:w2): MPI error\n", 9, None),
+    # the peers' line under srun (nnlo.liveness), then srun's own report of the ranks the abort ended
+    (_PEERS + "srun: error: nid01: tasks 0-1: Exited with exit code 69\nsrun: error: nid01: task 3: Killed\n",
+     69, _PEERS.split("nnlo: error: ", 1)[1].strip()),
+    (_PEERS, 1, _PEERS.split("nnlo: error: ", 1)[1].strip()),  # the abort's fallback exit (nnlo.abort)
 ])
 def test_rank_death_or_python_failure(log: str, rc: int, death: str | None, tmp_path: Path) -> None:
     assert rank_death(_run_dir(tmp_path, log), RunSpec.from_json(
@@ -151,6 +159,8 @@ def _chain_run(tmp_path: Path, log: str, *, retried: int = 0, max_retries: int =
 
 @pytest.mark.parametrize("log, rc, retried, max_retries, checkpoint, state, status, words", [
     (HYDRA, 9, 0, 2, True, "resubmitting", "rank-died", "retry 1 of 2"),
+    (_PEERS, 69, 0, 2, True, "resubmitting", "rank-died", "rank 2 (block 0 worker:w0) on nid01 died"),
+    (_PEERS, 69, 2, 2, True, "failed", "failed", "rank 2 (block 0 worker:w0) on nid01 died"),
     (HYDRA, 9, 2, 2, True, "failed", "failed", "--max-retries 2 reached"),
     (HYDRA, 9, 0, 2, False, "failed", "failed", "it left no new checkpoint"),
     ("nnlo: error: rank 0 (master): loss is NaN at epoch 2\n", 1, 0, 2, True, "failed", "failed", "loss is NaN"),
