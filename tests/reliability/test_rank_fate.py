@@ -98,6 +98,9 @@ _PEERS = f"nnlo: error: {rankfate.died_line(2, 'block 0 worker:w0', 'nid01')}\n"
     (_PEERS + "srun: error: nid01: tasks 0-1: Exited with exit code 69\nsrun: error: nid01: task 3: Killed\n",
      69, _PEERS.split("nnlo: error: ", 1)[1].strip()),
     (_PEERS, 1, _PEERS.split("nnlo: error: ", 1)[1].strip()),  # the abort's fallback exit (nnlo.abort)
+    # a walltime's SIGKILL takes the ranks one after another: a peer's line after it is the teardown
+    ("slurmstepd: error: *** JOB 12 ON nid01 CANCELLED AT 2026-11-26T10:00:00 DUE TO TIME LIMIT ***\n" + _PEERS,
+     137, None),
 ])
 def test_rank_death_or_python_failure(log: str, rc: int, death: str | None, tmp_path: Path) -> None:
     assert rank_death(_run_dir(tmp_path, log), RunSpec.from_json(
