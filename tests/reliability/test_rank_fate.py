@@ -63,6 +63,27 @@ def test_srun_task_lines_name_the_rank_from_its_record(report: str, rank: int, s
     assert line == f"rank {rank} (worker) on nid00012 was killed by {signame}; the job was ended"
 
 
+@pytest.mark.parametrize("report, host", [
+    # Cray PMI under aprun (the format of HPE's messages; no live system here): the host from the rank's record
+    ("_pmiu_daemon(SIGCHLD): [NID 00012] [c0-0c0s3n0] [Thu Nov 26 10:00:00 2026] PE RANK 3 exit signal Killed",
+     "nid00012"),
+    # Open MPI's mpirun (jsrun's relatives)
+    ("mpirun noticed that process rank 3 with PID 4711 on node nid00012 exited on signal 9 (Killed).", "nid00012"),
+])
+def test_aprun_and_open_mpi_reports_name_the_rank(report: str, host: str, tmp_path: Path) -> None:
+    folder = _records(tmp_path, *((r, "worker" if r else "master", "nid00012", 4708 + r) for r in range(4)))
+    line = rankfate.fate_line(f"epoch 3\n{report}\n", folder)
+    assert line == f"rank 3 (worker) on {host} was killed by SIGKILL (signal 9); the job was ended"
+
+
+def test_an_error_or_a_stop_before_a_death_is_the_cause(tmp_path: Path) -> None:
+    folder = _records(tmp_path, *((r, "worker", "nid00012", 100 + r) for r in range(4)))
+    kill = "srun: error: nid00012: task 3: Killed\n"
+    assert rankfate.fate_line("nnlo: error: rank 0 (master): loss is NaN at epoch 2\n" + kill, folder) is None
+    assert rankfate.fate_line("WARNING received SIGTERM: writing a checkpoint and stopping\n" + kill, folder) is None
+    assert rankfate.fate_line(kill + "nnlo: error: rank 0 (master): loss is NaN\n", folder) is not None
+
+
 def test_record_rank_writes_the_out_dir_and_the_wrappers_folder(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(rankfate.RECORDS_ENV, str(tmp_path / "wrapper"))
     written = rankfate.record_rank(3, "block 1 master", tmp_path / "out")
