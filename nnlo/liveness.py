@@ -456,7 +456,8 @@ def current() -> Watch | None:
 def start(world: Any, role: str) -> Watch | None:
     """Start this rank's watch (collective over ``world``: every rank calls it once, at the same point).
 
-    A process watches once: a second call (a Python caller training twice) keeps the first watch.
+    A process watches one job at a time: a second call while a watch runs (a Python caller training twice
+    without leaving) keeps it; :func:`leaving` ends it.
     """
     global _watch
     timeout = timeout_from_env()
@@ -481,16 +482,27 @@ def start(world: Any, role: str) -> Watch | None:
     _watch = Watch(me, members, gathered[0][1], listener, end=functools.partial(_abort, world), say=_say,
                    timeout=timeout)
     atexit.register(leaving)
-    os.register_at_fork(after_in_child=_forget)
     _watch.start()
     return _watch
 
 
 def leaving(code: int | None = None) -> None:
     """Tell the peers this rank leaves: by itself (at exit: ``BYE``), or ending the job with ``code``
-    (:func:`nnlo.abort.abort_job`, a second stop signal): they end it too should the launcher not."""
-    if _watch is not None:
-        _watch.leave(code)
+    (:func:`nnlo.abort.abort_job`, a second stop signal): they end it too should the launcher not.
+
+    Leaving by itself also ends this process's watch, so that a process running several jobs one after another
+    (a warm test world, a Python caller) watches each job's own ranks: :func:`start` is collective, and every
+    rank of the next job must find no watch left from the last one.
+    """
+    global _watch
+    watch = _watch
+    if watch is None:
+        return
+    watch.leave(code)
+    if code is None:
+        _watch = None
+        with contextlib.suppress(Exception):  # the exit of a rank never fails on its watch
+            watch.close()
 
 
 @contextlib.contextmanager
@@ -530,6 +542,9 @@ def _forget() -> None:
         if watch._listener is not None:
             with contextlib.suppress(OSError):
                 watch._listener.close()
+
+
+os.register_at_fork(after_in_child=_forget)
 
 
 def _local_addresses() -> tuple[str, ...]:
