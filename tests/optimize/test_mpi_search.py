@@ -119,7 +119,7 @@ def test_kill_coordinator_then_restore_loses_and_repeats_nothing(mpirun, nnlo_en
     assert cats <= {"none", "up"} and all(isinstance(t["params"]["k"], int) for t in after.values())
 
 
-def test_results_blocks_kept_are_taken_not_evaluated_again(mpirun, nnlo_env, tmp_path):
+def test_results_blocks_kept_are_taken_not_evaluated_again(optimize, tmp_path):
     """The results a job's blocks computed (trials/<id>/block-result.json) are what the next job's coordinator
     records for the same trials, without a second evaluation: here every one, as if the first coordinator had
     died after its blocks finished (its search state gone, its trials' folders left)."""
@@ -127,11 +127,11 @@ def test_results_blocks_kept_are_taken_not_evaluated_again(mpirun, nnlo_env, tmp
 
     args = ["--block-size", "2", "--hyper-opt", "random", "--num-iterations", "4", "--seed", "11"]
     first, second = tmp_path / "first", tmp_path / "second"
-    r = optimize(mpirun, nnlo_env, 3, *args, "--output", str(first))
+    r = optimize(3, *args, "--output", str(first))
     assert r.returncode == 0, r.stderr[-3000:]
     shutil.copytree(first / "trials", second / "trials")
     log = tmp_path / "evals.jsonl"
-    r = optimize(mpirun, nnlo_env, 3, *args, "--output", str(second), extra_env={"BRANIN_LOG": str(log)})
+    r = optimize(3, *args, "--output", str(second), extra_env={"BRANIN_LOG": str(log)})
     assert r.returncode == 0, r.stderr[-3000:]
     assert not log.exists(), log.read_text()  # nothing evaluated again
     assert r.stderr.count("taking the result its block kept") == 4

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from fault_tools import (BRANIN, HANG_LIMIT_S, RUNTIME_MODELS, descendants, error_lines, nnlo_argv, start,
-                         subprocess_env, wait_until)
 from nnlo.contract import EXIT_RANK_DIED
+from tests.helpers.faults import (BRANIN, HANG_LIMIT_S, RUNTIME_MODELS, descendants, error_lines, nnlo_argv, start,
+                                  subprocess_env, wait_until)
 
 pytestmark = [pytest.mark.mpi]
 HIDE = Path(__file__).with_name("hide_death.sh")
