@@ -14,7 +14,8 @@ So :func:`abort_job` arms :mod:`faulthandler`'s timer first. That timer is a C t
 GIL nor any lock of ours; after ``grace_s`` it ends the process with ``_exit(1)``, which runs no destructor.
 A rank that exits non-zero without finalizing is what every launcher ends the job for (Hydra's
 auto-cleanup, ``srun --wait``, ``jsrun``, ``aprun``), so the job still ends, at worst ``grace_s`` later and with
-exit status 1 rather than ``code``.
+exit status 1 rather than ``code``. Before any of it the peers are told (:func:`nnlo.liveness.leaving`): they end
+the job themselves should neither the abort nor the launcher do it.
 """
 from __future__ import annotations
 
@@ -47,6 +48,9 @@ def abort_job(comm: Any, code: int, grace_s: float = ABORT_GRACE_S) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):  # a closed or missing stream never stops it
             stream.flush()
+    from nnlo import liveness
+
+    liveness.leaving(code)  # the peers end the job too should this abort not (and take this rank for no death)
     faulthandler.dump_traceback_later(grace_s, repeat=False, file=_dump_sink(), exit=True)
     comm.Abort(code)
     os._exit(code)  # MPI_Abort returned (a stand-in communicator, a broken MPI): never go on as if alive

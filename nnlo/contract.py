@@ -19,6 +19,9 @@ EXIT_DONE = 0
 EXIT_FAILED = 1
 #: Bad input (options, files, profiles): the chain stops.
 EXIT_BAD_INPUT = 2
+#: EX_UNAVAILABLE: a rank died (killed, out of memory, crashed, its node lost) and the ranks left ended the job
+#: (:mod:`nnlo.liveness`); the chain retries it from the newest checkpoint (``--max-retries``).
+EXIT_RANK_DIED = 69
 #: EX_TEMPFAIL: stopped before the deadline or on a stop signal after writing a complete checkpoint; a
 #: resubmitted job resumes from it.
 EXIT_RESUMABLE = 75
@@ -53,6 +56,8 @@ ENV_DEVICE = "NNLO_DEVICE"
 ENV_TEST_SIGNAL_AT_UPDATE = "NNLO_TEST_SIGNAL_AT_UPDATE"
 #: Testing hook: a search's coordinator signals itself with SIGUSR1 after this many trial results of its own job.
 ENV_TEST_SIGNAL_AT_TRIAL = "NNLO_TEST_SIGNAL_AT_TRIAL"
+#: Seconds a node of a job may stay silent before its peers take it for lost (:mod:`nnlo.liveness`; 0: no watch).
+ENV_PEER_TIMEOUT = "NNLO_PEER_TIMEOUT"
 
 # -- run-directory files ------------------------------------------------------------------------------
 SPEC_FILE = "spec.json"  # the submitted run (nnlo_sched.spec.RunSpec)

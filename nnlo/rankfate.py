@@ -6,6 +6,12 @@ task number (``srun: error: nid0012: task 3: Killed``). So every rank records it
 (``<out>/ranks/rank-<r>.json``: rank, role label, host, pid), and whoever watches the launcher (the ``-n``
 relaunch in :mod:`nnlo_sched.launchers.local_launch`, the chain's ``nnlo job end`` on a job log) turns the
 report into one line: ``rank R (role) on HOST was killed by SIGKILL (signal 9); the job was ended``.
+
+The ranks that live on say so too (:mod:`nnlo.liveness`: :func:`died_line`, :func:`silent_line`), whatever the
+launcher: every line naming a dead rank ends with :data:`ENDED`. A job's log is read in order
+(:func:`first_event`): the first of a rank's death, a rank's own error, and the batch system ending the job (its
+walltime, a cancel, a stop signal the ranks took) decides what ended it; what follows is the teardown (``srun``
+reports every rank it killed after an ``MPI_Abort`` as ``Killed``).
 """
 from __future__ import annotations
 
@@ -23,11 +29,14 @@ from pathlib import Path
 from nnlo.atomic import write_json
 from nnlo.contract import ENV_RANK_RECORDS as RECORDS_ENV
 from nnlo.contract import RANKS_DIR, status_signal
+from nnlo.stop import STOP_WORDS
 
 #: Folder (inside a run's output directory) holding one record per rank.
 #: Extra folder for the records, set by the ``-n`` relaunch wrapper (which does not know the run's out dir).
 #: The words of a rank-fate line, so that a log reader can recognise one.
 FATE_WORDS = "was killed by"
+#: How every line naming a dead rank ends (a launcher's report put in words, or the peers' own line).
+ENDED = "the job was ended"
 
 _HYDRA = re.compile(r"PID\s+(?P<pid>\d+)\s+RUNNING AT\s+(?P<host>\S+)\s*\n=?\s*(?:EXIT CODE|KILLED BY SIGNAL):"
                     r"\s*(?P<code>\d+)")
@@ -35,6 +44,19 @@ _SRUN = re.compile(r"srun: error: (?P<host>\S+): tasks? (?P<ranks>[\d,\-]+): (?P
                    r"|Aborted|Bus error|Terminated|Out Of Memory)", re.IGNORECASE)
 _SRUN_SIGNALS = {"killed": signal.SIGKILL, "segmentation fault": signal.SIGSEGV, "aborted": signal.SIGABRT,
                  "bus error": signal.SIGBUS, "terminated": signal.SIGTERM, "out of memory": signal.SIGKILL}
+#: Cray PMI under aprun (ALPS): ``_pmiu_daemon(SIGCHLD): [NID 00012] [c0-0c0s3n0] [date] PE RANK 3 exit signal
+#: Killed`` (the format of HPE's messages; not checked on a live system)
+_CRAY = re.compile(r"\[NID (?P<nid>\d+)\][^\n]*?PE RANK (?P<ranks>\d+) exit signal (?P<what>Killed|Segmentation fault"
+                   r"|Aborted|Bus error|Terminated)", re.IGNORECASE)
+#: Open MPI's mpirun (and the launchers built on it): ``mpirun noticed that process rank 3 with PID 1234 on node
+#: n12 exited on signal 9 (Killed).``
+_OPEN_MPI = re.compile(r"process rank (?P<rank>\d+) with PID (?P<pid>\d+) on node (?P<host>\S+?) exited on signal "
+                       r"(?P<code>\d+)")
+#: A rank's own one-line error (``nnlo: error: ...``): a death's line from its peers, or its own failure.
+_OWN = re.compile(r"nnlo: error: (?P<text>[^\n]*)")
+#: The batch system ending the job, or the ranks taking its stop signal: what follows is the teardown.
+_STOPPED = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT|DUE TO TIME LIMIT|TERM_RUNLIMIT|TERM_OWNER"
+                      r"|PBS: job killed|" + re.escape(STOP_WORDS))
 
 
 @dataclass(frozen=True)
@@ -68,6 +90,24 @@ class RankFate:
         role = f" ({self.role})" if self.role else ""
         how = f"{name} (signal {self.signal})" if self.signal else "a signal"
         return f"{who}{role} on {self.host} was killed by {how}; the job was ended"
+
+
+def died_line(rank: int, role: str, host: str) -> str:
+    """The peers' line for a rank whose process ended without exiting (:mod:`nnlo.liveness`)."""
+    return (f"rank {rank} ({role}) on {host} died: its process ended without exiting (killed, out of memory or "
+            f"crashed); {ENDED}")
+
+
+def silent_line(host: str, ranks: Iterable[int], seconds: float) -> str:
+    """The peers' line for a node that stopped answering (:mod:`nnlo.liveness`)."""
+    listed = sorted(ranks)
+    which = f"rank {listed[0]}" if len(listed) == 1 else f"ranks {', '.join(map(str, listed))}"
+    return f"node {host} ({which}) stopped answering for {seconds:g} s (lost, or frozen); {ENDED}"
+
+
+def is_fate(line: str) -> bool:
+    """Whether ``line`` (without ``nnlo: error:``) names a dead rank."""
+    return line.rstrip().endswith(ENDED)
 
 
 def record_rank(rank: int, role: str, out_dir: str | Path | None = None) -> list[Path]:
@@ -137,12 +177,58 @@ def find_fates(output: str, records: Iterable[RankRecord] = ()) -> list[RankFate
         pid, host = int(m["pid"]), m["host"]
         rec = by_pid.get((pid, host.split(".")[0])) or by_pid_only.get(pid)
         fates.append(RankFate(sig, host, rec.rank if rec else None, rec.role if rec else None, pid))
-    for m in _SRUN.finditer(output):
-        sig = int(_SRUN_SIGNALS[m["what"].lower()])
-        for rank in _ranks(m["ranks"]):
-            rec = by_rank.get(rank)
-            fates.append(RankFate(sig, m["host"], rank, rec.role if rec else None, rec.pid if rec else None))
+    fates += [fate for _, fate in _task_reports(output, by_rank)]
     return fates
+
+
+def _task_reports(output: str, by_rank: dict[int, RankRecord]) -> list[tuple[int, RankFate]]:
+    """(position, fate) of every rank a launcher reports by its rank number (srun, Cray's aprun, Open MPI)."""
+    found = []
+    for pattern, host_of in ((_SRUN, lambda m: m["host"]), (_CRAY, lambda m: f"nid{m['nid']}")):
+        for m in pattern.finditer(output):
+            sig = int(_SRUN_SIGNALS[m["what"].lower()])
+            for rank in _ranks(m["ranks"]):
+                rec = by_rank.get(rank)
+                found.append((m.start(), RankFate(sig, rec.host if rec and pattern is _CRAY else host_of(m), rank,
+                                                  rec.role if rec else None, rec.pid if rec else None)))
+    for m in _OPEN_MPI.finditer(output):
+        number = _signal_of(int(m["code"]))
+        if number is not None:
+            rec = by_rank.get(int(m["rank"]))
+            found.append((m.start(), RankFate(number, m["host"], int(m["rank"]), rec.role if rec else None,
+                                              int(m["pid"]))))
+    return found
+
+
+@dataclass(frozen=True)
+class Event:
+    """What a job's log says happened at one point: a rank died (``line`` names it), a rank failed by itself
+    (its own error line), or the batch system ended the job (``stop``)."""
+
+    kind: str  # "death", "error" or "stop"
+    line: str
+    at: int = 0  # position in the log
+
+
+def first_event(output: str, records: Iterable[RankRecord] = ()) -> Event | None:
+    """The first death, own error or stop in a job's ``output`` (records name the ranks), or None."""
+    records = list(records)
+    by_pid = {(r.pid, r.host.split(".")[0]): r for r in records}
+    by_pid_only = {r.pid: r for r in records}
+    by_rank = {r.rank: r for r in records}
+    events = [Event("death", fate.line(), at) for at, fate in _task_reports(output, by_rank)]
+    for m in _HYDRA.finditer(output):
+        sig = _signal_of(int(m["code"]))
+        if sig is not None:
+            pid, host = int(m["pid"]), m["host"]
+            rec = by_pid.get((pid, host.split(".")[0])) or by_pid_only.get(pid)
+            events.append(Event("death", RankFate(sig, host, rec.rank if rec else None, rec.role if rec else None,
+                                                  pid).line(), m.start()))
+    for m in _OWN.finditer(output):
+        text = m["text"].strip()
+        events.append(Event("death" if is_fate(text) else "error", text, m.start()))
+    events += [Event("stop", m.group(0), m.start()) for m in _STOPPED.finditer(output)]
+    return min(events, key=lambda e: e.at, default=None)
 
 
 def _ranks(text: str) -> list[int]:
@@ -155,14 +241,14 @@ def _ranks(text: str) -> list[int]:
 
 
 def fate_line(output: str, *folders: str | Path) -> str | None:
-    """The rank-fate line for a failed job's ``output`` (records read from ``folders``); None if no rank
-    was reported killed by a signal. The first report wins: the ranks Hydra or srun end afterwards are
-    the job's teardown, not its cause."""
+    """The rank-fate line for a failed job's ``output`` (records read from ``folders``); None unless the log's
+    first event (:func:`first_event`) is a rank's death: the ranks Hydra or srun end afterwards are the job's
+    teardown, and a rank's own error or the batch system's end of the job (a walltime) before it is the cause."""
     records: list[RankRecord] = []
     for folder in folders:
         records.extend(read_records(folder))
-    fates = find_fates(output, records)
-    return fates[0].line() if fates else None
+    first = first_event(output, records)
+    return first.line if first is not None and first.kind == "death" else None
 
 
 class FirstDeath(threading.Thread):

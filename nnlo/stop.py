@@ -39,6 +39,9 @@ log = logging.getLogger("nnlo.stop")
 SAFETY_S = 10.0
 #: A repeated SIGTERM/SIGINT sooner than this after the first is the same event delivered twice.
 INSIST_AFTER_S = 1.0
+#: Logged by every rank that takes a stop signal: a job log's reader (:func:`nnlo.rankfate.first_event`) knows
+#: from them that what ends the ranks afterwards is the stop, not a death.
+STOP_WORDS = "writing a checkpoint and stopping"
 
 #: What ``signal.signal`` returns and accepts.
 Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
@@ -104,8 +107,11 @@ class Stop:
             self.signal_name, self._first_at = sig.name, now
             again = f"; {sig.name} again ends it at once" if sig in INSISTING_SIGNALS else ""
             # a batch system's or a launcher's signal reaches every rank: the screen says it once
-            log.warning("received %s: writing a checkpoint and stopping%s", sig.name, again, extra=ONCE)
+            log.warning("received %s: %s%s", sig.name, STOP_WORDS, again, extra=ONCE)
         elif sig in INSISTING_SIGNALS and now - self._first_at >= INSIST_AFTER_S:
+            from nnlo import liveness
+
+            liveness.leaving(signal_status(signum))  # the peers end too, rather than take this rank for dead
             os._exit(signal_status(signum))  # asked again: the user (or the batch system) insists
 
     # -- a search's questions --------------------------------------------------------------------------

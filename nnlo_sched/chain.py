@@ -52,7 +52,7 @@ from nnlo.contract import (
 )
 from nnlo.errors import NnloError
 from nnlo.observe.timeline import find_trace_dirs, merge_run
-from nnlo.rankfate import FATE_WORDS, fate_line
+from nnlo.rankfate import fate_line
 from nnlo_sched.runs import change_inner_options, load_profile_for, search_done, submit_job
 from nnlo_sched.schedulers import JobInfo, get_scheduler
 from nnlo_sched.spec import RunSpec, checkpoint_dir, load_spec
@@ -271,23 +271,20 @@ def retries(st: RunState) -> int:
 def rank_death(run_dir: Path, spec: RunSpec, job_id: str, rc: int) -> str | None:
     """Why a failed job's rank died by a signal (a rank-fate line), or None for any other failure.
 
-    A rank-fate line (printed by ``nnlo ... -n``, or built here from Hydra's banner or srun's ``task N:
-    Killed`` and the rank records) wins; else an ``nnlo: error:`` line means a Python failure; else an exit
-    status from a signal (128+n through a shell, or Hydra's bare signal number) is a death without a name.
+    The log's first event decides (:func:`nnlo.rankfate.first_event`): a rank's death - a line printed by
+    ``nnlo ... -n`` or by the peers of a dead rank (:mod:`nnlo.liveness`), or built here from Hydra's banner or
+    srun's ``task N: Killed`` and the rank records - whatever the exit status; the batch system ending the job
+    (a walltime, a cancel) or a rank's own ``nnlo: error:`` first means what followed was the teardown. Else an
+    exit status from a signal (128+n through a shell, or Hydra's bare signal number) is a death without a
+    name.
     """
     tail = log_tail(run_dir, job_id, 200)
-    own = [ln.split("nnlo: error:", 1)[1].strip() for ln in tail if "nnlo: error:" in ln]
-    named = [ln for ln in own if FATE_WORDS in ln]
-    if named:
-        return named[0]
-    if rc in (EXIT_FAILED, EXIT_BAD_INPUT):
-        return None  # nnlo's own error exit, or bad input
     folders = [Path(run_dir) / RANKS_DIR, checkpoint_dir(run_dir, spec) / RANKS_DIR]
-    line = fate_line("\n".join(tail), *folders)
+    line = fate_line("\n".join(tail), *folders)  # the log's first event, if a death: whatever the exit status
     if line is not None:
         return line
-    if own:
-        return None
+    if rc in (EXIT_FAILED, EXIT_BAD_INPUT) or any("nnlo: error:" in ln for ln in tail):
+        return None  # nnlo's own error exit, bad input, or a rank's own error before any death
     if status_signal(rc) is not None or rc in HYDRA_SIGNAL_CODES:
         return f"a rank was killed by a signal (exit {rc})"
     return None

@@ -21,6 +21,7 @@ from nnlo_sched.chain import reconcile as reconcile_run
 from nnlo_sched.chain import retries
 from nnlo_sched.runs import Run, chain_runs, find_run, list_runs, load_state
 from nnlo_sched.schedulers import JobInfo, get_scheduler
+from nnlo_sched.schedulers.base import PENDING
 from nnlo_sched.search import participants_running, search_state, trial_counts
 from nnlo_sched.spec import RunSpec, checkpoint_dir, load_spec
 from nnlo_sched.state import ACTIVE_STATES, RunState
@@ -107,10 +108,11 @@ def run_view(run: Run, answers: Answers, reconcile: bool = True) -> dict[str, An
     jobs = []
     for j in st.jobs:
         info = infos.get(j.job_id)
+        reason, never = _pending(st.scheduler, info if j.alive else None)
         jobs.append({
             "job_id": j.job_id, "status": j.status, "scheduler_state": info.state if info and j.alive else None,
             "submitted_at": j.submitted_at, "started_at": j.started_at, "ended_at": j.ended_at, "rc": j.rc,
-            "host": j.host, "depends_on": j.depends_on,
+            "host": j.host, "depends_on": j.depends_on, "pending_reason": reason, "never_starts": never,
         })
     return {
         # the run id is the directory's name: what every command takes (a moved or copied run keeps working)
@@ -121,6 +123,18 @@ def run_view(run: Run, answers: Answers, reconcile: bool = True) -> dict[str, An
         "retries": retries(st), "max_retries": spec.max_retries,
         "command": ["nnlo", spec.kind, *spec.args],  # as typed (the job runs the typed record in spec.json)
     }
+
+
+def _pending(scheduler: str, info: JobInfo | None) -> tuple[str | None, str | None]:
+    """A pending job's reason from its scheduler (``squeue %r``), and the fix when that reason means it never
+    starts as submitted (:meth:`~nnlo_sched.schedulers.base.Scheduler.never_starts`)."""
+    if info is None or info.state != PENDING or not info.reason or info.reason == "None":
+        return None, None
+    try:
+        never = get_scheduler(scheduler).never_starts(info.reason) if scheduler != "local" else None
+    except NnloError:  # a record naming a scheduler this nnlo does not know: the reason alone
+        never = None
+    return info.reason, never
 
 
 def search_view(run: Run, st: RunState, answers: Answers, reconcile: bool = True) -> dict[str, Any]:

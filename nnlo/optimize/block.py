@@ -21,6 +21,7 @@ from typing import Any
 
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
 from nnlo.optimize.runners import FoldOutcome, Runner, outcome_of_exception
+from nnlo.optimize.trial_files import write_block_result
 from nnlo.roles import Hierarchy
 from nnlo.transport import wait_for_all, wait_for_message
 
@@ -61,8 +62,11 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
         wait_for_all(block_comm)  # ranks done early (other folds, hook evaluations) sleep meanwhile
         gathered = block_comm.gather(report, root=0)
         if leader:
-            world.send({"trial": trial_id, "block": info.block, "folds": merge_folds(gathered, n_fold),
-                        "elapsed": time.time() - t0}, dest=coordinator, tag=TAG_RESULT)
+            folds = merge_folds(gathered, n_fold)
+            result = {"trial": trial_id, "block": info.block, "folds": folds, "elapsed": time.time() - t0}
+            if not any(f.get("interrupted") for f in folds):  # a coordinator's death loses nothing
+                write_block_result(out_dir, trial_id, params, None if epochs is None else int(epochs), result)
+            world.send(result, dest=coordinator, tag=TAG_RESULT)
 
 
 def merge_folds(reports: list[tuple[int, bool, dict[str, Any] | None]], n_fold: int) -> list[dict[str, Any]]:

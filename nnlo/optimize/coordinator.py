@@ -32,6 +32,7 @@ from nnlo.contract import ENV_TEST_SIGNAL_AT_TRIAL, EXIT_BAD_INPUT, EXIT_DONE, E
 from nnlo.optimize.assign import Policy
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
 from nnlo.optimize.search import Search
+from nnlo.optimize.trial_files import read_block_result
 from nnlo.roles import Hierarchy
 from nnlo.stop import InjectedSignal, Stop
 
@@ -134,6 +135,13 @@ class Coordinator:
             self.busy[block] = trial.id
             task: dict[str, Any] = {"trial": trial.id, "params": trial.params}
             epochs = self.search.job_epochs(trial)
+            kept = read_block_result(self.search.out_dir, trial.id, trial.params, epochs)
+            if kept is not None:  # computed by a block of a job whose coordinator died before recording it
+                log.warning("trial %d: taking the result its block kept before the last job ended (not re-run)",
+                            trial.id)
+                self._on_result({**kept, "block": block})
+                handed_out = True
+                continue
             if epochs is not None:  # a schedule's stage: train (on) to this many epochs in total
                 task["epochs"] = epochs
             self.world.send(task, dest=self.hierarchy.block_leader(block), tag=TAG_TASK)

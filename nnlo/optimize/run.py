@@ -198,7 +198,10 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     undefined = MPI.UNDEFINED
     block_comm = world.Split(undefined if info.block is None else info.block, rank)
     group_comm = world.Split(undefined if info.group is None else info.group, rank)
-    _record(rank, info, opts.out_dir)
+    label = _record(rank, info, opts.out_dir)
+    from nnlo import liveness
+
+    liveness.start(world, label)  # every rank watches its peers: a dead one ends the job (collective)
 
     search: Search | None = None
     error: str | None = None
@@ -233,8 +236,9 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
             policy = make_policy(opts.assign, space, hierarchy.block_sizes)
             log.info("assignment: %s%s", policy.name,
                      f"; {len(hierarchy.proposers)} proposer ranks" if hierarchy.proposers else "")
-            return Coordinator(world, hierarchy, search, stop, grace_s=opts.grace_s, progress=progress,
-                               assign=policy).run()
+            with liveness.last_words(_last_words(search)):
+                return Coordinator(world, hierarchy, search, stop, grace_s=opts.grace_s, progress=progress,
+                                   assign=policy).run()
         if info.role is Role.PROPOSER:
             from nnlo.optimize.proposers import run_proposer
 
@@ -316,15 +320,25 @@ def _schedule_note(search: Search) -> str:
     return f"; schedule {describe_schedule(search.schedule.spec)} (rungs at {budgets} epochs)"
 
 
-def _record(rank: int, info: Any, out_dir: Path) -> None:
+def _last_words(search: Search) -> Any:
+    """What the coordinator does when a rank of its job died (:mod:`nnlo.liveness`): a shared search gives its
+    running trials back to the pool at once (never renewing a dead trial's lease), a search of its own saves
+    its state (its running trials are re-run by the next job)."""
+    from nnlo.optimize.shared import SharedSearch
+
+    return search.give_back if isinstance(search, SharedSearch) else search.save
+
+
+def _record(rank: int, info: Any, out_dir: Path) -> str:
     """Record this rank for naming it should it be killed (:mod:`nnlo.rankfate`): "coordinator" or
-    "block B <role>", so a dead block member is named with its block."""
+    "block B <role>", so a dead block member is named with its block; returns that label."""
     from nnlo.rankfate import record_rank
 
     label = info.label()
     if info.block is not None and info.role is not Role.COORDINATOR:
         label = f"block {info.block} " + label.split(":", 1)[-1]
     record_rank(rank, label, out_dir)
+    return label
 
 
 def _progress(total: int, stream: Any) -> Any:

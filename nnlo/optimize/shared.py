@@ -181,8 +181,16 @@ class SharedSearch(Search):
 
     def close(self) -> None:
         """Stop the heartbeat and give back any lease still held (the pool gets those trials at once)."""
+        self.give_back(leave=True)
+        super().close()
+        self.journal.close()
+
+    def give_back(self, leave: bool = False) -> None:
+        """Stop renewing and release every trial this job runs: the pool gets them at once (with their last
+        checkpoints), for any participant. Also what the coordinator does when a rank of its job died
+        (:func:`nnlo.liveness.last_words`): a lease is never renewed for a trial whose ranks are gone."""
         self._quit.set()
-        if self._beat is not None:
+        if self._beat is not None and self._beat is not threading.current_thread():
             self._beat.join()
             self._beat = None
         if self._joined:
@@ -192,10 +200,9 @@ class SharedSearch(Search):
                     del self.in_flight[tid]
                     if self._holds(tid):
                         self._record("release", id=tid)
-                self._record("leave")
-            self._joined = False
-        super().close()
-        self.journal.close()
+                if leave:
+                    self._record("leave")
+            self._joined = not leave
 
     def _holds(self, tid: int) -> bool:
         lease = self.shared.open.get(tid)

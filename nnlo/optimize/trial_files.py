@@ -66,6 +66,35 @@ def write_hook_state(folder: Path, state: Any, epochs: int) -> None:
     write_json(folder / HOOK_STATE, {"epochs": int(epochs), "state": state, "previous": previous})
 
 
+# -- a block's result, kept until the coordinator has it ---------------------------------------------------------
+#: the result a block computed for a trial, written before it is sent: a coordinator that dies before it records
+#: it loses nothing, the next job takes it from here instead of re-running the trial
+BLOCK_RESULT = "block-result.json"
+
+
+def write_block_result(out_dir: Path | str, trial_id: int, params: dict[str, Any], epochs: int | None,
+                       result: dict[str, Any]) -> None:
+    """Keep a block's merged result of trial ``trial_id`` (trained to ``epochs``; None: the run's own)."""
+    folder = Path(out_dir) / "trials" / f"{trial_id:04d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / BLOCK_RESULT, {"trial": trial_id, "params": params, "epochs": epochs, "result": result})
+
+
+def read_block_result(out_dir: Path | str, trial_id: int, params: dict[str, Any],
+                      epochs: int | None) -> dict[str, Any] | None:
+    """The result a block kept for exactly this trial (same parameters, same stage), or None."""
+    path = Path(out_dir) / "trials" / f"{trial_id:04d}" / BLOCK_RESULT
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("trial") != trial_id or kept.get("epochs") != epochs:
+        return None
+    if json.loads(json.dumps(params)) != kept.get("params") or not isinstance(kept.get("result"), dict):
+        return None
+    return dict(kept["result"])
+
+
 # -- PBT's exploit --------------------------------------------------------------------------------------------
 def inherit(out_dir: Path | str, parent: int, child: int, n_fold: int, epochs: int | None = None) -> int | None:
     """Copy ``parent``'s checkpoint of every fold into ``child``'s folders (emptied first: an id is new, so

@@ -188,6 +188,7 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         return inputs.model if inputs.model is not None else load_model_source(config.model)
 
     source = _phase(comm, hierarchy, start_session, watchdog)
+    _watch_peers(comm, ctx.role_label)
     mark("model_source")
     from nnlo.device import select_device
 
@@ -228,6 +229,17 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
     else:
         _phase(comm, hierarchy, lambda: None, watchdog)
     return ctx, role
+
+
+def _watch_peers(comm: Any, role: str) -> None:
+    """A training of its own watches its peers (:mod:`nnlo.liveness`; a search's blocks are watched by the
+    search): collective over the world."""
+    from mpi4py import MPI
+
+    from nnlo import liveness
+
+    if comm.Get_size() == MPI.COMM_WORLD.Get_size():
+        liveness.start(MPI.COMM_WORLD, role)
 
 
 def _same_sizes(sizes: list[int], hierarchy: Hierarchy) -> None:

@@ -80,7 +80,16 @@ def table(views: list[dict[str, Any]]) -> str:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     errors = [f"  {v['run_id']}: {v['error']}" for v in views if v["state"] in ("failed", DAMAGED) and v["error"]]
-    return "\n".join(lines + errors)
+    return "\n".join(lines + errors + [f"  {v['run_id']}: {line}" for v in views for line in never_lines(v)])
+
+
+def never_lines(view: dict[str, Any]) -> list[str]:
+    """One line per pending job whose scheduler says it never starts as submitted: the reason and the fix."""
+    if view.get("chains"):
+        return [line for c in view["chains"] for line in never_lines(c)]
+    return [f"job {j['job_id']} will never start ({j['pending_reason']}): {j['never_starts']}; `nnlo cancel "
+            f"{view['run_id'].split('/', 1)[0]}` and submit again with the change"
+            for j in view["jobs"] if j.get("never_starts")]
 
 
 def search_detail(v: dict[str, Any]) -> str:
@@ -123,9 +132,12 @@ def detail(v: dict[str, Any]) -> str:
         when = time.strftime("%m-%d %H:%M:%S", time.localtime(j["started_at"])) if j["started_at"] else "-"
         took = _fmt_elapsed(j["ended_at"] - j["started_at"]) if j["ended_at"] and j["started_at"] else "-"
         sched = f" [{j['scheduler_state']}]" if j["scheduler_state"] else ""
+        if j.get("pending_reason"):
+            sched = f" [{j['scheduler_state']}: {j['pending_reason']}{', never starts' if j['never_starts'] else ''}]"
         rc = f" rc={j['rc']}" if j["rc"] is not None else ""
         lines.append(f"  {j['job_id']:>10}  {j['status']:<13}{sched} started {when} ran {took}{rc}"
                      + (f" on {j['host']}" if j["host"] else ""))
+    lines.extend(never_lines(v))
     if v["state"] == "failed" and v["jobs"]:
         last = next((j for j in reversed(v["jobs"]) if j["started_at"]), None)
         if last is not None:

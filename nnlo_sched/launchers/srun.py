@@ -38,9 +38,10 @@ class Srun(Launcher):
             f"--nodes={plan.nodes}",
             f"--ntasks-per-node={plan.ranks_per_node}",
             f"--cpus-per-task={plan.cores_per_rank}",
-            # When one rank has ended, the others get 120 s (enough to finish a checkpoint or exit 75 in
-            # step) and are then ended: a rank that died must never leave the rest idle until the walltime.
-            # (--kill-on-bad-exit would also kill ranks still writing when the first exits 75.)
+            # A rank that dies is noticed by its peers, which end the step within seconds (nnlo.liveness);
+            # the backstop, with the watch off: when one rank has ended, the others get 120 s (enough to
+            # finish a checkpoint or exit 75 in step) and are then ended. (--kill-on-bad-exit would also kill
+            # ranks still writing when the first exits 75.)
             "--wait=120",
         ]
         # Whole GPUs per task are counted per task, shared ones come from the job's --gres/--gpus-per-node; both

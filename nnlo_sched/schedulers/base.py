@@ -27,6 +27,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from nnlo.errors import ConfigError, NnloError
 from nnlo_sched.walltime import format_hms
@@ -103,6 +104,15 @@ class Scheduler(ABC):
     array_index_var: str = ""
     array_job_id_expr: str = ""
     array_env_vars: tuple[str, ...] = ()
+
+    #: pending reasons (the scheduler's own words, as its query reports them) that mean the job can never
+    #: start as submitted -> what to change; ``nnlo status`` flags them (:meth:`never_starts`)
+    never_reasons: ClassVar[dict[str, str]] = {}
+
+    def never_starts(self, reason: str) -> str | None:
+        """The fix, when a pending job's ``reason`` means it will never start as submitted; else None."""
+        word = reason.strip().split(" ", 1)[0].strip("()")
+        return self.never_reasons.get(word)
 
     def submit(self, script: Path, *, depends_on: str | None, walltime_s: int, cwd: Path | None = None,
                env: Mapping[str, str] | None = None) -> str:

@@ -15,6 +15,7 @@ import re
 import signal as signals
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import ClassVar
 
 from nnlo_sched.schedulers.base import (
     CANCELLED,
@@ -53,8 +54,28 @@ def normalise(native: str) -> str:
     return _STATES.get(word, UNKNOWN)
 
 
+_PARTITION_FIX = ("the job asks more than any node of its partition holds (tasks or CPUs per node, memory, GPUs) "
+                  "or more nodes than it has: lower cores_per_node, gpus_per_node or nodes in the cluster profile "
+                  "(`sinfo -o '%P %c %m %G %D'` shows what the partitions hold), or name another partition")
+_LIMIT_FIX = ("the job exceeds a limit of its {what}: give a shorter --walltime or fewer nodes, or another "
+              "partition, account or QOS (`scontrol show partition`, `sacctmgr show qos`)")
+
+
 class SlurmScheduler(Scheduler):
     name = "slurm"
+    # squeue's %r words that no waiting ends (Slurm's squeue(1) "JOB REASON CODES"): the job must be cancelled
+    # (`nnlo cancel`) and submitted again with the change
+    never_reasons: ClassVar[dict[str, str]] = {
+        "PartitionConfig": _PARTITION_FIX,
+        "PartitionNodeLimit": _PARTITION_FIX,
+        "BadConstraints": ("no node has the requested features: correct the constraint (--directive or the "
+                           "profile's constraint; `sinfo -o '%N %f'` lists the features)"),
+        "PartitionTimeLimit": _LIMIT_FIX.format(what="partition (its MaxTime)"),
+        "QOSMaxWallDurationPerJobLimit": _LIMIT_FIX.format(what="QOS (its MaxWall)"),
+        "AssocMaxWallDurationLimit": _LIMIT_FIX.format(what="association (its MaxWall)"),
+        "InvalidAccount": "the account is not valid here: correct the profile's account (`sacctmgr show assoc`)",
+        "InvalidQOS": "the QOS is not valid for this account: correct it (`sacctmgr show assoc format=qos`)",
+    }
     job_id_vars = ("SLURM_JOB_ID", "SLURM_JOBID")
     job_id_syntax = _JOB_ID
     submit_program, submit_pattern = "sbatch", _SUBMITTED

@@ -82,6 +82,8 @@ def test_kill_coordinator_then_restore_loses_and_repeats_nothing(mpirun, nnlo_en
         proc.wait(timeout=60)
     before = {t["id"]: t for t in trials(out)}
     assert 3 <= len(before) < 10
+    kept = {int(p.parent.name): json.loads(p.read_text())["params"]  # finished by a block, never recorded
+            for p in (out / "trials").glob("*/block-result.json") if int(p.parent.name) not in before}
     evaluated_before = len(log.read_text().splitlines())
 
     # resuming with the deadline already passed hands nothing out, keeps everything, says "resubmit me"
@@ -105,9 +107,14 @@ def test_kill_coordinator_then_restore_loses_and_repeats_nothing(mpirun, nnlo_en
     for i, t in before.items():
         assert after[i] == t  # no finished trial lost or changed
     new_evals = [json.loads(line)["params"] for line in log.read_text().splitlines()[evaluated_before:]]
-    assert len(new_evals) == 10 - len(before)  # in-flight ones re-run, finished ones never again
+    # in-flight ones re-run, finished ones never again; one a block finished but the killed coordinator never
+    # recorded is taken from the block's kept result (trial_files.BLOCK_RESULT), not evaluated again
+    assert len(new_evals) <= 10 - len(before)
     for t in before.values():
         assert t["params"] not in new_evals
+    for tid, params in kept.items():
+        if after[tid]["params"] == params:
+            assert params not in new_evals, tid
     cats = {t["params"]["shift"] for t in after.values()}
     assert cats <= {"none", "up"} and all(isinstance(t["params"]["k"], int) for t in after.values())
 
@@ -126,6 +133,26 @@ def test_a_second_search_into_a_search_folder_is_refused_until_overwrite(optimiz
                      "--overwrite", "--seed", "5")
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert [t["id"] for t in trials(out)] == [0, 1] and not (out / "trials").exists()
+
+
+def test_results_blocks_kept_are_taken_not_evaluated_again(optimize, tmp_path):
+    """The results a job's blocks computed (trials/<id>/block-result.json) are what the next job's coordinator
+    records for the same trials, without a second evaluation: here every one, as if the first coordinator had
+    died after its blocks finished (its search state gone, its trials' folders left)."""
+    import shutil
+
+    args = ["--block-size", "2", "--hyper-opt", "random", "--num-iterations", "4", "--seed", "11"]
+    first, second = tmp_path / "first", tmp_path / "second"
+    r = optimize(3, *args, "--output", str(first))
+    assert r.returncode == 0, r.stderr[-3000:]
+    shutil.copytree(first / "trials", second / "trials")
+    log = tmp_path / "evals.jsonl"
+    r = optimize(3, *args, "--output", str(second), extra_env={"BRANIN_LOG": str(log)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not log.exists(), log.read_text()  # nothing evaluated again
+    assert r.stderr.count("taking the result its block kept") == 4
+    key = lambda t: (t["id"], t["params"], t["fom"])  # noqa: E731
+    assert [key(t) for t in trials(second)] == [key(t) for t in trials(first)]
 
 
 @pytest.mark.parametrize("np_, args, message", [

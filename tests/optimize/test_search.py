@@ -236,3 +236,17 @@ def test_the_default_rule_is_the_contracts():
     from nnlo.optimize.failures import FailureRule
 
     assert FailureRule.parse(MAX_FAILURES) == FailureRule.default() == FailureRule(0.5, 8)
+
+
+def test_a_blocks_kept_result_is_found_only_for_the_same_trial_parameters_and_stage(tmp_path):
+    """What a block keeps before sending its result (a coordinator dying meanwhile loses nothing)."""
+    from nnlo.optimize.trial_files import read_block_result, write_block_result
+
+    result = {"trial": 3, "block": 1, "folds": [{"metrics": {"val_loss": 0.5}}], "elapsed": 1.0}
+    write_block_result(tmp_path, 3, {"lr": 0.1, "k": 2}, 4, result)
+    assert read_block_result(tmp_path, 3, {"k": 2, "lr": 0.1}, 4) == result
+    assert read_block_result(tmp_path, 3, {"lr": 0.2, "k": 2}, 4) is None  # another trial took the id
+    assert read_block_result(tmp_path, 3, {"lr": 0.1, "k": 2}, 8) is None  # a promotion trains on
+    assert read_block_result(tmp_path, 4, {"lr": 0.1, "k": 2}, 4) is None
+    (tmp_path / "trials" / "0003" / "block-result.json").write_text("{torn")
+    assert read_block_result(tmp_path, 3, {"lr": 0.1, "k": 2}, 4) is None

@@ -308,3 +308,19 @@ def test_a_slow_proposal_renews_the_running_leases_before_appending(tmp_path, ca
     assert kinds[-3:] == [("propose", 0), ("renew", [0]), ("propose", 1)]
     assert "raise --lease-timeout" in caplog.text
     s.close()
+
+
+def test_a_dead_rank_gives_the_running_trials_back_at_once_and_stops_their_leases(tmp_path):
+    """What the coordinator does when a rank of its job died (nnlo.liveness's last words): every trial it runs
+    returns to the pool at once, for another participant; its lease is never renewed again."""
+    from nnlo.optimize.run import _last_words
+
+    clock = Clock()
+    a, b = participant(tmp_path, "a", clock, n=4), participant(tmp_path, "b", clock, n=4)
+    t0, t1 = a.next_trial(0), a.next_trial(1)
+    _last_words(a)()  # the lease (10 s on this clock) has not run out: only the release gives them back
+    assert a.renew() == []
+    assert [b.next_trial(0).id, b.next_trial(1).id] == [t0.id, t1.id]
+    records, _ = read_journal(tmp_path)
+    assert [r["id"] for r in records if r["kind"] == "release"] == [t0.id, t1.id]
+    assert not any(r["kind"] == "leave" for r in records)  # the job ends by its abort, not by leaving the search

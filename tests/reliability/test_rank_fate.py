@@ -63,6 +63,27 @@ def test_srun_task_lines_name_the_rank_from_its_record(report: str, rank: int, s
     assert line == f"rank {rank} (worker) on nid00012 was killed by {signame}; the job was ended"
 
 
+@pytest.mark.parametrize("report, host", [
+    # Cray PMI under aprun (the format of HPE's messages; no live system here): the host from the rank's record
+    ("_pmiu_daemon(SIGCHLD): [NID 00012] [c0-0c0s3n0] [Thu Nov 26 10:00:00 2026] PE RANK 3 exit signal Killed",
+     "nid00012"),
+    # Open MPI's mpirun (jsrun's relatives)
+    ("mpirun noticed that process rank 3 with PID 4711 on node nid00012 exited on signal 9 (Killed).", "nid00012"),
+])
+def test_aprun_and_open_mpi_reports_name_the_rank(report: str, host: str, tmp_path: Path) -> None:
+    folder = _records(tmp_path, *((r, "worker" if r else "master", "nid00012", 4708 + r) for r in range(4)))
+    line = rankfate.fate_line(f"epoch 3\n{report}\n", folder)
+    assert line == f"rank 3 (worker) on {host} was killed by SIGKILL (signal 9); the job was ended"
+
+
+def test_an_error_or_a_stop_before_a_death_is_the_cause(tmp_path: Path) -> None:
+    folder = _records(tmp_path, *((r, "worker", "nid00012", 100 + r) for r in range(4)))
+    kill = "srun: error: nid00012: task 3: Killed\n"
+    assert rankfate.fate_line("nnlo: error: rank 0 (master): loss is NaN at epoch 2\n" + kill, folder) is None
+    assert rankfate.fate_line("WARNING received SIGTERM: writing a checkpoint and stopping\n" + kill, folder) is None
+    assert rankfate.fate_line(kill + "nnlo: error: rank 0 (master): loss is NaN\n", folder) is not None
+
+
 def test_record_rank_writes_the_out_dir_and_the_wrappers_folder(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(rankfate.RECORDS_ENV, str(tmp_path / "wrapper"))
     written = rankfate.record_rank(3, "block 1 master", tmp_path / "out")
@@ -81,6 +102,10 @@ def _run_dir(tmp_path: Path, log: str) -> Path:
     return run
 
 
+#: the line the peers of a dead rank print (nnlo.liveness), as a job log holds it
+_PEERS = f"nnlo: error: {rankfate.died_line(2, 'block 0 worker:w0', 'nid01')}\n"
+
+
 @pytest.mark.parametrize("log, rc, death", [
     (HYDRA, 9, "a rank (pid 30801) on vm was killed by SIGKILL (signal 9); the job was ended"),
     ("nnlo: error: rank 1 (worker:w1) on vm was killed by SIGKILL (signal 9); the job was ended\n", 1,
@@ -90,6 +115,13 @@ def _run_dir(tmp_path: Path, log: str) -> Path:
     ("nnlo: error: --epochs must be positive\n", 2, None),
     ("Traceback (most recent call last):\nValueError: bad\n", 1, None),
     ("nnlo: error: rank 2 (worker:w2): MPI error\n", 9, None),
+    # the peers' line under srun (nnlo.liveness), then srun's own report of the ranks the abort ended
+    (_PEERS + "srun: error: nid01: tasks 0-1: Exited with exit code 69\nsrun: error: nid01: task 3: Killed\n",
+     69, _PEERS.split("nnlo: error: ", 1)[1].strip()),
+    (_PEERS, 1, _PEERS.split("nnlo: error: ", 1)[1].strip()),  # the abort's fallback exit (nnlo.abort)
+    # a walltime's SIGKILL takes the ranks one after another: a peer's line after it is the teardown
+    ("slurmstepd: error: *** JOB 12 ON nid01 CANCELLED AT 2026-11-26T10:00:00 DUE TO TIME LIMIT ***\n" + _PEERS,
+     137, None),
 ])
 def test_rank_death_or_python_failure(log: str, rc: int, death: str | None, tmp_path: Path) -> None:
     assert rank_death(_run_dir(tmp_path, log), RunSpec.from_json(
@@ -151,6 +183,8 @@ def _chain_run(tmp_path: Path, log: str, *, retried: int = 0, max_retries: int =
 
 @pytest.mark.parametrize("log, rc, retried, max_retries, checkpoint, state, status, words", [
     (HYDRA, 9, 0, 2, True, "resubmitting", "rank-died", "retry 1 of 2"),
+    (_PEERS, 69, 0, 2, True, "resubmitting", "rank-died", "rank 2 (block 0 worker:w0) on nid01 died"),
+    (_PEERS, 69, 2, 2, True, "failed", "failed", "rank 2 (block 0 worker:w0) on nid01 died"),
     (HYDRA, 9, 2, 2, True, "failed", "failed", "--max-retries 2 reached"),
     (HYDRA, 9, 0, 2, False, "failed", "failed", "it left no new checkpoint"),
     ("nnlo: error: rank 0 (master): loss is NaN at epoch 2\n", 1, 0, 2, True, "failed", "failed", "loss is NaN"),

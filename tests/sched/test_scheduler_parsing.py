@@ -435,3 +435,35 @@ def test_the_smallest_valid_local_queue(tmp_path: Path) -> None:
     assert states(get_scheduler("local", tmp_path).query(["1"])) == {"1": ("ENDED", "", "not in local queue")}
     _queue(tmp_path, {"next_id": 2, "jobs": [_job("1", "COMPLETED", pid=2)]})  # pid 2: the smallest signalable
     assert states(get_scheduler("local", tmp_path).query(["1"])) == {"1": ("COMPLETED", "COMPLETED", "")}
+
+
+# -- a pending job's reason in `nnlo status` ---------------------------------------------------------------
+@pytest.mark.parametrize("reason, never", [
+    ("PartitionConfig", "lower cores_per_node"), ("BadConstraints", "correct the constraint"),
+    ("QOSMaxWallDurationPerJobLimit", "shorter --walltime"), ("Priority", None), ("Dependency", None),
+    ("Resources", None),
+])
+def test_status_shows_a_pending_reason_and_flags_the_never_ones_with_the_fix(reason: str, never: str | None,
+                                                                              tmp_path: Path) -> None:
+    from nnlo_sched.commands.status import detail, table
+    from nnlo_sched.runs import Run
+    from nnlo_sched.spec import RunSpec
+    from nnlo_sched.state import JobRecord, RunState, write_state
+    from nnlo_sched.status import run_view
+
+    run = tmp_path / "r1"
+    (run / "logs").mkdir(parents=True)
+    (run / "spec.json").write_text(RunSpec.from_argv(kind="train", args=["--model", "m.py"], cluster="x").to_json())
+    write_state(run, RunState(run_id="r1", name="r", cluster="x", scheduler="slurm", state="queued",
+                              jobs=[JobRecord(job_id="812", submitted_at=1.0)]))
+    answers = {"slurm": {"812": JobInfo("812", "PENDING", "PENDING", reason)}}
+    view = run_view(Run("r1", run), answers, reconcile=False)
+    job = view["jobs"][0]
+    assert job["pending_reason"] == reason
+    shown = table([view]) + "\n" + detail(view)
+    assert f"PENDING: {reason}" in shown
+    if never is None:
+        assert job["never_starts"] is None and "never start" not in shown
+    else:
+        assert never in job["never_starts"]
+        assert f"job 812 will never start ({reason}): " in shown and "nnlo cancel r1" in shown
