@@ -6,10 +6,15 @@ task number (``srun: error: nid0012: task 3: Killed``). So every rank records it
 (``<out>/ranks/rank-<r>.json``: rank, role label, host, pid), and whoever watches the launcher (the ``-n``
 relaunch in :mod:`nnlo_sched.launchers.local_launch`, the chain's ``nnlo job end`` on a job log) turns the
 report into one line: ``rank R (role) on HOST was killed by SIGKILL (signal 9); the job was ended``.
+
+The chain's ``nnlo job end`` (:func:`fate_line`) also keeps that fate beside the records (``ranks/fate.json``),
+so the next job of a search knows which block lost a rank (the OOM killer's ``SIGKILL``: the trial that block
+ran does not fit its memory) and takes it once (:func:`take_fate`).
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -22,7 +27,7 @@ from pathlib import Path
 
 from nnlo.atomic import write_json
 from nnlo.contract import ENV_RANK_RECORDS as RECORDS_ENV
-from nnlo.contract import RANKS_DIR, status_signal
+from nnlo.contract import RANK_FATE_FILE, RANKS_DIR, status_signal
 
 #: Folder (inside a run's output directory) holding one record per rank.
 #: Extra folder for the records, set by the ``-n`` relaunch wrapper (which does not know the run's out dir).
@@ -162,7 +167,38 @@ def fate_line(output: str, *folders: str | Path) -> str | None:
     for folder in folders:
         records.extend(read_records(folder))
     fates = find_fates(output, records)
-    return fates[0].line() if fates else None
+    if not fates:
+        return None
+    keep_fate(fates[0], folders)
+    return fates[0].line()
+
+
+def keep_fate(fate: RankFate, folders: Iterable[str | Path]) -> None:
+    """Keep ``fate`` in the first of ``folders`` that holds the dead rank's record (else the first that
+    exists), for the next job to :func:`take_fate`; best effort, like the records themselves."""
+    existing = [Path(f) for f in folders if Path(f).is_dir()]
+    holding = [f for f in existing if fate.rank is not None and (f / f"rank-{fate.rank}.json").exists()]
+    for folder in (holding or existing)[:1]:
+        with contextlib.suppress(OSError):
+            write_json(folder / RANK_FATE_FILE, {"signal": fate.signal, "host": fate.host, "rank": fate.rank,
+                                                 "role": fate.role, "pid": fate.pid})
+
+
+def take_fate(folder: str | Path) -> RankFate | None:
+    """The fate :func:`keep_fate` kept in ``folder``, removed as it is read (a job learns from it once)."""
+    path = Path(folder) / RANK_FATE_FILE
+    try:
+        text = path.read_text()
+        path.unlink()
+    except OSError:
+        return None
+    try:
+        d = json.loads(text)
+        return RankFate(int(d["signal"]), str(d["host"]), None if d.get("rank") is None else int(d["rank"]),
+                        None if d.get("role") is None else str(d["role"]), None if d.get("pid") is None
+                        else int(d["pid"]))
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 class FirstDeath(threading.Thread):

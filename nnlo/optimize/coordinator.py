@@ -16,9 +16,10 @@ resubmission), saves, stops the blocks and returns 75. If blocks are still busy 
 state is already saved, so it aborts the MPI job with code 75.
 
 Heterogeneous blocks and parallel proposals: an assignment policy (:mod:`nnlo.optimize.assign`, ``--assign``)
-picks which pooled proposal an idle block gets; with proposer ranks (``--proposers P`` > 1,
-:mod:`nnlo.optimize.proposers`) the points come from them, and the coordinator keeps them busy between
-results.
+picks which pooled proposal an idle block gets, or has it wait (the hardware-aware policy checks each job against
+the deadline itself, instead of the median rule above); a trial that ran out of memory re-runs on a block it
+may fit. With proposer ranks (``--proposers P`` > 1, :mod:`nnlo.optimize.proposers`) the points come from them,
+and the coordinator keeps them busy between results.
 """
 from __future__ import annotations
 
@@ -58,6 +59,8 @@ class Coordinator:
         search.blocks = len(hierarchy.blocks)
         if assign is not None:
             search.assign = assign
+        if stop.deadline is not None:  # a job started now must reach its first checkpoint by then
+            search.deadline = stop.deadline - stop.safety_s
         self.proposers: Any = None
         if hierarchy.proposers:
             from nnlo.optimize.proposers import MpiProposers
@@ -91,7 +94,8 @@ class Coordinator:
                 if stop_reason is not None:
                     give_up_at = now + self.grace_s
                     log.warning("stopping (%s): waiting for %d running trial(s)", stop_reason, len(self.busy))
-            if stop_reason is None and not self.stop.no_time_for(self._typical_s(), now):
+            if stop_reason is None and (search.assign.fits_deadline
+                                        or not self.stop.no_time_for(self._typical_s(), now)):
                 self._dispatch(now)
                 if self.proposers is not None and search.can_hand_out():
                     self.proposers.pump(search.pending())  # proposers work while the blocks train
@@ -125,12 +129,13 @@ class Coordinator:
     # -- steps ---------------------------------------------------------------------------------------
     def _dispatch(self, now: float) -> None:
         handed_out = False
-        while self.idle:
-            block = self.idle[0]
+        for block in list(self.idle):  # a block the policy has wait does not hold up the others
             trial = self.search.next_trial(block, now)
             if trial is None:
-                break
-            self.idle.pop(0)
+                if not self.search.can_hand_out():
+                    break
+                continue
+            self.idle.remove(block)
             self.busy[block] = trial.id
             task: dict[str, Any] = {"trial": trial.id, "params": trial.params}
             epochs = self.search.job_epochs(trial)
@@ -165,6 +170,11 @@ class Coordinator:
             # a training stops early only on a deadline or a signal: the whole job is ending, even if the
             # coordinator's own clock or signal has not said so yet - never hand the trial out again now
             self.stop.request("a training was interrupted (deadline or signal)")
+            self.search.save()
+            return
+        elsewhere = self.search.out_of_memory(trial_id, folds, block)
+        if elsewhere is not None:
+            log.warning("trial %d ran out of memory on block %d: %s", trial_id, block, elsewhere)
             self.search.save()
             return
         trial = self.search.record(trial_id, folds, block)
@@ -206,8 +216,6 @@ class Coordinator:
         best = search.best()
         what = "finished" if code == EXIT_DONE else "stopped"
         line = f"search {what}: {len(search.finished)} trial(s), {search.n_failed} failed"
-        if search.dropped:
-            line += f", {search.dropped} pooled proposal(s) expired ({search.assign.name})"
         if best is not None:
             line += f"; best {search.objective.name} {best.fom:.6g} (trial {best.id}) {best.params}"
         log.info("%s; results: %s", line, search.out_dir / TRIALS_CSV)
