@@ -1,5 +1,5 @@
-"""Assignment policies and the cost model, without MPI: FIFO is the old hand-out, hardware-aware gives
-expensive points to fast blocks and cheap ones to slow blocks; the options and layout carry the new shape."""
+"""Assignment policies behind ``--assign``, without MPI: FIFO is the old hand-out, hardware-aware places (its
+mechanisms are tested one by one in test_placement.py); the options and layout carry the new shape."""
 from __future__ import annotations
 
 import math
@@ -8,19 +8,10 @@ import numpy as np
 import pytest
 
 from nnlo.errors import ConfigError
-from nnlo.optimize.assign import (
-    Candidate,
-    CostModel,
-    Fifo,
-    HardwareAware,
-    Observation,
-    default_subspace,
-    make_policy,
-    priorities,
-    resolve,
-)
+from nnlo.optimize.assign import WAIT, Candidate, Fifo, HardwareAware, Situation, make_policy, resolve
 from nnlo.optimize.engines import make_engine
 from nnlo.optimize.options import SearchConfig
+from nnlo.optimize.placement import BlockType
 from nnlo.optimize.results import Objective
 from nnlo.optimize.search import Search
 from nnlo.optimize.space import Categorical, Real, Space
@@ -35,90 +26,31 @@ def true_cost(p) -> float:
     return math.exp(2.0 * p["x"]) * (5.0 if p["model"] == "big" else 1.0)
 
 
-def observations(n: int, seed: int = 0, noise: float = 0.05) -> list[Observation]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        p = SPACE.sample(rng)
-        b = i % len(SPEEDS)
-        out.append(Observation(p, b, true_cost(p) / SPEEDS[b] * math.exp(noise * rng.standard_normal()),
-                               value=float(p["x"])))
-    return out
-
-
-def test_auto_is_hardware_aware_only_for_blocks_of_different_sizes():
+def test_auto_is_hardware_aware_only_for_blocks_that_differ():
     assert resolve("auto", [2, 2, 2]) == "fifo" and resolve("auto", [6, 3]) == "hardware-aware"
     assert resolve("fifo", [6, 3]) == "fifo" and resolve("hardware-aware", [2, 2]) == "hardware-aware"
+    gpu, cpu = BlockType(2, gpus=1.0, node="g"), BlockType(2, node="c")
+    assert resolve("auto", [gpu, cpu]) == "hardware-aware" and resolve("auto", [cpu, cpu]) == "fifo"
     assert isinstance(make_policy("auto", SPACE, [4, 4]), Fifo)
     assert isinstance(make_policy("auto", SPACE, [4, 2]), HardwareAware)
-    with pytest.raises(ValueError, match="fifo"):
+    with pytest.raises(ValueError, match="^--assign 'fastest' is unknown; use one of auto, fifo, hardware-aware$"):
         resolve("fastest", [1])
     with pytest.raises(ConfigError, match="--assign 'fastest' is unknown"):
         SearchConfig(assign="fastest")
 
 
-def test_the_cost_model_learns_block_speeds_and_trial_costs():
-    model = CostModel(SPACE, prior_speed=[1, 1, 1]).fit(observations(60))
-    speeds = [model.speed(b) for b in range(3)]
-    assert speeds[1] / speeds[0] == pytest.approx(2.0, rel=0.15)
-    assert speeds[2] / speeds[0] == pytest.approx(4.0, rel=0.15)
-    for p in ({"x": 0.1, "model": "small"}, {"x": 0.9, "model": "big"}, {"x": 0.5, "model": "big"}):
-        ratio = model.cost(p) / model.cost({"x": 0.1, "model": "small"})
-        assert ratio == pytest.approx(true_cost(p) / true_cost({"x": 0.1, "model": "small"}), rel=0.2)
-
-
-def test_before_any_trial_the_speeds_follow_the_block_sizes():
-    model = CostModel(SPACE, prior_speed=[6, 3]).fit([])
-    assert model.speed(0) / model.speed(1) == pytest.approx(2.0)
-
-
-def test_hardware_aware_gives_expensive_points_to_fast_blocks_and_cheap_ones_to_slow_blocks():
-    policy = HardwareAware(SPACE, [1, 1, 1])
-    policy.learn(observations(30))
-    cheap, mid, dear = ({"x": 0.05, "model": "small"}, {"x": 0.5, "model": "small"}, {"x": 0.95, "model": "big"})
-    pool = [Candidate(mid), Candidate(dear), Candidate(cheap)]
-    assert policy.choose(2, pool) == 1  # the fastest block (4x) takes the dearest point
-    assert policy.choose(0, pool) == 2  # the slowest (1x) the cheapest
-    assert policy.choose(1, pool) == 0
-    assert policy.block_quantile(0) == 0.0 and policy.block_quantile(2) == 1.0
-
-
-def test_hardware_aware_is_fifo_until_it_has_seen_trials_and_drops_stale_points():
-    policy = HardwareAware(SPACE, [1, 2], min_observations=4, pool=3)
-    policy.learn(observations(2))
-    pool = [Candidate({"x": 0.9, "model": "big"}, age=99), Candidate({"x": 0.1, "model": "small"})]
-    assert policy.choose(0, pool) == 0 and policy.expired(pool) == []
-    policy.learn(observations(12))
-    assert policy.expired(pool) == [0]
+def test_fifo_takes_the_first_candidate_and_holds_one_proposal():
     fifo = Fifo()
-    assert fifo.pool_size(100) == 1 and fifo.choose(3, pool) == 0 and fifo.expired(pool) == []
-
-
-def test_subspace_priorities_favour_the_better_and_more_uncertain_subspace():
-    obs = [Observation({"model": "big"}, 0, 1.0, v) for v in (0.1, 0.5, 0.9)]
-    obs += [Observation({"model": "small"}, 0, 1.0, v) for v in (0.6, 0.61, 0.62)]
-    prio = priorities(obs, lambda p: p["model"])
-    assert prio["big"] == pytest.approx(1.0) and prio["small"] < 0.1
-    assert priorities(obs, lambda p: "") == {"": 1.0}
-
-
-def test_the_subspaces_of_a_tree_space_are_its_top_level_choices():
-    from types import SimpleNamespace as D
-
-    inner = D(name="act", branches=((("relu",), ()),))
-    tree = [D(name="model", branches=(("cnn", (D(name="filters"), inner)), ("mlp", (D(name="units"),)))),
-            inner, D(name="filters"), D(name="units"), D(name="lr")]
-    sub = default_subspace(tree)
-    assert sub({"model": "cnn", "filters": 8, "act": "relu", "lr": 0.1}) == "model=cnn"
-    assert sub({"model": "mlp", "units": 8, "lr": 0.1}) == "model=mlp"
-    assert default_subspace(SPACE)({"x": 0.5, "model": "big"}) == ""  # a flat space is one subspace
+    pool = [Candidate({"x": 0.9, "model": "big"}, age=99), Candidate({"x": 0.1, "model": "small"})]
+    assert fifo.pool_size(100, 50) == 1 and fifo.choose(3, pool, Situation()) == 0 and not fifo.fits_deadline
+    assert fifo.placeable({"x": 0.1}) is None and fifo.fits_type({"x": 0.1}, BlockType(1))
 
 
 def run_search(policy, seed=0, n=40):
     """A serial stand-in for the coordinator: three blocks of speeds 1, 2, 4, each trial taking cost/speed."""
     search = Search(make_engine("random", SPACE, seed), Objective.parse("val_loss"), num_iterations=n,
                     out_dir="unused")  # never saved here
-    search.blocks, search.assign = 3, policy
+    search.blocks, search.assign, search.block_types = 3, policy, [BlockType(int(s)) for s in SPEEDS]
     clock, running = 0.0, {}
     for b in range(3):
         t = search.next_trial(b, clock)
@@ -127,19 +59,24 @@ def run_search(policy, seed=0, n=40):
         b = min(running, key=lambda k: running[k][0])
         clock, tid = running.pop(b)
         search.record(tid, [{"metrics": {"val_loss": 1.0}}], b, now=clock)
-        t = search.next_trial(b, clock)
-        if t is not None:
-            running[b] = (clock + true_cost(t.params) / SPEEDS[b], t.id)
+        for free in range(3):
+            if free not in running:
+                t = search.next_trial(free, clock)
+                if t is not None:
+                    running[free] = (clock + true_cost(t.params) / SPEEDS[free], t.id)
     return search, clock
 
 
-def test_in_a_search_the_fast_block_runs_the_dearer_trials_and_finishes_sooner():
-    ha, ha_time = run_search(HardwareAware(SPACE, [1, 1, 1]))
+def test_in_a_small_batch_the_fast_block_runs_the_dearer_trials_and_the_batch_ends_sooner():
+    """40 trials on 3 blocks of 1, 2 and 4 ranks: once 9 (3 x blocks) remain, the longest predicted go to the
+    fastest block, and the batch ends sooner than FIFO's."""
+    ha, ha_time = run_search(make_policy("hardware-aware", SPACE, [1, 2, 4]))
     fifo, fifo_time = run_search(Fifo())
-    late = [t for t in ha.finished.values() if t.id >= 10]
-    mean = {b: np.mean([true_cost(t.params) for t in late if t.block == b]) for b in range(3)}
-    assert mean[2] > mean[1] > mean[0]
+    late = [t for t in ha.finished.values() if t.id >= 31]
+    mean = {b: np.mean([true_cost(t.params) for t in late if t.block == b] or [0.0]) for b in range(3)}
+    assert mean[2] > mean[0]
     assert ha_time < fifo_time
+    assert len(ha.costs) == 40 and {o.block_type.ranks for o in ha.costs} <= {1, 2, 4}
 
 
 def test_fifo_hands_out_exactly_the_engines_asks():
@@ -150,6 +87,25 @@ def test_fifo_hands_out_exactly_the_engines_asks():
     points = [t.params for t in sorted(search.finished.values(), key=lambda t: t.id)]
     for i, p in enumerate(points[:3]):  # the first three are asked back to back, each seeing the earlier ones
         assert replay.ask(points[:i]) == p
+
+
+def test_a_block_the_policy_has_wait_gets_nothing_and_is_asked_again_once_something_changed():
+    class Stubborn(Fifo):
+        calls = 0
+
+        def choose(self, block, candidates, situation):
+            Stubborn.calls += 1
+            return WAIT if block == 0 else 0
+
+    search = Search(make_engine("random", SPACE, 1), Objective.parse("val_loss"), num_iterations=5,
+                    out_dir="unused")
+    search.blocks, search.assign = 2, Stubborn()
+    assert search.next_trial(0, 10.0) is None and Stubborn.calls == 1
+    assert search.next_trial(0, 10.2) is None and Stubborn.calls == 1  # nothing changed: not asked again
+    t = search.next_trial(1, 10.3)
+    assert t is not None and t.block == 1 and Stubborn.calls == 2
+    assert search.next_trial(0, 10.4) is None and Stubborn.calls == 3  # a hand-out changed the state
+    assert search.next_trial(0, 11.5) is None and Stubborn.calls == 4  # and a second passed
 
 
 def test_options_and_the_inner_parser_carry_heterogeneous_blocks_and_proposers():
