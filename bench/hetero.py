@@ -18,7 +18,7 @@ load. Four measurements, each over ``--seeds`` seeds:
   (``fifo_lost_rank_seconds``). The same chain measures the two answers to "nothing fits before the deadline":
   take a cheaper trial (``cheaper``) or end the job early (``end``).
 
-    bench/run.sh hetero                  # 10 seeds (~2 minutes)
+    bench/run.sh hetero                  # 10 seeds (~3 minutes of CPU)
     bench/run.sh hetero --quick          # smoke test
 """
 from __future__ import annotations
