@@ -30,6 +30,7 @@ from typing import Any
 
 from nnlo.abort import abort_job
 from nnlo.contract import ENV_TEST_SIGNAL_AT_TRIAL, EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, TRIALS_CSV
+from nnlo.errors import NnloError
 from nnlo.optimize.assign import Policy
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
 from nnlo.optimize.search import Search
@@ -79,6 +80,11 @@ class Coordinator:
             print(f"nnlo: error: {e}; the search state is saved in {self.search.out_dir}: resubmit with "
                   "--opt-restore once the cause is fixed (or use --proposers 1)", file=sys.stderr, flush=True)
             abort_job(self.world, EXIT_FAILED)
+        except NnloError as e:  # bad input found while the blocks wait (a model's placement hook): no rank hangs
+            self.search.save()
+            self._close_progress()
+            print(f"nnlo: error: {e}", file=sys.stderr, flush=True)
+            abort_job(self.world, e.exit_code)
 
     def _run(self) -> int:
         from mpi4py import MPI

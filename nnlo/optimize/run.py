@@ -137,6 +137,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         given_space = space if space is not None else load_space(opts, module)
         Objective.parse(opts.fom)
         hook = module is not None and callable(getattr(module, "evaluate", None))
+        check_placement_hooks(given_space, module, str(config.model))
         check_schedule(opts.schedule, given_space.names, module, config.model)
         notes = trial_overrides(config, opts.out_dir, opts.name)
         if not hook:
@@ -208,6 +209,20 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         if inputs is not None and not hook:
             runner = _GivenInputsRunner(config, opts.seed, opts.name, inputs, keep)
         return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
+
+
+def check_placement_hooks(space: space_mod.Space, module: Any, where: str) -> None:
+    """The model module's placement hooks answer for a few points of the space (same points on every rank),
+    so a broken one stops the search before it starts, with one line naming it."""
+    import numpy as np
+
+    from nnlo.optimize.placement import TraitsOf
+
+    traits = TraitsOf(space, module, where=where)
+    if traits.declared:
+        rng = np.random.default_rng(0)
+        for _ in range(3):
+            traits(space.sample(rng))
 
 
 def placement_policy(opts: OptimizeOptions, config: Any, search: Search, hierarchy: Any, facts: list[Any],

@@ -203,6 +203,7 @@ class Search:
     def _placed(self, block: int, now: float) -> Trial | None:
         """The job the policy gives ``block``: a trial to re-run or a pooled point (under a schedule: the
         schedule's job, checked to fit the block), or None (the block waits)."""
+        self._learn()
         if self.schedule is None:
             remaining = self.num_iterations - len(self.finished) - len(self.in_flight)
             chosen = self._choose(block, now, self.requeue, remaining)
@@ -232,7 +233,6 @@ class Search:
                 work: float = 1.0) -> Candidate | None:
         """The policy's pick for ``block`` among ``reruns`` and (``new``) the pool, filled with proposals as
         the policy asks; taken out of the re-runs or the pool. None: the block waits."""
-        self._learn()
         fresh = None if remaining is None else remaining - len(self.requeue)  # proposals that may still come
         if new:
             want = max(1, self.assign.pool_size(self.blocks, remaining))

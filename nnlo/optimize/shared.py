@@ -335,7 +335,15 @@ class SharedSearch(Search):
             return self._lease_trial(lease)
         if self.schedule is not None:
             job = self._job()
-            return None if job is None else self._start_locked(job, until)
+            if job is None:
+                return None
+            paused = self.shared.finished.get(job.trial) if job.trial is not None else None
+            if paused is not None or job.params is not None:  # the schedule's own point: it must fit this block
+                params = paused.params if paused is not None else dict(job.params or {})
+                if self._place(block, [params], now, [self._work(paused, job.rung)]) < 0:
+                    self._refused = True
+                    return None
+            return self._start_locked(job, until)
         if self.shared.n_trials >= self.num_iterations:
             return None
         tid = self.shared.next_id

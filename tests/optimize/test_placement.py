@@ -455,3 +455,53 @@ def test_a_shared_trial_out_of_memory_goes_to_a_block_or_a_participant_it_may_fi
     alone = participant(tmp_path / "3", "alone", [SMALL], Clock())
     v = alone.next_trial(0)
     assert alone.out_of_memory(v.id, OOM, 0) is None
+
+
+# -- with a schedule, and the hooks checked up front ---------------------------------------------------------
+def staged_search(tmp_path, types):
+    from nnlo.optimize.schedules import ScheduleSpec, make_schedule
+
+    search = Search(make_engine("random", SPACE, 0), Objective.parse("val_loss"), num_iterations=9,
+                    out_dir=tmp_path, schedule=make_schedule(ScheduleSpec("asha", max_epochs=9, min_epochs=1,
+                                                                          eta=3), SPACE))
+    search.blocks, search.block_types = len(types), list(types)
+    search.traits_of = TraitsOf(SPACE, SimpleNamespace(trial_class=lambda p: p["model"]))
+    search.assign = make_policy("hardware-aware", SPACE, types, search.traits_of)
+    return search
+
+
+def test_under_a_schedule_a_stage_out_of_memory_re_runs_toward_the_same_rung_on_another_type(tmp_path):
+    search = staged_search(tmp_path, [SMALL, BIG])
+    t = search.next_trial(0, 0.0)
+    rung = t.target
+    assert search.out_of_memory(t.id, OOM, 0, 0.5) is not None
+    assert search.costs[-1].work == pytest.approx(1 / 9) and search.costs[-1].outcome == "oom"  # its first stage
+    other = search.next_trial(0, 1.0)
+    assert other is None or other.id != t.id
+    again = search.next_trial(1, 1.0)
+    assert again.id == t.id and again.target == rung and search.job_epochs(again) == 1
+
+
+def test_under_a_schedule_a_trial_trained_on_must_reach_its_checkpoint_before_the_deadline(tmp_path):
+    slow, fast = BlockType(1, node="n"), BlockType(8, node="n")
+    search = staged_search(tmp_path, [slow, fast])
+    clock = 0.0
+    for i in range(3):  # three first stages, 1 epoch each: 8 s on the slow block, 1 s on the fast one
+        block = i % 2
+        t = search.next_trial(block, clock)
+        clock += 8.0 if block == 0 else 1.0
+        search.record(t.id, [{"metrics": {"val_loss": 1.0 + i}, "epochs": 1}], block, clock)
+    assert [o.work for o in search.costs] == pytest.approx([1 / 9] * 3)
+    search.deadline = clock + 12.0  # a promotion trains 2 more epochs: ~16 s on the slow block, ~2 s on the fast
+    assert search.next_trial(0, clock) is None  # the slow block would not reach the stage's end in time
+    up = search.next_trial(1, clock)
+    assert up is not None and up.target == 1 and search.job_epochs(up) == 3
+
+
+def test_broken_placement_hooks_stop_the_search_before_it_starts():
+    from nnlo.optimize.run import check_placement_hooks
+
+    check_placement_hooks(SPACE, SimpleNamespace(), "m.py")  # no hooks: nothing to check
+    check_placement_hooks(SPACE, SimpleNamespace(trial_size=lambda p: 1 + p["epochs"]), "m.py")
+    with pytest.raises(ModelError, match=r"^trial_class\(\{.*\}\) in m.py returned None: return a short string"):
+        check_placement_hooks(SPACE, SimpleNamespace(trial_class=lambda p: None), "m.py")
