@@ -505,3 +505,20 @@ def test_broken_placement_hooks_stop_the_search_before_it_starts():
     check_placement_hooks(SPACE, SimpleNamespace(trial_size=lambda p: 1 + p["epochs"]), "m.py")
     with pytest.raises(ModelError, match=r"^trial_class\(\{.*\}\) in m.py returned None: return a short string"):
         check_placement_hooks(SPACE, SimpleNamespace(trial_class=lambda p: None), "m.py")
+
+
+def test_the_chains_fate_line_keeps_the_dead_ranks_fate_for_the_next_job_once(tmp_path):
+    from nnlo.rankfate import fate_line, take_fate
+
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    (ranks / "rank-3.json").write_text(json.dumps({"rank": 3, "role": "block 1 worker:w0", "host": "nid01",
+                                                   "pid": 77}))
+    line = fate_line("srun: error: nid01: task 3: Out Of Memory\n", ranks, tmp_path / "missing")
+    assert line == "rank 3 (block 1 worker:w0) on nid01 was killed by SIGKILL (signal 9); the job was ended"
+    fate = take_fate(ranks)
+    assert (fate.signal, fate.rank, fate.role, fate.pid) == (int(signal.SIGKILL), 3, "block 1 worker:w0", 77)
+    assert take_fate(ranks) is None  # taken once
+    (ranks / "fate.json").write_text("{not json")
+    assert take_fate(ranks) is None and not (ranks / "fate.json").exists()  # a damaged one is dropped
+    assert fate_line("all ranks exited cleanly\n", ranks) is None and not (ranks / "fate.json").exists()

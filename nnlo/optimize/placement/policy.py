@@ -199,13 +199,21 @@ class Placement:
         for busy in moment.busy:
             avail[busy.block] = max(moment.now, busy.started + self.seconds(busy.job, busy.block))
         blocks = sorted(avail)
-        longest = {i: min((self.seconds(j, b) for b in blocks if self.memory.fits(j.traits, self.types[b])),
+        memo: dict[tuple[int, BlockType], float] = {}  # blocks of one type take a job equally long
+
+        def seconds(i: int, b: int) -> float:
+            key = (i, self.types[b])
+            if key not in memo:
+                memo[key] = self.seconds(jobs[i], b)
+            return memo[key]
+
+        longest = {i: min((seconds(i, b) for b in blocks if self.memory.fits(j.traits, self.types[b])),
                           default=math.inf) for i, j in enumerate(jobs)}
         for i in sorted(range(len(jobs)), key=lambda i: -longest[i]):
             if math.isinf(longest[i]):
                 continue
             job = jobs[i]
-            options = [(avail[b] + self.seconds(job, b), b != block, b) for b in blocks
+            options = [(avail[b] + seconds(i, b), b != block, b) for b in blocks
                        if (i in ok if b == block else self.fits(job, b, avail[b], moment.deadline))]
             if not options:
                 continue
