@@ -27,7 +27,7 @@ from pathlib import Path
 
 from nnlo.atomic import write_json
 from nnlo.contract import ENV_RANK_RECORDS as RECORDS_ENV
-from nnlo.contract import RANK_FATE_FILE, RANKS_DIR, status_signal
+from nnlo.contract import RANKS_DIR, RANK_FATE_FILE, status_signal
 
 #: Folder (inside a run's output directory) holding one record per rank.
 #: Extra folder for the records, set by the ``-n`` relaunch wrapper (which does not know the run's out dir).
