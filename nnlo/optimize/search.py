@@ -215,8 +215,7 @@ class Search:
             if job.trial is not None or job.params is not None:  # the schedule's own point: it must fit
                 trial = self.finished.get(job.trial) if job.trial is not None else None
                 params = trial.params if trial is not None else dict(job.params or {})
-                work = self._work(trial, job.rung) if trial is not None else self._work(None, job.rung)
-                fits = self.assign.choose(block, [Candidate(params, age=1 << 30, work=work)],
+                fits = self.assign.choose(block, [Candidate(params, age=1 << 30, work=self._work(trial, job.rung))],
                                           self._situation(block, now, None)) >= 0
                 return self._start(job, self.next_id, block) if fits else None
             chosen = self._choose(block, now, [], None, work=self._work(None, job.rung))
@@ -234,16 +233,23 @@ class Search:
         """The policy's pick for ``block`` among ``reruns`` and (``new``) the pool, filled with proposals as
         the policy asks; taken out of the re-runs or the pool. None: the block waits."""
         fresh = None if remaining is None else remaining - len(self.requeue)  # proposals that may still come
-        if new:
-            want = max(1, self.assign.pool_size(self.blocks, remaining))
+        situation = self._situation(block, now, remaining)
+        reran = [Candidate(t.params, age=1 << 30, trial=t, work=self._work(t, t.target)) for t in reruns]
+        filled = not new or not reran  # a trial to re-run that the block takes needs no new proposal first
+        while True:
+            if not filled:
+                pick = self.assign.choose(block, reran, situation)
+                if pick >= 0:
+                    candidates = reran
+                    break
+                filled = True
+            want = max(1, self.assign.pool_size(self.blocks, remaining)) if new else 0
             while len(self.pool) < (want if fresh is None else min(want, fresh)):
                 self.pool.append(Candidate(self._proposal()))
-        while True:
             for c in self.pool:
                 c.work = work
-            candidates = [Candidate(t.params, age=1 << 30, trial=t, work=self._work(t, t.target)) for t in reruns]
-            candidates += self.pool if new else []
-            pick = self.assign.choose(block, candidates, self._situation(block, now, remaining))
+            candidates = reran + (self.pool if new else [])
+            pick = self.assign.choose(block, candidates, situation)
             if pick != MORE or not new or (fresh is not None and len(self.pool) >= fresh):
                 break
             self.pool.append(Candidate(self._proposal()))
@@ -646,29 +652,21 @@ class Search:
         return True
 
     def _rank_death(self, rerun: list[dict[str, Any]]) -> None:
-        """The last job ended because a block's rank was killed by SIGKILL (the OOM killer's signal; the fate
-        :mod:`nnlo.rankfate` kept): the trial that block ran ran out of memory on its type."""
-        import signal
-
+        """The last job ended because a block's rank was killed (the fate :mod:`nnlo.rankfate` kept): by
+        SIGKILL, the OOM killer's signal, the trial that block ran ran out of memory on its type."""
         from nnlo.contract import RANKS_DIR
         from nnlo.optimize.block import block_of_label
+        from nnlo.optimize.placement.memory import killed_out_of_memory
         from nnlo.rankfate import take_fate
 
         fate = take_fate(self.out_dir / RANKS_DIR)
-        block = None if fate is None else block_of_label(fate.role)
-        if fate is None or block is None or fate.signal != signal.SIGKILL:
+        if fate is None:
             return
-        for entry in rerun:
-            on = entry.get("running_on") or {}
-            if on.get("block") != block:
-                continue
-            try:
-                obs = CostObservation.from_record({**on, "id": entry["id"], "seconds": 0.0, "outcome": "oom"})
-            except (KeyError, TypeError, ValueError):
-                continue  # written by an older nnlo without the block's type: nothing to learn
+        block = block_of_label(fate.role)
+        for obs in killed_out_of_memory(fate.signal, block, rerun):
             self.costs.append(obs)
             log.warning("trial %s was running on block %d when %s: taken as out of memory on blocks of %s",
-                        entry["id"], block, fate.line().split(";")[0], obs.block_type)
+                        obs.trial, block, fate.line().split(";")[0], obs.block_type)
 
 
 def rerun_entry(trial: Trial) -> dict[str, Any]:

@@ -199,3 +199,15 @@ def test_hardware_aware_defaults():
     assert [hw.pool_size(3, n) for n in (None, 1, 9, 10, 100)] == [4, 1, 9, 4, 4]  # the tail pools all of it
     assert HardwareAware(SPACE, [1] * 20).pool_size(20, None) == 9  # at most 9
     assert hw.job({"x": 0.5, "model": "big"}, 3, 0.5).checkpoint == 1.0 and hw.job({}, 0, 1.0).age == 0
+
+
+def test_fifo_re_runs_restored_trials_before_it_asks_the_engine_again(tmp_path):
+    search = Search(make_engine("random", SPACE, 2), Objective.parse("val_loss"), num_iterations=6, out_dir=tmp_path)
+    search.blocks = 2
+    first, second = search.next_trial(0, 0.0), search.next_trial(1, 0.0)
+    search.save()  # killed with both running
+    again = Search(make_engine("random", SPACE, 2), Objective.parse("val_loss"), num_iterations=6, out_dir=tmp_path)
+    again.blocks = 2
+    assert again.restore() and again.engine.n_asked == 2
+    assert again.next_trial(1, 5.0).id == first.id and again.next_trial(0, 5.0).id == second.id
+    assert again.engine.n_asked == 2 and not again.pool  # no new proposal before the re-runs went out

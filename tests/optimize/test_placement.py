@@ -522,3 +522,16 @@ def test_the_chains_fate_line_keeps_the_dead_ranks_fate_for_the_next_job_once(tm
     (ranks / "fate.json").write_text("{not json")
     assert take_fate(ranks) is None and not (ranks / "fate.json").exists()  # a damaged one is dropped
     assert fate_line("all ranks exited cleanly\n", ranks) is None and not (ranks / "fate.json").exists()
+
+
+def test_what_a_killed_rank_teaches():
+    from nnlo.optimize.placement.memory import killed_out_of_memory
+
+    on = {"block": 1, "type": SMALL.to_dict(), "class": "large", "size": 2.0, "memory_gb": None, "work": 0.5}
+    rerun = [{"id": 4, "params": {}, "running_on": on}, {"id": 5, "params": {}},
+             {"id": 6, "params": {}, "running_on": {**on, "block": 0}},
+             {"id": 7, "params": {}, "running_on": {"block": 1}}]  # an earlier version's entry: no type
+    assert killed_out_of_memory(int(signal.SIGKILL), 1, rerun) == [
+        CostObservation(4, "large", 2.0, SMALL, 0.0, "oom", 0.5)]
+    assert killed_out_of_memory(int(signal.SIGSEGV), 1, rerun) == []
+    assert killed_out_of_memory(int(signal.SIGKILL), None, rerun) == []

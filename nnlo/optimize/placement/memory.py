@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import errno
 import re
-from collections.abc import Iterable
+import signal
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from nnlo.optimize.placement.costs import CostObservation
 from nnlo.optimize.placement.hardware import BlockType
@@ -100,3 +102,22 @@ class MemoryModel:
                 what = f"class {traits.cls!r}" if traits.cls else "a trial"
                 return f"{what} at least as large ran out of memory on blocks of {oom.block_type}"
         return None
+
+
+def killed_out_of_memory(sig: int, block: int | None, rerun: Iterable[Mapping[str, Any]]) -> list[CostObservation]:
+    """The out-of-memory observations a job's end teaches when block ``block``'s rank died by signal ``sig``:
+    the OOM killer's ``SIGKILL`` marks the trial that block ran (a search state's ``rerun`` entry with its
+    ``running_on``: block, type, class, size) as out of memory on that type; nothing for another signal, a rank
+    of no block, or an entry written without its type (an earlier version)."""
+    if sig != signal.SIGKILL or block is None:
+        return []
+    out = []
+    for entry in rerun:
+        on = entry.get("running_on") or {}
+        if on.get("block") != block:
+            continue
+        try:
+            out.append(CostObservation.from_record({**on, "id": entry["id"], "seconds": 0.0, "outcome": "oom"}))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
