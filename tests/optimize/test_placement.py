@@ -535,3 +535,31 @@ def test_what_a_killed_rank_teaches():
         CostObservation(4, "large", 2.0, SMALL, 0.0, "oom", 0.5)]
     assert killed_out_of_memory(int(signal.SIGSEGV), 1, rerun) == []
     assert killed_out_of_memory(int(signal.SIGKILL), None, rerun) == []
+
+
+def test_a_ranks_facts_come_from_its_environment_and_nvml_where_there_is_one(monkeypatch):
+    import sys
+
+    from nnlo.contract import ENV_NODE_TYPE
+    from nnlo.optimize.placement.probe import rank_facts
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no gpu extra: the environment is all there is
+    site = rank_facts(True, {ENV_NODE_TYPE: " daint-gpu ", "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert (site.node, site.gpus_visible, site.gpu_memory_gb, site.needs_device) == ("daint-gpu", 2, None, True)
+    assert site.host_memory_gb is not None and site.host_memory_gb > 0
+    for hidden in ("", "-1", "NoDevFiles"):
+        assert rank_facts(False, {"CUDA_VISIBLE_DEVICES": hidden}).gpus_visible == 0
+    plain = rank_facts(True, {})
+    assert plain.gpus_visible == 0 and plain.node and "+" not in plain.node  # the CPU model names the node
+
+    calls: list[str] = []
+    nvml = SimpleNamespace(
+        nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 4, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=80 * 2 ** 30),
+        nvmlDeviceGetName=lambda h: b"NVIDIA A100-SXM4-80GB")
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    gpu = rank_facts(True, {"CUDA_VISIBLE_DEVICES": "2,3"})
+    assert (gpu.gpus_visible, gpu.gpu_memory_gb) == (2, 80.0) and gpu.node.endswith(" + NVIDIA A100-SXM4-80GB")
+    assert calls == ["init", "shutdown"]  # NVML is let go of
+    assert rank_facts(True, {ENV_NODE_TYPE: "a100"}).gpus_visible == 4  # every GPU NVML sees when none is listed
