@@ -1,25 +1,21 @@
-"""A real ``nnlo optimize`` (MPI, the hook path) with blocks of 1 and 2 ranks: a trial that runs out of memory on
-the one-rank block re-runs on the two-rank block, and nothing is sent to the small block again."""
+"""A real ``nnlo optimize`` (MPI, the hook path, in the warm world) with blocks of 1 and 2 ranks: a trial that runs
+out of memory on the one-rank block re-runs on the two-rank block, and nothing is sent to the small block again."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers.env import REPO
 
 pytestmark = pytest.mark.mpi
 MODEL = str(REPO / "tests" / "optimize" / "oom_model.py")
 
 
-def test_a_trial_out_of_memory_on_a_small_block_re_runs_on_a_larger_one(mpirun, nnlo_env, tmp_path):
+def test_a_trial_out_of_memory_on_a_small_block_re_runs_on_a_larger_one(nnlo_mpi, tmp_path):
     out = tmp_path / "run"
-    cmd = [mpirun, "-np", "4", sys.executable, "-m", "nnlo_sched", "optimize", "--model", MODEL,
-           "--block-sizes", "1,2", "--mode", "allreduce", "--hyper-opt", "random", "--num-iterations", "4",
-           "--seed", "2", "--output", str(out)]
-    r = subprocess.run(cmd, env=nnlo_env, cwd=REPO, capture_output=True, text=True, timeout=240)
+    r = nnlo_mpi(4, "optimize", "--model", MODEL, "--block-sizes", "1,2", "--mode", "allreduce",
+                 "--hyper-opt", "random", "--num-iterations", "4", "--seed", "2", "--output", str(out), cwd=REPO)
     assert r.returncode == 0, r.stderr[-3000:]
     trials = json.loads((out / "trials.json").read_text())
     assert [t["id"] for t in trials] == [0, 1, 2, 3]
