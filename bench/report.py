@@ -204,38 +204,58 @@ def slurm_requeue(d: dict) -> str:
 
 
 def hetero(d: dict) -> str:
-    rows = []
-    for r in d["rows"]:
-        f, h = r["fifo"], r["hardware_aware"]
-        rows.append([r["seed"], f["trials"], h["trials"], f"{r['throughput_ratio']:.2f}x", f"{f['best']:.4f}",
-                     f"{h['best']:.4f}", "yes" if r["fom_as_good"] else "no", f"{f['mean_cost']:.1f} / {h['mean_cost']:.1f}",
-                     " / ".join(f"{v:.0%}" for v in h["large_share_by_speed"].values())])
-    speeds = ", ".join(f"{s:g}x" for s in d["speeds"])
-    return "\n\n".join([
-        f"Blocks of speeds {speeds}; {d['horizon']:g} time units of simulated search per policy and seed, "
-        f"engine {d['engine']}; cost {d['cost_model']}.",
-        md(rows, ["seed", "trials FIFO", "trials hardware-aware", "throughput ratio", "best FOM FIFO",
-                  "best FOM hardware-aware", "as good", "mean trial cost FIFO / HA",
-                  "HA: large-model share on 1x / 2x / 4x blocks"]),
-        f"Steady state: median throughput ratio **{d['median_throughput_ratio']:.2f}x**; >= 1.5x on "
-        f"{d['seeds_with_ratio_at_least_1_5']}/{d['seeds']} seeds; best FOM at least as good on "
-        f"**{d['seeds_fom_as_good']}/{d['seeds']}** seeds.",
-        *_hetero_budget(d),
-        machine_line(d)])
+    lost, better = d["hardware_aware_lost_rank_seconds"], d["deadline_nothing_fits"]
+    head = [["typed speed-ups: trials per unit time, HA / FIFO (median)", "**"
+             f"{d['typed_speedup_throughput_ratio']:.2f}x**", ">= 1.5"],
+            ["small batch (1x-3x blocks): FIFO / HA makespan (median), size hint declared",
+             f"**{d['small_batch_makespan_ratio']:.2f}x**", ">= 1.5"],
+            ["the same, costs learnt online (no hint)", f"{d['small_batch_makespan_ratio_learned']:.2f}x", ""],
+            ["rank-seconds lost to out-of-memory runs and deadline cuts, HA / FIFO (all seeds)",
+             f"**{lost:.1f}** / {d['fifo_lost_rank_seconds']:.1f}", "0"],
+            ["the same, counting every out-of-memory run beyond the first on a type",
+             f"{d['hardware_aware_lost_rank_seconds_strict']:.1f} / {d['fifo_lost_rank_seconds_strict']:.1f}", ""],
+            ["seeds where HA reaches the target FOM no later than FIFO",
+             f"**{d['time_to_target_no_worse_seeds']}/{d['seeds']}**", ">= 8/10"]]
+    parts = [md(head, ["measure", "result", "target"])]
+    for engine, t in d["typed"].items():
+        rows = [[r["seed"], r["fifo_trials"], r["ha_trials"], f"{r['throughput_ratio']:.2f}x",
+                 _time(r["fifo_time_to_target"]), _time(r["ha_time_to_target"]),
+                 ", ".join(f"{k.split(', ')[-1]} {v:.0%}" for k, v in sorted(r["ha_conv_share_by_type"].items()))]
+                for r in t["rows"]]
+        kinds = ", ".join(sorted(set(t["blocks"])))
+        parts += [f"Typed speed-ups, engine {engine}: {len(t['blocks'])} blocks ({kinds}), "
+                  f"{t['horizon']:g} time units; {t['cost_model']}; conv share of the trials FIFO "
+                  f"{t['conv_share_of_trials']['fifo']:.0%}, HA {t['conv_share_of_trials']['hardware_aware']:.0%}; "
+                  f"target FOM {t['target_fom']:g}.",
+                  md(rows, ["seed", "trials FIFO", "trials HA", "ratio", "time to target FIFO", "time to target HA",
+                            "HA: conv share per block type"]),
+                  f"Median ratio **{t['median_throughput_ratio']:.2f}x**; time to target no worse on "
+                  f"{t['seeds_time_to_target_no_worse']}/{len(t['rows'])} seeds."]
+    sb = d["small_batch"]
+    rows = [[n, f"{sb['declared']['median_ratio_by_batch'][str(n)]:.2f}x",
+             f"{sb['declared']['median_fifo_over_bound_by_batch'][str(n)]:.2f}",
+             f"{sb['declared']['median_ha_over_bound_by_batch'][str(n)]:.2f}",
+             f"{sb['learned']['median_ratio_by_batch'][str(n)]:.2f}x"] for n in sb["batches"]]
+    sizes = ", ".join(b.split(",")[0] for b in sb["blocks"])
+    parts += [f"Small batches on blocks of {sizes}; cost {sb['cost_model']}, median over the seeds:",
+              md(rows, ["trials", "FIFO / HA (hint)", "FIFO / lower bound", "HA / lower bound",
+                        "FIFO / HA (learnt)"])]
+    ch = d["chain"]
+    rows = [[k, f"{m['lost_rank_s']:.1f}", f"{m['wall']:.1f}", f"{m['allocation_rank_s']:.0f}", f"{m['jobs']:g}",
+             f"{m['failed']:g}", f"{m['best']:.3f}"] for k, m in ch["median"].items()]
+    parts += [f"A chain of jobs of {ch['walltime']:g} time units ({ch['queue']:g} between jobs), {ch['budget']} "
+              f"trials, {ch['checkpoints_per_trial']} checkpoint(s) per trial, blocks "
+              f"{'; '.join(sorted(set(ch['blocks'])))}; "
+              f"{ch['cost_model']}. Medians over the seeds:",
+              md(rows, ["policy", "lost rank-s", "wall to finish", "allocation (rank-s)", "jobs", "failed trials",
+                        "best FOM"]),
+              f"When nothing fits before the deadline the better answer here: **{better}**.",
+              machine_line(d)]
+    return "\n\n".join(parts)
 
 
-def _hetero_budget(d: dict) -> list[str]:
-    if not d.get("budgeted"):
-        return []
-    rows = [[r["seed"], f"{r['fifo_wall']:.1f}", f"{r['ha_wall']:.1f}", f"{r['throughput_ratio']:.2f}x",
-             f"{r['fifo_best_at_equal_time']:.4f}", f"{r['ha_best_at_equal_time']:.4f}",
-             "yes" if r["fom_as_good"] else "no"] for r in d["budgeted"]]
-    return [f"A budgeted search of {d['budget']} trials (as `--num-iterations` runs), time to finish it:",
-            md(rows, ["seed", "wall FIFO", "wall hardware-aware", "throughput ratio", "best FOM FIFO",
-                      "best FOM hardware-aware (at the earlier finish)", "as good"]),
-            f"Budgeted: median throughput ratio **{d['budget_median_throughput_ratio']:.2f}x**; >= 1.5x on "
-            f"{d['budget_seeds_with_ratio_at_least_1_5']}/{d['seeds']} seeds; best FOM at equal time at least as "
-            f"good on **{d['budget_seeds_fom_as_good']}/{d['seeds']}** seeds."]
+def _time(t: float) -> str:
+    return "never" if t == float("inf") else f"{t:.1f}"
 
 
 def proposers(d: dict) -> str:

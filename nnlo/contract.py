@@ -51,6 +51,8 @@ ENV_JOB_ID = "NNLO_JOB_ID"
 ENV_PARTICIPANT = "NNLO_PARTICIPANT"
 #: Overrides the device every rank computes on ("cpu", "cuda:1"; :mod:`nnlo.device`).
 ENV_DEVICE = "NNLO_DEVICE"
+#: The node type a search's blocks run on (e.g. "daint-gpu"), where a site sets it; else the CPU (and GPU) model.
+ENV_NODE_TYPE = "NNLO_NODE_TYPE"
 #: Testing hook: a training's master signals itself with SIGUSR1 after this many updates of its own job (a
 #: resumed job counts from its checkpoint), so a test stops a run, or every job of a chain, at an exact point.
 ENV_TEST_SIGNAL_AT_UPDATE = "NNLO_TEST_SIGNAL_AT_UPDATE"
@@ -74,6 +76,7 @@ MANIFEST_FILE = "manifest.json"  # written last into a checkpoint folder: the ch
 HISTORY_FILE = "history.json"  # a training's per-epoch history
 CONFIG_FILE = "config.json"  # a training's TrainConfig
 RANKS_DIR = "ranks"  # rank records (nnlo.rankfate)
+RANK_FATE_FILE = "fate.json"  # in RANKS_DIR: the rank whose death by a signal ended the last job (nnlo.rankfate)
 TIMELINE_FILE = "timeline.json"  # the merged Chrome trace
 STARTUP_FILE = "startup.json"  # the top rank's start-up stamps, up to its first update (nnlo.training.startup)
 OPTIMIZER_STATE_FILE = "optimizer-state.json"  # a search's checkpoint

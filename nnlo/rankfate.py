@@ -12,10 +12,14 @@ launcher: every line naming a dead rank ends with :data:`ENDED`. A job's log is 
 (:func:`first_event`): the first of a rank's death, a rank's own error, and the batch system ending the job (its
 walltime, a cancel, a stop signal the ranks took) decides what ended it; what follows is the teardown (``srun``
 reports every rank it killed after an ``MPI_Abort`` as ``Killed``).
+The chain's ``nnlo job end`` (:func:`fate_line`) also keeps that fate beside the records (``ranks/fate.json``),
+so the next job of a search knows which block lost a rank (the OOM killer's ``SIGKILL``: the trial that block
+ran does not fit its memory) and takes it once (:func:`take_fate`).
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -28,7 +32,7 @@ from pathlib import Path
 
 from nnlo.atomic import write_json
 from nnlo.contract import ENV_RANK_RECORDS as RECORDS_ENV
-from nnlo.contract import RANKS_DIR, status_signal
+from nnlo.contract import RANKS_DIR, RANK_FATE_FILE, status_signal
 from nnlo.stop import STOP_WORDS
 
 #: Folder (inside a run's output directory) holding one record per rank.
@@ -248,7 +252,50 @@ def fate_line(output: str, *folders: str | Path) -> str | None:
     for folder in folders:
         records.extend(read_records(folder))
     first = first_event(output, records)
-    return first.line if first is not None and first.kind == "death" else None
+    if first is None or first.kind != "death":
+        return None
+    # the signal that took it, for the next job of a search (the OOM killer's SIGKILL): the launcher's report of
+    # the rank the first event names (the peers' own line names no signal), else its first report
+    fates = find_fates(output, records)
+    named = _named_rank(first.line)
+    fate = next((f for f in fates if named is not None and f.rank == named), fates[0] if fates else None)
+    if fate is not None:
+        keep_fate(fate, folders)
+    return first.line
+
+
+def _named_rank(line: str) -> int | None:
+    """The rank a death's line starts with (``rank 3 (...)``), or None."""
+    m = re.match(r"rank (\d+)\b", line)
+    return int(m[1]) if m else None
+
+
+def keep_fate(fate: RankFate, folders: Iterable[str | Path]) -> None:
+    """Keep ``fate`` in the first of ``folders`` that holds the dead rank's record (else the first that
+    exists), for the next job to :func:`take_fate`; best effort, like the records themselves."""
+    existing = [Path(f) for f in folders if Path(f).is_dir()]
+    holding = [f for f in existing if fate.rank is not None and (f / f"rank-{fate.rank}.json").exists()]
+    for folder in (holding or existing)[:1]:
+        with contextlib.suppress(OSError):
+            write_json(folder / RANK_FATE_FILE, {"signal": fate.signal, "host": fate.host, "rank": fate.rank,
+                                                 "role": fate.role, "pid": fate.pid})
+
+
+def take_fate(folder: str | Path) -> RankFate | None:
+    """The fate :func:`keep_fate` kept in ``folder``, removed as it is read (a job learns from it once)."""
+    path = Path(folder) / RANK_FATE_FILE
+    try:
+        text = path.read_text()
+        path.unlink()
+    except OSError:
+        return None
+    try:
+        d = json.loads(text)
+        return RankFate(int(d["signal"]), str(d["host"]), None if d.get("rank") is None else int(d["rank"]),
+                        None if d.get("role") is None else str(d["role"]), None if d.get("pid") is None
+                        else int(d["pid"]))
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 class FirstDeath(threading.Thread):

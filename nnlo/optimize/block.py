@@ -15,6 +15,7 @@ work (and to the ``-n`` launcher's watcher, which must see a killed rank vanish 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,19 @@ from nnlo.roles import Hierarchy
 from nnlo.transport import wait_for_all, wait_for_message
 
 log = logging.getLogger("nnlo.optimize.block")
+
+_LABEL = re.compile(r"^block (\d+)\b")
+
+
+def rank_label(block: int, role: str) -> str:
+    """How a block's rank names itself in its rank record (:mod:`nnlo.rankfate`): ``block 1 worker:w0``."""
+    return f"block {block} {role}"
+
+
+def block_of_label(label: str | None) -> int | None:
+    """The block a rank record's label names (:func:`rank_label`), or None (the coordinator, a proposer)."""
+    m = _LABEL.match(label or "")
+    return None if m is None else int(m.group(1))
 
 
 def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any, runner: Runner,
@@ -70,7 +84,8 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
 
 
 def merge_folds(reports: list[tuple[int, bool, dict[str, Any] | None]], n_fold: int) -> list[dict[str, Any]]:
-    """One outcome per fold: the top rank's, unless any rank of the fold group reported an error."""
+    """One outcome per fold: the top rank's, unless any rank of the fold group reported an error (and whether
+    it ran out of memory)."""
     folds: list[dict[str, Any]] = [{"metrics": None, "error": "no result from the fold group", "interrupted": False}
                                    for _ in range(n_fold)]
     for fold, is_top, outcome in reports:
@@ -79,4 +94,6 @@ def merge_folds(reports: list[tuple[int, bool, dict[str, Any] | None]], n_fold: 
     for fold, is_top, outcome in reports:
         if not is_top and outcome is not None and outcome.get("error") and not folds[fold].get("error"):
             folds[fold] = {**folds[fold], "error": outcome["error"], "code": outcome.get("code", 1)}
+        if outcome is not None and outcome.get("oom"):
+            folds[fold] = {**folds[fold], "oom": True}
     return folds

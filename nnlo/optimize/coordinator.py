@@ -16,9 +16,10 @@ resubmission), saves, stops the blocks and returns 75. If blocks are still busy 
 state is already saved, so it aborts the MPI job with code 75.
 
 Heterogeneous blocks and parallel proposals: an assignment policy (:mod:`nnlo.optimize.assign`, ``--assign``)
-picks which pooled proposal an idle block gets; with proposer ranks (``--proposers P`` > 1,
-:mod:`nnlo.optimize.proposers`) the points come from them, and the coordinator keeps them busy between
-results.
+picks which pooled proposal an idle block gets, or has it wait (the hardware-aware policy checks each job against
+the deadline itself, instead of the median rule above); a trial that ran out of memory re-runs on a block it
+may fit. With proposer ranks (``--proposers P`` > 1, :mod:`nnlo.optimize.proposers`) the points come from them,
+and the coordinator keeps them busy between results.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from typing import Any
 
 from nnlo.abort import abort_job
 from nnlo.contract import ENV_TEST_SIGNAL_AT_TRIAL, EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, TRIALS_CSV
+from nnlo.errors import NnloError
 from nnlo.optimize.assign import Policy
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
 from nnlo.optimize.search import Search
@@ -59,6 +61,8 @@ class Coordinator:
         search.blocks = len(hierarchy.blocks)
         if assign is not None:
             search.assign = assign
+        if stop.deadline is not None:  # a job started now must reach its first checkpoint by then
+            search.deadline = stop.deadline - stop.safety_s
         self.proposers: Any = None
         if hierarchy.proposers:
             from nnlo.optimize.proposers import MpiProposers
@@ -77,6 +81,11 @@ class Coordinator:
             print(f"nnlo: error: {e}; the search state is saved in {self.search.out_dir}: resubmit with "
                   "--opt-restore once the cause is fixed (or use --proposers 1)", file=sys.stderr, flush=True)
             abort_job(self.world, EXIT_FAILED)
+        except NnloError as e:  # bad input found while the blocks wait (a model's placement hook): no rank hangs
+            self.search.save()
+            self._close_progress()
+            print(f"nnlo: error: {e}", file=sys.stderr, flush=True)
+            abort_job(self.world, e.exit_code)
 
     def _run(self) -> int:
         from mpi4py import MPI
@@ -92,7 +101,8 @@ class Coordinator:
                 if stop_reason is not None:
                     give_up_at = now + self.grace_s
                     log.warning("stopping (%s): waiting for %d running trial(s)", stop_reason, len(self.busy))
-            if stop_reason is None and not self.stop.no_time_for(self._typical_s(), now):
+            if stop_reason is None and (search.assign.fits_deadline
+                                        or not self.stop.no_time_for(self._typical_s(), now)):
                 self._dispatch(now)
                 if self.proposers is not None and search.can_hand_out():
                     self.proposers.pump(search.pending())  # proposers work while the blocks train
@@ -126,12 +136,13 @@ class Coordinator:
     # -- steps ---------------------------------------------------------------------------------------
     def _dispatch(self, now: float) -> None:
         handed_out = False
-        while self.idle:
-            block = self.idle[0]
+        for block in list(self.idle):  # a block the policy has wait does not hold up the others
             trial = self.search.next_trial(block, now)
             if trial is None:
-                break
-            self.idle.pop(0)
+                if not self.search.can_hand_out():
+                    break
+                continue
+            self.idle.remove(block)
             self.busy[block] = trial.id
             task: dict[str, Any] = {"trial": trial.id, "params": trial.params}
             epochs = self.search.job_epochs(trial)
@@ -175,6 +186,11 @@ class Coordinator:
             self.stop.request("a training was interrupted (deadline or signal)")
             self.search.save()
             return
+        elsewhere = self.search.out_of_memory(trial_id, folds, block)
+        if elsewhere is not None:
+            log.warning("trial %d ran out of memory on block %d: %s", trial_id, block, elsewhere)
+            self.search.save()
+            return
         trial = self.search.record(trial_id, folds, block)
         self._unsaved = True
         self._report(trial)
@@ -216,8 +232,6 @@ class Coordinator:
         best = search.best()
         what = "finished" if code == EXIT_DONE else "stopped"
         line = f"search {what}: {len(search.finished)} trial(s), {search.n_failed} failed"
-        if search.dropped:
-            line += f", {search.dropped} pooled proposal(s) expired ({search.assign.name})"
         if best is not None:
             line += f"; best {search.objective.name} {best.fom:.6g} (trial {best.id}) {best.params}"
         log.info("%s; results: %s", line, search.out_dir / TRIALS_CSV)

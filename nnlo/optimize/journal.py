@@ -26,8 +26,12 @@ swallows a valid record.
 ``join``/``leave`` (a participant starts / ends, with its exit code), ``propose`` (a new trial ``id`` with
 its ``params``, leased to ``p`` until ``until``), ``lease`` (``p`` takes trial ``id`` back from the pool, or
 over from ``from`` whose lease expired), ``renew`` (``p`` extends its leases ``ids`` to ``until``),
-``release`` (``p`` gives trial ``id`` back: stopped at the deadline), ``result`` (trial ``id`` finished:
-the whole trial as in ``trials.json``; the first result of a trial counts, a later one is ignored).
+``release`` (``p`` gives trial ``id`` back: stopped at the deadline, or out of memory on its blocks), ``result``
+(trial ``id`` finished: the whole trial as in ``trials.json``; the first result of a trial counts, a later one
+is ignored), ``cost`` (what a job of trial ``id`` cost on ``p``'s block: class, size, block type, seconds,
+outcome - :class:`~nnlo.optimize.placement.costs.CostObservation`; every one counts, so every participant's
+placement learns from every block of every job). A reader that does not know a kind ignores the record, so
+journals written before ``cost`` existed load, and older readers skip ``cost`` records.
 
 Under a schedule (``--schedule asha|hyperband|pbt``) a trial reports once per rung and trains on between:
 ``propose`` also carries the job (``target``: the rung it trains toward; ``bracket``; for PBT's exploit
@@ -59,6 +63,7 @@ from typing import Any
 from nnlo.atomic import json_default
 from nnlo.contract import SEARCH_JOURNAL, SEARCH_LOCK
 from nnlo.errors import ConfigError
+from nnlo.optimize.placement import BlockType, CostObservation
 from nnlo.optimize.results import Objective, Trial
 
 #: errno values with which a file system says it has no (coherent) file locks
@@ -313,6 +318,8 @@ class SharedState:
     order: list[int] = field(default_factory=list)  # finished trial ids in the journal order of their first result
     next_id: int = 0
     participants: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> join/leave facts
+    costs: list[CostObservation] = field(default_factory=list)  # every job's cost, in journal order
+    types: dict[str, set[BlockType]] = field(default_factory=dict)  # participant -> the block types it ran on
     ignored: int = 0  # records that did not apply (a second result, a lease on a finished trial, ...)
 
     # -- applying records ------------------------------------------------------------------------------
@@ -345,6 +352,11 @@ class SharedState:
                 if lease is not None and lease.holder == p:
                     lease.until, renewed = until, True
             return renewed
+        if kind == "cost":
+            obs = CostObservation.from_record(rec)
+            self.costs.append(obs)
+            self.types.setdefault(p, set()).add(obs.block_type)
+            return True
         if kind == "result":
             return self._result(rec)
         tid = int(rec["id"])

@@ -177,6 +177,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         given_space = space if space is not None else load_space(opts, module)
         Objective.parse(opts.fom)
         hook = module is not None and callable(getattr(module, "evaluate", None))
+        check_placement_hooks(given_space, module, str(config.model))
         check_schedule(opts.schedule, given_space.names, module, config.model)
         notes = trial_overrides(config, opts.out_dir, opts.name)
         if not hook:
@@ -186,6 +187,9 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         return hierarchy, module, given_space, hook, notes
 
     hierarchy, module, space, hook, notes = _on_every_rank(world, check)
+    from nnlo.optimize.placement.probe import rank_facts
+
+    facts = world.allgather(rank_facts(hierarchy[rank].needs_device))  # each block's hardware, for placement
     if rank == 0:
         for note in notes:
             sys.stderr.write(f"nnlo: warning: {note}\n")
@@ -233,7 +237,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
 
                 assert isinstance(search, SharedSearch)
                 search.stop = stop
-            policy = make_policy(opts.assign, space, hierarchy.block_sizes)
+            policy = placement_policy(opts, config, search, hierarchy, facts, space, module, hook)
             log.info("assignment: %s%s", policy.name,
                      f"; {len(hierarchy.proposers)} proposer ranks" if hierarchy.proposers else "")
             with liveness.last_words(_last_words(search)):
@@ -251,6 +255,41 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         # the trainings' run-wide warnings (every block gives them alike): on the screen from one rank that trains
         with speaking_for_the_run(rank == hierarchy.blocks[0][0]):
             return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
+
+
+def check_placement_hooks(space: space_mod.Space, module: Any, where: str) -> None:
+    """The model module's placement hooks answer for a few points of the space (same points on every rank),
+    so a broken one stops the search before it starts, with one line naming it."""
+    import numpy as np
+
+    from nnlo.optimize.placement import TraitsOf
+
+    traits = TraitsOf(space, module, where=where)
+    if traits.declared:
+        rng = np.random.default_rng(0)
+        for _ in range(3):
+            traits(space.sample(rng))
+
+
+def placement_policy(opts: OptimizeOptions, config: Any, search: Search, hierarchy: Any, facts: list[Any],
+                     space: space_mod.Space, module: Any, hook: bool) -> Any:
+    """The ``--assign`` policy over this job's blocks, their types told to the search (which records what each
+    job cost on them), trials read through the model module's hooks (:mod:`nnlo.optimize.placement.traits`)."""
+    from nnlo.optimize.placement import TraitsOf, block_types
+
+    search.block_types = block_types(hierarchy.blocks, facts)
+    search.traits_of = TraitsOf(space, module, where=str(config.model))
+    if len(set(search.block_types)) > 1:
+        log.info("block types: %s", "; ".join(f"{b}: {t}" for b, t in enumerate(search.block_types)))
+
+    def checkpoint_share(params: Any) -> float:
+        """The share of a trial before it can be resumed: a hook's whole evaluation; a training's first epoch
+        (stopped by the deadline, it checkpoints where it is)."""
+        if hook:
+            return 1.0
+        return 1.0 / max(1, int(params.get("epochs", config.epochs)))
+
+    return make_policy(opts.assign, space, search.block_types, search.traits_of, checkpoint_share)
 
 
 class _GivenInputsRunner(TrainRunner):
@@ -332,11 +371,12 @@ def _last_words(search: Search) -> Any:
 def _record(rank: int, info: Any, out_dir: Path) -> str:
     """Record this rank for naming it should it be killed (:mod:`nnlo.rankfate`): "coordinator" or
     "block B <role>", so a dead block member is named with its block; returns that label."""
+    from nnlo.optimize.block import rank_label
     from nnlo.rankfate import record_rank
 
     label = info.label()
     if info.block is not None and info.role is not Role.COORDINATOR:
-        label = f"block {info.block} " + label.split(":", 1)[-1]
+        label = rank_label(info.block, label.split(":", 1)[-1])
     record_rank(rank, label, out_dir)
     return label
 

@@ -45,6 +45,7 @@ class FoldOutcome:
     code: int = 1  # exit-code class of the error: 2 = bad input (config, model, data), 1 = a failure
     epochs: int | None = None  # epochs trained in total (None: not known)
     checkpoint: str | None = None  # the newest checkpoint the training left (a schedule resumes from it)
+    oom: bool = False  # the error says it ran out of memory (placement keeps it off this block type)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"metrics": self.metrics, "error": self.error, "interrupted": self.interrupted,
@@ -53,6 +54,8 @@ class FoldOutcome:
             out["epochs"] = self.epochs
         if self.checkpoint is not None:
             out["checkpoint"] = self.checkpoint
+        if self.oom:
+            out["oom"] = True
         return out
 
 
@@ -65,14 +68,16 @@ class Runner(Protocol):
 
 
 def outcome_of_exception(e: BaseException, logger: logging.Logger) -> FoldOutcome:
-    """A failed fold from any exception: one line, and whether it is bad input (2) or a failure (1); the
-    traceback of an error in the user's code (an objective hook's) goes to ``logger``, trimmed."""
+    """A failed fold from any exception: one line, whether it is bad input (2) or a failure (1), and whether it
+    ran out of memory; the traceback of an error in the user's code (an objective hook's) goes to ``logger``,
+    trimmed."""
+    from nnlo.optimize.placement import is_out_of_memory
     from nnlo.training.failure import RankFailure, failure_line
 
     message, code = failure_line(e, logger, "trial failed")
     if isinstance(e, RankFailure):
         message = str(e)  # "rank R (role): message": which rank of the fold group failed
-    return FoldOutcome(error=message, code=code)
+    return FoldOutcome(error=message, code=code, oom=is_out_of_memory(e) or is_out_of_memory(message))
 
 
 #: the keywords an objective hook must take to be trained in stages by a schedule

@@ -14,9 +14,14 @@ Asking ahead (:mod:`nnlo.optimize.ask_ahead`): with several blocks, once an ask 
 typical trial, the next point is proposed in the background right after each hand-out.
 
 Assignment (:mod:`nnlo.optimize.assign`): proposals wait in a small pool (one point under FIFO, a few under
-the hardware-aware policy), and the policy picks which pooled point an idle block gets. Pooled points are
-pending (told to the engine as lies) like running trials. With ``--proposers P`` > 1 the points come from
-the proposer ranks (:attr:`Search.propose`, set by the coordinator) instead of the engine's own ask.
+the hardware-aware policy), and the policy picks which pooled point, or trial to re-run, an idle block gets -
+or that it waits. Pooled points are pending (told to the engine as lies) like running trials. With
+``--proposers P`` > 1 the points come from the proposer ranks (:attr:`Search.propose`, set by the coordinator)
+instead of the engine's own ask. Every job a block ran leaves a cost observation (:attr:`Search.costs`, kept
+in the state) the policy learns from; a trial that ran out of memory re-runs on a block it may fit
+(:meth:`Search.out_of_memory`), else it fails. Under a schedule the schedule picks the job; placement picks a
+new trial's point from the pool and checks that a trial trained on fits the block (memory, deadline), its cost
+the rest of its stage.
 
 Schedules (``--schedule asha|hyperband|pbt``, :mod:`nnlo.optimize.schedules`): a trial trains in stages.
 The schedule picks each free block's job - a new trial at some rung, or an existing trial trained on to a
@@ -31,6 +36,7 @@ import bisect
 import logging
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +45,10 @@ import numpy as np
 from nnlo.contract import OPTIMIZER_STATE_FILE
 from nnlo.errors import ConfigError
 from nnlo.optimize.ask_ahead import AskAhead, describe, worth_it
-from nnlo.optimize.assign import Candidate, Fifo, Observation, Policy
+from nnlo.optimize.assign import MORE, Candidate, Fifo, Policy, Running, Situation
 from nnlo.optimize.engines import Engine, engine_options
 from nnlo.optimize.failures import FailureRule
+from nnlo.optimize.placement import BlockType, CostObservation, Traits, TraitsOf
 from nnlo.optimize.results import (
     FAILED,
     OK,
@@ -98,8 +105,13 @@ class Search:
         self.assign: Policy = Fifo()  # which pooled proposal an idle block gets (the coordinator sets it)
         self.pool: list[Candidate] = []  # proposals not handed out yet (pending for the engine)
         self.propose: Any = None  # with --proposers P > 1: pending points -> a point from a proposer rank
-        self.dropped = 0  # pooled proposals that expired unused (hardware-aware policy)
+        self.costs: list[CostObservation] = []  # every job a block ran (the policy learns from them)
+        self.block_types: list[BlockType] = []  # each block's hardware (the coordinator sets it)
+        # params -> Traits (the run sets the model module's hooks)
+        self.traits_of: Callable[[dict[str, Any]], Traits] = TraitsOf(engine.space)
+        self.deadline: float | None = None  # jobs must reach a checkpoint by then (the coordinator sets it)
         self._learned = -1
+        self._waiting: dict[int, tuple[Any, ...]] = {}  # block -> the state in which the policy said wait
         self.schedule = schedule  # None: --schedule full (every trial trains --epochs at once)
         self._version = 0  # bumped by every change of the trials: the schedule's job is asked once per state
         self._asked: tuple[int, Job | None] = (-1, None)
@@ -169,22 +181,25 @@ class Search:
 
     def next_trial(self, block: int, now: float | None = None) -> Trial | None:
         """A trial for an idle block, or None when the budget is spent / the target reached (under a
-        schedule: also when nothing can run until a running trial reports)."""
+        schedule: also when nothing can run until a running trial reports), or when the policy has the block
+        wait (nothing fits it before the deadline; in the tail, a faster block will)."""
         if not self.can_hand_out():
             self._ahead.discard()
             return None
-        if self.requeue:
-            trial = self.requeue.pop(0)
-        elif self.schedule is not None:
-            job = self._job()
-            assert job is not None  # can_hand_out() said so
-            trial = self._start(job, self.next_id, block)
-        else:
-            trial = Trial(self.next_id, self._pooled_point(block))
-            self.next_id += 1
+        now = time.time() if now is None else now
+        if self._waiting.get(block) == self._token(now):
+            return None  # nothing changed since the policy said wait
+        if self._give_up_unplaceable(block, now):
+            return self.next_trial(block, now)  # the budget and the candidates changed
+        trial = self._placed(block, now)
+        if trial is None:
+            if self._give_up_unplaceable(block, now):  # a new proposal fits no block
+                return self.next_trial(block, now)
+            self._waiting[block] = self._token(now)
+            return None
         if not trial.rungs:  # a trial with results keeps its status (ok) while it trains on
             trial.status = "running"
-        trial.block, trial.started = block, now if now is not None else time.time()
+        trial.block, trial.started = block, now
         self.in_flight[trial.id] = trial
         self._touch(trial)
         tally = self._tally()
@@ -193,19 +208,114 @@ class Search:
         self._ask_ahead()
         return trial
 
-    def _pooled_point(self, block: int) -> dict[str, Any]:
-        """A new point for ``block``: the assignment policy's pick from the pool of proposals."""
+    def _placed(self, block: int, now: float) -> Trial | None:
+        """The job the policy gives ``block``: a trial to re-run or a pooled point (under a schedule: the
+        schedule's job, checked to fit the block), or None (the block waits)."""
         self._learn()
-        want = max(1, self.assign.pool_size(self.blocks))
-        while len(self.pool) < want:
+        if self.schedule is None:
+            remaining = self.num_iterations - len(self.finished) - len(self.in_flight)
+            chosen = self._choose(block, now, self.requeue, remaining)
+        elif self.requeue:
+            chosen = self._choose(block, now, self.requeue, None, new=False)
+        else:
+            job = self._job()
+            assert job is not None  # can_hand_out() said so
+            if job.trial is not None or job.params is not None:  # the schedule's own point: it must fit
+                trial = self.finished.get(job.trial) if job.trial is not None else None
+                params = trial.params if trial is not None else dict(job.params or {})
+                fits = self.assign.choose(block, [Candidate(params, age=1 << 30, work=self._work(trial, job.rung))],
+                                          self._situation(block, now, None)) >= 0
+                return self._start(job, self.next_id, block) if fits else None
+            chosen = self._choose(block, now, [], None, work=self._work(None, job.rung))
+            return None if chosen is None else self._start(job, self.next_id, block, chosen.point)
+        if chosen is None:
+            return None
+        if chosen.trial is not None:
+            return chosen.trial
+        trial = Trial(self.next_id, chosen.point)
+        self.next_id += 1
+        return trial
+
+    def _choose(self, block: int, now: float, reruns: list[Trial], remaining: int | None, new: bool = True,
+                work: float = 1.0) -> Candidate | None:
+        """The policy's pick for ``block`` among ``reruns`` and (``new``) the pool, filled with proposals as
+        the policy asks; taken out of the re-runs or the pool. None: the block waits."""
+        fresh = None if remaining is None else remaining - len(self.requeue)  # proposals that may still come
+        situation = self._situation(block, now, remaining)
+        reran = [Candidate(t.params, age=1 << 30, trial=t, work=self._work(t, t.target)) for t in reruns]
+        filled = not new or not reran  # a trial to re-run that the block takes needs no new proposal first
+        while True:
+            if not filled:
+                pick = self.assign.choose(block, reran, situation)
+                if pick >= 0:
+                    candidates = reran
+                    break
+                filled = True
+            want = max(1, self.assign.pool_size(self.blocks, remaining)) if new else 0
+            while len(self.pool) < (want if fresh is None else min(want, fresh)):
+                self.pool.append(Candidate(self._proposal()))
+            for c in self.pool:
+                c.work = work
+            candidates = reran + (self.pool if new else [])
+            pick = self.assign.choose(block, candidates, situation)
+            if pick != MORE or not new or (fresh is not None and len(self.pool) >= fresh):
+                break
             self.pool.append(Candidate(self._proposal()))
-        chosen = self.pool.pop(self.assign.choose(block, self.pool))
-        for c in self.pool:
-            c.age += 1
-        for i in sorted(self.assign.expired(self.pool), reverse=True):
-            del self.pool[i]
-            self.dropped += 1
-        return chosen.point
+        if pick < 0:
+            return None
+        chosen = candidates[pick]
+        if chosen.trial is not None:
+            self.requeue.remove(chosen.trial)
+        else:
+            self.pool.remove(chosen)
+            for c in self.pool:
+                c.age += 1
+        return chosen
+
+    def _work(self, trial: Trial | None, rung: int | None) -> float:
+        """The share of a whole trial a job is: 1, or under a schedule the epochs from where the trial stands
+        to its rung's budget, over the most epochs a trial trains."""
+        if self.schedule is None or rung is None:
+            return 1.0
+        budgets = self.schedule.budgets
+        done = 0 if trial is None else int(trial.epochs or trial.start_epochs or 0)
+        return max(1, budgets[rung] - done) / budgets[-1]
+
+    def _give_up_unplaceable(self, block: int, now: float) -> bool:
+        """Record as failed every trial to re-run and pooled point no block of this job can hold (it ran out
+        of memory on every type here, or declares more memory than any has); True if there was one."""
+        gone = False
+        for c in [*(Candidate(t.params, trial=t) for t in self.requeue), *self.pool]:
+            why = self.assign.placeable(c.point)
+            if why is None:
+                continue
+            if c.trial is not None:
+                self.requeue.remove(c.trial)
+                trial = c.trial
+            else:
+                self.pool.remove(c)
+                trial = Trial(self.next_id, c.point)
+                self.next_id += 1
+            trial.started = None
+            self.in_flight[trial.id] = trial
+            if self.schedule is not None and trial.target is None:
+                trial.target = 0
+            self.record(trial.id, [{"error": f"it fits no block of this job: {why}", "code": 1}] * self.n_fold,
+                        block, now)
+            gone = True
+        return gone
+
+    def _token(self, now: float) -> tuple[Any, ...]:
+        """Changes whenever a hand-out, result, re-run, proposal, observation or the deadline could change a
+        choice, and every second (a running job passes its first checkpoint, or overruns its prediction)."""
+        return (self._version, len(self.pool), len(self.costs), self.next_id, self.deadline, int(now))
+
+    def _situation(self, block: int, now: float, remaining: int | None) -> Situation:
+        busy = {t.block for t in self.in_flight.values()}
+        return Situation(now, tuple(b for b in range(self.blocks) if b not in busy and b != block),
+                         tuple(Running(int(t.block), t.params, float(t.started or now), self._work(t, t.target))
+                               for t in self.in_flight.values() if t.block is not None),
+                         remaining, self.deadline)
 
     # -- schedules -----------------------------------------------------------------------------------
     @property
@@ -261,13 +371,14 @@ class Search:
         the same job (a peek and the hand-out agree; a restored search draws as the uninterrupted one)."""
         return np.random.default_rng([self.engine.seed, 0x5C4, tid, self._results.total])
 
-    def _start(self, job: Job, tid: int, block: int) -> Trial:
-        """The trial ``job`` trains: an existing one to a higher rung, or a new one (id ``tid``)."""
+    def _start(self, job: Job, tid: int, block: int, point: dict[str, Any] | None = None) -> Trial:
+        """The trial ``job`` trains: an existing one to a higher rung, or a new one (id ``tid``; its point the
+        schedule's, else ``point``)."""
         if job.trial is not None:
             trial = self.finished[job.trial]
             trial.target = job.rung
             return trial
-        params = dict(job.params) if job.params is not None else self._pooled_point(block)
+        params = dict(job.params) if job.params is not None else dict(point or {})
         trial = self._new_trial(job, tid, params)
         self.next_id = max(self.next_id, tid + 1)
         return trial
@@ -324,28 +435,63 @@ class Search:
         return point
 
     def _learn(self) -> None:
-        """Tell the assignment policy every finished trial (once per new result; FIFO learns nothing)."""
-        if self._learned == len(self.finished) or isinstance(self.assign, Fifo):
+        """Tell the assignment policy every cost observation (once per new one; FIFO learns nothing)."""
+        if self._learned == len(self.costs) or isinstance(self.assign, Fifo):
             return
-        self._learned = len(self.finished)
+        self._learned = len(self.costs)
         self.assign.learn(self.observations())
 
-    def observations(self) -> list[Observation]:
-        """Finished trials as the assignment policy sees them (duration, block, minimised value). Under a
-        schedule the duration is a trial's first stage's per epoch, on the block that ran it (what a new trial
-        costs, whichever rungs it later reaches)."""
-        out = []
-        for t in sorted(self.finished.values(), key=lambda t: t.id):
-            duration, block = t.duration_s, t.block
-            if t.rungs:
-                first = t.rungs[0]
-                trained = int(first.get("epochs") or 0) - int(t.start_epochs or 0)
-                duration = float(first["duration_s"]) / trained if first.get("duration_s") and trained > 0 else None
-                block = first.get("block")
-            if duration and block is not None and block < self.blocks:
-                out.append(Observation(t.params, int(block), float(duration),
-                                       None if t.fom is None else self.objective.value(t.fom)))
-        return out
+    def observations(self) -> list[tuple[CostObservation, dict[str, Any] | None]]:
+        """The cost observations with their trials' parameters (None where the trial is not known here)."""
+        known = {**{t.id: t for t in self.requeue}, **self.in_flight, **self.finished}
+        return [(o, known[o.trial].params if o.trial in known else None) for o in self.costs]
+
+    # -- cost observations ---------------------------------------------------------------------------
+    def block_type(self, block: int) -> BlockType:
+        return self.block_types[block] if block < len(self.block_types) else BlockType(1)
+
+    def traits(self, params: dict[str, Any]) -> Traits:
+        return self.traits_of(params)
+
+    def observe(self, trial: Trial, block: int, seconds: float, outcome: str, work: float = 1.0) -> CostObservation:
+        """Keep what the job cost (:attr:`costs`; a shared search appends it to its journal)."""
+        traits = self.traits(trial.params)
+        obs = CostObservation(trial.id, traits.cls, traits.size, self.block_type(block), max(0.0, seconds),
+                              outcome, work, traits.memory_gb)
+        self._keep(obs)
+        return obs
+
+    def observe_job(self, trial: Trial, block: int, outcome: str) -> None:
+        """Keep what the job that just finished ``trial`` (or, under a schedule, its last stage) cost."""
+        if not trial.rungs:
+            if trial.duration_s is not None:
+                self.observe(trial, block, trial.duration_s, outcome)
+            return
+        last = trial.rungs[-1]
+        before = trial.rungs[-2].get("epochs") if len(trial.rungs) > 1 else trial.start_epochs
+        trained = int(last.get("epochs") or 0) - int(before or 0)
+        if last.get("duration_s") and trained > 0 and self.schedule is not None:
+            self.observe(trial, block, float(last["duration_s"]), outcome, trained / self.schedule.budgets[-1])
+
+    def _keep(self, obs: CostObservation) -> None:
+        self.costs.append(obs)
+
+    def out_of_memory(self, trial_id: int, fold_results: list[dict[str, Any]], block: int,
+                      now: float | None = None) -> str | None:
+        """A fold of the trial ran out of memory on ``block``: if the policy may place it on another block,
+        re-queue it there and say where it cannot go (the caller then saves); else None (the trial is then
+        recorded as failed, as any other)."""
+        if not any(f.get("oom") for f in fold_results) or isinstance(self.assign, Fifo):
+            return None
+        trial = self.in_flight[trial_id]
+        now = time.time() if now is None else now
+        self.observe(trial, block, now - (now if trial.started is None else trial.started), "oom",
+                     self._work(trial, trial.target))
+        self._learn()
+        if self.assign.placeable(trial.params) is not None:
+            return None
+        self.interrupted(trial_id)
+        return f"it re-runs on another block type than {self.block_type(block)}"
 
     def pending(self) -> list[dict[str, Any]]:
         """Points proposed and not finished: running, to re-run, pooled (told to the engine as lies)."""
@@ -410,11 +556,13 @@ class Search:
                               mean_variance(last["fom"], last["fom_std"], last["fold_foms"]))
             if last.get("duration_s"):
                 bisect.insort(self._stages, float(last["duration_s"]))
+            self.observe_job(trial, block, trial.status)
             self._feed()
             return trial
         trial.finish(fold_results, self.objective, block, now)
         self.finished[trial.id] = trial
         self._recount(before, trial.status)
+        self.observe_job(trial, block, trial.status)
         self.engine.tell(trial.params, None if trial.fom is None else self.objective.value(trial.fom),
                          fold_variance(trial))
         return trial
@@ -446,8 +594,21 @@ class Search:
             "next_id": self.next_id,
             "finished": [t.fields() for t in sorted(self.finished.values(), key=lambda t: t.id)],
             # in-flight and re-queued trials are stored as "to re-run": their results never arrived
-            "rerun": [rerun_entry(t) for t in sorted([*self.in_flight.values(), *self.requeue], key=lambda t: t.id)],
+            "rerun": [self._rerun_entry(t) for t in sorted([*self.in_flight.values(), *self.requeue],
+                                                           key=lambda t: t.id)],
+            "costs": [o.to_record() for o in self.costs],
         }
+
+    def _rerun_entry(self, trial: Trial) -> dict[str, Any]:
+        """:func:`rerun_entry`, and for a running trial where it runs (to learn from a rank the OOM killer
+        takes: :meth:`_rank_death`)."""
+        entry = rerun_entry(trial)
+        if trial.id in self.in_flight and trial.block is not None:
+            traits = self.traits(trial.params)
+            entry["running_on"] = {"block": trial.block, "type": self.block_type(trial.block).to_dict(),
+                                   "class": traits.cls, "size": traits.size, "memory_gb": traits.memory_gb,
+                                   "work": self._work(trial, trial.target)}
+        return entry
 
     def save(self) -> None:
         """State first, then the tables: the state is the checkpoint, the tables are derived from it."""
@@ -485,12 +646,35 @@ class Search:
             t.target = None  # jobs under way when the state was saved are the "rerun" entries
         self.requeue = [rerun_trial(d, self.finished, self.engine.space) for d in state["rerun"]]
         self.in_flight = {}
+        try:
+            self.costs = [CostObservation.from_record(d) for d in state.get("costs", [])]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"{path} holds a malformed cost observation ({e}); restore the file, or use a new "
+                              "--output directory") from None
+        self._rank_death(state["rerun"])
         self.changed()
         if self.schedule is not None:
             self._rebuild_ledger()
             self._rebuild_results()
             self._feed()
         return True
+
+    def _rank_death(self, rerun: list[dict[str, Any]]) -> None:
+        """The last job ended because a block's rank was killed (the fate :mod:`nnlo.rankfate` kept): by
+        SIGKILL, the OOM killer's signal, the trial that block ran ran out of memory on its type."""
+        from nnlo.contract import RANKS_DIR
+        from nnlo.optimize.block import block_of_label
+        from nnlo.optimize.placement.memory import killed_out_of_memory
+        from nnlo.rankfate import take_fate
+
+        fate = take_fate(self.out_dir / RANKS_DIR)
+        if fate is None:
+            return
+        block = block_of_label(fate.role)
+        for obs in killed_out_of_memory(fate.signal, block, rerun):
+            self.costs.append(obs)
+            log.warning("trial %s was running on block %d when %s: taken as out of memory on blocks of %s",
+                        obs.trial, block, fate.line().split(";")[0], obs.block_type)
 
 
 def rerun_entry(trial: Trial) -> dict[str, Any]:

@@ -23,6 +23,12 @@ The coordinator uses :class:`SharedSearch` exactly like a :class:`Search`; under
 * **Waiting.** A participant with every block idle and nothing to claim (the remaining trials run elsewhere)
   waits, re-reading the journal every second, until the search is done (exit 0), a lease expires (it takes
   that trial over) or its deadline/stop signal comes (exit 75).
+* **Placement.** Every job's cost goes into the journal (``cost`` records), so every participant's policy
+  learns from every block of every job. A participant takes the first trial open to it that fits the free
+  block (memory, deadline); a new proposal that does not fit goes to the pool for another block or
+  participant. A trial that ran out of memory re-runs on a block of this job it may fit, else goes to the pool
+  for a participant that has run on a block type it may fit, else fails. A shared search keeps no pool of
+  proposals (they would be leases nobody runs), so it does not reorder new proposals by speed or plan a tail.
 * **Restore.** The journal is the state: every participant rebuilds the search from it when it starts
   (``--opt-restore`` is implied); ``optimizer-state.json`` is only derived from it.
 * **Schedules** (``--schedule asha|hyperband|pbt``): after the claimable jobs, a participant asks the schedule
@@ -46,6 +52,7 @@ from typing import Any
 
 from nnlo.contract import ENV_PARTICIPANT, LEASE_TIMEOUT_S, SEARCH_JOURNAL
 from nnlo.errors import ConfigError
+from nnlo.optimize.assign import Candidate, Fifo
 from nnlo.optimize.engines import Engine, engine_options
 from nnlo.optimize.failures import FailureRule
 from nnlo.optimize.journal import JOB_FIELDS, Journal, Lease, SharedState
@@ -90,12 +97,14 @@ class SharedSearch(Search):
         self.journal = Journal(out_dir)
         self.shared = SharedState()
         self.finished = self.shared.finished
+        self.costs = self.shared.costs
         self.stop: Any = None  # a nnlo.stop.Stop: ends the wait for trials running elsewhere
         self._heartbeat = heartbeat
         self._beat: threading.Thread | None = None
         self._quit = threading.Event()
         self._told = 0  # results of shared.order told to the engine
         self._quiet_until = 0.0  # no claim before this time (the last attempt found nothing)
+        self._refused = False  # the last claim found something, but placement kept it off that block
         self._lost: set[int] = set()
         self._joined = False
         self._slow_announced = False
@@ -305,21 +314,27 @@ class SharedSearch(Search):
         with self.journal.locked():
             self._catch_up()
             now = self.clock() if now is None else now
-            trial = self._claim_locked(now)
+            trial = self._claim_locked(block, now)
             if trial is None:
-                self._quiet_until = self.clock() + self.poll_s
+                if not self._refused:  # another block may still take what this one was refused
+                    self._quiet_until = self.clock() + self.poll_s
                 return None
             trial.status, trial.block, trial.started = "running", block, now
             self.in_flight[trial.id] = trial
             return trial
 
-    def _claim_locked(self, now: float) -> Trial | None:
+    def _claim_locked(self, block: int, now: float) -> Trial | None:
+        self._refused = False
         if self._over():
             return None
         until = now + self.lease_s
-        free = self.shared.claimable(now, self.participant, self.in_flight)
-        if free:
-            lease = free[0]
+        free = [lease for lease in self.shared.claimable(now, self.participant, self.in_flight)
+                if not self._fail_if_nowhere(lease, block, now)]
+        work = [self._work(self.shared.finished.get(lease.id), lease.target) for lease in free]
+        pick = self._place(block, [lease.params for lease in free], now, work) if free else -1
+        self._refused = bool(free) and pick < 0
+        if pick >= 0:
+            lease = free[pick]
             why = ("from the pool" if lease.holder is None else "back (this participant's lease)"
                    if lease.holder == self.participant else f"over from {lease.holder} (lease expired)")
             self._record("lease", id=lease.id, until=until, **({"from": lease.holder} if lease.holder else {}))
@@ -328,12 +343,25 @@ class SharedSearch(Search):
             return self._lease_trial(lease)
         if self.schedule is not None:
             job = self._job()
-            return None if job is None else self._start_locked(job, until)
+            if job is None:
+                return None
+            paused = self.shared.finished.get(job.trial) if job.trial is not None else None
+            if paused is not None or job.params is not None:  # the schedule's own point: it must fit this block
+                params = paused.params if paused is not None else dict(job.params or {})
+                if self._place(block, [params], now, [self._work(paused, job.rung)]) < 0:
+                    self._refused = True
+                    return None
+            return self._start_locked(job, until)
         if self.shared.n_trials >= self.num_iterations:
             return None
         tid = self.shared.next_id
         point, until = self._ask(tid, until)
         self._record("propose", id=tid, params=point, until=until)
+        if self._place(block, [point], now) < 0:  # it does not fit this block: another block or job takes it
+            self._refused = True
+            self._record("release", id=tid)
+            log.info("trial %d does not fit block %d (%s) now: left in the pool", tid, block, self.block_type(block))
+            return None
         return Trial(tid, point)
 
     def _start_locked(self, job: Job, until: float) -> Trial:
@@ -368,6 +396,37 @@ class SharedSearch(Search):
                             "wait for it to append; raise --lease-timeout", self.ask_s, self.lease_s)
         return point, until
 
+    def _place(self, block: int, points: list[dict[str, Any]], now: float, work: list[float] | None = None) -> int:
+        """The first of ``points`` the policy lets ``block`` run now (memory, deadline), or < 0."""
+        if isinstance(self.assign, Fifo):
+            return 0
+        self._learn()
+        shares = work or [1.0] * len(points)
+        candidates = [Candidate(p, age=1 << 30, work=w) for p, w in zip(points, shares, strict=True)]
+        return self.assign.choose(block, candidates, self._situation(block, now, None))
+
+    def _elsewhere(self, params: dict[str, Any]) -> list[str]:
+        """Other participants still in the search that ran on a block type ``params`` may fit."""
+        return sorted(p for p, types in self.shared.types.items()
+                      if p != self.participant and self.shared.participants.get(p, {}).get("state") == "join"
+                      and any(self.assign.fits_type(params, t) for t in types))
+
+    def _fail_if_nowhere(self, lease: Lease, block: int, now: float) -> bool:
+        """Record the lease's trial failed if no block here and no other participant's may hold it (call
+        locked; under a schedule, the stage it was to train)."""
+        why = self.assign.placeable(lease.params)
+        if why is None or self._elsewhere(lease.params):
+            return False
+        trial = self._lease_trial(lease)
+        folds = [{"error": f"it fits no block of any participant: {why}", "code": 1}] * self.n_fold
+        rung = trial.target
+        if self.schedule is not None and rung is not None:
+            trial.finish_stage(folds, self.objective, block, rung, self.schedule.budgets[rung], now)
+        else:
+            trial.finish(folds, self.objective, block, now)
+        self._record("result", id=lease.id, trial=trial.to_dict(), **({} if rung is None else {"rung": rung}))
+        return True
+
     def _pending(self) -> list[dict[str, Any]]:
         """Every open job's point (under a schedule: only trials without a result, the others are observed)."""
         return [lease.params for lease in sorted(self.shared.open.values(), key=lambda lease: lease.id)
@@ -379,6 +438,7 @@ class SharedSearch(Search):
         """Append the trial's result to the journal (unless another participant's result came first)."""
         trial = self.in_flight[trial_id]
         rung = trial.target
+        now = self.clock() if now is None else now
         if self.schedule is not None and rung is not None:
             trial.finish_stage(fold_results, self.objective, block, rung, self.schedule.budgets[rung], now)
         else:
@@ -392,8 +452,38 @@ class SharedSearch(Search):
                 log.warning("trial %d: a result from another participant came first; this one is dropped "
                             "(a trial counts once%s)", trial_id, "" if rung is None else " per rung")
                 return trial
+            self.observe_job(trial, block, "ok" if trial.status != "failed" else "failed")
             self._record("result", id=trial_id, trial=trial.to_dict(), **({} if rung is None else {"rung": rung}))
         return self.shared.finished[trial_id]
+
+    def _keep(self, obs: Any) -> None:
+        """A job's cost goes into the journal, for every participant's placement."""
+        with self.journal.locked():
+            self._catch_up()
+            self._record("cost", **obs.to_record())
+
+    def out_of_memory(self, trial_id: int, fold_results: list[dict[str, Any]], block: int,
+                      now: float | None = None) -> str | None:
+        """Out of memory on ``block``: a block here it may fit takes it back (the lease stays here), else a
+        participant that ran on a block type it may fit (the pool); else None (it fails)."""
+        if not any(f.get("oom") for f in fold_results) or isinstance(self.assign, Fifo):
+            return None
+        trial = self.in_flight[trial_id]
+        now = self.clock() if now is None else now
+        with self.journal.locked():
+            self._catch_up()
+            self.observe(trial, block, now - (now if trial.started is None else trial.started), "oom")
+            self._learn()
+            if self.assign.placeable(trial.params) is None:
+                del self.in_flight[trial_id]
+                return f"it re-runs on another block type than {self.block_type(block)}"
+            others = self._elsewhere(trial.params)
+            if not others:
+                return None
+            del self.in_flight[trial_id]
+            if self._holds(trial_id):
+                self._record("release", id=trial_id)
+            return f"it fits no block here: back to the pool for {', '.join(others)}"
 
     def interrupted(self, trial_id: int) -> None:
         """Stopped by the deadline: back to the pool at once, for whichever participant is free first."""

@@ -20,12 +20,24 @@ def run(name: str, tmp_path, nnlo_env) -> dict:
     return json.loads(out.read_text())
 
 
-def test_hetero_compares_both_policies_at_equal_time(tmp_path, nnlo_env):
+def test_hetero_measures_where_placement_pays(tmp_path, nnlo_env):
     doc = run("hetero", tmp_path, nnlo_env)
-    assert doc["benchmark"] == "hetero" and len(doc["rows"]) == 2
-    for r in doc["rows"]:
-        assert r["fifo"]["trials"] > 0 and r["hardware_aware"]["trials"] > 0
-        assert r["throughput_ratio"] == r["hardware_aware"]["throughput"] / r["fifo"]["throughput"]
+    assert doc["benchmark"] == "hetero" and doc["seeds"] == 2
+    for key in ("typed_speedup_throughput_ratio", "small_batch_makespan_ratio", "small_batch_makespan_ratio_learned",
+                "hardware_aware_lost_rank_seconds", "fifo_lost_rank_seconds", "time_to_target_no_worse_seeds"):
+        assert isinstance(doc[key], (int, float)), key
+    typed = doc["typed"]["random"]
+    assert [r["seed"] for r in typed["rows"]] == [0, 1]
+    for r in typed["rows"]:
+        assert r["fifo_trials"] > 0 and r["throughput_ratio"] == r["ha_trials"] / r["fifo_trials"]
+    assert doc["typed_speedup_throughput_ratio"] == typed["median_throughput_ratio"]
+    for r in doc["small_batch"]["declared"]["rows"]:
+        assert r["ratio"] == r["fifo_makespan"] / r["ha_makespan"] and r["lower_bound"] <= r["ha_makespan"] + 1e-9
+    chain = doc["chain"]
+    assert doc["deadline_nothing_fits"] in ("cheaper", "end")
+    assert doc["fifo_lost_rank_seconds"] == sum(r["fifo"]["lost_rank_s"] for r in chain["rows"])
+    assert doc["hardware_aware_lost_rank_seconds"] == sum(r[doc["deadline_nothing_fits"]]["lost_rank_s"]
+                                                          for r in chain["rows"])
 
 
 def test_more_proposers_leave_blocks_less_idle(tmp_path, nnlo_env):

@@ -209,8 +209,9 @@ def test_a_shared_search_with_another_schedule_is_refused(tmp_path):
 
 
 def test_the_assignment_policy_learns_a_stages_cost_per_epoch(tmp_path):
-    """Heterogeneous blocks under a schedule: the hardware-aware policy is told what a new trial costs (its first
-    stage, per epoch, on the block that ran it), not a total that grows with the rungs a good trial reaches."""
+    """Heterogeneous blocks under a schedule: the hardware-aware policy is told every stage's cost on the block
+    that ran it, with the share of a whole trial the stage was (its epochs over --epochs), so a trial's cost is
+    learnt per epoch, not as a total that grows with the rungs a good trial reaches."""
     s = search(tmp_path, n=4)
     s.blocks = 2
     for b in range(3):
@@ -219,5 +220,8 @@ def test_the_assignment_policy_learns_a_stages_cost_per_epoch(tmp_path):
     up = s.next_trial(0, now=10.0)
     assert up.target == 1
     s.record(up.id, [{"metrics": {"val_loss": 0.5}, "epochs": 3}], 1, now=30.0)  # 2 more epochs, on block 1
-    costs = {o.params["lr"]: (o.duration_s, o.block) for o in s.observations()}
-    assert costs[up.params["lr"]] == (2.0, 0) and sorted(d for d, _ in costs.values()) == [2.0, 4.0, 6.0]
+    top = s.schedule.budgets[-1]
+    costs = [(o.trial, o.seconds, o.work, o.outcome) for o, _ in s.observations()]
+    assert costs[:3] == [(0, 2.0, 1 / top, "ok"), (1, 4.0, 1 / top, "ok"), (2, 6.0, 1 / top, "ok")]
+    assert costs[3] == (up.id, 20.0, 2 / top, "ok") and len(costs) == 4
+    assert s.observations()[3][1] == up.params
