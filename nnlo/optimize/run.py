@@ -27,6 +27,7 @@ from nnlo.optimize.runners import TrainRunner
 from nnlo.optimize.schedules import make_schedule
 from nnlo.optimize.search import Search
 from nnlo.optimize.state import STATE_FILE
+from nnlo.optimize.tracking import SearchTracking
 from nnlo.roles import Role, Shape, describe
 from nnlo.stop import Stop
 
@@ -161,11 +162,13 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     _record(rank, info, opts.out_dir)
 
     search: Search | None = None
+    tracking: SearchTracking | None = None
     error: str | None = None
     if info.role is Role.COORDINATOR:
         try:
             opts.out_dir.mkdir(parents=True, exist_ok=True)
             search = prepare_search(opts, space)
+            tracking = _tracking(config, opts)
         except NnloError as e:
             error = str(e)
         except OSError as e:
@@ -194,7 +197,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
             log.info("assignment: %s%s", policy.name,
                      f"; {len(hierarchy.proposers)} proposer ranks" if hierarchy.proposers else "")
             return Coordinator(world, hierarchy, search, stop, grace_s=opts.grace_s, progress=progress,
-                               assign=policy).run()
+                               assign=policy, tracking=tracking).run()
         if info.role is Role.PROPOSER:
             from nnlo.optimize.proposers import run_proposer
 
@@ -205,6 +208,15 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         if inputs is not None and not hook:
             runner = _GivenInputsRunner(config, opts.seed, opts.name, inputs, keep)
         return run_block(world, hierarchy, block_comm, group_comm, runner, opts.out_dir)
+
+
+def _tracking(config: Any, opts: OptimizeOptions) -> SearchTracking:
+    """The search's experiment trackers (``--tensorboard``, ``--mlflow``), on the coordinator."""
+    from nnlo.observe import tracking
+
+    fields = {"hyper_opt": opts.hyper_opt, "num_iterations": opts.num_iterations, "fom": opts.fom,
+              "n_fold": opts.n_fold, "schedule": opts.schedule.name}
+    return SearchTracking(tracking.for_search(config, opts.out_dir, opts.name, fields), opts.out_dir, opts.n_fold)
 
 
 class _GivenInputsRunner(TrainRunner):
