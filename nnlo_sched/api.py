@@ -29,8 +29,8 @@ from nnlo.contract import SCRIPT_FILE
 from nnlo.errors import ConfigError, NnloError
 from nnlo.roles import Shape
 from nnlo_sched.chain import cancel_run
-from nnlo_sched.checks import check_run, check_run_home, check_site_run_home, skipped_checks
-from nnlo_sched.inner import InnerCommand, parse_inner
+from nnlo_sched.checks import check_run, check_run_home, check_script, check_site_run_home, skipped_checks
+from nnlo_sched.inner import SCRIPT, InnerCommand, parse_inner
 from nnlo_sched.layout import Layout, compute_layout
 from nnlo_sched.profiles import Profile, load_profile
 from nnlo_sched.render import job_name, render_script, warning_signal
@@ -119,8 +119,9 @@ def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = Non
     elif inner.kind != kind:
         raise ConfigError(f"the parsed options are of a {inner.kind} run, not of {kind}")
     profile = load_profile(cluster)
-    s = RunSpec.of(inner, list(args), profile.name,
-                   name=name or Path(inner.train.model).stem or f"nnlo-{kind}", walltime_s=parse_walltime(walltime),
+    named = Path(args[0] if kind == SCRIPT else inner.train.model).stem  # the model's, or the script's, file
+    s = RunSpec.of(inner, list(args), profile.name, name=name or named or f"nnlo-{kind}",
+                   walltime_s=parse_walltime(walltime),
                    queue=queue, account=account, nodes=nodes, workers=workers, blocks=blocks,
                    gpus_per_worker=gpus_per_worker, constraint=constraint,
                    max_resubmits=DEFAULT_MAX_RESUBMITS if max_resubmits is None else max_resubmits,
@@ -218,7 +219,10 @@ def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str
     home_dir = Path(home) if home is not None else runs_home()
     shown = target or home_dir / job_name(run_spec.name, "local")
     script = render_script(run_spec, profile, shown)  # refuses what the profile cannot take (account, ...)
-    if check:
+    if run_spec.kind == SCRIPT:  # the file exists and compiles, whatever --no-check says
+        check_script(run_spec.args[0], Path(run_spec.workdir or os.getcwd()))
+        notes = []
+    elif check:
         notes = check_run(run_spec.train, run_spec.search)
     else:
         notes = [f"--no-check: skipped the checks of {skipped_checks()}"]

@@ -59,6 +59,22 @@ def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | N
     return _probe(config, search, cwd)
 
 
+def check_script(path: str, cwd: Path | None = None) -> None:
+    """A script run's file exists, is a file and compiles (a syntax error is one line with its file and line;
+    the script is not run: its own imports and data are its business)."""
+    file = Path(path).expanduser()
+    file = file if file.is_absolute() else Path(cwd or os.getcwd()) / file
+    if not file.is_file():
+        raise ConfigError(f"script {path}: no such file" + (" (it is a folder)" if file.is_dir() else "")
+                          + "; give the path of the Python file to run")
+    try:
+        compile(file.read_bytes(), str(file), "exec")
+    except SyntaxError as e:
+        raise ConfigError(f"script {e.filename}:{e.lineno}: {e.msg}; fix the file before submitting") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"script {path} cannot be read as Python: {' '.join(str(e).split())[:200]}") from None
+
+
 def check_run_home(run_dir: Path | None, home: Path) -> None:
     """The folder the run directory goes into can be created and written by this user."""
     target = Path(run_dir).expanduser().resolve() if run_dir is not None else Path(home)
