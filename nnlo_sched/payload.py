@@ -127,8 +127,9 @@ def run_script(argv: list[str]) -> int:
         raise
     except BaseException as e:  # noqa: BLE001 - the user's error: their traceback, then the job ends together
         tb = traceback.extract_tb(e.__traceback__)
-        own = [f for f in tb if Path(f.filename).name != "runpy.py" and f.filename != __file__] or tb
-        where = next((f for f in reversed(own) if f.filename == path), own[-1] if own else None)
+        own = [f for f in tb if "runpy" not in f.filename and f.filename != __file__] or tb
+        home = Path(path).parent  # the deepest frame in the script's folder: the user's code, not a library's
+        where = next((f for f in reversed(own) if Path(f.filename).is_relative_to(home)), own[-1] if own else None)
         rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "?"
         text = "".join(traceback.format_list(own)) + "".join(traceback.format_exception_only(type(e), e))
         click.echo(f"[rank {rank}] Traceback (most recent call last):\n{text.rstrip()}", err=True)
