@@ -98,3 +98,19 @@ def test_a_script_runs_arguments_are_not_changed_on_resume(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"^a script run's arguments are the script's own \(mine\.py --lr 0\.1\); "):
         change_inner_options(tmp_path, ["--epochs", "9"])
     assert (tmp_path / SPEC_FILE).read_text() == before
+
+
+def test_the_python_submission_api_takes_a_script_run_and_checks_its_file(tmp_path, monkeypatch) -> None:
+    from nnlo_sched import api
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NNLO_HOME", str(tmp_path / "runs"))
+    (tmp_path / "mine.py").write_text("print('hi')\n")
+    spec = api.spec(SCRIPT, ["mine.py", "--lr", "0.1"], "local", workers=2)
+    assert spec.name == "mine" and spec.args == ["mine.py", "--lr", "0.1"] and spec.layout is not None
+    assert spec.layout.world_size == 3 and spec.layout.kind == SCRIPT  # a master and the two workers, as for a training
+    found = api.preflight(spec)
+    assert "mine.py" not in found.script  # the words live in spec.json, never in the shell script
+    (tmp_path / "mine.py").write_text("def (\n")
+    with pytest.raises(ConfigError, match=r"mine\.py:1: "):
+        api.preflight(spec, check=False)  # the file compiles, whatever --no-check says
