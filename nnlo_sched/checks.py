@@ -52,6 +52,10 @@ def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | N
     ``cwd`` (the submission's working directory, where the jobs start too).
     """
     cwd = Path(cwd or os.getcwd())
+    if config.tensorboard or config.mlflow:  # the tracking packages, on the login node as in the job
+        from nnlo.observe import tracking
+
+        tracking.check(config)
     if search is not None:
         trial_overrides(config, cwd, "")  # a search refuses --restore before any path is looked at
         search.schedule_spec(config)  # and a schedule that cannot run (--min-epochs above --epochs, ...)

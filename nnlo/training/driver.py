@@ -155,6 +155,10 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
 
     def check() -> Hierarchy:
         wanted = config.validate().training_group_shape
+        if config.tensorboard or config.mlflow:
+            from nnlo.observe import tracking
+
+            tracking.check(config)  # a missing package: one line naming the extra, before anything is written
         if comm.Get_size() < 2 and not wanted.allreduce:
             raise ConfigError(
                 "1 rank cannot hold a master and a worker: use -n 2 or more (e.g. -n 3 = 1 master + 2 "

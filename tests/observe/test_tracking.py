@@ -95,3 +95,15 @@ def test_a_missing_tracking_package_is_one_line_naming_the_extra(option, extra, 
 def test_a_bad_tracking_value_is_one_line(option, value) -> None:
     with pytest.raises(ConfigError, match=rf"^--{option} must be"):
         TrainConfig(model="m.py", **{option: value}).validate()
+
+
+def test_a_missing_tracking_package_is_refused_before_queueing(tmp_path, monkeypatch) -> None:
+    import importlib.util
+
+    from nnlo_sched.checks import check_run
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    (tmp_path / "m.py").write_text("def get_model():\n    return None\n")
+    with pytest.raises(ConfigError, match=r"^--mlflow needs the mlflow package"):
+        check_run(TrainConfig(model="m.py", mlflow="file:///x"), None, cwd=tmp_path)
