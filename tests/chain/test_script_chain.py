@@ -46,3 +46,22 @@ def test_a_script_run_chains_through_a_forced_stop_to_the_uninterrupted_result(c
     assert view["progress"]["epoch"] == 4  # nnlo status follows the script's training
     logs = nnlo("logs", run_id).stdout
     assert "restoring from" in logs
+
+
+@pytest.mark.mpi
+def test_a_script_that_raises_on_one_rank_ends_the_whole_job(tmp_path, nnlo_env) -> None:
+    from nnlo.contract import SPEC_FILE
+    from nnlo_sched.inner import SCRIPT as KIND
+    from nnlo_sched.inner import parse_inner
+    from nnlo_sched.spec import RunSpec
+
+    script = tmp_path / "uneven.py"
+    script.write_text("from mpi4py import MPI\n\nif MPI.COMM_WORLD.Get_rank() == 1:\n"
+                      "    raise RuntimeError('rank 1 gives up')\nMPI.COMM_WORLD.Barrier()  # rank 0 waits here\n")
+    words = [str(script)]
+    (tmp_path / SPEC_FILE).write_text(RunSpec.of(parse_inner(KIND, words), words, "local",
+                                                 workdir=str(tmp_path)).to_json())
+    done = subprocess.run(["mpirun", "-np", "2", sys.executable, "-m", "nnlo_sched", "run", str(tmp_path)],
+                          env=nnlo_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0  # not a hang: rank 0 is ended with rank 1
+    assert f"nnlo: error: RuntimeError in {script}:4: rank 1 gives up" in done.stderr
