@@ -29,6 +29,7 @@ from nnlo.config import TrainConfig
 from nnlo.contract import ENV_HOME, OPTIMIZER_STATE_FILE
 from nnlo.errors import ConfigError, NnloError
 from nnlo.models import data_plan, load_model_source
+from nnlo.observe import tracking
 from nnlo.optimize.options import SearchConfig, check_schedule, trial_overrides
 
 if TYPE_CHECKING:
@@ -53,8 +54,6 @@ def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | N
     """
     cwd = Path(cwd or os.getcwd())
     if config.tensorboard or config.mlflow:  # the tracking packages, on the login node as in the job
-        from nnlo.observe import tracking
-
         tracking.check(config)
     if search is not None:
         trial_overrides(config, cwd, "")  # a search refuses --restore before any path is looked at

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 import os
+import runpy
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -105,9 +107,6 @@ def run_script(argv: list[str]) -> int:
     with its traceback trimmed to the script's frames, and the whole job is ended (a rank that dies must not
     leave the others waiting in a collective).
     """
-    import runpy
-    import traceback
-
     path = str(Path(argv[0]).expanduser().absolute())
     sys.argv = [path, *argv[1:]]
     sys.path.insert(0, str(Path(path).parent))  # as `python FILE.py` does: its folder's modules import

@@ -24,6 +24,7 @@ from typing import Any
 from nnlo.config import TrainConfig
 from nnlo.contract import SPEC_FILE
 from nnlo.errors import ConfigError, NnloError
+from nnlo.job import progress
 from nnlo.optimize.options import SearchConfig
 from nnlo.roles import Shape
 from nnlo_sched.inner import SCRIPT, InnerCommand, parse_inner, run_shape, script_file
@@ -195,8 +196,6 @@ def checkpoint_dir(run_dir: Path, spec: RunSpec) -> Path:
     checkpoints in ``<run>/checkpoints/`` (the runtime writes them into ``DIR/checkpoints``). A script run:
     the folder of the training (or search) its script runs now, as its job noted it (:mod:`nnlo.job`)."""
     if spec.kind == SCRIPT:
-        from nnlo.job import progress
-
         folder = progress(run_dir).get("folder")
         return Path(folder) if isinstance(folder, str) and folder else Path(run_dir)
     value = spec.train.checkpoint
