@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import nnlo, wait_for
+from conftest import nnlo
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "chained_script.py"
@@ -31,9 +31,9 @@ def test_a_script_run_chains_through_a_forced_stop_to_the_uninterrupted_result(c
     out = nnlo("submit", "--cluster", "local", "--workers", "2", "--walltime", "10m", "--name", "mine",
                "script", str(SCRIPT), str(chained), *WORDS).stdout
     run_id = out.split()[2]
-    view = wait_for("the chain to end", lambda: (v := json.loads(nnlo("status", run_id, "--json").stdout))["state"]
-                    in ("done", "failed", "cancelled") and v, timeout=300, every=1.0)
-    assert view["state"] == "done", view.get("error")
+    waited = nnlo("wait", run_id, "--timeout", "300", "--every", "1", check=False, timeout=330)
+    view = json.loads(nnlo("status", run_id, "--json").stdout)
+    assert waited.returncode == 0 and view["state"] == "done", (waited.stdout, view.get("error"))
     started = [j for j in view["jobs"] if j.get("started_at")]
     assert [j["rc"] for j in started] == [75, 0]  # stopped with its checkpoint, resubmitted, finished
     ref, got = json.loads(reference.read_text()), json.loads(chained.read_text())
