@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import nnlo
+from tests.helpers.chain import nnlo
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "chained_script.py"
@@ -21,9 +21,10 @@ WORDS = ["--label", "two words; $HOME 'quoted'"]  # the script's own arguments, 
 
 @pytest.mark.mpi
 @pytest.mark.slow
-def test_a_script_run_chains_through_a_forced_stop_to_the_uninterrupted_result(chain_env, monkeypatch) -> None:
+def test_a_script_run_chains_through_a_forced_stop_to_the_uninterrupted_result(chain_env, mpirun,
+                                                                              monkeypatch) -> None:
     reference = chain_env / "reference.json"
-    alone = subprocess.run(["mpirun", "-np", "3", sys.executable, str(SCRIPT), str(reference), *WORDS],
+    alone = subprocess.run([mpirun, "-np", "3", sys.executable, str(SCRIPT), str(reference), *WORDS],
                            capture_output=True, text=True, timeout=240)
     assert alone.returncode == 0, alone.stderr[-3000:]
     monkeypatch.setenv("NNLO_TEST_SIGNAL_AT_UPDATE", "14")  # in epoch 3 of 4 (6 updates an epoch)
@@ -49,7 +50,7 @@ def test_a_script_run_chains_through_a_forced_stop_to_the_uninterrupted_result(c
 
 
 @pytest.mark.mpi
-def test_a_script_that_raises_on_one_rank_ends_the_whole_job(tmp_path, nnlo_env) -> None:
+def test_a_script_that_raises_on_one_rank_ends_the_whole_job(tmp_path, mpirun, nnlo_env) -> None:
     from nnlo.contract import SPEC_FILE
     from nnlo_sched.inner import SCRIPT as KIND
     from nnlo_sched.inner import parse_inner
@@ -61,7 +62,7 @@ def test_a_script_that_raises_on_one_rank_ends_the_whole_job(tmp_path, nnlo_env)
     words = [str(script)]
     (tmp_path / SPEC_FILE).write_text(RunSpec.of(parse_inner(KIND, words), words, "local",
                                                  workdir=str(tmp_path)).to_json())
-    done = subprocess.run(["mpirun", "-np", "2", sys.executable, "-m", "nnlo_sched", "run", str(tmp_path)],
+    done = subprocess.run([mpirun, "-np", "2", sys.executable, "-m", "nnlo_sched", "run", str(tmp_path)],
                           env=nnlo_env, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0  # not a hang: rank 0 is ended with rank 1
     assert f"nnlo: error: RuntimeError in {script}:4: rank 1 gives up" in done.stderr

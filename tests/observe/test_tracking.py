@@ -17,7 +17,7 @@ from nnlo.config import TrainConfig
 from nnlo.contract import MLFLOW_RUN_FILE
 from nnlo.errors import ConfigError
 from nnlo.observe import tracking
-from tests.runtime.conftest import TIMEOUT
+from tests.helpers.runtime import TIMEOUT
 
 HERE = Path(__file__).resolve().parent
 

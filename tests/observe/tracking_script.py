@@ -20,8 +20,7 @@ import numpy as np
 import nnlo
 
 out = Path(sys.argv[1])
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "runtime" / "models"))
-import tiny  # noqa: E402
+from tests.runtime.models import tiny  # noqa: E402 - the checkout is on this program's PYTHONPATH
 
 rng = np.random.default_rng(0)
 x = rng.normal(size=(96, 8)).astype("float32")

@@ -13,7 +13,8 @@ Layout of DIR::
 
 A job that resumes a run writes on into the same folders. Each job's stream starts with a SessionLog START at
 the first step it writes (TensorBoard's ``purge_step``): readers drop what an earlier job wrote from that step
-on - the epochs it trained after the checkpoint this job resumed from - so every step is there once.
+on - the epochs it trained after the checkpoint this job resumed from - so every step is there once. A fresh
+start writes no marker: in a search, the coordinator's file in the trial's folder (its FOM) may be read first.
 
 Why not ``torch.utils.tensorboard``: it imports TensorFlow when TensorFlow is installed (10-15 s in a rank, and
 a second framework in a torch process) and torch in a Keras run. TensorBoard's own writer
@@ -101,8 +102,10 @@ class TensorBoardTraining:
 
     def __init__(self, folder: Path, epoch: int, updates: int) -> None:
         self.folder = folder
-        self.epochs = EventStream(folder, purge_step=epoch + 1)
-        self.first_update = updates + 1
+        # a fresh start purges nothing: a purge marker would also drop what another writer (a search's coordinator,
+        # the trial's FOM) put in the same folder in a file that TensorBoard happens to read first
+        self.epochs = EventStream(folder, purge_step=epoch + 1 if epoch or updates else None)
+        self.first_update: int | None = updates + 1 if epoch or updates else None
         self.updates: EventStream | None = None
 
     def epoch(self, entry: Mapping[str, Any]) -> None:
