@@ -38,12 +38,18 @@ _LAZY = {
     "ModelError": "nnlo.errors",
     "TrainingError": "nnlo.errors",
     "RankFailure": "nnlo.training.failure",
+    # a submitted job's contract, for code that trains by itself (nnlo submit ... script FILE.py)
+    "deadline": "nnlo.job",
+    "seconds_left": "nnlo.job",
+    "checkpointed": "nnlo.job",
+    "run_dir": "nnlo.job",
+    "EXIT_RESUMABLE": "nnlo.job",
 }
 
 __all__ = [
-    "ArraySource", "ConfigError", "DataError", "DataSource", "GeneratorSource", "ModelError", "NnloError",
-    "RankFailure", "SearchResult", "StopTraining", "TrainConfig", "TrainResult", "TrainingError", "optimize",
-    "run_train", "train",
+    "EXIT_RESUMABLE", "ArraySource", "ConfigError", "DataError", "DataSource", "GeneratorSource", "ModelError",
+    "NnloError", "RankFailure", "SearchResult", "StopTraining", "TrainConfig", "TrainResult", "TrainingError",
+    "checkpointed", "deadline", "optimize", "run_dir", "run_train", "seconds_left", "train",
 ]
 
 if TYPE_CHECKING:
@@ -51,6 +57,7 @@ if TYPE_CHECKING:
     from nnlo.config import TrainConfig
     from nnlo.data.source import ArraySource, DataSource, GeneratorSource
     from nnlo.errors import ConfigError, DataError, ModelError, NnloError, TrainingError
+    from nnlo.job import EXIT_RESUMABLE, checkpointed, deadline, run_dir, seconds_left
     from nnlo.training.callbacks import StopTraining
     from nnlo.training.failure import RankFailure
 

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nnlo import job
 from nnlo.config import TrainConfig, deadline_from_env, known_fields
-from nnlo.contract import BEST_FILE, CHECKPOINT_DIR, TRIALS_CSV, TRIALS_JSON
+from nnlo.contract import BEST_FILE, CHECKPOINT_DIR, EXIT_RESUMABLE, TRIALS_CSV, TRIALS_JSON
 from nnlo.errors import ConfigError
 
 if TYPE_CHECKING:  # imported where used: the command line imports this module for DEFAULT_RUNS
@@ -51,7 +52,7 @@ DEFAULT_RUNS = "nnlo-runs"
 
 # the lower bounds ``nnlo train``'s options have (click.IntRange); the others are >= 0 or checked by validate()
 _MINIMUM = {"epochs": 1, "batch": 1, "sync_every": 1, "n_processes": 1, "checkpoint_keep": 1}
-_PATH_FIELDS = ("model", "train", "val", "checkpoint", "restore", "cache_data")
+_PATH_FIELDS = ("model", "train", "val", "checkpoint", "restore", "cache_data", "tensorboard")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -185,10 +186,11 @@ def train_config(config: TrainConfig | Mapping[str, Any] | None = None, **option
 
 def default_run_dir(config: TrainConfig) -> str:
     """Where a training writes without ``--checkpoint``: ``nnlo-runs/<trial name, else the model module's
-    get_name(), else the model file's stem; a model object: its name, :func:`nnlo.models.object_name`)>``."""
+    get_name(), else the model file's stem; a model object: its name, :func:`nnlo.models.object_name`)>``; in a
+    job of a submitted script, ``<run folder>/<the same name>`` (:mod:`nnlo.job`)."""
     from nnlo.models import run_name
 
-    return str(Path(DEFAULT_RUNS) / run_name(config.model, config.trial_name))
+    return str(Path(job.run_dir() or DEFAULT_RUNS) / run_name(config.model, config.trial_name))
 
 
 def _data(value: Any, role: str) -> tuple[str | None, Any]:
@@ -292,7 +294,10 @@ def train(model: Any = None, data: Any = None, val_data: Any = None, config: Any
     :class:`nnlo.RankFailure` on every rank when a rank failed (its ``report`` is True on that rank only).
     """
     values, inputs = _inputs(model, data, val_data, _config_values(config, options), callbacks)
-    return run_train(train_config(values), inputs, comm=comm)
+    cfg = train_config(values)
+    result = run_train(job.chained_config(cfg, default_run_dir(cfg)), inputs, comm=comm)
+    job.end_if_resumable(result.resumable)  # inside a submitted run: exit 75, the chain's next job goes on
+    return result
 
 
 def run_train(config: TrainConfig, inputs: RunInputs | None = None, *, comm: Any = None) -> TrainResult:
@@ -309,6 +314,8 @@ def run_train(config: TrainConfig, inputs: RunInputs | None = None, *, comm: Any
         comm = MPI.COMM_WORLD
     inputs = inputs or RunInputs()
     out_dir = config.checkpoint or default_run_dir(config)
+    if comm.Get_rank() == 0:
+        job.working_in(out_dir)  # inside a submitted run: the folder whose progress `nnlo status` shows
     result = train_in_group(comm, config, out_dir=out_dir, inputs=inputs)
     rank = comm.Get_rank()
     top = describe(comm.Get_size(), config.training_group_shape).groups[0].top  # master, uber-master, rank 0
@@ -375,7 +382,9 @@ def optimize(model: Any = None, data: Any = None, val_data: Any = None, space: A
     resolved = None
     if given_space is not None or inputs.model is not None:
         resolved = _space(given_space, inputs.model) if search.space is None else None
-    return run_search(cfg, opts, inputs, resolved, comm=comm)
+    result = run_search(cfg, opts, inputs, resolved, comm=comm)
+    job.end_if_resumable(result.exit_code == EXIT_RESUMABLE)  # inside a submitted run: the chain goes on
+    return result
 
 
 def _check_search(search: Any) -> None:
@@ -424,6 +433,8 @@ def run_search(config: TrainConfig, opts: Any, inputs: RunInputs | None = None, 
     console_logging(config.log_level, rank)
     given = inputs if inputs is not None and (inputs.model is not None or inputs.train is not None
                                               or inputs.val is not None) else None
+    if rank == 0:
+        job.working_in(opts.out_dir)  # inside a submitted run: the folder whose progress `nnlo status` shows
     code = optimize_in_world(comm, opts, config, inputs=given, space=space)
     out = Path(opts.out_dir)
     best: dict[str, Any] = {}

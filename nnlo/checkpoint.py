@@ -39,6 +39,7 @@ from nnlo.atomic import write_json as write_json_atomic  # also used by history 
 from nnlo.contract import CHECKPOINT_DIR as SUBDIR
 from nnlo.contract import MANIFEST_FILE as MANIFEST
 from nnlo.errors import ConfigError
+from nnlo.job import checkpointed
 
 log = logging.getLogger("nnlo.checkpoint")
 
@@ -205,6 +206,7 @@ class CheckpointWriter:
         if self._started is not None:
             self.last_duration = time.monotonic() - self._started
         self.last_path = final
+        checkpointed(final)  # a submitted run's chain goes on after this job only if it saved something
         self._prune()
         self.remove_leftovers()
         log.info("checkpoint %s written in %.2f s", final, self.last_duration or 0.0)

@@ -89,6 +89,8 @@ class TrainConfig:
     timeline: bool = False
     deadline: float | None = None  # unix seconds; a complete checkpoint is written before it
     validate_every: int = 0  # also validate every N master updates (history.json "validations"); 0: epochs only
+    tensorboard: str | None = None  # a folder for TensorBoard event files (nnlo.observe.tracking)
+    mlflow: str | None = None  # an MLflow tracking URI (file:///shared/mlruns, http://server:5000)
     model_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of get_model()
 
     def __post_init__(self) -> None:
@@ -211,6 +213,10 @@ class TrainConfig:
         self._check_scale_lr()
         if self.cache_data is not None and not (isinstance(self.cache_data, str) and self.cache_data.strip()):
             raise ConfigError(f"--cache-data must name a folder (a node-local disk), got {self.cache_data!r}")
+        for name, what in (("tensorboard", "a folder"), ("mlflow", "a tracking URI (file:///shared/mlruns)")):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value.strip()):
+                raise ConfigError(f"--{name} must be {what}, got {value!r}; leave it out for none")
         from nnlo.training.stopping import parse_rule
 
         if self.early_stopping:

@@ -85,6 +85,13 @@ TRIALS_CSV = "trials.csv"
 BEST_FILE = "best.json"
 SEARCH_JOURNAL = "search-journal.jsonl"  # a shared search's journal (nnlo.optimize.journal), the search's state
 SEARCH_LOCK = "search-journal.lock"  # the lock file beside it (flock), held for every append
+#: A job's record of its progress (:mod:`nnlo.job`): the newest state saved (a checkpoint, a search's state, a
+#: script's own file) and the folder of the training or search the job's script runs. A submitted script's
+#: chain goes on after a stop only when this changed during the job.
+PROGRESS_FILE = "progress.json"
+#: The MLflow run of a training or search (``--mlflow``), kept in its folder so that a resumed job logs on
+#: into the same run (a search: its trials' nested runs too).
+MLFLOW_RUN_FILE = "mlflow-run.json"
 #: Default seconds after which a shared-search trial whose participant stopped renewing its lease is re-run
 LEASE_TIMEOUT_S = 120.0
 #: Default failure rule of a search (``--max-failures FRACTION[:MIN]``, :mod:`nnlo.optimize.failures`): it stops

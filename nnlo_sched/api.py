@@ -29,8 +29,8 @@ from nnlo.contract import SCRIPT_FILE
 from nnlo.errors import ConfigError, NnloError
 from nnlo.roles import Shape
 from nnlo_sched.chain import ChainError, cancel_run, preempt_run, preemptable
-from nnlo_sched.checks import check_run, check_run_home, check_site_run_home, skipped_checks
-from nnlo_sched.inner import InnerCommand, parse_inner
+from nnlo_sched.checks import check_run, check_run_home, check_script, check_site_run_home, skipped_checks
+from nnlo_sched.inner import SCRIPT, InnerCommand, parse_inner
 from nnlo_sched.layout import Layout, compute_layout, oversubscribed
 from nnlo_sched.profiles import Profile, load_profile
 from nnlo_sched.render import job_name, render_script, warning_signal
@@ -129,7 +129,8 @@ def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = Non
         raise ConfigError(f"the parsed options are of a {inner.kind} run, not of {kind}")
     profile = load_profile(cluster)
     workdir = str(workdir if workdir is not None else os.getcwd())
-    s = RunSpec.of(inner, list(args), profile.name, name=name or inner.run_name(workdir),
+    named = Path(args[0]).stem if kind == SCRIPT else inner.run_name(workdir)  # the script's file, or the rule's
+    s = RunSpec.of(inner, list(args), profile.name, name=name or named,
                    walltime_s=parse_walltime(walltime),
                    queue=queue, account=account, nodes=nodes, workers=workers, blocks=blocks,
                    gpus_per_worker=gpus_per_worker, constraint=constraint,
@@ -232,7 +233,10 @@ def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str
     home_dir = Path(home) if home is not None else runs_home()
     shown = target or home_dir / job_name(run_spec.name, "local")
     script = render_script(run_spec, profile, shown)  # refuses what the profile cannot take (account, ...)
-    if check:
+    if run_spec.kind == SCRIPT:  # the file exists and compiles, whatever --no-check says
+        check_script(run_spec.args[0], Path(run_spec.workdir or os.getcwd()))
+        notes = []
+    elif check:
         notes = check_run(run_spec.train, run_spec.search)
     else:
         notes = [f"--no-check: skipped the checks of {skipped_checks()}"]

@@ -51,8 +51,10 @@ from nnlo.contract import (
     status_signal,
 )
 from nnlo.errors import NnloError
+from nnlo.job import progress_marker
 from nnlo.observe.timeline import find_trace_dirs, merge_run
 from nnlo.rankfate import fate_line
+from nnlo_sched.inner import SCRIPT
 from nnlo_sched.runs import change_inner_options, load_profile_for, search_done, submit_job
 from nnlo_sched.schedulers import JobInfo, get_scheduler
 from nnlo_sched.spec import RunSpec, checkpoint_dir, load_spec
@@ -109,6 +111,8 @@ def checkpoint_marker(run_dir: Path, spec: RunSpec) -> str | None:
     ``optimizer-state.json`` (its checkpoint, rewritten after every finished trial) and, for a search shared
     by many jobs, its journal, in the search's output folder (the run directory unless ``--output`` names one).
     """
+    if spec.kind == SCRIPT:  # whatever its job saved, as nnlo.job noted it (a checkpoint, a search, its own file)
+        return progress_marker(run_dir)
     if spec.kind == "optimize":
         out = Path(run_dir)
         if spec.search is not None and spec.search.output:

@@ -29,6 +29,7 @@ from nnlo.config import TrainConfig
 from nnlo.contract import ENV_HOME, OPTIMIZER_STATE_FILE
 from nnlo.errors import ConfigError, NnloError
 from nnlo.models import data_plan, load_model_source
+from nnlo.observe import tracking
 from nnlo.optimize.options import SearchConfig, check_schedule, trial_overrides
 
 if TYPE_CHECKING:
@@ -52,11 +53,29 @@ def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | N
     ``cwd`` (the submission's working directory, where the jobs start too).
     """
     cwd = Path(cwd or os.getcwd())
+    if config.tensorboard or config.mlflow:  # the tracking packages, on the login node as in the job
+        tracking.check(config)
     if search is not None:
         trial_overrides(config, cwd, "")  # a search refuses --restore before any path is looked at
         search.schedule_spec(config)  # and a schedule that cannot run (--min-epochs above --epochs, ...)
     _check_paths(config, search, cwd)
     return _probe(config, search, cwd)
+
+
+def check_script(path: str, cwd: Path | None = None) -> None:
+    """A script run's file exists, is a file and compiles (a syntax error is one line with its file and line;
+    the script is not run: its own imports and data are its business)."""
+    file = Path(path).expanduser()
+    file = file if file.is_absolute() else Path(cwd or os.getcwd()) / file
+    if not file.is_file():
+        raise ConfigError(f"script {path}: no such file" + (" (it is a folder)" if file.is_dir() else "")
+                          + "; give the path of the Python file to run")
+    try:
+        compile(file.read_bytes(), str(file), "exec")
+    except SyntaxError as e:
+        raise ConfigError(f"script {e.filename}:{e.lineno}: {e.msg}; fix the file before submitting") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"script {path} cannot be read as Python: {' '.join(str(e).split())[:200]}") from None
 
 
 def check_run_home(run_dir: Path | None, home: Path) -> None:

@@ -107,11 +107,28 @@ def inner_from_context(kind: str, ctx: click.Context, *, submitted: bool) -> Inn
     return inner
 
 
+#: a user's own Python file run on every rank of each job of a chain (``nnlo submit ... script FILE.py ARGS``)
+SCRIPT = "script"
+
+
+def script_file(argv: Sequence[str]) -> str:
+    """The Python file of a script run's words (``FILE.py ARGS...``); one line when there is none."""
+    if not argv or not str(argv[0]).strip() or str(argv[0]).startswith("-"):
+        raise ConfigError("script needs the Python file to run first, then its own arguments: "
+                          "nnlo submit --cluster C [resources] script FILE.py [ARGS...]")
+    return str(argv[0])
+
+
 def parse_inner(kind: str, argv: Sequence[str]) -> InnerCommand:
     """``argv`` of a submitted run parsed with ``nnlo <kind>``'s own options into the typed run.
 
     Bad options are a :class:`~nnlo.errors.ConfigError` naming the inner command (``train options: ...``).
+    A script run (:data:`SCRIPT`) keeps its words verbatim: the file and the script's own arguments; its job
+    has the shape of a training with the default options (a master and the ``--workers``).
     """
+    if kind == SCRIPT:
+        script_file(argv)
+        return InnerCommand(SCRIPT, TrainConfig())
     return inner_from_context(kind, _context(kind, argv), submitted=True)
 
 
@@ -150,5 +167,5 @@ def changed(inner: InnerCommand, changes: Changes) -> InnerCommand:
     return new
 
 
-__all__ = ["Changes", "InnerCommand", "InnerOptionError", "changed", "inner_from_context", "parse_changes",
-           "parse_inner", "parser", "run_shape"]
+__all__ = ["SCRIPT", "Changes", "InnerCommand", "InnerOptionError", "changed", "inner_from_context", "parse_changes",
+           "parse_inner", "parser", "run_shape", "script_file"]

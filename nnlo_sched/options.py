@@ -221,6 +221,14 @@ TRAINING: list[Decorator] = [
     train_option("--monitor", is_flag=True, help="Sample CPU/GPU use; adds it to the history and a time summary."),
     train_option("--timeline", is_flag=True,
                  help="Record a per-rank trace (see 'nnlo timeline RUN' for a Chrome trace)."),
+    train_option("--tensorboard", metavar="DIR",
+                 help="Write TensorBoard event files into DIR: every epoch's figures (and each --validate-every "
+                      "validation in DIR/by_update) from the master; a search: one run per trial, with its "
+                      "hyperparameters and figure of merit (needs the tensorboard extra)."),
+    train_option("--mlflow", metavar="URI",
+                 help="Log the options and every epoch's figures to MLflow (a tracking URI: file:///shared/mlruns, "
+                      "http://host:5000); a search is a parent run with one nested run per trial (needs the "
+                      "mlflow extra)."),
     train_option("--deadline", type=FINITE_FLOAT, default=_deadline_default, metavar="UNIX_SECONDS",
                  help=f"Write a complete checkpoint and stop (exit {EXIT_RESUMABLE}) before this time "
                       f"(default: ${ENV_DEADLINE})."),

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 import os
+import runpy
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,7 +38,7 @@ from nnlo.optimize.options import SearchConfig
 from nnlo.roles import RoleError
 from nnlo.training.failure import RankFailure
 from nnlo_sched.checks import check_run, skipped_checks
-from nnlo_sched.inner import InnerCommand
+from nnlo_sched.inner import SCRIPT, InnerCommand
 from nnlo_sched.launchers.local_launch import PROFILE, relaunch
 from nnlo_sched.layout import oversubscribed
 from nnlo_sched.profiles import load_profile
@@ -73,6 +75,8 @@ def run_spec(run_dir: Path, *, as_given: bool = False) -> int:
         config = job_config(run_dir)
     if spec.workdir and Path(spec.workdir).is_dir():
         os.chdir(spec.workdir)  # relative paths in the options mean what they meant when they were given
+    if spec.kind == SCRIPT:
+        return run_script(spec.args)
     if spec.kind == "train":
         return run_training(config)
     search = spec.search
@@ -102,6 +106,55 @@ def start_here(inner: InnerCommand, args: list[str]) -> int:
 
 
 # -- in this MPI world ---------------------------------------------------------------------------------------
+def run_script(argv: list[str]) -> int:
+    """A script run's job on this rank: ``argv[0]`` run as ``__main__`` with ``argv`` as its ``sys.argv``, under
+    the chain's contract (:mod:`nnlo.job`: ``$NNLO_RUN_DIR``, ``$NNLO_DEADLINE``); its exit status.
+
+    The script's ``sys.exit(n)`` is the job's status (75: resubmit me). An exception in the script is printed
+    with its traceback trimmed to the script's frames, and the whole job is ended (a rank that dies must not
+    leave the others waiting in a collective).
+    """
+    path = str(Path(argv[0]).expanduser().absolute())
+    sys.argv = [path, *argv[1:]]
+    sys.path.insert(0, str(Path(path).parent))  # as `python FILE.py` does: its folder's modules import
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+        if code is None or isinstance(code, int):
+            return int(code or 0)
+        click.echo(str(code), err=True)  # sys.exit("message"): Python prints it and exits 1
+        return EXIT_FAILED
+    except RankFailure as e:  # nnlo's training failed on every rank; the failing rank has said why
+        if e.report:
+            click.echo(f"nnlo: error: {e}", err=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - the user's error: their traceback, then the job ends together
+        tb = traceback.extract_tb(e.__traceback__)
+        own = [f for f in tb if "runpy" not in f.filename and f.filename != __file__] or tb
+        home = Path(path).parent  # the deepest frame in the script's folder: the user's code, not a library's
+        where = next((f for f in reversed(own) if Path(f.filename).is_relative_to(home)), own[-1] if own else None)
+        rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "?"
+        text = "".join(traceback.format_list(own)) + "".join(traceback.format_exception_only(type(e), e))
+        click.echo(f"[rank {rank}] Traceback (most recent call last):\n{text.rstrip()}", err=True)
+        line = f"{where.filename}:{where.lineno}" if where is not None else path
+        click.echo(f"nnlo: error: {type(e).__name__} in {line}: {' '.join(str(e).split())[:300]}", err=True)
+        code = EXIT_BAD_INPUT if isinstance(e, NnloError) else EXIT_FAILED  # nnlo refused the script's options
+        _end_world(code)
+        return code
+    return EXIT_DONE
+
+
+def _end_world(code: int) -> None:
+    """End every rank of this job (where MPI has started; a script that never used MPI has no others)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+        sys.stderr.flush()
+        abort_job(mpi.COMM_WORLD, code)
+
+
 def run_training(config: TrainConfig, expected_ranks: int | None = None) -> int:
     """Train in the current MPI world through the Python API's in-rank entry (:func:`nnlo.api.run_train`,
     which ``nnlo.train()`` calls too); returns the process exit status (prints errors once)."""
@@ -152,4 +205,4 @@ def run_search(parse: Callable[[], tuple[TrainConfig, SearchConfig]], log_level:
         abort_job(world, EXIT_FAILED)
 
 
-__all__ = ["job_config", "run_search", "run_spec", "run_training", "start_here"]
+__all__ = ["job_config", "run_script", "run_search", "run_spec", "run_training", "start_here"]

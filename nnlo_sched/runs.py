@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import shutil
 import time
 from dataclasses import dataclass, replace
@@ -35,7 +36,7 @@ from nnlo.contract import (
     STATE_FILE,
 )
 from nnlo.errors import ConfigError, NnloError
-from nnlo_sched.inner import changed, parse_changes
+from nnlo_sched.inner import SCRIPT, changed, parse_changes
 from nnlo_sched.profiles import Profile, load_profile
 from nnlo_sched.render import render_script
 from nnlo_sched.schedulers import NAMES, get_scheduler
@@ -126,6 +127,9 @@ def change_inner_options(run_dir: Path, options: list[str]) -> RunSpec:
     new spec, written atomically; ``args`` (for display) gets the options appended.
     """
     spec = load_spec(run_dir)
+    if spec.kind == SCRIPT:
+        raise ConfigError(f"a script run's arguments are the script's own ({shlex.join(spec.args)}); resume it "
+                          "without options, or submit a new run")
     inner = changed(spec.inner, parse_changes(spec.kind, options))
     if inner.shape != spec.shape:
         raise ConfigError(f"{' '.join(options)} changes the run's shape ({spec.shape} -> {inner.shape}), which "

@@ -24,9 +24,10 @@ from typing import Any
 from nnlo.config import TrainConfig
 from nnlo.contract import SPEC_FILE
 from nnlo.errors import ConfigError, NnloError
+from nnlo.job import progress
 from nnlo.optimize.options import SearchConfig
 from nnlo.roles import Shape
-from nnlo_sched.inner import InnerCommand, parse_inner, run_shape
+from nnlo_sched.inner import SCRIPT, InnerCommand, parse_inner, run_shape, script_file
 from nnlo_sched.layout import Layout, LayoutRecord, compute_layout
 from nnlo_sched.options import KINDS
 from nnlo_sched.profiles.schema import Profile
@@ -35,8 +36,8 @@ from nnlo_sched.state import StateError
 #: a Python function submitted through nnlo's submitit plugins (:mod:`nnlo_sched.submitit`): no run options,
 #: a layout given by the executor; its job runs the function's program, not a run's payload
 FUNCTION = "function"
-#: what a spec may describe: a run (``nnlo train``/``nnlo optimize``) or a function
-SPEC_KINDS = (*KINDS, FUNCTION)
+#: what a spec may describe: a run (``nnlo train``/``nnlo optimize``), a user's script, or a function
+SPEC_KINDS = (*KINDS, SCRIPT, FUNCTION)
 DEFAULT_MAX_RESUBMITS = 10
 #: Retries after a rank death (a signal, not a Python error) that left a checkpoint: a lost node or an OOM
 #: kill is often transient, a deterministic crash is not, so a small bound.
@@ -82,7 +83,7 @@ class RunSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in SPEC_KINDS:
-            raise ConfigError(f"run kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+            raise ConfigError(f"run kind must be one of {', '.join((*KINDS, SCRIPT))}, got {self.kind!r}")
         if self.walltime_s <= 0:
             raise ConfigError(f"walltime must be positive, got {self.walltime_s} s")
         if self.max_resubmits < 0:
@@ -110,6 +111,10 @@ class RunSpec:
             raise ConfigError("an optimize run spec needs its search options (search)")
         if self.kind == "train":
             self.search = None
+        if self.kind == SCRIPT:
+            script_file(self.args)
+            if self.search is not None:
+                raise ConfigError("a script run spec has no search options")
 
     @classmethod
     def of(cls, inner: InnerCommand, args: list[str], cluster: str, **resources: Any) -> RunSpec:
@@ -188,7 +193,11 @@ def _typed_legacy(data: dict[str, Any]) -> dict[str, Any]:
 def checkpoint_dir(run_dir: Path, spec: RunSpec) -> Path:
     """The training's output directory (``--checkpoint DIR``): the inner ``--checkpoint`` if the user gave
     one, else the run directory itself, so that ``history.json`` sits in the run directory and the
-    checkpoints in ``<run>/checkpoints/`` (the runtime writes them into ``DIR/checkpoints``)."""
+    checkpoints in ``<run>/checkpoints/`` (the runtime writes them into ``DIR/checkpoints``). A script run:
+    the folder of the training (or search) its script runs now, as its job noted it (:mod:`nnlo.job`)."""
+    if spec.kind == SCRIPT:
+        folder = progress(run_dir).get("folder")
+        return Path(folder) if isinstance(folder, str) and folder else Path(run_dir)
     value = spec.train.checkpoint
     if value:
         p = Path(value).expanduser()

@@ -19,6 +19,7 @@ from nnlo.contract import BEST_FILE, HISTORY_FILE
 from nnlo.errors import NnloError
 from nnlo_sched.chain import reconcile as reconcile_run
 from nnlo_sched.chain import retries
+from nnlo_sched.inner import SCRIPT
 from nnlo_sched.runs import Run, chain_runs, find_run, list_runs, load_state
 from nnlo_sched.schedulers import JobInfo, get_scheduler
 from nnlo_sched.schedulers.base import PENDING
@@ -68,9 +69,11 @@ def progress(run_dir: Path, spec: RunSpec) -> dict[str, Any]:
     """Epochs (training) or trials (optimization) done so far, and the best figure of merit; absent -> None."""
     out: dict[str, Any] = {"epoch": None, "epochs": None, "trials_done": None, "trials_total": None,
                            "best": None, "best_name": None}
-    if spec.kind == "train":
-        out["epochs"] = spec.train.epochs
-        hist = _read_json(checkpoint_dir(run_dir, spec) / HISTORY_FILE)
+    folder = checkpoint_dir(run_dir, spec)  # a script run: the training or search its script runs now
+    hist = _read_json(folder / HISTORY_FILE) if spec.kind != "optimize" else None
+    if spec.kind == "train" or (spec.kind == SCRIPT and hist is not None):
+        config = hist.get("config") if isinstance(hist, dict) else None
+        out["epochs"] = config.get("epochs") if spec.kind == SCRIPT and isinstance(config, dict) else spec.train.epochs
         entries = hist.get("history") if isinstance(hist, dict) else hist
         if isinstance(entries, list) and entries:
             last = entries[-1] if isinstance(entries[-1], dict) else {}
@@ -80,7 +83,7 @@ def progress(run_dir: Path, spec: RunSpec) -> dict[str, Any]:
                 name = "val_loss" if best.get("val_loss") is not None else "loss"
                 out["best"], out["best_name"] = best.get(name), name
     else:
-        best = _read_json(Path(run_dir) / BEST_FILE)
+        best = _read_json((folder if spec.kind == SCRIPT else Path(run_dir)) / BEST_FILE)
         if isinstance(best, dict):
             out["trials_done"] = best.get("trials_done")
             out["trials_total"] = best.get("trials_total")

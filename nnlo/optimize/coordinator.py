@@ -34,6 +34,7 @@ from nnlo.errors import NnloError
 from nnlo.optimize.assign import Policy
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
 from nnlo.optimize.search import Search
+from nnlo.optimize.tracking import SearchTracking
 from nnlo.optimize.trial_files import read_block_result
 from nnlo.roles import Hierarchy
 from nnlo.stop import InjectedSignal, Stop
@@ -45,8 +46,10 @@ SAVE_SHARE = 0.05
 
 class Coordinator:
     def __init__(self, world: Any, hierarchy: Hierarchy, search: Search, stop: Stop, *,
-                 grace_s: float = 60.0, poll_s: float = 0.02, progress: Any = None, assign: Policy | None = None):
+                 grace_s: float = 60.0, poll_s: float = 0.02, progress: Any = None, assign: Policy | None = None,
+                 tracking: SearchTracking | None = None):
         self.world = world
+        self.tracking = tracking  # --tensorboard/--mlflow: told every trial recorded
         self.hierarchy = hierarchy
         self.search = search
         self.stop = stop
@@ -125,6 +128,8 @@ class Coordinator:
                 time.sleep(self.poll_s)
         search.close()
         code = self._exit_code(stop_reason)
+        if self.tracking is not None:
+            self.tracking.close(code == EXIT_DONE)
         if self.proposers is not None:
             self.proposers.stop(code)
         for b in range(len(self.hierarchy.blocks)):
@@ -204,6 +209,8 @@ class Coordinator:
             fom += f" ±{trial.fom_std:.3g}"
         stage = "" if trial.rung is None else f" rung {trial.rung} ({trial.epochs} epochs)"
         log.info("trial %d [block %d]%s %s %s", trial.id, trial.block, stage, fom, trial.params)
+        if self.tracking is not None:
+            self.tracking.trial(trial, best, search.objective.name)
         if self.progress is not None:
             self.progress.update(trial=len(search.finished), fom=trial.fom, running=len(self.busy),
                                  failed=search.n_failed or None,

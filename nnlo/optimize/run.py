@@ -29,6 +29,7 @@ from nnlo.optimize.runners import TrainRunner
 from nnlo.optimize.schedules import make_schedule
 from nnlo.optimize.search import Search
 from nnlo.optimize.state import STATE_FILE
+from nnlo.optimize.tracking import SearchTracking
 from nnlo.roles import Role, Shape, describe
 from nnlo.stop import Stop
 
@@ -208,11 +209,13 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     liveness.start(world, label)  # every rank watches its peers: a dead one ends the job (collective)
 
     search: Search | None = None
+    tracking: SearchTracking | None = None
     error: str | None = None
     if info.role is Role.COORDINATOR:
         try:
             opts.out_dir.mkdir(parents=True, exist_ok=True)
             search = prepare_search(opts, space)
+            tracking = _tracking(config, opts)
         except NnloError as e:
             error = str(e)
         except OSError as e:
@@ -242,7 +245,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
                      f"; {len(hierarchy.proposers)} proposer ranks" if hierarchy.proposers else "")
             with liveness.last_words(_last_words(search)):
                 return Coordinator(world, hierarchy, search, stop, grace_s=opts.grace_s, progress=progress,
-                                   assign=policy).run()
+                                   assign=policy, tracking=tracking).run()
         if info.role is Role.PROPOSER:
             from nnlo.optimize.proposers import run_proposer
 
@@ -290,6 +293,15 @@ def placement_policy(opts: OptimizeOptions, config: Any, search: Search, hierarc
         return 1.0 / max(1, int(params.get("epochs", config.epochs)))
 
     return make_policy(opts.assign, space, search.block_types, search.traits_of, checkpoint_share)
+
+
+def _tracking(config: Any, opts: OptimizeOptions) -> SearchTracking:
+    """The search's experiment trackers (``--tensorboard``, ``--mlflow``), on the coordinator."""
+    from nnlo.observe import tracking
+
+    fields = {"hyper_opt": opts.hyper_opt, "num_iterations": opts.num_iterations, "fom": opts.fom,
+              "n_fold": opts.n_fold, "schedule": opts.schedule.name}
+    return SearchTracking(tracking.for_search(config, opts.out_dir, opts.name, fields), opts.out_dir, opts.n_fold)
 
 
 class _GivenInputsRunner(TrainRunner):

@@ -209,10 +209,11 @@ class TrainRunner:
 
     def run(self, comm: Any, trial_id: int, params: dict[str, Any], fold: int, n_fold: int,
             out_dir: Path, epochs: int | None = None) -> FoldOutcome | None:
+        from nnlo.optimize.tracking import trial_config
         from nnlo.training.driver import train
 
         out = trial_dir(out_dir, trial_id, fold)
-        cfg = self.config_for(params, out, epochs)
+        cfg = trial_config(self.config_for(params, out, epochs), trial_id, fold, n_fold)
         train_idx = val_idx = None
         if n_fold > 1:
             train_idx, val_idx = self.fold_indices(fold, n_fold)

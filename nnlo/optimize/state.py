@@ -14,6 +14,7 @@ from typing import Any
 from nnlo.atomic import write_json
 from nnlo.contract import OPTIMIZER_STATE_FILE as STATE_FILE
 from nnlo.errors import ConfigError
+from nnlo.job import checkpointed
 
 STATE_VERSION = 1
 
@@ -26,7 +27,9 @@ def atomic_write_json(path: Path, data: Any, *, compact: bool = False) -> None:
 
 
 def save_state(out_dir: Path, state: dict[str, Any]) -> None:
-    atomic_write_json(Path(out_dir) / STATE_FILE, {"version": STATE_VERSION, **state}, compact=True)
+    path = Path(out_dir) / STATE_FILE
+    atomic_write_json(path, {"version": STATE_VERSION, **state}, compact=True)
+    checkpointed(path)  # the search's checkpoint: a submitted run's chain goes on after this job
 
 
 def load_state(out_dir: Path) -> dict[str, Any] | None:

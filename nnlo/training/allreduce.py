@@ -181,6 +181,7 @@ class AllreduceReplica:
             every = self.cfg.validate_every
             if every and self.validator is not None and self.updates % every == 0:  # same step on every rank
                 self.validations.append(periodic_entry(self.epoch, self.updates, self._validate()))
+                self.ctx.tracker.validation(self.validations[-1])  # rank 0's trackers; none elsewhere
             loss = sums.loss_sum / sums.total
             if not math.isfinite(loss):
                 self._fail_together(None if self.rank else (
@@ -213,6 +214,7 @@ class AllreduceReplica:
         reason = None
         if self.rank == 0:
             self.history.append(entry)
+            self.ctx.tracker.epoch(entry)
             reason = self.stopper.update(entry)
             if reason is None and self.epoch + 1 >= self.cfg.epochs:
                 reason = "completed"

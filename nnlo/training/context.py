@@ -12,6 +12,7 @@ from typing import Any
 
 from nnlo.config import TrainConfig
 from nnlo.contract import CHECKPOINT_DIR as CHECKPOINT_SUBDIR
+from nnlo.observe.tracking.base import Trackers
 from nnlo.roles import Hierarchy, RankInfo, Role, TrainingGroup
 from nnlo.stop import Stop
 
@@ -45,6 +46,8 @@ class RunContext:
     watchdog: Any = None  # nnlo.training.watchdog.Watchdog, armed around every blocking wait
     worker_comm: Any = None  # this rank's all-reduce worker group (--n-processes > 1); None elsewhere
     inputs: RunInputs = field(default_factory=RunInputs)  # a Python caller's model, data and callbacks
+    #: the experiment trackers (--tensorboard, --mlflow) of the rank that writes the history; no-op elsewhere
+    tracker: Trackers = field(default_factory=lambda: Trackers(()))
 
     @property
     def rank(self) -> int:

@@ -36,6 +36,7 @@ from nnlo.config import TrainConfig
 from nnlo.contract import CONFIG_FILE, ENV_RUN_DIR
 from nnlo.errors import ConfigError
 from nnlo.observe.logs import ONCE
+from nnlo.observe.tracking.base import Trackers
 from nnlo.roles import Hierarchy, Role, describe
 from nnlo.stop import Stop
 from nnlo.training.context import RunContext, RunInputs
@@ -96,11 +97,13 @@ def train(
     stop = Stop().install()
     ctx: RunContext | None = None
     aborting = False
+    stopped = "failed"  # how the training ended, for its trackers
     watchdog = Watchdog(timeout_from_env(), abort_on_expiry(group, lambda: ctx.role_label if ctx else "starting"))
     try:
         given = inputs if inputs is not None else _AMBIENT.get() or RunInputs()
         ctx, role = _set_up(group, config, train_indices, val_indices, out_dir, stop, watchdog, given)
         local = role.run()
+        stopped = getattr(local, "stopped_reason", None) or stopped
         top = ctx.group.top
         with watchdog.waiting("waiting for the result from the master"):
             data = group.bcast(local.to_dict() if group.Get_rank() == top else None, root=top)
@@ -117,6 +120,8 @@ def train(
     finally:
         watchdog.close()
         stop.close()
+        if ctx is not None:
+            ctx.tracker.close(stopped)  # a tracker that fails costs a warning, not the run
         if ctx is not None and ctx.session is not None:
             ctx.session.close()
         if not aborting:
@@ -151,6 +156,10 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
 
     def check() -> Hierarchy:
         wanted = config.validate().training_group_shape
+        if config.tensorboard or config.mlflow:
+            from nnlo.observe import tracking
+
+            tracking.check(config)  # a missing package: one line naming the extra, before anything is written
         hierarchy = describe(comm.Get_size(), wanted)
         if out is not None:
             top = rank == hierarchy.groups[0].top
@@ -212,6 +221,8 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         from nnlo.training.callbacks import attach
 
         attach(role, inputs.callbacks)  # the rank that decides every epoch end runs them
+    if config.tensorboard or config.mlflow:
+        ctx.tracker = _phase(comm, hierarchy, lambda: _open_tracker(ctx, role), watchdog)
     mark("role_ready")
     if hierarchy.shape.allreduce:  # no master: the replicas agree on an engine and take rank 0's weights
         role.engine_name = comm.bcast(role.engine_name, root=0)
@@ -240,6 +251,17 @@ def _watch_peers(comm: Any, role: str) -> None:
 
     if comm.Get_size() == MPI.COMM_WORLD.Get_size():
         liveness.start(MPI.COMM_WORLD, role)
+def _open_tracker(ctx: RunContext, role: Any) -> Trackers:
+    """The experiment trackers of the rank that writes the history (where the role starts: its restored epoch
+    and update count); none on the other ranks."""
+    from nnlo.observe import tracking
+
+    if ctx.rank != ctx.group.top:
+        return Trackers(())
+    from nnlo.models import model_name
+
+    name = ctx.config.trial_name or model_name(ctx.config.model)
+    return tracking.for_training(ctx.config, ctx.out_dir, name, epoch=int(role.epoch), updates=int(role.updates))
 
 
 def _same_sizes(sizes: list[int], hierarchy: Hierarchy) -> None:

@@ -148,6 +148,7 @@ class Master(WorkerServer):
                 self._fail_here(e)  # the workers validating with us learn it from their reply (abort)
                 return
             self.validations.append(entry)
+            self.ctx.tracker.validation(entry)
             log.debug("validation at update %d: %s", self.updates, entry)
 
     def _validate(self) -> dict[str, float]:
@@ -176,6 +177,7 @@ class Master(WorkerServer):
         self.buffers.adopt_mean()
         entry = self._epoch_entry()
         self.history.append(entry)
+        self.ctx.tracker.epoch(entry)
         self.epoch += 1
         self.stats = EpochStats()
         reason = self.stopper.update(entry)

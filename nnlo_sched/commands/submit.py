@@ -19,7 +19,7 @@ import click
 from nnlo.contract import CHAINS_DIR, ENV_HOME, SCRIPT_FILE
 from nnlo.errors import ConfigError
 from nnlo_sched import api
-from nnlo_sched.inner import InnerCommand, InnerOptionError, parse_inner, parser
+from nnlo_sched.inner import SCRIPT, InnerCommand, InnerOptionError, parse_inner, parser
 from nnlo_sched.options import KINDS
 from nnlo_sched.params import TypedCommand, parse_gpus, parse_walltime_option, typed_args
 from nnlo_sched.render import render_script
@@ -68,7 +68,7 @@ def _check_kind(word: str, args: tuple[str, ...]) -> None:
     the options it resembles, as every command says it), an option of the run put before its kind (the command
     line with it moved after the kind), or a forgotten kind (the command line with the kind put in).
     """
-    if word in KINDS:
+    if word in (*KINDS, SCRIPT):
         return
     before = _typed_before(1 + len(args))
     if word.startswith("-"):
@@ -134,6 +134,8 @@ def _move_submit_options(kind: str, args: tuple[str, ...]) -> tuple[list[str], l
 
 def _parse_inner(kind: str, args: tuple[str, ...]) -> InnerCommand:
     """The inner command, typed; a submit option placed after ``train``/``optimize`` is named as such."""
+    if kind == SCRIPT:  # the file, then the script's own words, kept verbatim
+        return parse_inner(kind, args)
     try:
         inner = parse_inner(kind, args)
     except InnerOptionError as e:
@@ -201,7 +203,7 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> InnerCommand:
 @click.option("--no-check", is_flag=True,
               help="Skip the checks of the model, data, --space and --restore paths before queueing (for "
                    "paths that only the compute nodes see).")
-@click.argument("kind", metavar="{train|optimize}", required=False)
+@click.argument("kind", metavar="{train|optimize|script FILE.py}", required=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def submit_command(
     cluster: str | None,
@@ -227,7 +229,11 @@ def submit_command(
     kind: str | None,
     args: tuple[str, ...],
 ) -> None:
-    """Submit `nnlo train ...` or `nnlo optimize ...` as a batch job on a cluster.
+    """Submit `nnlo train ...`, `nnlo optimize ...` or your own script as a batch job on a cluster.
+
+    `script FILE.py [ARGS...]` runs FILE.py on every rank of each job of the chain: nnlo.train and
+    nnlo.optimize inside it checkpoint into the run, resume in the next job and stop before the deadline
+    (exit 75: the chain resubmits); the job's size comes from --workers/--nodes as for train.
 
     \b
     Examples:
@@ -238,6 +244,7 @@ def submit_command(
           --train examples/data/digits/train.list --val examples/data/digits/val.list
       nnlo submit --cluster daint -A s123 --jobs 4 -t 2h optimize --model examples/branin.py --num-iterations 200
       nnlo submit --join SEARCH --cluster daint-mc -A s123 -t 4h
+      nnlo submit --cluster daint -A s123 --workers 8 -t 2h script train_mine.py --lr 0.01
     """
     inner_given = kind is not None
     if join is not None:
@@ -332,7 +339,7 @@ def _check_join_options(jobs: int | None, array: bool | None, run_dir: Path | No
         raise ConfigError("--join adds one chain to a search; leave out --jobs/--array (join again for more)")
     if run_dir is not None:
         raise ConfigError("--join adds a chain inside the search's run directory; leave out --run-dir")
-    if kind == "train":
+    if kind in ("train", SCRIPT):
         raise ConfigError("--join adds a chain to a search (optimize); a training cannot be joined")
 
 

@@ -118,6 +118,23 @@ def test_convergence_respects_the_direction(tmp_path, direction, expected_best, 
     assert seen["best"] == expected_best
 
 
+@pytest.mark.parametrize("foms, scale", [([310.0, 40.0, 5.2, 0.9, 0.41], "log"),  # Branin: decades
+                                         ([0.7, 0.5, 0.9, 0.6], "linear"), ([3.0, -1.0, 200.0], "linear")])
+def test_convergence_uses_a_log_axis_when_the_fom_spans_decades(tmp_path, foms, scale, monkeypatch):
+    from nnlo.observe.plots import trials as trial_plots
+
+    scales = {}
+    real_save = trial_plots.save
+
+    def spy(fig, path):
+        scales[path.name] = fig.axes[0].get_yscale()
+        return real_save(fig, path)
+
+    monkeypatch.setattr(trial_plots, "save", spy)
+    plots.plot_trials([{"id": i, "params": {"x": i}, "status": "ok", "fom": f} for i, f in enumerate(foms)], tmp_path)
+    assert scales["convergence.png"] == scale
+
+
 def test_an_optimization_run_gets_all_trial_curves_in_one_figure(tmp_path):
     run = tmp_path / "opt"
     for trial in ("0000", "0001", "0002"):

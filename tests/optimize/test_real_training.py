@@ -1,7 +1,9 @@
 """``nnlo optimize`` through the real training runtime on the digits example (2-dimensional space)."""
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 
 import numpy as np
 import pytest
@@ -66,7 +68,8 @@ def test_real_optimize_on_digits(nnlo_mpi, digits, tmp_path):
     cmd = ["optimize", "-n", "5", "--model", DIGITS_MODEL,
            "--train", str(digits / "train.list"), "--val", str(digits / "val.list"), "--block-size", "2",
            "--epochs", "2", "--batch", "32", "--mode", "downpour", "--num-iterations", "3",
-           "--hyper-opt", "bayesian", "--n-initial-points", "2", "--fom", "val_accuracy", "--output", str(out)]
+           "--hyper-opt", "bayesian", "--n-initial-points", "2", "--fom", "val_accuracy", "--output", str(out),
+           "--tensorboard", str(tmp_path / "tb"), "--mlflow", (tmp_path / "mlruns").as_uri()]
     r = nnlo_mpi(5, *cmd, cwd=REPO, timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]
     table = json.loads((out / "trials.json").read_text())
@@ -80,6 +83,39 @@ def test_real_optimize_on_digits(nnlo_mpi, digits, tmp_path):
         assert json.loads((fold_dir / "config.json").read_text())["model_args"]["hidden"] == t["params"]["hidden"]
     best = json.loads((out / "best.json").read_text())
     assert best["best_fom"] == max(t["fom"] for t in table) and best["direction"] == "max"
+    _check_tracking(tmp_path, table)
+
+
+def _check_tracking(folder, table):
+    """--tensorboard: a run per trial (its training's epochs, its FOM, its hyperparameters for the HParams view);
+    --mlflow: a parent run and one nested run per trial, each with its FOM, read back with the packages' readers."""
+    if importlib.util.find_spec("tensorboard") is not None:
+        from nnlo.observe.tracking.tensorboard import _tensorboard
+
+        _tensorboard()  # TensorBoard without TensorFlow
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        for t in table:
+            acc = EventAccumulator(str(folder / "tb" / f"trial-{t['id']:04d}"))
+            acc.Reload()
+            assert [e.step for e in acc.Scalars("loss")] == [1, 2]
+            assert [(e.step, e.value) for e in acc.Scalars("fom/val_accuracy")] == [(2, pytest.approx(t["fom"]))]
+            assert set(acc.PluginTagToContent("hparams")) == {"_hparams_/session_start_info",
+                                                              "_hparams_/session_end_info"}
+    if importlib.util.find_spec("mlflow") is not None:
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient((folder / "mlruns").as_uri())
+        runs = client.search_runs([client.get_experiment_by_name("nnlo").experiment_id])
+        parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+        assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+        trials = {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id}
+        assert sorted(trials) == [f"trial-{t['id']:04d}" for t in table]
+        for t in table:
+            run = trials[f"trial-{t['id']:04d}"]
+            assert run.data.metrics["fom/val_accuracy"] == pytest.approx(t["fom"])
+            assert float(run.data.params["hidden"]) == t["params"]["hidden"]
 
 
 def test_allreduce_mode_makes_every_rank_of_a_fold_group_a_replica():

@@ -111,7 +111,7 @@ def test_spec_values_out_of_range_are_one_line_errors(kw: dict, message: str) ->
 def test_spec_boundaries_are_accepted() -> None:
     spec = _spec(walltime_s=1, max_resubmits=0, max_retries=0, directives=["--mail-type=END"])
     assert (spec.walltime_s, spec.max_resubmits, spec.max_retries) == (1, 0, 0)
-    with pytest.raises(ConfigError, match=r"^run kind must be one of train, optimize, got 'sing'$"):
+    with pytest.raises(ConfigError, match=r"^run kind must be one of train, optimize, script, got 'sing'$"):
         RunSpec("sing", [], "local")
 
 

@@ -12,7 +12,11 @@ matplotlib.use("Agg")  # no display on login or compute nodes
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-__all__ = ["COLORS", "MaxNLocator", "history_entries", "load_json", "num", "plt", "save", "series"]
+__all__ = ["COLORS", "MaxNLocator", "history_entries", "load_json", "num", "plt", "save", "series",
+           "spans_decades"]
+
+#: the ratio of the largest to the smallest value above which a plot's axis is logarithmic
+LOG_RATIO = 30.0
 
 COLORS = {"compute": "#2ca02c", "comm": "#1f77b4", "wait": "#d62728", "io": "#9467bd", "validate": "#ff7f0e",
           "other": "#c7c7c7"}
@@ -42,6 +46,12 @@ def num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def spans_decades(values: list[float], ratio: float = LOG_RATIO) -> bool:
+    """Whether ``values`` (all positive) span more than ``ratio`` from smallest to largest: a linear axis would
+    flatten the later, smaller ones (a loss, a search's figure of merit falling from 300 to 0.4)."""
+    return bool(values) and min(values) > 0 and max(values) / min(values) > ratio
 
 
 def series(entries: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:

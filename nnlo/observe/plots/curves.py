@@ -6,7 +6,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from nnlo.observe.plots.common import MaxNLocator, num, plt, save, series
+from nnlo.observe.plots.common import MaxNLocator, num, plt, save, series, spans_decades
 
 _LOSS_KEYS = ("train_loss", "loss", "val_loss")
 _NOT_METRICS = {"epoch", "time", "timestamp", "wall_time", "t", "step", "samples", "updates"}
@@ -32,7 +32,7 @@ def plot_history(entries: list[dict[str, Any]], out_dir: Path, prefix: str = "")
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("loss")
-        if all(y > 0 for _, ys in curves.values() for y in ys) and _spread(curves) > 30:
+        if spans_decades([y for _, ys in curves.values() for y in ys]):
             ax.set_yscale("log")
         ax.set_title(f"{prefix or 'training'}: loss per epoch")
         ax.grid(alpha=0.3)
@@ -124,6 +124,3 @@ def _trial_id(label: str) -> int | None:
     return None
 
 
-def _spread(curves: dict[str, tuple[list[float], list[float]]]) -> float:
-    ys = [y for _, v in curves.values() for y in v]
-    return max(ys) / min(ys) if ys and min(ys) > 0 else 1.0

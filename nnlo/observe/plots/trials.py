@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nnlo.observe.plots.common import MaxNLocator, num, plt, save
+from nnlo.observe.plots.common import MaxNLocator, num, plt, save, spans_decades
 
 
 def plot_trials(trials: list[dict[str, Any]], out_dir: Path, direction: str = "min",
@@ -39,6 +39,8 @@ def plot_trials(trials: list[dict[str, Any]], out_dir: Path, direction: str = "m
     ax.set_xlabel("trial")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(fom_name)
+    if spans_decades([f + d for f, e in zip(foms, errs, strict=True) for d in (-e, e)]):
+        ax.set_yscale("log")  # a figure of merit over decades: the later gains stay visible
     ax.set_title(f"optimization: {len(done)} finished" + (f", {len(failed)} failed (grey lines)" if failed else ""))
     ax.grid(alpha=0.3)
     ax.legend()
