@@ -244,7 +244,7 @@ def submit_command(
           --train examples/data/digits/train.list --val examples/data/digits/val.list
       nnlo submit --cluster daint -A s123 --jobs 4 -t 2h optimize --model examples/branin.py --num-iterations 200
       nnlo submit --join SEARCH --cluster daint-mc -A s123 -t 4h
-      nnlo submit --cluster daint -A s123 --workers 8 -t 2h script train_mine.py --lr 0.01
+      nnlo submit --cluster daint -A s123 --workers 8 -t 2h script examples/train_script.py --lr 0.01
     """
     inner_given = kind is not None
     if join is not None:
