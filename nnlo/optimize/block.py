@@ -78,7 +78,9 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
         if leader:
             folds = merge_folds(gathered, n_fold)
             result = {"trial": trial_id, "block": info.block, "folds": folds, "elapsed": time.time() - t0}
-            if not any(f.get("interrupted") for f in folds):  # a coordinator's death loses nothing
+            # a coordinator's death loses nothing; a result that sends the trial elsewhere (interrupted: the next
+            # job; out of memory: a larger block) is no result to take again
+            if not any(f.get("interrupted") or f.get("oom") for f in folds):
                 write_block_result(out_dir, trial_id, params, None if epochs is None else int(epochs), result)
             world.send(result, dest=coordinator, tag=TAG_RESULT)
 

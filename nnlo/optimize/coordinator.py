@@ -141,7 +141,9 @@ class Coordinator:
     # -- steps ---------------------------------------------------------------------------------------
     def _dispatch(self, now: float) -> None:
         handed_out = False
-        for block in list(self.idle):  # a block the policy has wait does not hold up the others
+        blocks = list(self.idle)  # a block the policy has wait does not hold up the others
+        while blocks:
+            block = blocks.pop(0)
             trial = self.search.next_trial(block, now)
             if trial is None:
                 if not self.search.can_hand_out():
@@ -157,6 +159,7 @@ class Coordinator:
                             trial.id)
                 self._on_result({**kept, "block": block})
                 handed_out = True
+                blocks.append(block)  # idle again at once: it takes the next trial in this round
                 continue
             if epochs is not None:  # a schedule's stage: train (on) to this many epochs in total
                 task["epochs"] = epochs

@@ -132,7 +132,7 @@ def test_a_second_search_into_a_search_folder_is_refused_until_overwrite(optimiz
     fresh = optimize(3, "--block-size", "2", "--hyper-opt", "random", "--num-iterations", "2", "--output", str(out),
                      "--overwrite", "--seed", "5")
     assert fresh.returncode == 0, fresh.stderr[-2000:]
-    assert [t["id"] for t in trials(out)] == [0, 1] and not (out / "trials").exists()
+    assert [t["id"] for t in trials(out)] == [0, 1] and not (out / "trials" / "0000" / "fold-0").exists()
 
 
 def test_results_blocks_kept_are_taken_not_evaluated_again(optimize, tmp_path):

@@ -327,7 +327,7 @@ def test_an_environment_activated_in_setup_is_the_one_the_job_runs(tmp_path: Pat
     p = replace(load_profile("local"), setup=(f"source {shlex.quote(str(env_bin / 'activate'))}",),
                 launcher_command=mpirun)
     s = RunSpec.from_argv("train", ["--model", "m.py"], "local", name="venv", walltime_s=60, workdir=str(tmp_path),
-                          workers=1)
+                          workers=2)
     s.layout = s.layout_on(p).record()
     script = tmp_path / "job.sh"
     script.write_text(render_script(s, p, tmp_path))
@@ -336,4 +336,4 @@ def test_an_environment_activated_in_setup_is_the_one_the_job_runs(tmp_path: Pat
     assert done.returncode == 0, done.stderr
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert calls[0] == f"-m nnlo_sched job start {tmp_path}" and calls[-1] == f"-m nnlo_sched job end {tmp_path} 0"
-    assert calls.count(f"-m nnlo_sched run {tmp_path}") == 2
+    assert s.layout.world_size == 3 and calls.count(f"-m nnlo_sched run {tmp_path}") == 3  # every rank
