@@ -2,8 +2,8 @@
 ranks left end it themselves (:mod:`nnlo.liveness`), in a training and in a shared search (issue 31).
 
 Each rank runs below ``hide_death.sh``, a shell that stays alive when its rank is killed, so MPICH's ``mpirun``
-sees no death - as ``srun`` (which waits for ``--wait``) sees none the job would end for. (The private test
-Slurm cannot run ``srun`` MPI steps: pip's MPICH fails ``MPI_Init`` under ``--mpi=pmi2``; docs/reliability.md.)
+sees no death - as ``srun`` (which waits for ``--wait``) sees none the job would end for. (Under a real ``srun``
+on the private test Slurm: ``test_dead_rank_srun.py``, on request; docs/reliability.md.)
 The rank is killed once the job works, never at a guessed time; the job must end with the contract's
 rank-died status and one line naming the rank, its role and its node, and a search must give the dead
 trial back to the pool. The wait is the suite's hang limit, not a measured time (the times are printed).
