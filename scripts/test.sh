@@ -6,7 +6,7 @@
 # (its last line is the TOTAL). In CI (CI=true) the tests that need Slurm, MPI, TensorFlow or Horovod must
 # run: they fail instead of skipping. See docs/testing.md.
 #
-#   scripts/test.sh                 everything (what CI runs)
+#   scripts/test.sh                 everything (what CI runs), on two pytest workers
 #   scripts/test.sh --fast          the inner loop: lint, types and the tests that start no process, no coverage
 #   scripts/test.sh [--fast] ARGS   ARGS go to pytest (e.g. -k chain, tests/sched)
 set -euo pipefail
@@ -37,7 +37,9 @@ fi
 export COVERAGE_FILE="$PWD/.coverage"
 .venv/bin/coverage erase
 rc=0
-.venv/bin/coverage run -m pytest -q -rs --durations=25 "$@" || rc=$?
+# Two pytest workers (pytest-xdist): the tests that wait (chains, walltimes, leases) overlap the ones that compute;
+# the Slurm tests share one worker (their xdist_group). NNLO_TEST_WORKERS=0 runs them one after another.
+.venv/bin/coverage run -m pytest -q -rs --durations=25 -n "${NNLO_TEST_WORKERS:-2}" --dist loadgroup "$@" || rc=$?
 .venv/bin/coverage combine -q
 .venv/bin/coverage report
 exit "$rc"
