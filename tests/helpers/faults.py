@@ -185,3 +185,23 @@ def submitted_run(site: Path, name: str = "t") -> Path:
     assert proc.returncode == 0, proc.stderr
     (run,) = [p for p in (site / "runs").iterdir() if p.is_dir() and p.name.startswith(f"{name}-")]
     return run
+
+
+#: The roles a dead-rank test kills, one per case: (nnlo arguments, world size, rank to kill, its role's words in
+#: the peers' line); :func:`killable_run` completes the arguments.
+KILL_CASES: dict[str, tuple[list[str], int, int, str]] = {
+    "training worker": (["train", "--mode", "downpour", "--batch", "4", "--epochs", "100000"], 3, 2, "worker"),
+    "training master": (["train", "--mode", "downpour", "--batch", "4", "--epochs", "100000"], 3, 0, "master"),
+    "search coordinator": (["optimize", "--block-size", "2"], 3, 0, "coordinator"),
+    "search block worker": (["optimize", "--block-size", "2"], 3, 2, "block 0 worker"),
+}
+
+
+def killable_run(args: list[str], blobs: Mapping[str, Path], out: Path) -> tuple[list[str], Callable[[Job], bool]]:
+    """A training or shared search (``args`` of :data:`KILL_CASES`) that runs until killed, writing into ``out``,
+    and the test of its job that says it works (a training's first epoch, a search's first state)."""
+    if args[0] == "train":
+        return ([*args, "--model", str(RUNTIME_MODELS / "tiny.py"), "--train", str(blobs["train"]), "--val",
+                 str(blobs["val"]), "--checkpoint", str(out)], lambda job: "epoch " in job.err)
+    return ([*args, "--model", str(BRANIN), "--hyper-opt", "random", "--num-iterations", "100000", "--output",
+             str(out), "--shared", "--lease-timeout", "600"], lambda job: (out / "trials.json").exists())

@@ -20,8 +20,17 @@ from pathlib import Path
 import pytest
 
 from nnlo.contract import EXIT_RANK_DIED
-from tests.helpers.faults import (BRANIN, HANG_LIMIT_S, RUNTIME_MODELS, descendants, error_lines, nnlo_argv, start,
-                                  subprocess_env, wait_until)
+from tests.helpers.faults import (
+    HANG_LIMIT_S,
+    KILL_CASES,
+    descendants,
+    error_lines,
+    killable_run,
+    nnlo_argv,
+    start,
+    subprocess_env,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.mpi]
 HIDE = Path(__file__).with_name("hide_death.sh")
@@ -42,27 +51,11 @@ def _python_ranks(root: int) -> dict[int, int]:
     return found
 
 
-CASES = {
-    # name: (nnlo arguments, world size, rank to kill, its role's words in the line)
-    "training worker": (["train", "--mode", "downpour", "--batch", "4", "--epochs", "100000"], 3, 2, "worker"),
-    "training master": (["train", "--mode", "downpour", "--batch", "4", "--epochs", "100000"], 3, 0, "master"),
-    "search coordinator": (["optimize", "--block-size", "2"], 3, 0, "coordinator"),
-    "search block worker": (["optimize", "--block-size", "2"], 3, 2, "block 0 worker"),
-}
-
-
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", list(KILL_CASES))
 def test_a_killed_rank_the_launcher_does_not_see_ends_the_job(case: str, blobs, tmp_path: Path, mpirun: str) -> None:
-    args, size, victim, words = CASES[case]
+    args, size, victim, words = KILL_CASES[case]
     out = tmp_path / "run"
-    if args[0] == "train":
-        args = [*args, "--model", str(RUNTIME_MODELS / "tiny.py"), "--train", str(blobs["train"]), "--val",
-                str(blobs["val"]), "--checkpoint", str(out)]
-        working = lambda job: "epoch " in job.err  # noqa: E731
-    else:
-        args = [*args, "--model", str(BRANIN), "--hyper-opt", "random", "--num-iterations", "100000", "--output",
-                str(out), "--shared", "--lease-timeout", "600"]
-        working = lambda job: (out / "trials.json").exists()  # noqa: E731
+    args, working = killable_run(args, blobs, out)
     env = subprocess_env(BRANIN_SLEEP="0.3")
     job = start([mpirun, "-np", str(size), "bash", str(HIDE), *nnlo_argv(*args)],
                 tmp_path, env=env, name=case.replace(" ", "-"))

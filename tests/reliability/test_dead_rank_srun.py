@@ -30,19 +30,11 @@ from nnlo.rankfate import fate_line
 from nnlo_sched.launchers.base import LaunchPlan
 from nnlo_sched.launchers.srun import Srun
 from nnlo_sched.profiles import load_profile
-from tests.helpers.faults import BRANIN, HANG_LIMIT_S, RUNTIME_MODELS, error_lines, start, subprocess_env, wait_until
+from tests.helpers.faults import HANG_LIMIT_S, KILL_CASES, error_lines, killable_run, start, subprocess_env, wait_until
 
 pytestmark = [pytest.mark.slurm,
               pytest.mark.skipif(os.environ.get("NNLO_TEST_SRUN") != "1",
                                  reason="srun MPI steps of pip MPICH on the one-host test Slurm: NNLO_TEST_SRUN=1")]
-
-CASES = {
-    # name: (nnlo arguments, world size, rank to kill, its role's words in the line)
-    "training master": (["train", "--mode", "downpour", "--batch", "4", "--epochs", "100000"], 3, 0, "master"),
-    "training worker": (["train", "--mode", "downpour", "--batch", "4", "--epochs", "100000"], 3, 2, "worker"),
-    "search coordinator": (["optimize", "--block-size", "2"], 3, 0, "coordinator"),
-    "search block worker": (["optimize", "--block-size", "2"], 3, 2, "block 0 worker"),
-}
 
 
 def _srun_ranks(tag: str) -> dict[int, int]:
@@ -62,18 +54,11 @@ def _srun_ranks(tag: str) -> dict[int, int]:
     return found
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", list(KILL_CASES))
 def test_a_killed_rank_ends_its_srun_step(case: str, slurm_cluster, blobs, tmp_path: Path) -> None:
-    args, size, victim, words = CASES[case]
+    args, size, victim, words = KILL_CASES[case]
     out = tmp_path / "run"
-    if args[0] == "train":
-        args = [*args, "--model", str(RUNTIME_MODELS / "tiny.py"), "--train", str(blobs["train"]), "--val",
-                str(blobs["val"]), "--checkpoint", str(out)]
-        working = lambda job: "epoch " in job.err  # noqa: E731
-    else:
-        args = [*args, "--model", str(BRANIN), "--hyper-opt", "random", "--num-iterations", "100000", "--output",
-                str(out), "--shared", "--lease-timeout", "600"]
-        working = lambda job: (out / "trials.json").exists()  # noqa: E731
+    args, working = killable_run(args, blobs, out)
     srun = Srun(replace(load_profile("cscs"), launcher_flags=("--mpi=pmi2",)))
     launch = srun.argv(LaunchPlan(ranks=size, nodes=1, ranks_per_node=size, cores_per_rank=1,
                                   gpus_per_rank=Fraction(0)))
