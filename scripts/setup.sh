@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up .venv with nnlo, PyTorch (CPU build, pinned), MPICH and mpi4py. Idempotent and quiet when done.
-# Usage: scripts/setup.sh [extra,extra...]   (default: torch,mpi; the test script adds test,tf)
+# Usage: scripts/setup.sh [extra,extra...]   (default: torch,mpi; the test script adds test,tf,tensorboard,mlflow)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=${1:-torch,mpi}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: set up (nnlo with every extra the tests exercise: torch, MPICH, TensorFlow, test
-# tools; Horovod built against the venv's MPICH; the packages of the private Slurm the scheduler tests
+# tools, the tracking extras; Horovod built against the venv's MPICH; the packages of the private Slurm the scheduler tests
 # start), then lint (ruff) and type-check (mypy) nnlo and nnlo_sched, then run pytest under coverage, counting
 # every process the tests start (MPI ranks, job shells' Python, subprocesses), and print coverage's report
 # (its last line is the TOTAL). In CI (CI=true) the tests that need Slurm, MPI, TensorFlow or Horovod must
@@ -16,7 +16,7 @@ if [ "${1:-}" = "--fast" ]; then
   fast=1
   shift
 fi
-scripts/setup.sh torch,mpi,tf,test
+scripts/setup.sh torch,mpi,tf,test,tensorboard,mlflow
 if [ "$fast" = 0 ]; then
   scripts/install-horovod.sh   # ~3 minutes the first time; nothing once built
   scripts/install-slurm.sh     # Debian packages for the private test Slurm (root + apt only; instant when present)
