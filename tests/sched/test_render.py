@@ -331,8 +331,10 @@ def test_an_environment_activated_in_setup_is_the_one_the_job_runs(tmp_path: Pat
     s.layout = s.layout_on(p).record()
     script = tmp_path / "job.sh"
     script.write_text(render_script(s, p, tmp_path))
+    # stdin from /dev/null, as the local queue starts a job (an inherited pipe - pytest-xdist's - is forwarded by
+    # mpirun to rank 0, which here exits at once: mpirun then died of SIGPIPE, status 141, once under load)
     done = subprocess.run(get_scheduler("local", tmp_path).submit_argv(script), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=240)
+                          text=True, timeout=240, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert calls[0] == f"-m nnlo_sched job start {tmp_path}" and calls[-1] == f"-m nnlo_sched job end {tmp_path} 0"
