@@ -44,7 +44,7 @@ from nnlo.training.failure import RankFailure, failure_line
 from nnlo.training.history import TrainResult
 from nnlo.training.rundir import claim
 from nnlo.training.startup import mark
-from nnlo.training.watchdog import Watchdog, abort_on_expiry, timeout_from_env
+from nnlo.training.watchdog import Watchdog, abort_on_expiry, start_timeout_from_env, timeout_from_env
 
 log = logging.getLogger("nnlo.train")
 T = TypeVar("T")
@@ -98,10 +98,13 @@ def train(
     ctx: RunContext | None = None
     aborting = False
     stopped = "failed"  # how the training ended, for its trackers
-    watchdog = Watchdog(timeout_from_env(), abort_on_expiry(group, lambda: ctx.role_label if ctx else "starting"))
+    limit = timeout_from_env()
+    watchdog = Watchdog(limit, abort_on_expiry(group, lambda: ctx.role_label if ctx else "starting"),
+                        start_timeout=start_timeout_from_env(limit))
     try:
         given = inputs if inputs is not None else _AMBIENT.get() or RunInputs()
         ctx, role = _set_up(group, config, train_indices, val_indices, out_dir, stop, watchdog, given)
+        watchdog.started()  # set-up ended in a phase every rank passed: from here a wait has the run's limit
         local = role.run()
         stopped = getattr(local, "stopped_reason", None) or stopped
         top = ctx.group.top

@@ -9,10 +9,16 @@ calls (mpi4py initialises MPI with ``MPI_THREAD_MULTIPLE``, so aborting from the
 
 Timeout: ``NNLO_COMM_TIMEOUT`` seconds (default 1800; ``0`` switches the watchdog off). It bounds one
 wait, which includes a peer's compute between exchanges, the master's validation and checkpoint writes.
+Until every rank has set up (:meth:`Watchdog.started`, called by the driver once the set-up phases are through)
+a wait is bounded by the start-up limit instead: ``NNLO_START_TIMEOUT`` seconds, by default the larger of
+1800 and ``NNLO_COMM_TIMEOUT``. Start-up (an interpreter, torch and the data opened on every rank, from a
+parallel file system at scale) takes far longer than one exchange, so a limit short enough to catch a hung
+peer mid-run would otherwise end healthy jobs that start slowly.
 """
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -23,22 +29,43 @@ from nnlo.abort import abort_rank
 from nnlo.contract import EXIT_FAILED
 
 DEFAULT_TIMEOUT = 1800.0
+TIMEOUT_VAR = "NNLO_COMM_TIMEOUT"
+START_TIMEOUT_VAR = "NNLO_START_TIMEOUT"
+
+
+def _seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "")
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        return default
 
 
 def timeout_from_env() -> float | None:
-    raw = os.environ.get("NNLO_COMM_TIMEOUT", "")
-    try:
-        value = float(raw) if raw else DEFAULT_TIMEOUT
-    except ValueError:
-        value = DEFAULT_TIMEOUT
+    """The limit of one wait once every rank has set up; None: no watchdog (``NNLO_COMM_TIMEOUT=0``)."""
+    value = _seconds(TIMEOUT_VAR, DEFAULT_TIMEOUT)
     return value if value > 0 else None
 
 
-class Watchdog:
-    """Arms around blocking waits; calls ``on_expire(message)`` once when one lasts past ``timeout``."""
+def start_timeout_from_env(timeout: float | None) -> float | None:
+    """The limit of one wait before every rank has set up: ``NNLO_START_TIMEOUT``, by default the larger of
+    the default limit and ``timeout``; never shorter than ``timeout``; ``0``: no limit at start-up (infinity).
+    None where the watchdog is off."""
+    if timeout is None:
+        return None
+    value = _seconds(START_TIMEOUT_VAR, max(DEFAULT_TIMEOUT, timeout))
+    return max(value, timeout) if value > 0 else math.inf
 
-    def __init__(self, timeout: float | None, on_expire: Callable[[str], None]) -> None:
+
+class Watchdog:
+    """Arms around blocking waits; calls ``on_expire(message)`` once when one lasts past its limit:
+    ``start_timeout`` until :meth:`started`, ``timeout`` after (``start_timeout`` None: ``timeout`` throughout)."""
+
+    def __init__(self, timeout: float | None, on_expire: Callable[[str], None],
+                 start_timeout: float | None = None) -> None:
         self.timeout = timeout
+        self.start_timeout = start_timeout if start_timeout is not None else timeout
+        self._started = False
         self.on_expire = on_expire
         self._since: float | None = None
         self._what = ""
@@ -56,6 +83,15 @@ class Watchdog:
         finally:
             self.disarm()
 
+    def started(self) -> None:
+        """Every rank has set up: from now on a wait is bounded by ``timeout``."""
+        self._started = True
+
+    @property
+    def limit(self) -> float | None:
+        """The limit of a wait now."""
+        return self.timeout if self._started else self.start_timeout
+
     def arm(self, what: str) -> None:
         """A wait starts (:meth:`waiting` without a generator: the hot receive path of the transport)."""
         self._what, self._since = what, time.monotonic()
@@ -65,14 +101,12 @@ class Watchdog:
 
     def _run(self) -> None:
         assert self.timeout is not None
-        step = min(max(self.timeout / 20, 0.05), 5.0)
-        while not self._stop.wait(step):
-            since = self._since
-            if since is not None and time.monotonic() - since > self.timeout:
-                self.on_expire(
-                    f"{self._what} for more than {self.timeout:g} s: a peer died or hangs "
-                    f"(NNLO_COMM_TIMEOUT sets this limit)"
-                )
+        while not self._stop.wait(min(max(min(self.timeout, self.start_timeout or math.inf) / 20, 0.05), 5.0)):
+            since, started = self._since, self._started
+            limit = self.timeout if started else self.start_timeout
+            if since is not None and limit is not None and time.monotonic() - since > limit:
+                var = TIMEOUT_VAR if started else START_TIMEOUT_VAR
+                self.on_expire(f"{self._what} for more than {limit:g} s: a peer died or hangs ({var} sets this limit)")
                 return
 
     def close(self) -> None:
