@@ -49,6 +49,7 @@ towards the uber-master.
 from __future__ import annotations
 
 import contextlib
+import os
 import struct
 import time
 from collections import OrderedDict
@@ -272,13 +273,17 @@ class Link:
     ``watchdog`` (a :class:`nnlo.training.watchdog.Watchdog`) is armed around every blocking wait, so a
     peer that died silently ends the job with a clear line instead of hanging it. ``timeout`` (seconds)
     makes waits poll instead and raise a TrainingError (for callers that want to handle it themselves).
+    ``sleep``: a wait tests for its message and sleeps between tests instead of spinning in the MPI library
+    (:func:`sleeping_waits`: where the node has more ranks than cores).
     """
 
-    def __init__(self, comm: Any, timeout: float | None = None, watchdog: Any = None) -> None:
+    def __init__(self, comm: Any, timeout: float | None = None, watchdog: Any = None, sleep: bool = False) -> None:
         from mpi4py import MPI
 
         self.comm = comm
         self.timeout = timeout
+        self.sleep = sleep
+        self._poll = timeout is not None or sleep  # a wait tests and sleeps (_wait) before its receive
         self.watchdog = watchdog
         self._MPI = MPI
         self._hdr_out = np.zeros(HEADER_WORDS, dtype=np.float64)
@@ -397,7 +402,7 @@ class Link:
                 with tracer.span("wait", "wait"):
                     self._receive(target, source, status)
             else:  # _receive, inline
-                if self.timeout is not None:
+                if self._poll:
                     self._wait(source, HEADER)
                 self.comm.Recv(target, source=source, tag=HEADER, status=status)
         except MPI.Exception as e:  # a message longer than the header and the expected tensor
@@ -460,13 +465,15 @@ class Link:
 
     def _receive(self, target: list[Any], source: int, status: Any) -> None:
         """The blocking receive of a header's message (under the watchdog), after :meth:`_wait`'s polling when
-        a timeout is set."""
-        if self.timeout is not None:
+        a timeout is set or waits sleep."""
+        if self._poll:
             self._wait(source, HEADER)
         self.comm.Recv(target, source=source, tag=HEADER, status=status)
 
     def _wait(self, source: int, tag: int) -> None:
         if self.timeout is None:
+            if self.sleep:
+                _sleep_until(lambda: self.comm.Iprobe(source=source, tag=tag), TRAINING_MAX_PAUSE)
             return
         if not _sleep_until(lambda: self.comm.Iprobe(source=source, tag=tag), timeout=self.timeout):
             who = "any worker" if source == ANY else f"rank {source}"
@@ -493,6 +500,28 @@ def _check(array: np.ndarray) -> None:
 # MPICH (and most MPI libraries) busy-poll inside blocking calls: a rank waiting for a slow peer burns its
 # core. Where a wait may be long (a block between trials, members while their leader evaluates), ranks sleep
 # between tests instead, with a pause that grows from 0.1 ms to ``max_pause`` (so short waits stay short).
+# A training's exchanges spin where every rank has a core of its own (the lowest latency), and sleep where the
+# node has more ranks than cores (``nnlo train -n 5`` on a 4-core laptop, a test machine): there a spinning
+# master takes the core a worker needs.
+
+#: ``spin`` or ``sleep`` forces how a training's ranks wait for messages; unset or ``auto``: :func:`sleeping_waits`.
+WAIT_VAR = "NNLO_WAIT"
+#: The longest pause between two tests of a training's sleeping wait: what a message may wait for its reader.
+TRAINING_MAX_PAUSE = 0.002
+
+
+def sleeping_waits(comm: Any) -> bool:
+    """Whether this rank's waits should sleep rather than spin: ``NNLO_WAIT``, else whether the ranks of
+    ``comm`` on this node outnumber the cores this process may run on. Collective over ``comm``."""
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    ranks_here = local.Get_size()
+    local.Free()
+    forced = os.environ.get(WAIT_VAR, "auto").strip().lower()
+    if forced in ("spin", "sleep"):
+        return forced == "sleep"
+    return ranks_here > len(os.sched_getaffinity(0))
 
 def _sleep_until(done: Any, max_pause: float = 0.05, timeout: float | None = None) -> bool:
     """Test ``done()`` until true (True), sleeping between tests; False once ``timeout`` seconds passed."""

@@ -44,6 +44,7 @@ class RunContext:
     stop: Stop
     session: Any = None  # nnlo.observe.session.Session
     watchdog: Any = None  # nnlo.training.watchdog.Watchdog, armed around every blocking wait
+    sleep_waits: bool = False  # waits sleep instead of spinning (nnlo.transport.sleeping_waits: oversubscribed)
     worker_comm: Any = None  # this rank's all-reduce worker group (--n-processes > 1); None elsewhere
     inputs: RunInputs = field(default_factory=RunInputs)  # a Python caller's model, data and callbacks
     #: the experiment trackers (--tensorboard, --mlflow) of the rank that writes the history; no-op elsewhere

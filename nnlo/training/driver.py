@@ -45,6 +45,7 @@ from nnlo.training.history import TrainResult
 from nnlo.training.rundir import claim
 from nnlo.training.startup import mark
 from nnlo.training.watchdog import Watchdog, abort_on_expiry, start_timeout_from_env, timeout_from_env
+from nnlo.transport import sleeping_waits, wait_for_all
 
 log = logging.getLogger("nnlo.train")
 T = TypeVar("T")
@@ -109,6 +110,7 @@ def train(
         stopped = getattr(local, "stopped_reason", None) or stopped
         top = ctx.group.top
         with watchdog.waiting("waiting for the result from the master"):
+            wait_for_all(group)  # the master's last validation and checkpoint: its peers sleep meanwhile
             data = group.bcast(local.to_dict() if group.Get_rank() == top else None, root=top)
         result = TrainResult(**data)
         if group.Get_rank() == top:
@@ -143,6 +145,7 @@ def _phase(comm: Any, hierarchy: Hierarchy | None, fn: Callable[[], T], watchdog
     except Exception as e:  # noqa: BLE001 - every failure becomes one line on one rank (its log: the traceback)
         error = failure_line(e, log, "set-up failed")
     with watchdog.waiting("waiting for the other ranks to finish setting up"):
+        wait_for_all(comm)  # ranks still importing or building their model take the cores of those waiting
         errors = comm.allgather(error)
     for r, err in enumerate(errors):
         if err is not None:
@@ -175,7 +178,8 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
 
     hierarchy = _phase(comm, None, check, watchdog)
     mark("checked")
-    ctx = RunContext(comm, config, hierarchy, out, stop, watchdog=watchdog, inputs=inputs)
+    ctx = RunContext(comm, config, hierarchy, out, stop, watchdog=watchdog, inputs=inputs,
+                     sleep_waits=sleeping_waits(comm))
     if hierarchy.shape.n_processes > 1 and not hierarchy.shape.allreduce:
         from nnlo.training.groups import split_worker_groups
 
@@ -335,7 +339,7 @@ class _Builder:
             state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
             worker = SoloWorker(ctx, self.backend, loader, Alone(self.backend), position, validator)
             return Solo(ctx, self.backend, validator, worker, restored=state)
-        link = Link(ctx.comm, watchdog=ctx.watchdog)
+        link = Link(ctx.comm, watchdog=ctx.watchdog, sleep=ctx.sleep_waits)
         rule = make_worker_rule(self.backend, ctx.config, ctx.n_workers, link, ctx.master_rank)
         if ctx.worker_comm is not None:
             from nnlo.training.allreduce import choose_engine

@@ -70,7 +70,7 @@ class WorkerServer(ABC):
     def __init__(self, ctx: RunContext, backend: Backend, rule: RuleFactory = make_server_rule) -> None:
         self.ctx, self.backend = ctx, backend
         cfg = self.cfg = ctx.config
-        self.link = Link(ctx.comm, watchdog=ctx.watchdog)
+        self.link = Link(ctx.comm, watchdog=ctx.watchdog, sleep=ctx.sleep_waits)
         self.workers = ctx.worker_ranks
         # framed: an exchange with a worker is one message each way (nnlo.transport.Link.frame)
         self.center = self.link.frame(backend.n_params)

@@ -68,7 +68,7 @@ class SubMaster(WorkerServer):
         info = ctx.info
         assert info.master is not None and info.parent is not None  # a sub-master has both
         self.index, self.uber = info.master, info.parent
-        self.up = Link(ctx.comm, watchdog=ctx.watchdog)
+        self.up = Link(ctx.comm, watchdog=ctx.watchdog, sleep=ctx.sleep_waits)
         self.base = self.center.copy()  # the center at the last exchange with the uber-master
         self.delta = self.up.frame(self.center.size)  # framed: one message each way to the uber-master
         self.up_buf = self.up.frame(self.center.size)

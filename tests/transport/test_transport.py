@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -109,3 +110,49 @@ def test_link_one_message_up_to_the_threshold(nnlo_mpi, tmp_path: Path) -> None:
     assert messages["framed, pickled header"] == 3
     assert messages["framed, with buffers"] == 4
     assert next(d["bytes"] for d in lines if d["case"] == "threshold") == ONE_MESSAGE_BYTES
+
+
+# -- sleeping waits (nnlo.transport.sleeping_waits; the training's ranks where the node is oversubscribed) ------
+def test_waits_sleep_where_the_ranks_here_outnumber_the_cores(monkeypatch) -> None:
+    from mpi4py import MPI
+
+    from nnlo import transport
+
+    monkeypatch.delenv(transport.WAIT_VAR, raising=False)
+    monkeypatch.setattr(transport.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert transport.sleeping_waits(MPI.COMM_SELF) is False  # 1 rank, 2 cores: spin, the lowest latency
+    monkeypatch.setattr(transport.os, "sched_getaffinity", lambda pid: set())
+    assert transport.sleeping_waits(MPI.COMM_SELF) is True  # more ranks than cores: sleep
+    monkeypatch.setenv(transport.WAIT_VAR, "spin")
+    assert transport.sleeping_waits(MPI.COMM_SELF) is False
+    monkeypatch.setenv(transport.WAIT_VAR, "Sleep")
+    monkeypatch.setattr(transport.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert transport.sleeping_waits(MPI.COMM_SELF) is True
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sleep", [False, True])
+def test_a_sleeping_link_tests_for_its_message_before_receiving_it(monkeypatch, sleep: bool) -> None:
+    from mpi4py import MPI
+
+    from nnlo import transport
+
+    polled: list[float] = []
+    real = transport._sleep_until
+
+    def recording(done, max_pause=0.05, timeout=None):  # type: ignore[no-untyped-def]
+        polled.append(max_pause)
+        return real(done, max_pause, timeout)
+
+    monkeypatch.setattr(transport, "_sleep_until", recording)
+    link = transport.Link(MPI.COMM_SELF, sleep=sleep)
+    out = np.zeros(5, dtype=np.float32)
+    # a blocking send to oneself waits for its receive: from another thread (MPI_THREAD_MULTIPLE)
+    sender = threading.Thread(target=link.send, args=(0, {"kind": "gradient", "update": 3},
+                                                      np.arange(5, dtype=np.float32)), daemon=True)
+    sender.start()
+    src, header, arr = link.recv(0, out=out)
+    sender.join(60)
+    assert (src, header["kind"], header["update"]) == (0, "gradient", 3)
+    assert arr is out and out.tolist() == [0, 1, 2, 3, 4]
+    assert polled == ([transport.TRAINING_MAX_PAUSE] if sleep else [])
