@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.faults import BRANIN, RUNTIME_MODELS, error_lines, nnlo, nnlo_argv, subprocess_env, submitted_run
+from tests.helpers.world import MpiWorld, WorldRun
 from nnlo.checkpoint import MANIFEST, list_checkpoints
 
 ARGS = ["--model", str(RUNTIME_MODELS / "tiny.py"), "--mode", "downpour", "--batch", "16",
@@ -37,12 +38,18 @@ def _one_line(proc, *needles: str, rc: int = 2) -> str:
     return lines[0]
 
 
+def train(world: MpiWorld, *args: str) -> WorldRun:
+    """``mpirun -np 2 nnlo train ARGS``, run in the warm MPI world: what is tested is the restore and the
+    error line, not the launch (a failure on every rank before any exchange, exit 2, keeps the world)."""
+    return world.run(2, ["train", *ARGS, *args], env=subprocess_env(), timeout=300)
+
+
 @pytest.fixture(scope="module")
-def trained(blobs, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def trained(blobs, tmp_path_factory: pytest.TempPathFactory, mpi_world: MpiWorld) -> Path:
     """A finished 2-epoch run with a checkpoint per epoch (copied by each test before damaging it)."""
     out = tmp_path_factory.mktemp("trained") / "run"
-    proc = nnlo("train", "-n", "2", *ARGS, "--epochs", "2", "--train", str(blobs["train"]), "--val",
-                str(blobs["val"]), "--checkpoint", str(out), env=subprocess_env(), timeout=300)
+    proc = train(mpi_world, "--epochs", "2", "--train", str(blobs["train"]), "--val", str(blobs["val"]),
+                 "--checkpoint", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(list_checkpoints(out / "checkpoints")) == 2
     return out
@@ -51,7 +58,7 @@ def trained(blobs, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.mpi
 @pytest.mark.parametrize("damage", ["truncated part"])  # a garbled manifest: test_checkpoint_kills.py, in-process
 def test_a_damaged_newest_checkpoint_is_one_line_and_an_older_one_still_restores(
-        damage: str, trained: Path, blobs, tmp_path: Path) -> None:
+        damage: str, trained: Path, blobs, tmp_path: Path, mpi_world: MpiWorld) -> None:
     run = tmp_path / "run"
     shutil.copytree(trained, run)
     older, newest = list_checkpoints(run / "checkpoints")
@@ -64,27 +71,24 @@ def test_a_damaged_newest_checkpoint_is_one_line_and_an_older_one_still_restores
         needles = ("manifest.json", "corrupt", "older checkpoint")
     before = _digests(run / "checkpoints")
     data = ["--train", str(blobs["train"]), "--val", str(blobs["val"])]
-    proc = nnlo("train", "-n", "2", *ARGS, "--epochs", "3", *data, "--checkpoint", str(run), "--restore", "auto",
-                env=subprocess_env(), timeout=300)
+    proc = train(mpi_world, "--epochs", "3", *data, "--checkpoint", str(run), "--restore", "auto")
     _one_line(proc, *needles)
     assert _digests(run / "checkpoints") == before, "a failed restore changed the checkpoints"
     if damage != "truncated part":
         return  # one real restore of the older checkpoint is enough (each run costs seconds of MPI start-up)
-    proc = nnlo("train", "-n", "2", *ARGS, "--epochs", "3", *data, "--checkpoint", str(run), "--restore",
-                str(older), env=subprocess_env(), timeout=300)
+    proc = train(mpi_world, "--epochs", "3", *data, "--checkpoint", str(run), "--restore", str(older))
     assert proc.returncode == 0, proc.stderr[-3000:]
     history = json.loads((run / "history.json").read_text())
     assert [e["epoch"] for e in history["history"]] == [1, 2, 3]
 
 
 @pytest.mark.mpi
-def test_a_truncated_hdf5_file_is_one_line(blobs, tmp_path: Path) -> None:
+def test_a_truncated_hdf5_file_is_one_line(blobs, tmp_path: Path, mpi_world: MpiWorld) -> None:
     data = tmp_path / "data"
     shutil.copytree(blobs["dir"], data)
     h5 = data / "train_0.h5"
     h5.write_bytes(h5.read_bytes()[: h5.stat().st_size // 3])
-    proc = nnlo("train", "-n", "2", *ARGS, "--epochs", "1", "--train", str(data / "train.list"),
-                "--checkpoint", str(tmp_path / "run"), env=subprocess_env(), timeout=300)
+    proc = train(mpi_world, "--epochs", "1", "--train", str(data / "train.list"), "--checkpoint", str(tmp_path / "run"))
     _one_line(proc, "train_0.h5")
 
 
