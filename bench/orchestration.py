@@ -45,13 +45,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=1000, help="synthetic run directories for nnlo status")
     p.add_argument("--per-job-sample", type=int, default=100,
                    help="per-job squeue calls timed for the alternative (scaled to --runs)")
-    p.add_argument("--quick", action="store_true", help="few repeats and runs (smoke test)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls before the timed ones")
+    p.add_argument("--quick", action="store_true", help="few repeats and runs, no warm-up (smoke test)")
     p.add_argument("--out", help="result JSON path (default bench/results/orchestration.json)")
     a = p.parse_args(argv)
     if a.quick:
-        a.repeats, a.runs, a.per_job_sample = 1, 20, 5
-    if a.runs < 1 or a.repeats < 1:
-        p.error("--runs and --repeats must be positive")
+        a.repeats, a.runs, a.per_job_sample, a.warmup = 1, 20, 5, 0
+    if a.runs < 1 or a.repeats < 1 or a.warmup < 0:
+        p.error("--runs and --repeats must be positive, --warmup not negative")
     return a
 
 
@@ -89,14 +90,14 @@ def part_layout(a: argparse.Namespace) -> dict[str, Any]:
         out["ranks_placed"] = ranks
         for name, args in cases.items():
             out[name] = {
-                "in_process_s": C.summary(C.timed(lambda: in_process(args), a.repeats, warmup=1)),
-                "cli_s": C.summary(C.timed(lambda: cli_proc(args, env=env, cwd=Path(tmp)), a.repeats, warmup=1)),
+                "in_process_s": C.summary(C.timed(lambda: in_process(args), a.repeats, warmup=a.warmup)),
+                "cli_s": C.summary(C.timed(lambda: cli_proc(args, env=env, cwd=Path(tmp)), a.repeats, warmup=a.warmup)),
             }
             print(f"  {name:15s} in-process {C.fmt_time(out[name]['in_process_s']['median'])}, "
                   f"CLI {C.fmt_time(out[name]['cli_s']['median'])}", flush=True)
     out["python_startup_s"] = C.summary(C.timed(
-        lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), a.repeats, warmup=1))
-    out["nnlo_help_cli_s"] = C.summary(C.timed(lambda: cli_proc(["--help"]), a.repeats, warmup=1))
+        lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), a.repeats, warmup=a.warmup))
+    out["nnlo_help_cli_s"] = C.summary(C.timed(lambda: cli_proc(["--help"]), a.repeats, warmup=a.warmup))
     return out
 
 

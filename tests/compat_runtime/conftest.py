@@ -2,7 +2,9 @@
 ``nnlo`` console script run in it."""
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +39,16 @@ def nnlo_cli(nnlo_env: dict[str, str], request: pytest.FixtureRequest):
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     return run
+
+
+@pytest.fixture
+def clean_path():
+    """Undo what importing a model module does to sys.path and sys.modules, for the next test."""
+    path, modules = list(sys.path), set(sys.modules)
+    cwd = os.getcwd()
+    yield
+    sys.path[:] = path
+    for name in set(sys.modules) - modules:  # the user's modules only (never a framework's)
+        if name.startswith("nnlo_user_model_") or name in ("mymodels", "site_settings"):
+            del sys.modules[name]
+    os.chdir(cwd)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from nnlo.contract import HISTORY_FILE, TRIALS_JSON
+from nnlo.optimize.trial_files import trial_dir
 from tests.helpers.projects import write_project
 
 pytestmark = [pytest.mark.mpi]
@@ -40,17 +41,19 @@ def checkout(tmp_path: Path) -> Path:
 
 
 def test_optimize_and_train_with_n_work_from_a_folder_holding_a_package_named_nnlo(checkout, nnlo_cli) -> None:
+    """One ``nnlo optimize -n 3``: its pre-queue check and its ranks are ``python -m nnlo_sched`` processes
+    started in the checkout, and its trial is a training from there. (``nnlo train -n 2`` from the same folder
+    was a second launch reaching no code of its own: the working folder's entry is moved when ``nnlo_sched`` is
+    imported, whatever the command; docs/testing.md, "What was merged or moved".)"""
     r = nnlo_cli(["optimize", "-n", "3", "--model", "examples/example_mlp.py", "--block-size", "2",
                   "--num-iterations", "1", "--hyper-opt", "random", "--epochs", "1", "--batch", "16",
                   "--mode", "downpour"], cwd=checkout)
     assert r.rc == 0, r.err[-3000:]
-    trials = json.loads((checkout / "optimize-sibling-mlp" / TRIALS_JSON).read_text())
+    out = checkout / "optimize-sibling-mlp"
+    trials = json.loads((out / TRIALS_JSON).read_text())
     assert [t["status"] for t in trials] == ["ok"], trials
-    r = nnlo_cli(["train", "-n", "2", "--model", "examples/example_mlp.py", "--epochs", "1", "--batch", "16",
-                  "--checkpoint", "run"], cwd=checkout)
-    assert r.rc == 0, r.err[-3000:]
-    history = json.loads((checkout / "run" / HISTORY_FILE).read_text())
-    assert history["epochs_done"] == 1
+    history = json.loads((trial_dir(out, trials[0]["id"], 0) / HISTORY_FILE).read_text())
+    assert history["epochs_done"] == 1 and history["stopped_reason"] == "completed"
 
 
 def test_optimize_has_no_check_like_train_and_submit(checkout, nnlo_cli) -> None:

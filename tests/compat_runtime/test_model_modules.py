@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,19 +16,6 @@ from nnlo.models import data_plan, load_model_source, model_name
 from nnlo_sched.checks import check_run
 from nnlo.api import default_run_dir as default_out_dir
 from tests.helpers.projects import write_project
-
-
-@pytest.fixture
-def clean_path():
-    """Undo what importing a model module does to sys.path and sys.modules, for the next test."""
-    path, modules = list(sys.path), set(sys.modules)
-    cwd = os.getcwd()
-    yield
-    sys.path[:] = path
-    for name in set(sys.modules) - modules:  # the user's modules only (never a framework's)
-        if name.startswith("nnlo_user_model_") or name in ("mymodels", "site_settings"):
-            del sys.modules[name]
-    os.chdir(cwd)
 
 
 def test_a_sibling_and_a_working_directory_import_resolve_in_process(project, tmp_path, clean_path):

@@ -4,6 +4,7 @@ one warning line), and the data check before any rank splits off."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -13,7 +14,9 @@ from nnlo.errors import ConfigError
 from nnlo.optimize.options import SearchConfig, trial_overrides
 from nnlo.optimize.runners import TrainRunner
 from nnlo.roles import Role, describe
+from tests.helpers.env import error_lines
 from tests.helpers.projects import write_project
+from tests.sched import cli_runner
 
 
 def test_the_documented_13_rank_shape_is_2_blocks_of_2_fold_groups_of_1_master_and_2_workers(project):
@@ -61,14 +64,19 @@ def test_kfold_counts_the_samples_of_get_train(project, monkeypatch):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks, block", [("5", "4"), ("3", "2")])  # fold groups of 2 ranks, and of 1 (solo)
-def test_kfold_search_from_get_train_reports_mean_and_spread(project, nnlo_cli, ranks, block):
+@pytest.mark.parametrize("ranks, block, launch", [
+    (5, "4", "mpirun"),  # fold groups of 2 ranks, as the ranks of an external mpirun run it (the warm world)
+    (3, "2", "-n"),  # fold groups of 1 rank (solo), through the relaunch of `nnlo optimize -n`
+])
+def test_kfold_search_from_get_train_reports_mean_and_spread(project, nnlo_cli, ranks, block, launch):
     """The upstream k-fold command, small: no --train, no --val; get_train() is split into 2 folds; with
-    --block-size 2 each fold group is one rank that trains alone."""
+    --block-size 2 each fold group is one rank that trains alone. The relaunch is the point of one case only:
+    the other shape reaches the same launch code (docs/testing.md, "What was merged or moved")."""
     root = project["root"]
-    r = nnlo_cli(["optimize", "-n", ranks, "--model", "models/model.py", "--block-size", block, "--n-fold", "2",
-                  "--num-iterations", "2", "--epochs", "1", "--batch", "16", "--mode", "downpour",
-                  "--hyper-opt", "random", "--checkpoint", "CP", "--trial-name", "kf"], cwd=root)
+    args = ["optimize", "--model", "models/model.py", "--block-size", block, "--n-fold", "2",
+            "--num-iterations", "2", "--epochs", "1", "--batch", "16", "--mode", "downpour",
+            "--hyper-opt", "random", "--checkpoint", "CP", "--trial-name", "kf"]
+    r = nnlo_cli([*args, "-n", str(ranks)], cwd=root) if launch == "-n" else nnlo_cli(args, cwd=root, mpirun_np=ranks)
     assert r.rc == 0, r.err[-3000:]
     warnings = r.warning_lines()
     assert len(warnings) == 2, r.err[-2000:]
@@ -93,19 +101,32 @@ def test_kfold_search_from_get_train_reports_mean_and_spread(project, nnlo_cli, 
     assert not (root / "CP").exists()
 
 
+MISSING_DATA_ARGS = ["optimize", "--model", "models/model.py", "--block-size", "2", "--num-iterations", "1",
+                     "--epochs", "1"]
+
+
 @pytest.mark.mpi
-@pytest.mark.parametrize("launch", ["-n", "mpirun"])
-def test_missing_data_stops_every_rank_with_one_line(tmp_path, nnlo_cli, launch):
+def test_missing_data_stops_every_rank_with_one_line(tmp_path, nnlo_cli):
+    """As the ranks of an external ``mpirun -np 3 nnlo optimize`` run it: every rank finds the data missing."""
     proj = write_project(tmp_path / "p", train=[str(tmp_path / "gone.h5")])
-    args = ["optimize", "--model", "models/model.py", "--block-size", "2", "--num-iterations", "1",
-            "--epochs", "1"]
-    if launch == "-n":
-        r = nnlo_cli([*args, "-n", "3"], cwd=proj["root"])
-    else:
-        r = nnlo_cli(args, cwd=proj["root"], mpirun_np=3)
+    r = nnlo_cli(MISSING_DATA_ARGS, cwd=proj["root"], mpirun_np=3)
     assert r.rc == 2, r.err[-2000:]
     assert len(r.error_lines()) == 1 and "gone.h5" in r.error_lines()[0], r.err[-2000:]
     assert "Traceback" not in r.err
+    assert not (proj["root"] / "optimize-sibling-mlp").exists()  # nothing ran: no output folder
+
+
+def test_missing_data_stops_n_before_any_rank_starts(tmp_path, probe_in_process, capsys, clean_path):
+    """``nnlo optimize -n 3``: the pre-queue checks find the data missing before any rank starts (in-process:
+    starting a rank here would be a process, which the marker audit fails; the probe's own subprocess has
+    its tests in tests/sched/test_checks.py)."""
+    proj = write_project(tmp_path / "p", train=[str(tmp_path / "gone.h5")])
+    os.chdir(proj["root"])
+    rc, _, err = cli_runner.run(capsys, *MISSING_DATA_ARGS, "-n", "3")
+    lines = error_lines(err)
+    assert rc == 2, err[-2000:]
+    assert len(lines) == 1 and "gone.h5" in lines[0], err[-2000:]
+    assert "Traceback" not in err
     assert not (proj["root"] / "optimize-sibling-mlp").exists()  # nothing ran: no output folder
 
 

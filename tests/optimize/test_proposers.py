@@ -16,6 +16,7 @@ from nnlo.roles import Shape
 from nnlo_sched.layout import LayoutError, compute_layout
 from nnlo_sched.profiles import load_profile
 from tests.helpers.env import REPO, example
+from tests.helpers.world import WorldRun
 
 SPACE = Space([Real(0.0, 1.0, name="a")])
 
@@ -134,10 +135,11 @@ def get_model(dropout=0.0, arch="linear", hidden=16, act="relu", gain=1.0):
 
 
 @pytest.mark.mpi
-def test_heterogeneous_blocks_tree_space_kfold_and_two_proposers_finish_and_restore(mpirun, nnlo_env, tmp_path):
+def test_heterogeneous_blocks_tree_space_kfold_and_two_proposers_finish_and_restore(nnlo_env, nnlo_mpi, tmp_path):
     """Issue 17's whole search in one real run: blocks of 2 and 4 ranks (each split into 2 folds), a tree
     space of two levels, the folds' spread told to the GP as noise, 2 proposer ranks (9 ranks), a small torch
-    model; then --opt-restore adds trials."""
+    model; then --opt-restore adds trials, in another allocation: one block of 2 (5 ranks: the warm world; a
+    second 9-rank launch reached no code of its own, docs/testing.md "What was merged or moved")."""
     data = tmp_path / "data"
     example("make_digits").make_digits(data)
     (tmp_path / "tree_model.py").write_text(TREE_MODEL)
@@ -145,14 +147,13 @@ def test_heterogeneous_blocks_tree_space_kfold_and_two_proposers_finish_and_rest
     out, built = tmp_path / "run", tmp_path / "built.jsonl"
     env = dict(nnlo_env, TREE_LOG=str(built))
 
-    def search(n: int, *extra: str) -> subprocess.CompletedProcess[str]:
-        cmd = [mpirun, "-np", "9", sys.executable, "-m", "nnlo_sched", "optimize",
-               "--model", str(tmp_path / "tree_model.py"), "--space", str(tmp_path / "space.toml"),
-               "--train", str(data / "train.list"), "--val", str(data / "val.list"), "--block-sizes", "2,4",
-               "--n-fold", "2", "--proposers", "2", "--epochs", "1", "--batch", "64", "--mode", "allreduce",
-               "--hyper-opt", "bayesian", "--n-initial-points", "2", "--num-iterations", str(n), "--seed", "3",
-               "--fom", "val_loss", "--output", str(out), *extra]
-        return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    def search(n: int, *extra: str, blocks: str = "2,4", ranks: int = 9) -> WorldRun:
+        """``mpirun -np RANKS python -m nnlo_sched optimize ...``: 9 ranks are a real launch, 5 the warm world."""
+        return nnlo_mpi(ranks, "optimize", "--model", tmp_path / "tree_model.py", "--space", tmp_path / "space.toml",
+                        "--train", data / "train.list", "--val", data / "val.list", "--block-sizes", blocks,
+                        "--n-fold", "2", "--proposers", "2", "--epochs", "1", "--batch", "64", "--mode", "allreduce",
+                        "--hyper-opt", "bayesian", "--n-initial-points", "2", "--num-iterations", str(n),
+                        "--seed", "3", "--fom", "val_loss", "--output", out, *extra, env=env, cwd=REPO, timeout=300)
 
     r = search(3)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -160,7 +161,7 @@ def test_heterogeneous_blocks_tree_space_kfold_and_two_proposers_finish_and_rest
     assert "assignment: hardware-aware; 2 proposer ranks" in r.stderr
     first = json.loads((out / "trials.json").read_text())
     assert [t["status"] for t in first] == ["ok"] * 3
-    r = search(5, "--opt-restore")
+    r = search(5, "--opt-restore", blocks="2", ranks=5)
     assert r.returncode == 0, r.stderr[-3000:]
     table = json.loads((out / "trials.json").read_text())
     assert [t["id"] for t in table] == list(range(5)) and table[:3] == first  # nothing lost or repeated
