@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.helpers.chain import nnlo, wait_for
+from tests.helpers.chain import nnlo, status_view, wait_for
 
 pytestmark = [pytest.mark.slurm]
 REPO = Path(__file__).resolve().parents[2]
@@ -82,11 +82,11 @@ def test_three_chains_with_random_kills_finish_the_search_exactly(slurm, chain_e
                "optimize", *inner).stdout
     assert out.startswith("submitted search srch-"), out
     run_id = out.split()[2]
-    search_dir = Path(json.loads(nnlo("status", run_id, "--json").stdout)["dir"])
+    search_dir = Path(status_view(run_id)["dir"])
     assert "#SBATCH --array=0-2" in (search_dir / "array.sh").read_text()
 
     def view() -> dict:
-        return json.loads(nnlo("status", run_id, "--json").stdout)
+        return status_view(run_id)
 
     rng = random.Random(18)
     kills: list[str] = []

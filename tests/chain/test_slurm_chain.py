@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.chain import epochs_done, make_spec, nnlo, status_json, submit, wait_for
+from tests.helpers.chain import epochs_done, make_spec, nnlo, status_json, status_view, submit, wait_for
 
 pytestmark = [pytest.mark.slurm]
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def _train_args(data: Path, gate: Path) -> list[str]:
 
 
 def _run_view(run_id: str) -> dict:
-    return json.loads(nnlo("status", run_id, "--json").stdout)
+    return status_view(run_id)
 
 
 @pytest.mark.mpi

@@ -7,6 +7,8 @@ and the job's payload is the quick stand-in ``payload.py`` unless a test asks fo
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -76,8 +78,32 @@ def nnlo(*args: str, check: bool = True, timeout: float = 120) -> subprocess.Com
     return proc
 
 
+def nnlo_here(*args: str) -> subprocess.CompletedProcess:
+    """The real CLI run in this process (the environment is the test's), for a read-only command a test polls
+    many times (``status``): a subprocess per poll costs an interpreter and nnlo's imports each time, and
+    ``nnlo status`` has subprocess tests of its own (the tables, ``--watch``, a failing scheduler query)."""
+    from nnlo_sched.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return subprocess.CompletedProcess(["nnlo", *args], code, out.getvalue(), err.getvalue())
+
+
+def status_view(run_id: str) -> dict[str, Any]:
+    """``nnlo status RUN --json``, in this process."""
+    proc = nnlo_here("status", run_id, "--json")
+    if proc.returncode != 0:
+        raise AssertionError(f"nnlo status {run_id} --json exited {proc.returncode}: {proc.stderr}")
+    return json.loads(proc.stdout)
+
+
 def status_json(run) -> dict[str, Any]:
-    return json.loads(nnlo("status", run.id, "--json").stdout)
+    return status_view(run.id)
 
 
 def epochs_done(run) -> list[int]:
