@@ -2,7 +2,7 @@
 checkpoint-restart chain. The first job is stopped by a forced signal (the runtime's test hook, not a raced
 walltime): nnlo.train inside the script checkpoints and ends the job with exit 75 without a word from the
 script; the chain's next job runs the script again, which resumes, and the run ends ``done`` after two jobs with
-the final loss of an uninterrupted run of the same script (mpirun, outside any chain)."""
+the final loss of an uninterrupted run of the same script (3 ranks of the warm MPI world, outside any chain)."""
 from __future__ import annotations
 
 import json
@@ -21,11 +21,10 @@ WORDS = ["--label", "two words; $HOME 'quoted'"]  # the script's own arguments, 
 
 @pytest.mark.mpi
 @pytest.mark.slow
-def test_a_script_run_chains_through_a_forced_stop_to_the_uninterrupted_result(chain_env, mpirun,
+def test_a_script_run_chains_through_a_forced_stop_to_the_uninterrupted_result(chain_env, nnlo_mpi,
                                                                               monkeypatch) -> None:
     reference = chain_env / "reference.json"
-    alone = subprocess.run([mpirun, "-np", "3", sys.executable, str(SCRIPT), str(reference), *WORDS],
-                           capture_output=True, text=True, timeout=240)
+    alone = nnlo_mpi(3, SCRIPT, reference, *WORDS, timeout=240)  # the uninterrupted run: mpirun -np 3 python SCRIPT
     assert alone.returncode == 0, alone.stderr[-3000:]
     monkeypatch.setenv("NNLO_TEST_SIGNAL_AT_UPDATE", "14")  # in epoch 3 of 4 (6 updates an epoch)
     chained = chain_env / "chained.json"
