@@ -7,9 +7,11 @@ import os
 from tests.helpers.env import REPO
 from tests.helpers.fixtures import (  # noqa: F401 - fixtures
     blobs,
+    keras_world,
     mpi_world,
     mpirun,
     nnlo_env,
+    nnlo_keras,
     nnlo_mpi,
     probe_in_process,
     run_train,

@@ -46,10 +46,9 @@ def mpi_world(mpirun: str, nnlo_env: dict[str, str]) -> Iterator[MpiWorld]:
         world.close()
 
 
-@pytest.fixture
-def nnlo_mpi(mpi_world: MpiWorld, mpirun: str, nnlo_env: dict[str, str]) -> Callable[..., WorldRun]:
-    """``nnlo_mpi(np, *argv, env=None, cwd=None, timeout=240, real=False)``: what ``mpirun -np NP python -m
-    nnlo_sched ARGV`` gives (exit status, stdout, stderr), run in the warm world (``env``: the whole environment,
+def world_runner(world: MpiWorld, mpirun: str, nnlo_env: dict[str, str]) -> Callable[..., WorldRun]:
+    """``run(np, *argv, env=None, cwd=None, timeout=240, real=False)``: what ``mpirun -np NP python -m
+    nnlo_sched ARGV`` gives (exit status, stdout, stderr), run in ``world`` (``env``: the whole environment,
     default the tests' subprocess one; ``cwd``: default this process's). ``real=True``, or more ranks than the
     world has, starts the real ``mpirun`` instead: for what only a launch shows (a failure ending the job, a kill,
     the launch itself). ARGV may start with a ``.py`` program instead of nnlo's command line."""
@@ -57,14 +56,42 @@ def nnlo_mpi(mpi_world: MpiWorld, mpirun: str, nnlo_env: dict[str, str]) -> Call
     def run(np_: int, *argv: str | Path, env: dict[str, str] | None = None, cwd: str | Path | None = None,
             timeout: float = TIMEOUT, real: bool = False) -> WorldRun:
         args = [str(a) for a in argv]
-        if real or np_ > mpi_world.size:
+        if real or np_ > world.size:
             program = args if args[0].endswith(".py") else ["-m", "nnlo_sched", *args]
             proc = subprocess.run([mpirun, "-np", str(np_), sys.executable, *program], env=env or nnlo_env, cwd=cwd,
                                   capture_output=True, text=True, timeout=timeout)
             return WorldRun(proc.returncode, proc.stdout, proc.stderr)
-        return mpi_world.run(np_, args, env=env or nnlo_env, cwd=cwd, timeout=timeout)
+        return world.run(np_, args, env=env or nnlo_env, cwd=cwd, timeout=timeout)
 
     return run
+
+
+@pytest.fixture
+def nnlo_mpi(mpi_world: MpiWorld, mpirun: str, nnlo_env: dict[str, str]) -> Callable[..., WorldRun]:
+    """:func:`world_runner` on the session's warm world (torch and nnlo imported)."""
+    return world_runner(mpi_world, mpirun, nnlo_env)
+
+
+#: Ranks of the TensorFlow world: the Keras runs are 3-rank (a master and two workers).
+KERAS_WORLD_SIZE = 3
+
+
+@pytest.fixture(scope="session")
+def keras_world(mpirun: str, nnlo_env: dict[str, str]) -> Iterator[MpiWorld]:
+    """The session's warm MPI world with TensorFlow and Keras imported too (``warm="keras"``), of
+    :data:`KERAS_WORLD_SIZE` ranks, started at its first run: only a session that runs a Keras world test pays for
+    it. Its tests carry ``pytest.mark.xdist_group("keras")``, so that one pytest-xdist worker starts it."""
+    world = MpiWorld(mpirun, nnlo_env, size=KERAS_WORLD_SIZE, warm="keras")
+    try:
+        yield world
+    finally:
+        world.close()
+
+
+@pytest.fixture
+def nnlo_keras(keras_world: MpiWorld, mpirun: str, nnlo_env: dict[str, str]) -> Callable[..., WorldRun]:
+    """:func:`world_runner` on the TensorFlow world (:func:`keras_world`)."""
+    return world_runner(keras_world, mpirun, nnlo_env)
 
 
 @pytest.fixture(scope="session")

@@ -25,11 +25,16 @@ FIXTURE_MARKERS = {
     "mpirun": "mpi",
     "mpi_world": "mpi",
     "nnlo_mpi": "mpi",
+    "keras_world": "mpi",
+    "nnlo_keras": "mpi",
     "run_train": "mpi",
     "slurm_cluster": "slurm",
     "slurm": "slurm",
     "torque": "slurm",
 }
+#: fixture -> the pytest-xdist group a test using it joins: the fixture is a session's process (a warm world) that,
+#: under ``pytest -n N --dist loadgroup``, one worker starts rather than every worker.
+FIXTURE_GROUPS = {"keras_world": "keras"}
 _SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
                            "os.exec"})
 _NOT_ALLOWED: dict[str, Any] = {"item": None, "started": []}  # the running test when it may not start processes
@@ -57,6 +62,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marks = _marks(item)
         if "slurm" in marks:  # one private Slurm per session: with pytest-xdist, one worker runs them all
             item.add_marker(pytest.mark.xdist_group("slurm"))
+        for fixture, group in FIXTURE_GROUPS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(group))
         missing = sorted({f"{fixture} needs @pytest.mark.{marker}" for fixture, marker in FIXTURE_MARKERS.items()
                           if fixture in getattr(item, "fixturenames", ()) and marker not in marks})
         if missing:

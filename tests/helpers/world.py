@@ -8,8 +8,9 @@ their own that start real jobs) sends a run description instead: ``world.run(3, 
 (tests/helpers/world_rank.py) run the real command line in-process, the first ``np`` ranks on a communicator
 split from ``COMM_WORLD``, and the result has what a launch gives: the exit status and the ranks' output.
 
-A run that fails (exit status other than 0, 2 or 75), aborts the MPI job or hangs past its timeout ends the world;
-the next run starts a fresh one, so a bad test never poisons the next.
+A world imports torch and nnlo before its first run, or with ``warm="keras"`` TensorFlow and Keras too (see
+:data:`WARMS`). A run that fails (exit status other than 0, 2 or 75), aborts the MPI job or hangs past its
+timeout ends the world; the next run starts a fresh one, so a bad test never poisons the next.
 """
 from __future__ import annotations
 
@@ -51,11 +52,19 @@ class WorldRun:
     stderr: str
 
 
-class MpiWorld:
-    """A warm world of :data:`SIZE` ranks, started on first use; :meth:`close` ends it."""
+#: What a world imports before its first run (tests/helpers/world_rank.py ``_warm``): ``torch`` (torch and nnlo),
+#: ``keras`` (TensorFlow and Keras too, with the thread pools nnlo sets in a rank of a ``size``-rank launch).
+WARMS = ("torch", "keras")
 
-    def __init__(self, mpirun: str, env: dict[str, str], size: int = SIZE) -> None:
-        self.mpirun, self.env, self.size = mpirun, dict(env), size
+
+class MpiWorld:
+    """A warm world of ``size`` ranks (default :data:`SIZE`) with ``warm`` imported (one of :data:`WARMS`),
+    started on first use; :meth:`close` ends it."""
+
+    def __init__(self, mpirun: str, env: dict[str, str], size: int = SIZE, warm: str = "torch") -> None:
+        if warm not in WARMS:
+            raise ValueError(f"warm={warm!r}: one of {', '.join(WARMS)}")
+        self.mpirun, self.env, self.size, self.warm = mpirun, dict(env), size, warm
         self.root = Path(tempfile.mkdtemp(prefix="nnlo-world-"))
         self.proc: subprocess.Popen | None = None
         self.conns: dict[int, socket.socket] = {}
@@ -70,7 +79,8 @@ class MpiWorld:
         port = listener.getsockname()[1]
         log = open(self.root / f"world-{self.starts}.log", "wb")
         self.proc = subprocess.Popen(
-            [self.mpirun, "-np", str(self.size), sys.executable, "-m", "tests.helpers.world_rank", str(port)],
+            [self.mpirun, "-np", str(self.size), sys.executable, "-m", "tests.helpers.world_rank", str(port),
+             self.warm],
             env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             cwd=str(self.root))
         log.close()

@@ -1,12 +1,10 @@
 """Keras runs keep the model in Keras's own format: the final ``model.keras`` and a ``model.keras`` inside
 every checkpoint (named in its manifest), holding exactly the checkpoint's central weights. Restoring still
-reads nnlo's own parts. One small real ``mpirun`` run (TensorFlow imports in every rank)."""
+reads nnlo's own parts. One small MPI run, in the warm TensorFlow world (``nnlo_keras``)."""
 from __future__ import annotations
 
 import json
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -39,14 +37,13 @@ def _data(folder: Path) -> list[str]:
     return ["--train", str(folder / "train.list"), "--val", str(folder / "val.list")]
 
 
-def test_checkpoints_and_the_result_hold_a_native_keras_model(mpirun, nnlo_env, tmp_path, tf_keras):
+def test_checkpoints_and_the_result_hold_a_native_keras_model(nnlo_keras, tmp_path, tf_keras):
     _, keras = tf_keras
     (tmp_path / "model.py").write_text(MODEL)
     out = tmp_path / "run"
-    cmd = [mpirun, "-np", "3", sys.executable, "-m", "nnlo_sched", "train", "--model", str(tmp_path / "model.py"),
-           "--backend", "keras", *_data(tmp_path), "--mode", "downpour", "--epochs", "2", "--batch", "16",
-           "--checkpoint-interval", "1", "--checkpoint", str(out)]
-    proc = subprocess.run(cmd, env=nnlo_env, capture_output=True, text=True, timeout=TIMEOUT)
+    proc = nnlo_keras(3, "train", "--model", tmp_path / "model.py", "--backend", "keras", *_data(tmp_path),
+                      "--mode", "downpour", "--epochs", "2", "--batch", "16", "--checkpoint-interval", "1",
+                      "--checkpoint", out, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     history = json.loads((out / "history.json").read_text())
