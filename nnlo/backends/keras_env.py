@@ -17,7 +17,9 @@ hundreds of MB per process, so nothing in nnlo imports it at module level. Every
 - lets TensorFlow grow its GPU memory as needed (``TF_FORCE_GPU_ALLOW_GROWTH=true``) instead of reserving
   every visible GPU whole, so ranks sharing a node's GPUs can coexist; give each rank its own GPU with the
   launcher (``jsrun -g 1``, ``srun --gpus-per-task=1``), which sets ``CUDA_VISIBLE_DEVICES`` per rank;
-- turns a missing TensorFlow into :class:`~nnlo.errors.ModelError` ("install nnlo[tf]").
+- turns a missing TensorFlow into :class:`~nnlo.errors.ModelError` ("install nnlo[tf]");
+- leaves Python's global random stream where it was (importing TensorFlow draws from it), so the fresh weights
+  of a seeded run do not depend on when TensorFlow was first imported.
 
 The environment part is :func:`prepare_environment`: it only sets variables (TensorFlow reads
 ``TF_NUM_INTRAOP_THREADS``/``TF_NUM_INTEROP_THREADS`` when it starts), so a rank can call it before running a
@@ -25,9 +27,12 @@ user's model module that imports Keras itself. Variables the user set are never 
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import random
 import sys
+from collections.abc import Iterator
 from types import ModuleType
 
 from nnlo.errors import ModelError
@@ -119,6 +124,17 @@ def _configure_threads(tf: ModuleType) -> None:
         log.debug("TensorFlow thread pools were already initialised; keeping them")
 
 
+@contextlib.contextmanager
+def _python_random_kept() -> Iterator[None]:
+    """Importing TensorFlow draws from Python's global generator, and Keras seeds fresh weights from it: without
+    this, a seeded run's weights would depend on whether TensorFlow was imported before the seed was set."""
+    state = random.getstate()
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
+
 def require_keras() -> tuple[ModuleType, ModuleType]:
     """``(tensorflow, keras)``, imported and configured; ModelError with the fix if unavailable."""
     if "keras" not in sys.modules:
@@ -127,15 +143,16 @@ def require_keras() -> tuple[ModuleType, ModuleType]:
             raise ModelError(f"KERAS_BACKEND={chosen} is set but nnlo runs Keras models on TensorFlow; "
                              f"unset KERAS_BACKEND or set KERAS_BACKEND=tensorflow")
     prepare_environment()
-    try:
-        import tensorflow as tf
-    except ImportError as e:
-        raise ModelError(f"this is a Keras model but TensorFlow is not installed ({e}); {INSTALL_HINT}") from None
-    _configure_threads(tf)
-    try:
-        import keras
-    except ImportError as e:
-        raise ModelError(f"this is a Keras model but Keras 3 is not installed ({e}); {INSTALL_HINT}") from None
+    with _python_random_kept():
+        try:
+            import tensorflow as tf
+        except ImportError as e:
+            raise ModelError(f"this is a Keras model but TensorFlow is not installed ({e}); {INSTALL_HINT}") from None
+        _configure_threads(tf)
+        try:
+            import keras
+        except ImportError as e:
+            raise ModelError(f"this is a Keras model but Keras 3 is not installed ({e}); {INSTALL_HINT}") from None
     version = getattr(keras, "__version__", "0")
     if not version.split(".")[0].isdigit() or int(version.split(".")[0]) < 3:
         raise ModelError(f"nnlo needs Keras 3 but found Keras {version}; upgrade: pip install -U 'keras>=3' "

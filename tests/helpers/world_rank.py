@@ -15,7 +15,7 @@ one: environment, working directory, ``sys.path``, modules imported from outside
 registers (rank records marked as exited) run at its end, as at the exit of a real rank. Each run starts with the
 random state of a fresh process (Python's and NumPy's global generators seeded from the OS) and, once Keras is
 imported, a fresh Keras (:class:`_FreshKeras`); a run whose TensorFlow thread pools would differ from the ones this
-process started with fails with one line (it needs a real launch).
+process started with ends with exit 2 and one line (it needs a real launch).
 
 A run that fails (exit status other than 0, 2 or 75), aborts the MPI job or hangs is the caller's to notice: the
 client restarts the whole world before its next run, so nothing of a bad run reaches the next test.
@@ -202,9 +202,9 @@ def run_one(world: Any, sub: Any, req: dict[str, Any]) -> int:
                 _STATE["keras"] = _fresh_process_state(_STATE["keras"])
                 unlike_a_launch = _STATE["keras"].check_threads() if _STATE["keras"] is not None else None
                 argv = list(req["argv"])
-                if unlike_a_launch:
+                if unlike_a_launch:  # on every rank, before any communication: the world stays, as after bad input
                     print(f"world_rank: {unlike_a_launch}", file=sys.stderr)
-                    rc = 1
+                    rc = 2
                 elif argv[0].endswith(".py"):  # a test's MPI program, run as `python PROGRAM ARGS` would run it
                     sys.argv = argv
                     sys.path.insert(0, str(Path(argv[0]).resolve().parent))  # as `python PROGRAM` puts it first

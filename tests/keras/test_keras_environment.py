@@ -151,10 +151,18 @@ def test_prepare_environment_keeps_user_settings(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.usefixtures("tf_keras")
 def test_tensorflow_really_runs_one_thread_per_pool_under_mpi(nnlo_env):
+    """In a fresh process (the pools are fixed once TensorFlow has run an op), which also shows that importing
+    TensorFlow through nnlo leaves Python's random stream where a seed put it (Keras draws fresh weights' seeds
+    from it, so a seeded run must not depend on when TensorFlow was imported)."""
     code = """
 import json
+import random
 from nnlo.backends.keras_env import require_keras
+random.seed(5)
 tf, keras = require_keras()
+drawn = random.random()
+random.seed(5)
+assert drawn == random.random(), "importing TensorFlow moved Python's random stream"
 keras.layers.Dense(2)(tf.ones((1, 3)))  # initialise the runtime
 print(json.dumps([tf.config.threading.get_intra_op_parallelism_threads(),
                   tf.config.threading.get_inter_op_parallelism_threads()]))
