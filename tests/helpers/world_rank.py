@@ -14,8 +14,8 @@ one: environment, working directory, ``sys.path``, modules imported from outside
 (user model modules), the ``nnlo`` logger's handlers and level, signal handlers; the ``atexit`` functions a run
 registers (rank records marked as exited) run at its end, as at the exit of a real rank. Each run starts with the
 random state of a fresh process (Python's and NumPy's global generators seeded from the OS) and, once Keras is
-imported, a fresh Keras (:class:`_FreshKeras`); a run whose TensorFlow thread pools would differ from the ones this
-process started with ends with exit 2 and one line (it needs a real launch).
+imported, a fresh Keras (:class:`_FreshKeras`); in a TensorFlow world, a run whose TensorFlow thread pools would
+differ from the ones this process started with ends with exit 2 and one line (it needs a real launch).
 
 A run that fails (exit status other than 0, 2 or 75), aborts the MPI job or hangs is the caller's to notice: the
 client restarts the whole world before its next run, so nothing of a bad run reaches the next test.
@@ -116,8 +116,9 @@ class _FreshKeras:
                 f"this run would start with {want}: run it as a real launch (real=True / launcher='mpirun')")
 
 
-#: The process's :class:`_FreshKeras`, made once Keras is imported (by the warm-up, or else by a first run).
-_STATE: dict[str, _FreshKeras | None] = {"keras": None}
+#: The world's warm-up and the process's :class:`_FreshKeras`, made once Keras is imported (by the warm-up, or else
+#: by a run).
+_STATE: dict[str, Any] = {"warm": "torch", "keras": None}
 
 
 def _fresh_process_state(fresh_keras: _FreshKeras | None) -> _FreshKeras | None:
@@ -200,7 +201,8 @@ def run_one(world: Any, sub: Any, req: dict[str, Any]) -> int:
                 atexit.register = run_at_end  # type: ignore[assignment]
                 MPI.COMM_WORLD = sub  # type: ignore[misc]  # the run's world is its sub-communicator
                 _STATE["keras"] = _fresh_process_state(_STATE["keras"])
-                unlike_a_launch = _STATE["keras"].check_threads() if _STATE["keras"] is not None else None
+                unlike_a_launch = (_STATE["keras"].check_threads()  # a TensorFlow world's runs are Keras runs
+                                   if _STATE["keras"] is not None and _STATE["warm"] == "keras" else None)
                 argv = list(req["argv"])
                 if unlike_a_launch:  # on every rank, before any communication: the world stays, as after bad input
                     print(f"world_rank: {unlike_a_launch}", file=sys.stderr)
@@ -266,7 +268,7 @@ def serve(port: int, warm: str) -> None:
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
     _warm(warm)
-    _STATE["keras"] = _fresh_process_state(None)
+    _STATE["warm"], _STATE["keras"] = warm, _fresh_process_state(None)
     conn = socket.create_connection(("127.0.0.1", port))
     stream = conn.makefile("rwb", buffering=0)
     stream.write(json.dumps({"rank": rank, "pid": os.getpid()}).encode() + b"\n")
