@@ -18,6 +18,7 @@ from tests.helpers.fixtures import (  # noqa: F401 - fixtures
     slurm_cluster,
 )
 from tests.helpers.markers import (  # noqa: F401 - pytest hooks
+    pytest_collection_finish,
     pytest_collection_modifyitems,
     pytest_configure,
     pytest_runtest_call,

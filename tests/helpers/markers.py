@@ -57,6 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
         sys._nnlo_marker_audit = True  # type: ignore[attr-defined]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the xdist_group marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         marks = _marks(item)
@@ -80,6 +81,22 @@ def _heaviest_first(item: pytest.Item) -> int:
     marks = _marks(item)
     return 0 if "slurm" in marks else 1 if marks & set(PROCESS_MARKERS) else 2
 
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which sends the collected ids to the controller
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Make ``--dist loadgroup`` see the groups: pytest-xdist 3.8 groups a test by rewriting ``item._nodeid`` to
+    ``ID@GROUP``, which pytest 9 no longer reads (a node's id is ``item._id``), so every group was silently
+    ignored (each worker started its own Slurm and TensorFlow world). The rewritten id is put where pytest reads it;
+    with a pytest that reads ``_nodeid`` itself this changes nothing."""
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # pytest < 9: xdist's rewrite works as it is
+        return
+    for item in session.items:
+        grouped = getattr(item, "_nodeid", None)
+        if isinstance(grouped, str) and "@" in grouped and grouped != item.nodeid and hasattr(item, "_id"):
+            item._id = NodeId.parse(grouped)
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _NOT_ALLOWED["item"], _NOT_ALLOWED["started"] = None, []
