@@ -82,7 +82,6 @@ def _heaviest_first(item: pytest.Item) -> int:
     return 0 if "slurm" in marks else 1 if marks & set(PROCESS_MARKERS) else 2
 
 
-
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which sends the collected ids to the controller
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Make ``--dist loadgroup`` see the groups: pytest-xdist 3.8 groups a test by rewriting ``item._nodeid`` to
