@@ -14,6 +14,7 @@ timeout ends the world; the next run starts a fresh one, so a bad test never poi
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -77,13 +78,12 @@ class MpiWorld:
         self.starts += 1
         listener = socket.create_server(("127.0.0.1", 0))
         port = listener.getsockname()[1]
-        log = open(self.root / f"world-{self.starts}.log", "wb")
-        self.proc = subprocess.Popen(
-            [self.mpirun, "-np", str(self.size), sys.executable, "-m", "tests.helpers.world_rank", str(port),
-             self.warm],
-            env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            cwd=str(self.root))
-        log.close()
+        with open(self.root / f"world-{self.starts}.log", "wb") as log:
+            self.proc = subprocess.Popen(
+                [self.mpirun, "-np", str(self.size), sys.executable, "-m", "tests.helpers.world_rank", str(port),
+                 self.warm],
+                env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=str(self.root))
         end = time.monotonic() + START_TIMEOUT_S
         listener.settimeout(1.0)
         try:
@@ -115,10 +115,8 @@ class MpiWorld:
         self.conns.clear()
         self.buffers.clear()
         if self.proc is not None and self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.proc.wait(timeout=30)
         self.proc = None
 
@@ -126,10 +124,8 @@ class MpiWorld:
         """End the world cleanly (its ranks exit normally, so coverage data is written), then remove its files."""
         if self.alive:
             for conn in self.conns.values():
-                try:
+                with contextlib.suppress(OSError):
                     conn.sendall(b'{"op": "exit"}\n')
-                except OSError:
-                    pass
             try:
                 assert self.proc is not None
                 self.proc.wait(timeout=60)
