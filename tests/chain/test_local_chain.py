@@ -117,13 +117,28 @@ def test_a_successor_starting_on_a_finished_run_exits_at_once(chain_env):
         assert st.state == "done"
 
 
+def _exists(probe) -> bool:
+    """Whether signal 0 reaches a process (group): ``probe`` raises ProcessLookupError once it is gone."""
+    try:
+        probe()
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_status_says_unknown_when_the_local_scheduler_is_gone(chain_env):
     run = submit(make_spec("testlocal", epochs=100, epoch_s=0.5, walltime_s=600))
     wait_for("the job to run", lambda: run.state.state == "running" and _pid(run, "1"))
     # kill the supervisor and the job behind nnlo's back (a reboot): nobody does the bookkeeping
     queue = json.loads((run.dir / "local" / "queue.json").read_text())
     os.kill(queue["supervisor_pid"], signal.SIGKILL)
-    os.killpg(_pid(run, "1"), signal.SIGKILL)
+    job_group = _pid(run, "1")
+    os.killpg(job_group, signal.SIGKILL)
+    # a SIGKILL is delivered at once, but a process lets go of its files (the supervisor's lock) as it exits:
+    # look once they are gone, as after a reboot
+    wait_for("the killed supervisor and job to be gone",
+             lambda: not _exists(lambda: os.kill(queue["supervisor_pid"], 0))
+             and not _exists(lambda: os.killpg(job_group, 0)))
     view = status_json(run)
     assert view["state"] == "running"  # an unknown answer changes nothing...
     assert view["jobs"][0]["scheduler_state"] == "UNKNOWN"  # ...and is shown as such
