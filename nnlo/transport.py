@@ -523,6 +523,7 @@ def sleeping_waits(comm: Any) -> bool:
         return forced == "sleep"
     return ranks_here > len(os.sched_getaffinity(0))
 
+
 def _sleep_until(done: Any, max_pause: float = 0.05, timeout: float | None = None) -> bool:
     """Test ``done()`` until true (True), sleeping between tests; False once ``timeout`` seconds passed."""
     end = None if timeout is None else time.monotonic() + timeout

@@ -87,10 +87,11 @@ class Watchdog:
         """Every rank has set up: from now on a wait is bounded by ``timeout``."""
         self._started = True
 
-    @property
-    def limit(self) -> float | None:
-        """The limit of a wait now."""
-        return self.timeout if self._started else self.start_timeout
+    def _limit(self) -> tuple[float | None, str]:
+        """The limit of a wait now, and the variable that sets it."""
+        if self._started:
+            return self.timeout, TIMEOUT_VAR
+        return self.start_timeout, START_TIMEOUT_VAR
 
     def arm(self, what: str) -> None:
         """A wait starts (:meth:`waiting` without a generator: the hot receive path of the transport)."""
@@ -101,11 +102,10 @@ class Watchdog:
 
     def _run(self) -> None:
         assert self.timeout is not None
-        while not self._stop.wait(min(max(min(self.timeout, self.start_timeout or math.inf) / 20, 0.05), 5.0)):
-            since, started = self._since, self._started
-            limit = self.timeout if started else self.start_timeout
+        step = min(max(min(self.timeout, self.start_timeout or math.inf) / 20, 0.05), 5.0)
+        while not self._stop.wait(step):
+            since, (limit, var) = self._since, self._limit()
             if since is not None and limit is not None and time.monotonic() - since > limit:
-                var = TIMEOUT_VAR if started else START_TIMEOUT_VAR
                 self.on_expire(f"{self._what} for more than {limit:g} s: a peer died or hangs ({var} sets this limit)")
                 return
 
