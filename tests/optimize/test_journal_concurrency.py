@@ -3,7 +3,9 @@ some tear their record on purpose (what a writer killed mid-write leaves on a ne
 
 Holds: every record a reader accepts is one a writer wrote whole (no torn record accepted, also for a reader
 that reads without the lock while others write), every acknowledged append is in the journal exactly once
-(no lost record), each writer's records are in its order, and exactly the torn lines are skipped.
+(no lost record), each writer's records are in its order, and exactly the torn lines are skipped: each
+tearer's, and any a SIGKILLed writer left mid-write (Linux ends a large write to a regular file at a page
+boundary when a fatal signal arrives, so a killed writer can tear its record too; at most one per kill).
 """
 from __future__ import annotations
 
@@ -105,7 +107,8 @@ def test_concurrent_appends_with_kills_and_tears(tmp_path):
     assert kills > 10 and tearers, "the test must kill writers and tear records"
     assert all(valid(r) for r in records) and all(valid(r) for r in seen_unlocked)
     assert [r for r in records if r["p"].startswith("w1000")] == []  # no torn record accepted
-    assert len(skipped) == len(tearers)  # exactly the torn ones skipped ...
+    # exactly the torn ones skipped: every tearer's, and at most one per killed writer (cut mid-write) ...
+    assert len(tearers) <= len(skipped) <= len(tearers) + kills
     assert all("torn" in s.reason or "incomplete" in s.reason or "not a journal" in s.reason for s in skipped)
     keys = [(r["p"], r["seq"]) for r in records]
     assert len(keys) == len(set(keys))  # none twice
