@@ -13,7 +13,8 @@ day. So ``nnlo submit`` (and ``--dry-run``) checks, after parsing the inner comm
 
 Each failure is one line naming the file and the fix (a :class:`~nnlo.errors.ConfigError`, exit 2), raised
 before any run directory exists. ``--no-check`` skips the path checks (for paths that only compute nodes
-see) and :func:`skipped_checks` says which.
+see) and :func:`skipped_checks` says which. ``nnlo train|optimize -n`` queues nothing: its ranks start at once
+and import the model and open the data themselves, so it checks the paths and the data lists only.
 """
 from __future__ import annotations
 
@@ -46,11 +47,16 @@ def skipped_checks() -> str:
             "--opt-restore paths")
 
 
-def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | None = None) -> list[str]:
+def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | None = None,
+              import_model: bool = True) -> list[str]:
     """Every path check of a run about to be queued; returns notes to print (e.g. a sampled list).
 
     Raises :class:`ConfigError` (one line) on the first problem. Relative paths mean what they mean in
-    ``cwd`` (the submission's working directory, where the jobs start too).
+    ``cwd`` (the submission's working directory, where the jobs start too). ``import_model=False`` leaves out
+    the probe (the model's import and the data it names, in a fresh interpreter) and checks only that the
+    ``--train``/``--val`` lists and their files exist: for a run whose ranks start here and now (``nnlo
+    train|optimize -n``), which import the model and open the data at once themselves and stop with one line
+    and exit 2 too, so the probe would only add an interpreter and a framework import before them.
     """
     cwd = Path(cwd or os.getcwd())
     if config.tensorboard or config.mlflow:  # the tracking packages, on the login node as in the job
@@ -59,7 +65,10 @@ def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | N
         trial_overrides(config, cwd, "")  # a search refuses --restore before any path is looked at
         search.schedule_spec(config)  # and a schedule that cannot run (--min-epochs above --epochs, ...)
     _check_paths(config, search, cwd)
-    return _probe(config, search, cwd)
+    if import_model:
+        return _probe(config, search, cwd)
+    _check_lists(config, cwd)
+    return []
 
 
 def check_script(path: str, cwd: Path | None = None) -> None:
@@ -126,6 +135,15 @@ def check_site_run_home(profile: Profile, account: str | None, target: Path) -> 
 def _abs(path: str, cwd: Path) -> Path:
     p = Path(os.path.expandvars(path)).expanduser()
     return p if p.is_absolute() else cwd / p
+
+
+def _check_lists(config: TrainConfig, cwd: Path) -> None:
+    """The ``--train``/``--val`` lists exist and every file they name does (no file opened, no model imported)."""
+    from nnlo.data.lists import read_list_file  # lazy: the nnlo.data package imports h5py (only -n needs it here)
+
+    for given in (config.train, config.val):
+        if given:
+            read_list_file(given if Path(given).is_absolute() or cwd == Path.cwd() else _abs(given, cwd))
 
 
 def _check_paths(config: TrainConfig, search: SearchConfig | None, cwd: Path) -> None:

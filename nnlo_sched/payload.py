@@ -88,12 +88,13 @@ def start_here(inner: InnerCommand, args: list[str]) -> int:
     """``nnlo <kind> -n N`` outside an MPI launch: the pre-queue checks (unless ``--no-check``), then the run's
     spec on ``inner.ranks`` ranks of this machine through the local profile's launcher; the exit status.
 
-    ``args``: the command line as typed (the spec keeps it for display). Bad input is one line (ConfigError)
-    before any rank starts.
+    ``args``: the command line as typed (the spec keeps it for display). Bad options and paths are one line
+    (ConfigError) before any rank starts; the model's import and its data are checked by the ranks themselves,
+    which start at once (no queue to save them from): one line and exit 2 too, without a probe's interpreter.
     """
     assert inner.ranks is not None
-    notes = check_run(inner.train, inner.search) if inner.check else [f"--no-check: skipped the checks of "
-                                                                         f"{skipped_checks()}"]
+    notes = (check_run(inner.train, inner.search, import_model=False) if inner.check
+             else [f"--no-check: skipped the checks of {skipped_checks()}"])
     over = oversubscribed(inner.ranks, load_profile(PROFILE).cores_per_node)
     if over:
         notes.append(f"{over} of this machine (the ranks share them: slower, not wrong)")

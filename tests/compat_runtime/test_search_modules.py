@@ -116,16 +116,19 @@ def test_missing_data_stops_every_rank_with_one_line(tmp_path, nnlo_cli):
     assert not (proj["root"] / "optimize-sibling-mlp").exists()  # nothing ran: no output folder
 
 
-def test_missing_data_stops_n_before_any_rank_starts(tmp_path, probe_in_process, capsys, clean_path):
-    """``nnlo optimize -n 3``: the pre-queue checks find the data missing before any rank starts (in-process:
-    starting a rank here would be a process, which the marker audit fails; the probe's own subprocess has
-    its tests in tests/sched/test_checks.py)."""
-    proj = write_project(tmp_path / "p", train=[str(tmp_path / "gone.h5")])
+def test_missing_data_stops_n_before_any_rank_starts(tmp_path, capsys, clean_path):
+    """``nnlo optimize -n 3 --train LIST``: the list naming a missing file is refused before any rank starts, in
+    this process (no model import: a probe's interpreter or a rank would be a process, which the marker audit
+    fails). Data that only ``get_train()`` names is checked by the ranks themselves, which start at once:
+    ``test_missing_data_stops_every_rank_with_one_line`` (the same ranks' code as ``-n`` runs)."""
+    proj = write_project(tmp_path / "p")
+    listed = tmp_path / "train.list"
+    listed.write_text(f"{tmp_path / 'gone.h5'}\n")
     os.chdir(proj["root"])
-    rc, _, err = cli_runner.run(capsys, *MISSING_DATA_ARGS, "-n", "3")
+    rc, _, err = cli_runner.run(capsys, *MISSING_DATA_ARGS, "--train", str(listed), "-n", "3")
     lines = error_lines(err)
     assert rc == 2, err[-2000:]
-    assert len(lines) == 1 and "gone.h5" in lines[0], err[-2000:]
+    assert len(lines) == 1 and "gone.h5" in lines[0] and "does not exist" in lines[0], err[-2000:]
     assert "Traceback" not in err
     assert not (proj["root"] / "optimize-sibling-mlp").exists()  # nothing ran: no output folder
 

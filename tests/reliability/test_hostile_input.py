@@ -58,6 +58,7 @@ def _check_answer(code: object, out: str, err: str, argv: list[str]) -> None:
         assert any(ln.startswith(("nnlo: error:", "Error:")) for ln in lines), (argv, err)
 
 
+@pytest.mark.slow  # a rendered script is checked by a real `bash -n` (a process), whenever an example renders one
 @settings(max_examples=int(os.environ.get("NNLO_FAULT_EXAMPLES", "120")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(cluster=st.sampled_from(CLUSTERS), name=TEXT, walltime=WALLTIME, account=TEXT, queue=TEXT,
