@@ -41,8 +41,10 @@ DEFAULT_TIMEOUT_S = 120.0
 _RESULT = "NNLO_CHECK_RESULT "  # the probe's answer line (a model module may print anything before it)
 
 
-def skipped_checks() -> str:
-    """What ``--no-check`` leaves out, for the note it prints."""
+def skipped_checks(import_model: bool = True) -> str:
+    """What ``--no-check`` leaves out, for the note it prints (``import_model``: as :func:`check_run`'s)."""
+    if not import_model:
+        return "the model file, the data lists and their files, --space, --restore and --opt-restore paths"
     return ("the model file and its import, the data lists and their HDF5 files, --space, --restore and "
             "--opt-restore paths")
 

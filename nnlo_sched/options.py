@@ -313,8 +313,8 @@ def _launch_options(kind: str) -> list[Decorator]:
                      help=f"Start N ranks with mpirun on this machine ({who}). Ignored inside an existing "
                           "MPI launch (mpirun/srun/jsrun/aprun), which sets the ranks itself."),
         click.option("--no-check", is_flag=True,
-                     help="With -n: skip the checks of the model, data, --space and --restore paths made "
-                          "before any rank starts (as nnlo submit --no-check)."),
+                     help="With -n: skip the checks of the model file, the data lists, --space and --restore "
+                          "paths made before any rank starts."),
     ]
 
 

@@ -94,7 +94,7 @@ def start_here(inner: InnerCommand, args: list[str]) -> int:
     """
     assert inner.ranks is not None
     notes = (check_run(inner.train, inner.search, import_model=False) if inner.check
-             else [f"--no-check: skipped the checks of {skipped_checks()}"])
+             else [f"--no-check: skipped the checks of {skipped_checks(import_model=False)}"])
     over = oversubscribed(inner.ranks, load_profile(PROFILE).cores_per_node)
     if over:
         notes.append(f"{over} of this machine (the ranks share them: slower, not wrong)")

@@ -67,3 +67,20 @@ def test_gem_lr_beside_another_worker_optimizer_is_refused_before_any_rank_start
     assert code == 2 and launches == [] and out == ""
     assert err == ("nnlo: error: --gem-lr 0.05 sets the step of GEM's worker SGD, but --worker-optimizer adam steps "
                    "on its own; drop --worker-optimizer (GEM's paper setting, sgd:lr=0.05) or drop --gem-lr\n")
+
+
+def test_n_checks_paths_here_and_leaves_the_model_import_to_the_ranks(launches: list, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``-n`` checks the paths and data lists in this process and starts no probe interpreter (a process here
+    would fail the marker audit of this process-free test): the ranks import the model themselves."""
+    (tmp_path / "m.py").write_text("raise RuntimeError('only the ranks import me')\n")
+    (tmp_path / "train.list").write_text("gone.h5\n")
+    code, _, err = run(capsys, "train", "-n", "2", "--model", "m.py", "--epochs", "1")
+    assert code == 0 and len(launches) == 1, err
+    code, _, err = run(capsys, "train", "-n", "2", "--model", "missing.py")
+    assert code == 2 and "model file missing.py does not exist" in err and len(launches) == 1
+    code, _, err = run(capsys, "train", "-n", "2", "--model", "m.py", "--train", "train.list")
+    assert code == 2 and "gone.h5" in err and "does not exist" in err and len(launches) == 1
+    code, _, err = run(capsys, "train", "-n", "2", "--model", "m.py", "--train", "train.list", "--no-check")
+    assert code == 0 and len(launches) == 2
+    assert "skipped the checks of the model file, the data lists and their files" in err and "import" not in err
