@@ -43,10 +43,8 @@ _RESULT = "NNLO_CHECK_RESULT "  # the probe's answer line (a model module may pr
 
 def skipped_checks(import_model: bool = True) -> str:
     """What ``--no-check`` leaves out, for the note it prints (``import_model``: as :func:`check_run`'s)."""
-    if not import_model:
-        return "the model file, the data lists and their files, --space, --restore and --opt-restore paths"
-    return ("the model file and its import, the data lists and their HDF5 files, --space, --restore and "
-            "--opt-restore paths")
+    model, files = ("the model file and its import", "HDF5 files") if import_model else ("the model file", "files")
+    return f"{model}, the data lists and their {files}, --space, --restore and --opt-restore paths"
 
 
 def check_run(config: TrainConfig, search: SearchConfig | None, *, cwd: Path | None = None,
@@ -144,8 +142,8 @@ def _check_lists(config: TrainConfig, cwd: Path) -> None:
     from nnlo.data.lists import read_list_file  # lazy: the nnlo.data package imports h5py (only -n needs it here)
 
     for given in (config.train, config.val):
-        if given:
-            read_list_file(given if Path(given).is_absolute() or cwd == Path.cwd() else _abs(given, cwd))
+        if given:  # named as given where it means the same (the probe reads it so, from cwd)
+            read_list_file(given if cwd == Path.cwd() else _abs(given, cwd))
 
 
 def _check_paths(config: TrainConfig, search: SearchConfig | None, cwd: Path) -> None:

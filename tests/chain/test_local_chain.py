@@ -117,10 +117,10 @@ def test_a_successor_starting_on_a_finished_run_exits_at_once(chain_env):
         assert st.state == "done"
 
 
-def _exists(probe) -> bool:
-    """Whether signal 0 reaches a process (group): ``probe`` raises ProcessLookupError once it is gone."""
+def _exists(pid: int) -> bool:
+    """Whether signal 0 reaches process ``pid`` (a negative one: that process group)."""
     try:
-        probe()
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     return True
@@ -137,8 +137,7 @@ def test_status_says_unknown_when_the_local_scheduler_is_gone(chain_env):
     # a SIGKILL is delivered at once, but a process lets go of its files (the supervisor's lock) as it exits:
     # look once they are gone, as after a reboot
     wait_for("the killed supervisor and job to be gone",
-             lambda: not _exists(lambda: os.kill(queue["supervisor_pid"], 0))
-             and not _exists(lambda: os.killpg(job_group, 0)))
+             lambda: not _exists(queue["supervisor_pid"]) and not _exists(-job_group))
     view = status_json(run)
     assert view["state"] == "running"  # an unknown answer changes nothing...
     assert view["jobs"][0]["scheduler_state"] == "UNKNOWN"  # ...and is shown as such
