@@ -322,7 +322,11 @@ def test_an_environment_activated_in_setup_is_the_one_the_job_runs(tmp_path: Pat
     env_bin = tmp_path / "env" / "bin"
     env_bin.mkdir(parents=True)
     (env_bin / "activate").write_text(f'export PATH="{env_bin}:$PATH"\n')
-    (env_bin / "python3").write_text('#!/bin/bash\necho "$*" >> "$NNLO_RUN_DIR/calls.txt"\nexit 0\n')
+    # a rank's call also lives an MPI rank's life (init, finalize): a rank that exits without it races MPICH's
+    # launcher, which then dies of SIGPIPE (status 141, seen under load in CI) - a real rank never does that
+    (env_bin / "python3").write_text('#!/bin/bash\necho "$*" >> "$NNLO_RUN_DIR/calls.txt"\n'
+                                     f'case "$*" in "-m nnlo_sched run "*) exec {shlex.quote(sys.executable)} '
+                                     '-c "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()";; esac\nexit 0\n')
     (env_bin / "python3").chmod(0o755)
     p = replace(load_profile("local"), setup=(f"source {shlex.quote(str(env_bin / 'activate'))}",),
                 launcher_command=mpirun)
