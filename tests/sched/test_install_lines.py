@@ -63,7 +63,7 @@ def test_every_install_line_installs_this_project_never_pypis_nnlo() -> None:
                 except ValueError:
                     args = m.group(1).split()
                 names = [_requirement_name(a) for a in args]
-                wrong += [f"{where}: pip install {a}" for a, name in zip(args, names)
+                wrong += [f"{where}: pip install {a}" for a, name in zip(args, names, strict=True)
                           if name is not None and name.startswith("nnlo") and name not in ours]
     assert seen > 5  # the scan finds the install lines (README, docs, setup.sh, hints)
     assert not wrong, "install lines naming PyPI's nnlo (another project): " + "; ".join(wrong)
