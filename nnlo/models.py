@@ -385,12 +385,14 @@ def _is_hdf5(p: Path) -> bool:
 def _load_torch_file(path: str) -> Any:
     import torch
 
+    importable(Path(path))  # its classes' modules: in the working folder or beside the file, for every launch
     try:
         model = torch.load(path, map_location="cpu", weights_only=False)
     except ModuleNotFoundError as e:
         if not (e.name or "").startswith("nnlo_user_model_"):
             raise ModelError(f"cannot load torch model {path}: the module {e.name!r} of its classes is not "
-                             f"importable; install it or put it on PYTHONPATH") from None
+                             f"importable (neither in the working folder {os.getcwd()} nor beside the file); run "
+                             f"from its folder, install it or put it on PYTHONPATH") from None
         stem = (e.name or "")[len("nnlo_user_model_"):].rsplit("_", 1)[0]
         raise ModelError(f"{path} holds a model whose class is defined in the model module {stem}.py; pass that "
                          f"module instead (--model path/to/{stem}.py, with --restore RUN for its weights)") from None
