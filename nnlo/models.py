@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from nnlo.errors import ConfigError, DataError, ModelError
+from nnlo.legacy import with_hint
 
 TORCH_SUFFIXES = (".pt", ".pth", ".torch")
 KERAS_SUFFIXES = (".json", ".keras", ".h5")
@@ -243,7 +244,7 @@ def _import_file(p: Path) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as e:  # noqa: BLE001
         del sys.modules[name]
-        raise ModelError(f"importing model module {p} raised {type(e).__name__}: {e}") from None
+        raise ModelError(with_hint(f"importing model module {p} raised {type(e).__name__}: {e}", e)) from None
     return module
 
 
@@ -416,7 +417,7 @@ def _call_builder(fn: Any, what: str, where: str, hyperparameters: dict[str, Any
                              f"add those keyword arguments to {where}") from None
         raise ModelError(f"{what} raised TypeError: {e}") from None
     except Exception as e:  # noqa: BLE001 - a user's code may raise anything; report it in one line
-        raise ModelError(f"{what} raised {type(e).__name__}: {e}") from None
+        raise ModelError(with_hint(f"{what} raised {type(e).__name__}: {e}", e)) from None
     if model is None:
         raise ModelError(f"{what} returned None; it must return the model")
     return model
