@@ -170,7 +170,7 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         if out is not None:
             top = rank == hierarchy.groups[0].top
             if top:  # before any rank writes: an earlier run here is continued, overwritten on request, or kept
-                claim(out, config, chained=bool(os.environ.get(ENV_RUN_DIR)))
+                claim(out, config, chained=bool(os.environ.get(ENV_RUN_DIR)), python=inputs.python_api)
             out.mkdir(parents=True, exist_ok=True)
             if top:
                 ckpt.write_json_atomic(out / CONFIG_FILE, config.to_dict())
