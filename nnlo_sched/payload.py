@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import runpy
+import shlex
 import sys
 import tempfile
 import traceback
@@ -29,7 +30,7 @@ import click
 
 from nnlo.abort import abort_job
 from nnlo.api import run_train
-from nnlo.checkpoint import find_latest
+from nnlo.checkpoint import RESTORE_AUTO, find_latest
 from nnlo.config import TrainConfig, deadline_from_env
 from nnlo.contract import ENV_RUN_DIR, EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, SPEC_FILE
 from nnlo.errors import NnloError
@@ -103,7 +104,20 @@ def start_here(inner: InnerCommand, args: list[str]) -> int:
     spec = RunSpec.of(inner, args, PROFILE, name=inner.run_name(os.getcwd()), workdir=os.getcwd())
     with tempfile.TemporaryDirectory(prefix="nnlo-run-") as folder:
         write_json_atomic(Path(folder) / SPEC_FILE, spec.to_dict())
-        return relaunch(inner.ranks, ["run", "--as-given", folder])
+        code = relaunch(inner.ranks, ["run", "--as-given", folder])
+    if code == EXIT_RESUMABLE:
+        click.echo(f"nnlo: {continue_line(inner, args)}", err=True)
+    return code
+
+
+def continue_line(inner: InnerCommand, args: list[str]) -> str:
+    """What a ``-n`` run stopped with a checkpoint (exit 75) says last: the command that continues it."""
+    if inner.kind == "train":
+        given, flag = inner.train.restore == RESTORE_AUTO, ["--restore", "auto"]
+    else:
+        given, flag = bool(inner.search and inner.search.opt_restore), ["--opt-restore"]
+    again = shlex.join(["nnlo", inner.kind, *args, *([] if given else flag)])
+    return f"stopped with a checkpoint; continue with: {again}"
 
 
 # -- in this MPI world ---------------------------------------------------------------------------------------

@@ -84,3 +84,24 @@ def test_n_checks_paths_here_and_leaves_the_model_import_to_the_ranks(launches: 
     code, _, err = run(capsys, "train", "-n", "2", "--model", "m.py", "--train", "train.list", "--no-check")
     assert code == 0 and len(launches) == 2
     assert "skipped the checks of the model file, the data lists and their files" in err and "import" not in err
+
+
+@pytest.mark.parametrize("kind, given, added", [
+    ("train", [], ["--restore", "auto"]),
+    ("train", ["--restore", "auto"], []),
+    ("optimize", [], ["--opt-restore"]),
+])
+def test_a_run_stopped_with_a_checkpoint_ends_with_the_command_that_continues_it(
+        launches: list, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, kind: str,
+        given: list[str], added: list[str]) -> None:
+    """Ctrl-C (or a deadline) during ``nnlo train -n 3``: the ranks checkpoint and exit 75; the last line says
+    how to go on (running the same command again is refused while the folder holds that run)."""
+    from nnlo.contract import EXIT_RESUMABLE
+    from nnlo_sched import payload
+
+    monkeypatch.setattr(payload, "relaunch", lambda n, argv: EXIT_RESUMABLE)
+    args = ["-n", "2", "--model", "m.py", "--no-check", "--epochs", "5", *given]
+    code, _, err = run(capsys, kind, *args)
+    assert code == EXIT_RESUMABLE
+    assert err.splitlines()[-1] == ("nnlo: stopped with a checkpoint; continue with: "
+                                    + " ".join(["nnlo", kind, *args, *added]))
