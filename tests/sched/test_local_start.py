@@ -105,3 +105,23 @@ def test_a_run_stopped_with_a_checkpoint_ends_with_the_command_that_continues_it
     assert code == EXIT_RESUMABLE
     assert err.splitlines()[-1] == ("nnlo: stopped with a checkpoint; continue with: "
                                     + " ".join(["nnlo", kind, *args, *added]))
+
+
+def test_the_launchers_ctrl_c_chatter_is_not_copied_beside_nnlos_own_line() -> None:
+    """Hydra answers the Ctrl-C nnlo relays with its own advice ("Press Ctrl-C again to force abort"), which
+    contradicts nnlo's (the second Ctrl-C goes to nnlo); the copy of the launch's output leaves those lines out
+    and keeps every other byte. Process-free: a pipe in this process."""
+    import io
+    import os
+
+    from nnlo_sched.launchers.local_launch import _Watch
+
+    given = (b"epoch 3 loss 0.5\r[mpiexec@host] Sending Ctrl-C to processes as requested\n"
+             b"[mpiexec@host] Press Ctrl-C again to force abort\nnnlo: stopping: checkpoint, then exit 75\n")
+    r, w = os.pipe()
+    os.write(w, given)
+    os.close(w)
+    out = io.StringIO()
+    with os.fdopen(r, "rb") as src:
+        _Watch().pump(src, out)
+    assert out.getvalue() == "epoch 3 loss 0.5\rnnlo: stopping: checkpoint, then exit 75\n"
