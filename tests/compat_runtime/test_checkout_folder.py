@@ -43,6 +43,7 @@ def checkout(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow  # (editable_install: pip)
 def test_optimize_and_train_with_n_work_from_a_folder_holding_a_package_named_nnlo(checkout, editable_install) -> None:
     """One ``nnlo optimize -n 3``: its ranks are ``python -m nnlo_sched`` processes started in the checkout, and
     its trial is a training from there. (``nnlo train -n 2`` from the same folder was a second launch reaching
@@ -84,6 +85,7 @@ def test_a_chain_job_and_its_pre_queue_check_work_from_the_checkout(checkout, ed
     assert "nnlo.optimize.options" not in logs and "internal error" not in logs, logs[-3000:]
 
 
+@pytest.mark.slow  # (editable_install: pip)
 def test_a_submitit_job_imports_nnlos_runtime_in_the_checkout(checkout, editable_install) -> None:
     """A submitit job's program (``python -m nnlo_sched.submitit.job FOLDER``) started in the checkout gets
     past nnlo's imports to submitit's own question (outside a job it finds no job environment)."""
