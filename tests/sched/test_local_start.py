@@ -125,3 +125,29 @@ def test_the_launchers_ctrl_c_chatter_is_not_copied_beside_nnlos_own_line() -> N
     with os.fdopen(r, "rb") as src:
         _Watch().pump(src, out)
     assert out.getvalue() == "epoch 3 loss 0.5\rnnlo: stopping: checkpoint, then exit 75\n"
+
+
+@pytest.mark.parametrize("reason, expect", [("signal", 75), ("completed", 130)])
+def test_a_launcher_ended_by_a_second_ctrl_c_after_the_stop_checkpoint_still_exits_75(
+        launches: list, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        reason: str, expect: int) -> None:
+    """The first Ctrl-C checkpoints; a second one after that checkpoint was complete made Hydra abort (130, its
+    internal errors): the run had stopped with its checkpoint all the same, so -n exits 75 and says how to go on.
+    A checkpoint that is not the stop's (an interval checkpoint: the stop had not written its own) changes
+    nothing."""
+    import json
+
+    from nnlo.contract import MANIFEST_FILE
+    from nnlo_sched import payload
+
+    def launch(n: int, argv: list[str]) -> int:  # the ranks as far as the run folder shows them
+        ckpt = tmp_path / "nnlo-runs" / "m" / "checkpoints" / "ckpt-e0003-u00000030"
+        ckpt.mkdir(parents=True)
+        (ckpt / "weights.npy").write_bytes(b"w")
+        (ckpt / MANIFEST_FILE).write_text(json.dumps({"epoch": 3, "parts": ["weights.npy"], "stopped_reason": reason}))
+        return 130
+
+    monkeypatch.setattr(payload, "relaunch", launch)
+    code, _, err = run(capsys, "train", "-n", "2", "--model", "m.py", "--no-check", "--epochs", "5")
+    assert code == expect
+    assert ("continue with: nnlo train -n 2 --model m.py --no-check --epochs 5 --restore auto" in err) == (expect == 75)
