@@ -391,7 +391,7 @@ class Search:
 
             budgets = self.schedule.budgets
             # the donor's checkpoint at the step it was compared (it may have trained on since)
-            start = inherit(self.out_dir, job.parent, tid, self.n_fold, budgets[max(0, job.rung - 1)])
+            start = inherit(self.out_dir, job.parent, tid, self.n_fold, budgets[max(0, job.rung - 1)], params)
             trial.start_epochs = start
             if start is not None and start >= budgets[job.rung]:  # the copy is further along: its next step
                 trial.target = next((k for k, b in enumerate(budgets) if b > start), len(budgets) - 1)
