@@ -95,7 +95,8 @@ def claim_task(out_dir: Path, msg: dict[str, Any]) -> dict[str, Any]:
     """The task, after its trial's folder is made this (id, parameters) trial's (:func:`claim`); a folder that
     cannot be claimed fails the trial on every rank (``unclaimed``), rather than the leader alone."""
     try:
-        claim(out_dir, int(msg["trial"]), dict(msg["params"]))
+        epochs = msg.get("epochs")
+        claim(out_dir, int(msg["trial"]), dict(msg["params"]), None if epochs is None else int(epochs))
     except OSError as e:
         return {**msg, "unclaimed": f"trial {msg['trial']}'s folder cannot be claimed: {e}"}
     return msg

@@ -111,7 +111,7 @@ class HookRunner:
             return None
         if epochs is None:
             return self._outcome(self.evaluate(dict(params), fold=fold, n_fold=n_fold))
-        claim(out_dir, trial_id, params)  # the state in the folder must be this trial's (run_block claimed it)
+        claim(out_dir, trial_id, params, epochs)  # the state in the folder must be this trial's (as run_block checked)
         folder = trial_dir(out_dir, trial_id, fold)
         state, done = read_hook_state(folder)
         value = self.evaluate(dict(params), fold=fold, n_fold=n_fold, epochs=epochs, state=state)

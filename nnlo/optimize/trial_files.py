@@ -21,6 +21,7 @@ report its metrics as its own): a folder that belongs to other parameters is mov
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from typing import Any
 from nnlo import checkpoint as ckpt
 from nnlo.atomic import write_json
 from nnlo.contract import CHECKPOINT_DIR
+from nnlo.errors import NnloError, TrainingError
 
 log = logging.getLogger("nnlo.optimize.trial_files")
 
@@ -73,30 +75,52 @@ def owner(out_dir: Path | str, trial_id: int) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def claim(out_dir: Path | str, trial_id: int, params: dict[str, Any]) -> Path | None:
-    """Make trial ``trial_id``'s folder this (id, ``params``) trial's before anything in it is read or written.
+def claim(out_dir: Path | str, trial_id: int, params: dict[str, Any], epochs: int | None = None) -> Path | None:
+    """Make trial ``trial_id``'s folder this (id, ``params``) trial's before anything in it is read or written;
+    ``epochs``: the job trains to this many epochs in total (a schedule's stage; None: ``--epochs``).
 
     The folder is this trial's when its identity record says so (nothing is touched: a re-run, a promotion, a
-    resumed stage, a second fold group checking). A folder holding anything else - another parameter set's
-    record, or files without a record (a job killed between creating it and recording, or a folder of an
-    earlier nnlo whose owner cannot be known) - is moved aside to ``trials/<id>.stale-<n>/`` with one warning,
-    and the record is written (atomically) into a new, empty folder. Returns where a stale folder went, or None.
+    resumed stage, a second fold group checking) and it holds no checkpoint or hook state beyond ``epochs`` (a
+    trial only trains forward: a folder ahead of its job is an earlier hand-out's of the same id and point, one
+    the restored search does not know, and resuming it would report a later epoch's figure as this stage's). A
+    folder holding anything else - another parameter set's record, or files without a record (a job killed
+    between creating it and recording, or a folder of an earlier nnlo whose owner cannot be known) - is moved
+    aside to ``trials/<id>.stale-<n>/`` with one warning, and the record is written (atomically) into a new,
+    empty folder. Returns where a stale folder went, or None.
     """
     root = trial_root(out_dir, trial_id)
     want = {"trial": int(trial_id), "params": _normal(params)}
     kept = owner(out_dir, trial_id)
-    if kept is not None and kept.get("trial") == want["trial"] and kept.get("params") == want["params"]:
+    mine = kept is not None and kept.get("trial") == want["trial"] and kept.get("params") == want["params"]
+    ahead = _epochs_held(root) if mine and epochs is not None else 0
+    if mine and (epochs is None or ahead <= epochs):
         return None
     moved = None
     if root.exists() and (kept is not None or any(not p.name.startswith(".") for p in root.iterdir())):
         moved = _set_aside(root)
         whose = (f"parameters {kept.get('params')}" if kept is not None and "params" in kept
                  else "no identity record")
+        if mine:
+            whose = f"this point trained to epoch {ahead}, beyond this job's {epochs}: an earlier hand-out's"
         log.warning("trial %d: its folder held another trial's files (%s), not those of %s; moved to %s - "
                     "trial %d starts afresh", trial_id, whose, want["params"], moved, trial_id)
     root.mkdir(parents=True, exist_ok=True)
     write_json(root / IDENTITY, want)
     return moved
+
+
+def _epochs_held(root: Path) -> int:
+    """The most epochs any fold's checkpoint or hook state in ``root`` holds (0: none, or none readable)."""
+    held = 0
+    for folder in root.glob("fold-*"):
+        with contextlib.suppress(NnloError):  # an unreadable state is the runner's to report, not the claim's
+            held = max(held, read_hook_state(folder)[1])
+        for checkpoint in ckpt.list_checkpoints(folder / CHECKPOINT_DIR):
+            try:
+                held = max(held, _epoch(checkpoint))
+            except (OSError, ValueError, KeyError, TypeError, NnloError):
+                continue
+    return held
 
 
 def _set_aside(root: Path) -> Path:
@@ -117,8 +141,6 @@ def read_hook_state(folder: Path, epochs: int | None = None) -> tuple[Any, int]:
     except FileNotFoundError:
         return None, 0
     except (OSError, ValueError) as e:
-        from nnlo.errors import TrainingError
-
         raise TrainingError(f"{folder / HOOK_STATE} is unreadable ({e}); remove it to train the trial afresh") from None
     previous = data.get("previous")
     if epochs is not None and isinstance(previous, dict) and int(previous.get("epochs") or 0) == epochs:

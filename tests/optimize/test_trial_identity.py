@@ -97,3 +97,29 @@ def test_a_pbt_child_reusing_an_id_keeps_the_other_trials_files(tmp_path):
     assert read_hook_state(trial_dir(tmp_path, 9, 0)) == ({"epoch": 2, "loss": 1.0}, 2)
     assert owner(tmp_path, 9) == {"trial": 9, "params": A}
     assert read_hook_state(tmp_path / "trials" / "0009.stale-1" / "fold-0") == ({"epoch": 6, "loss": 0.5}, 6)
+
+
+def test_a_folder_ahead_of_the_job_is_an_earlier_hand_outs_even_for_the_same_point(tmp_path, caplog):
+    # job 1 recorded trial 4's first rung, promoted it and trained it to 3 epochs, then died before saving;
+    # the restored search hands id 4 out again with the same point (a seeded engine) at the first rung
+    hook_job(tmp_path, 4, A, 1)
+    hook_job(tmp_path, 4, A, 3)
+    with caplog.at_level(logging.WARNING, logger="nnlo.optimize.trial_files"):
+        got = hook_job(tmp_path, 4, A, 1)
+    assert got.metrics == {"val_loss": curves.evaluate(dict(A), epochs=1)["val_loss"]}  # a 1-epoch figure
+    assert read_hook_state(tmp_path / "trials" / "0004.stale-1" / "fold-0")[1] == 3
+    assert any("beyond this job's 1" in r.getMessage() for r in caplog.records)
+    assert claim(tmp_path, 4, A, epochs=1) is None and claim(tmp_path, 4, A, epochs=3) is None  # trains on
+
+
+def test_a_training_checkpoint_ahead_of_the_stage_is_moved_aside_too(tmp_path):
+    claim(tmp_path, 6, A)
+    w = CheckpointWriter(trial_dir(tmp_path, 6, 0) / "checkpoints", keep=1)
+    tmp = w.begin(9, 90)
+    (tmp / "master.pkl").write_bytes(b"x")
+    w.commit(tmp, {"epoch": 9, "updates": 90})
+    assert claim_task(tmp_path, {"trial": 6, "params": A, "epochs": 9}) == {"trial": 6, "params": A, "epochs": 9}
+    assert list_checkpoints(trial_dir(tmp_path, 6, 0) / "checkpoints")  # its own stage: resumed
+    claim_task(tmp_path, {"trial": 6, "params": A, "epochs": 3})
+    assert list_checkpoints(trial_dir(tmp_path, 6, 0) / "checkpoints") == []
+    assert (tmp_path / "trials" / "0006.stale-1" / IDENTITY).is_file()
