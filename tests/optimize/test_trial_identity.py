@@ -6,17 +6,14 @@ from __future__ import annotations
 import logging
 
 from nnlo.checkpoint import CheckpointWriter, list_checkpoints
-from nnlo.optimize.block import claim_task
+from nnlo.optimize import block
+from nnlo.optimize import trial_files as tf
 from nnlo.optimize.runners import HookRunner
 from nnlo.optimize.trial_files import (
-    IDENTITY,
-    claim,
     inherit,
-    owner,
     read_block_result,
     read_hook_state,
     trial_dir,
-    trial_root,
     write_block_result,
     write_hook_state,
 )
@@ -48,7 +45,7 @@ def test_a_reused_id_with_other_parameters_trains_afresh_and_keeps_the_old_folde
     fresh = curves.evaluate(dict(B), epochs=9, state=None)
     assert got.metrics == {"val_loss": fresh["val_loss"]}  # B's own curve, not A's state reported as B's
     assert read_hook_state(trial_dir(tmp_path, 5, 0)) == (fresh["state"], 9)
-    assert owner(tmp_path, 5) == {"trial": 5, "params": B}
+    assert tf.owner(tmp_path, 5) == {"trial": 5, "params": B}
     stale = tmp_path / "trials" / "0005.stale-1"
     assert read_hook_state(stale / "fold-0") == old  # moved aside, never deleted
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -57,7 +54,7 @@ def test_a_reused_id_with_other_parameters_trains_afresh_and_keeps_the_old_folde
 
 def test_the_same_trial_resumes_its_own_state(tmp_path):
     hook_job(tmp_path, 2, A, 3)
-    assert claim(tmp_path, 2, dict(A)) is None  # a re-run, a promotion: its own folder, untouched
+    assert tf.claim(tmp_path, 2, dict(A)) is None  # a re-run, a promotion: its own folder, untouched
     got = hook_job(tmp_path, 2, A, 9)  # trains on from epoch 3 (the curve is the same as straight)
     assert got.metrics == {"val_loss": curves.evaluate(dict(A), epochs=9)["val_loss"]}
     assert not list((tmp_path / "trials").glob("*.stale-*"))
@@ -69,33 +66,33 @@ def test_the_block_leader_claims_the_folder_before_a_training_restores_from_it(t
     tmp = w.begin(4, 40)
     (tmp / "master.pkl").write_bytes(b"A's weights")
     w.commit(tmp, {"epoch": 4, "updates": 40})
-    claim(tmp_path, 7, A)
+    tf.claim(tmp_path, 7, A)
     write_block_result(tmp_path, 7, A, None, {"trial": 7, "folds": [{"metrics": {"val_loss": 0.1}}]})
-    task = claim_task(tmp_path, {"trial": 7, "params": B})
+    task = block.claim_task(tmp_path, {"trial": 7, "params": B})
     assert "unclaimed" not in task
     assert list_checkpoints(trial_dir(tmp_path, 7, 0) / "checkpoints") == []  # nothing of A's to resume
     assert read_block_result(tmp_path, 7, B, None) is None and read_block_result(tmp_path, 7, A, None) is None
     moved = tmp_path / "trials" / "0007.stale-1"
     assert len(list_checkpoints(moved / "fold-0" / "checkpoints")) == 1
     # a second stale copy of the id gets its own name
-    claim(tmp_path, 7, A)
-    assert (tmp_path / "trials" / "0007.stale-2" / IDENTITY).is_file()
+    tf.claim(tmp_path, 7, A)
+    assert (tmp_path / "trials" / "0007.stale-2" / tf.IDENTITY).is_file()
 
 
 def test_files_without_an_identity_are_moved_aside_and_a_json_round_trip_matches(tmp_path):
     write_hook_state(trial_dir(tmp_path, 3, 0), {"epoch": 1, "loss": 2.0}, 1)  # whose? no record says
-    assert claim(tmp_path, 3, {"width": 16, "pair": (1, 2)}) == tmp_path / "trials" / "0003.stale-1"
-    assert claim(tmp_path, 3, {"pair": [1, 2], "width": 16}) is None  # as the state's JSON gives them back
-    assert claim(tmp_path, 4, A) is None and trial_root(tmp_path, 4).is_dir()  # a new id: nothing to move
+    assert tf.claim(tmp_path, 3, {"width": 16, "pair": (1, 2)}) == tmp_path / "trials" / "0003.stale-1"
+    assert tf.claim(tmp_path, 3, {"pair": [1, 2], "width": 16}) is None  # as the state's JSON gives them back
+    assert tf.claim(tmp_path, 4, A) is None and tf.trial_root(tmp_path, 4).is_dir()  # a new id: nothing to move
 
 
 def test_a_pbt_child_reusing_an_id_keeps_the_other_trials_files(tmp_path):
     write_hook_state(trial_dir(tmp_path, 1, 0), {"epoch": 2, "loss": 1.0}, 2)
-    claim(tmp_path, 9, B)
+    tf.claim(tmp_path, 9, B)
     write_hook_state(trial_dir(tmp_path, 9, 0), {"epoch": 6, "loss": 0.5}, 6)  # another trial 9's
     assert inherit(tmp_path, 1, 9, 1, params=A) == 2
     assert read_hook_state(trial_dir(tmp_path, 9, 0)) == ({"epoch": 2, "loss": 1.0}, 2)
-    assert owner(tmp_path, 9) == {"trial": 9, "params": A}
+    assert tf.owner(tmp_path, 9) == {"trial": 9, "params": A}
     assert read_hook_state(tmp_path / "trials" / "0009.stale-1" / "fold-0") == ({"epoch": 6, "loss": 0.5}, 6)
 
 
@@ -109,17 +106,17 @@ def test_a_folder_ahead_of_the_job_is_an_earlier_hand_outs_even_for_the_same_poi
     assert got.metrics == {"val_loss": curves.evaluate(dict(A), epochs=1)["val_loss"]}  # a 1-epoch figure
     assert read_hook_state(tmp_path / "trials" / "0004.stale-1" / "fold-0")[1] == 3
     assert any("beyond this job's 1" in r.getMessage() for r in caplog.records)
-    assert claim(tmp_path, 4, A, epochs=1) is None and claim(tmp_path, 4, A, epochs=3) is None  # trains on
+    assert tf.claim(tmp_path, 4, A, epochs=1) is None and tf.claim(tmp_path, 4, A, epochs=3) is None  # trains on
 
 
 def test_a_training_checkpoint_ahead_of_the_stage_is_moved_aside_too(tmp_path):
-    claim(tmp_path, 6, A)
+    tf.claim(tmp_path, 6, A)
     w = CheckpointWriter(trial_dir(tmp_path, 6, 0) / "checkpoints", keep=1)
     tmp = w.begin(9, 90)
     (tmp / "master.pkl").write_bytes(b"x")
     w.commit(tmp, {"epoch": 9, "updates": 90})
-    assert claim_task(tmp_path, {"trial": 6, "params": A, "epochs": 9}) == {"trial": 6, "params": A, "epochs": 9}
+    assert block.claim_task(tmp_path, {"trial": 6, "params": A, "epochs": 9}) == {"trial": 6, "params": A, "epochs": 9}
     assert list_checkpoints(trial_dir(tmp_path, 6, 0) / "checkpoints")  # its own stage: resumed
-    claim_task(tmp_path, {"trial": 6, "params": A, "epochs": 3})
+    block.claim_task(tmp_path, {"trial": 6, "params": A, "epochs": 3})
     assert list_checkpoints(trial_dir(tmp_path, 6, 0) / "checkpoints") == []
-    assert (tmp_path / "trials" / "0006.stale-1" / IDENTITY).is_file()
+    assert (tmp_path / "trials" / "0006.stale-1" / tf.IDENTITY).is_file()
