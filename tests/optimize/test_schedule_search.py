@@ -15,7 +15,7 @@ from nnlo.optimize.results import Objective
 from nnlo.optimize.schedules import ScheduleSpec, make_schedule
 from nnlo.optimize.search import Search
 from nnlo.optimize.shared import SharedSearch, rebuilt_engine_state
-from nnlo.optimize.space import from_model
+from nnlo.optimize.space import Integer, from_dimensions, from_model
 from nnlo.optimize.trial_files import inherit, read_hook_state, trial_dir, write_hook_state
 from tests.helpers.env import example
 
@@ -225,3 +225,31 @@ def test_the_assignment_policy_learns_a_stages_cost_per_epoch(tmp_path):
     assert costs[:3] == [(0, 2.0, 1 / top, "ok"), (1, 4.0, 1 / top, "ok"), (2, 6.0, 1 / top, "ok")]
     assert costs[3] == (up.id, 20.0, 2 / top, "ok") and len(costs) == 4
     assert s.observations()[3][1] == up.params
+
+# -- every trial handed out is pending for the engine (no copies) ------------------------------------------------
+GRID = from_dimensions([Integer(1, 4, name="a"), Integer(1, 4, name="b")])  # 16 points: copies are likely
+
+
+def grid_job(s, trial):
+    """A deterministic learning curve of the grid's points (the later rungs reorder them a little)."""
+    p, e = trial.params, s.job_epochs(trial)
+    value = (p["a"] - 2.5) ** 2 + (p["b"] - 2) ** 2 / (1 + e) + 1 / e
+    return s.record(trial.id, [{"metrics": {"val_loss": value}, "epochs": e}], trial.block or 0)
+
+
+@pytest.mark.parametrize("spec, cls", [(ASHA, Search), (ScheduleSpec("hyperband", max_epochs=9), Search),
+                                       (ASHA, SharedSearch)], ids=["asha", "hyperband", "shared-asha"])
+def test_a_staged_search_never_proposes_a_paused_trials_point_again(tmp_path, spec, cls):
+    # random proposals (Bayesian ones copy too, at more cost): 11-12 distinct of 14 before paused trials were pending
+    extra = {"clock": Clock(), "participant": "p", "lease_s": 10.0, "heartbeat": False} if cls is SharedSearch else {}
+    s = cls(make_engine("random", GRID, 3, n_initial_points=2), Objective.parse("val_loss"), num_iterations=14,
+            out_dir=tmp_path, schedule=make_schedule(spec, GRID), **extra)
+    s.restore()
+    while True:
+        running = [t for b in range(2) if (t := s.next_trial(b, 0.0)) is not None]
+        if not running:
+            break
+        for t in running:
+            grid_job(s, t)
+    points = [GRID.key(t.params) for t in sorted(s.finished.values(), key=lambda t: t.id)]
+    assert len(points) == 14 and len(set(points)) == len(points)  # 14 distinct points of 16
