@@ -10,6 +10,7 @@ import pytest
 
 from nnlo.errors import ConfigError
 from nnlo.optimize.engines import make_engine
+from nnlo.optimize.failures import FailureRule
 from nnlo.optimize.journal import read_journal, rebuild
 from nnlo.optimize.results import Objective
 from nnlo.optimize.schedules import ScheduleSpec, make_schedule
@@ -128,6 +129,36 @@ def test_pbt_children_start_from_their_donors_checkpoint(tmp_path):
     assert len(living) == 4 and all(t.epochs == 6 for t in living)
     rows = list(csv.DictReader((tmp_path / "trials.csv").open())) if s.save() is None else []
     assert {r["parent"] for r in rows} - {""} == {str(c.parent) for c in children}
+
+
+def test_a_failing_pbt_child_leaves_the_population_whole_and_the_budget_is_spent(tmp_path):
+    s = search(tmp_path, spec=PBT, n=12, failures=FailureRule.parse("1"))
+    while (t := s.next_trial(0, 0.0)) is not None:
+        if t.parent is not None and t.rung is None:  # every child fails (a perturbed point that diverges)
+            s.record(t.id, [{"error": "x1 is nan (diverged)", "code": 1}], 0)
+        else:
+            run_job(s, t)
+    assert s.complete() and len(s.finished) == 12  # the whole budget, not a search that stops early
+    living = s.schedule.living(s.ledger())
+    assert len(living) == 4 and all(t.parent is None and t.epochs == 6 for t in (s.finished[m.id] for m in living))
+
+
+def test_a_pbt_search_resumed_with_a_larger_budget_is_the_same_search(tmp_path):
+    from nnlo.config import TrainConfig
+    from nnlo.optimize.options import SearchConfig
+
+    def spec(n):
+        return SearchConfig(schedule="pbt", num_iterations=n, pbt_interval=2).schedule_spec(TrainConfig(epochs=6))
+
+    s = search(tmp_path, spec=spec(6), n=6)
+    drain(s, stop_after=8)  # six members (the budget) and two of their steps; then the job ends
+    s.save()
+    more = search(tmp_path, spec=spec(16), n=16)  # --num-iterations raised, --opt-restore
+    assert more.restore() and len(more.finished) == 6
+    drain(more)  # the population fills up to its default and exploits with the budget it has now
+    living = more.schedule.living(more.ledger())
+    assert more.schedule.spec.population == 8 and len(living) == 8
+    assert any(t.parent is not None for t in more.finished.values()) and len(more.finished) > 8
 
 
 def test_inherit_copies_the_donors_checkpoint_at_its_result(tmp_path):

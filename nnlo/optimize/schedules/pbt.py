@@ -14,8 +14,13 @@ stays in step even with fewer blocks than members) and:
 Every exploit is a new trial (a new id, its own row in ``trials.csv``) with ``parent`` (the donor) and
 ``replaces`` (the member it took the place of): the lineage. The trial budget (``--num-iterations``) counts
 the initial population and every child, so it also bounds how often the population exploits; once it is
-spent the members train on to ``--epochs`` without exploiting. The search ends when every living member has
-reached ``--epochs``.
+spent the members train on to ``--epochs`` without exploiting (a budget below the population starts what it
+allows: the population, part of the search's identity, does not depend on the budget, so a search resumed
+with a larger one is the same search). The search ends when every living member has reached ``--epochs``.
+
+A child that fails gives its place back: the member it was to replace stopped at a step with its checkpoint
+and trains on (or is exploited again). A member that fails itself leaves a place that a fresh trial takes
+while the budget lasts, so the population does not shrink while there is budget to keep it.
 """
 from __future__ import annotations
 
@@ -97,16 +102,17 @@ class Pbt:
         self.budgets = steps(self.spec.interval, self.spec.max_epochs)
 
     def living(self, trials: Iterable[TrialView]) -> list[TrialView]:
-        """The population now: trials neither replaced by a child nor failed."""
+        """The population now: trials neither failed nor replaced by a child that lives (a child that fails
+        gives its place back to the member it was to replace, which stopped at a step and trains on)."""
         trials = list(trials)
-        replaced = {t.replaces for t in trials if t.replaces is not None}
+        replaced = {t.replaces for t in trials if t.replaces is not None and not t.failed}
         return [t for t in trials if t.id not in replaced and not t.failed]
 
     def next_job(self, trials: Ledger, *, new: bool, rng: np.random.Generator) -> Job | None:
-        if sum(1 for t in trials if t.parent is None) < self.spec.population:
-            return Job(rung=0, epochs=self.budgets[0]) if new else None
-        top = len(self.budgets) - 1
         members = self.living(trials)
+        if new and len(members) < self.spec.population:  # filling the population, or a failed member's place
+            return Job(rung=0, epochs=self.budgets[0])
+        top = len(self.budgets) - 1
         ready = [t for t in members if t.running is None and t.top is not None and t.top < top]
         if not ready:
             return None
