@@ -40,7 +40,8 @@ def ranked(trials, rung):
 # -- rungs ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("lo, hi, eta, want", [
     (1, 27, 3, (1, 3, 9, 27)), (1, 10, 3, (1, 3, 9, 10)), (2, 2, 3, (2,)), (1, 16, 2, (1, 2, 4, 8, 16)),
-    (1, 5, 2.5, (1, 2, 5)), (3, 100, 3, (3, 9, 27, 81, 100)),
+    (1, 5, 2.5, (1, 3, 5)), (3, 100, 3, (3, 9, 27, 81, 100)),
+    (1, 20, 2.5, (1, 3, 6, 16, 20)), (2, 40, 2.5, (2, 5, 13, 31, 40)),  # halves round up: 2.5 is 3, 12.5 is 13
 ])
 def test_rungs_grow_by_eta_up_to_the_maximum(lo, hi, eta, want):
     assert geometric_budgets(lo, hi, eta) == want
@@ -212,6 +213,22 @@ def test_perturb_moves_reals_by_factors_and_others_to_neighbours():
     assert {perturb(layers, 5, np.random.default_rng(i)) for i in range(20)} == {4}  # the only neighbour
     assert {perturb(act, "b", np.random.default_rng(i)) for i in range(20)} == {"a", "c"}
     assert {perturb(act, "a", np.random.default_rng(i)) for i in range(20)} == {"b"}
+
+
+def test_perturb_moves_a_wide_integer_by_a_step_scaled_to_its_range():
+    wide, logged = Integer(0, 1000, name="units"), Integer(16, 1024, prior="log-uniform", name="batch")
+    assert {perturb(wide, 500, np.random.default_rng(i)) for i in range(20)} == {400, 600}  # a tenth of the range
+    assert {perturb(wide, 980, np.random.default_rng(i)) for i in range(20)} == {880, 1000}  # clipped at the end
+    assert {perturb(wide, 1000, np.random.default_rng(i)) for i in range(20)} == {900}  # the only way
+    assert {perturb(logged, 100, np.random.default_rng(i)) for i in range(20)} == {80, 120}  # x0.8 or x1.2
+    assert {perturb(logged, 16, np.random.default_rng(i)) for i in range(20)} == {19}
+    assert {perturb(Integer(1, 1000, prior="log-uniform"), 2, np.random.default_rng(i)) for i in range(20)} == {1, 3}
+
+
+def test_perturb_finds_a_choice_of_tuples_read_back_from_json():
+    shape = Categorical([(32, 32), (64, 64), (128, 128)], name="shape")
+    assert {perturb(shape, [64, 64], np.random.default_rng(i)) for i in range(20)} == {(32, 32), (128, 128)}
+    assert perturb(shape, [7, 7], np.random.default_rng(0)) in shape.categories  # none of them: drawn afresh
 
 
 def test_explore_resamples_with_its_probability_and_keeps_points_valid():

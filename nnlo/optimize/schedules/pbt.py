@@ -34,8 +34,10 @@ import numpy as np
 from nnlo.optimize.schedules.base import Job, Ledger, ScheduleSpec, TrialView
 from nnlo.optimize.space import Categorical, Integer, Real, Space
 
-#: explore's factors for a real parameter (and for an integer one whose range is wide)
+#: explore's factors for a real parameter (and for a log-uniform integer one)
 FACTORS = (0.8, 1.2)
+#: explore's move of a uniform integer parameter: this share of its range (at least 1)
+INTEGER_SHARE = 0.1
 
 
 def steps(interval: int, max_epochs: int) -> tuple[int, ...]:
@@ -44,22 +46,33 @@ def steps(interval: int, max_epochs: int) -> tuple[int, ...]:
 
 
 def perturb(dim: Any, value: Any, rng: np.random.Generator) -> Any:
-    """One parameter, perturbed: a real times 0.8 or 1.2, an integer or a choice moved to a neighbour
-    (one step up or down, or the only neighbour at an end), clipped to its range."""
+    """One parameter, perturbed, clipped to its range: a real times 0.8 or 1.2; an integer moved up or down
+    by a step scaled to its range (a tenth of a uniform range, a factor 0.8 or 1.2 of a log-uniform one's
+    value; at least 1, and the other way at an end); a choice moved to a neighbouring value (the only
+    neighbour at an end)."""
     if isinstance(dim, Categorical):
         cats = list(dim.categories)
-        i = next(j for j, c in enumerate(cats) if repr(c) == repr(value))
+        i = dim.index(value)
+        if i is None:  # not one of its values (a space changed since): a fresh draw
+            return dim.sample(rng)
         moves = [j for j in (i - 1, i + 1) if 0 <= j < len(cats)]
         return cats[moves[int(rng.integers(len(moves)))]] if moves else value
     if isinstance(dim, Integer):
-        step = 1 if rng.uniform() < 0.5 else -1
-        moved = value + step
-        if not dim.low <= moved <= dim.high:
-            moved = value - step
-        return dim.clip(moved)
+        up = rng.uniform() < 0.5
+        moved = dim.clip(_integer_move(dim, int(value), up))
+        return moved if moved != value else dim.clip(_integer_move(dim, int(value), not up))
     if isinstance(dim, Real):
         return dim.clip(float(value) * FACTORS[int(rng.integers(2))])
     return value
+
+
+def _integer_move(dim: Integer, value: int, up: bool) -> int:
+    if dim.prior == "log-uniform":
+        step = abs(round(value * FACTORS[1]) - value) if up else abs(value - round(value * FACTORS[0]))
+    else:
+        step = round(INTEGER_SHARE * (dim.high - dim.low))
+    step = max(1, step)
+    return value + step if up else value - step
 
 
 def explore(space: Space, params: Mapping[str, Any], rng: np.random.Generator, resample: float) -> dict[str, Any]:
