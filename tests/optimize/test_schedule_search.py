@@ -184,6 +184,60 @@ def test_inherit_copies_the_donors_checkpoint_at_its_result(tmp_path):
     assert inherit(tmp_path, 42, 12, 1) is None  # no donor folder: a fresh start
 
 
+def test_a_damaged_pbt_donor_gives_a_fresh_start_with_one_warning(tmp_path, caplog):
+    s = search(tmp_path, spec=PBT, n=8)
+    for _ in range(4):  # the population has its first results
+        run_job(s, s.next_trial(0, 0.0))
+    for tid in range(4):  # then every member's checkpoint is damaged: no donor can be read
+        (trial_dir(tmp_path, tid, 0) / "hook-state.json").write_text("{torn")
+    s.save()
+    again = search(tmp_path, spec=PBT, n=8)  # a resume hands the same jobs out
+    assert again.restore()
+    caplog.set_level("WARNING", logger="nnlo.optimize.trial_files")
+    child = None
+    while child is None:  # members train on (a block would fail them on the damage: not the point here)
+        t = again.next_trial(0, 0.0)
+        assert t is not None
+        if t.parent is not None:
+            child = t
+        else:
+            again.record(t.id, [{"metrics": {"val_loss": 9.0 + t.id}, "epochs": again.job_epochs(t)}], 0)
+    assert child.start_epochs is None and not trial_dir(tmp_path, child.id, 0).exists()  # it starts afresh
+    warnings = [r.getMessage() for r in caplog.records if r.name == "nnlo.optimize.trial_files"]
+    assert len(warnings) == 1 and f"trial {child.id}: trial {child.parent}'s checkpoint" in warnings[0]
+    assert "trains from scratch" in warnings[0]
+    epochs = again.job_epochs(child)
+    done = run_job(again, child)  # from epoch 0 to its step
+    assert done.status == "ok" and done.rungs[-1]["epochs"] == epochs
+
+
+def test_a_donor_checkpoint_pruned_while_it_is_copied_is_passed_over(tmp_path, monkeypatch):
+    import shutil
+
+    from nnlo.checkpoint import CheckpointWriter
+    from nnlo.optimize import trial_files
+
+    w = CheckpointWriter(trial_dir(tmp_path, 3, 0) / "checkpoints", keep=3)
+    for epoch in (2, 4):
+        tmp = w.begin(epoch, epoch * 10)
+        (tmp / "master.pkl").write_bytes(b"x")
+        w.commit(tmp, {"epoch": epoch, "updates": epoch * 10})
+    copytree = shutil.copytree
+
+    def pruned_after_the_copy(src, dst, *a, **kw):  # the donor's training prunes it right after we copied it
+        out = copytree(src, dst, *a, **kw)
+        shutil.rmtree(src)
+        return out
+
+    monkeypatch.setattr(trial_files.shutil, "copytree", pruned_after_the_copy)
+    assert inherit(tmp_path, 3, 9, 1, epochs=4) == 4
+    assert [p.name for p in (trial_dir(tmp_path, 9, 0) / "checkpoints").iterdir()] == ["ckpt-e0004-u00000040"]
+    # a damaged manifest is passed over for an older checkpoint
+    (trial_dir(tmp_path, 3, 0) / "checkpoints" / "ckpt-e0002-u00000020" / "manifest.json").write_text("{torn")
+    monkeypatch.setattr(trial_files.shutil, "copytree", copytree)
+    assert inherit(tmp_path, 3, 10, 1, epochs=2) is None and not trial_dir(tmp_path, 10, 0).exists()
+
+
 # -- a shared search ------------------------------------------------------------------------------------
 class Clock:
     def __init__(self) -> None:
