@@ -4,8 +4,11 @@ A trial that ran out of memory on a block type - a ``MemoryError``, a CUDA out-o
 ``OutOfMemoryError``, TensorFlow's ``ResourceExhaustedError``), ``ENOMEM``, or a rank of its block killed by
 the OOM killer (``SIGKILL``, as the rank records and the launcher report it: :mod:`nnlo.rankfate`) - is
 infeasible there: it is not sent again to a block of that type or of any type no larger
-(:meth:`~.hardware.BlockType.no_larger_than`), and neither is any trial of its class at least as large (its
-declared memory, else its size hint: without either, every trial of the class). A model may also declare what a
+(:meth:`~.hardware.BlockType.no_larger_than`), and neither is any trial of its class at least as large - by its
+declared memory, else by its size hint (``trial_size``). Without either nothing orders the class's trials, so one
+trial's failure says nothing about another's: the ban is that trial's alone (its parameters), and the others of
+its class are only *unproven* there (below). So one observation never rules out a class wholesale, and the search
+never records the rest of its budget as failed unrun because of it. A model may also declare what a
 trial needs up front (``trial_memory(params)``, GiB per worker rank): types whose known memory per rank is
 smaller are skipped before anything is tried.
 
@@ -26,7 +29,7 @@ from typing import Any
 
 from nnlo.optimize.placement.costs import CostObservation
 from nnlo.optimize.placement.hardware import BlockType
-from nnlo.optimize.placement.traits import Traits
+from nnlo.optimize.placement.traits import Traits, point_key
 
 #: what an error message says when the trial ran out of memory (torch, TensorFlow, CUDA, Python, the OS)
 _OOM_TEXT = re.compile(r"\bMemoryError\b|OutOfMemoryError|out of memory|ResourceExhaustedError|OOM when "
@@ -54,20 +57,30 @@ class _Oom:
     size: float
     memory_gb: float | None
     block_type: BlockType
+    point: str | None = None  # the trial's parameters (point_key), where known
 
 
 class MemoryModel:
-    """The out-of-memory facts so far, and what they rule out."""
+    """The out-of-memory facts so far, and what they rule out.
 
-    def __init__(self) -> None:
+    ``sized``: the trials' sizes are declared (a ``trial_size`` hook), so they order a class's trials by memory;
+    else every trial has the same size and an out-of-memory rules out the trial itself only.
+    """
+
+    def __init__(self, sized: bool = True) -> None:
+        self.sized = sized
         self._ooms: list[_Oom] = []
         self._fitted: dict[tuple[str, BlockType], float] = {}  # (class, type) -> the largest size that ran
 
-    def learn(self, observations: Iterable[CostObservation]) -> MemoryModel:
+    def learn(self, observations: Iterable[CostObservation | tuple[CostObservation, Mapping[str, Any] | None]]
+              ) -> MemoryModel:
+        """Every observation so far (each alone, or with its trial's parameters where known)."""
         self._ooms, self._fitted = [], {}
-        for o in observations:
+        for item in observations:
+            o, params = item if isinstance(item, tuple) else (item, None)
             if o.outcome == "oom":
-                self._ooms.append(_Oom(o.cls, o.size, o.memory_gb, o.block_type))
+                point = None if params is None else point_key(params)
+                self._ooms.append(_Oom(o.cls, o.size, o.memory_gb, o.block_type, point))
             elif o.outcome == "ok":
                 key = (o.cls, o.block_type)
                 self._fitted[key] = max(self._fitted.get(key, 0.0), o.size)
@@ -96,8 +109,12 @@ class MemoryModel:
                 continue
             if oom.memory_gb is not None and need is not None:
                 larger = need >= oom.memory_gb
-            else:
+            elif self.sized:
                 larger = traits.size >= oom.size
+            else:  # no size orders the class: only the very trial that ran out of memory
+                if oom.point is not None and oom.point == traits.point:
+                    return f"it ran out of memory on blocks of {oom.block_type}"
+                continue
             if larger:
                 what = f"class {traits.cls!r}" if traits.cls else "a trial"
                 return f"{what} at least as large ran out of memory on blocks of {oom.block_type}"
