@@ -67,12 +67,17 @@ def perturb(dim: Any, value: Any, rng: np.random.Generator) -> Any:
 
 
 def _integer_move(dim: Integer, value: int, up: bool) -> int:
+    """``value`` moved one step up or down (unclipped); halves round up."""
     if dim.prior == "log-uniform":
-        step = abs(round(value * FACTORS[1]) - value) if up else abs(value - round(value * FACTORS[0]))
+        step = abs(_half_up(value * FACTORS[1 if up else 0]) - value)
     else:
-        step = round(INTEGER_SHARE * (dim.high - dim.low))
+        step = _half_up(INTEGER_SHARE * (dim.high - dim.low))
     step = max(1, step)
     return value + step if up else value - step
+
+
+def _half_up(x: float) -> int:
+    return math.floor(x + 0.5)
 
 
 def explore(space: Space, params: Mapping[str, Any], rng: np.random.Generator, resample: float) -> dict[str, Any]:
