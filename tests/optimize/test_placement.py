@@ -360,6 +360,16 @@ def test_with_a_size_hook_an_out_of_memory_rules_out_the_class_at_least_as_large
     assert unsized.fits_type(big, SMALL) and unsized.fits_type(small, SMALL)  # no size: nothing to order by
     assert not unsized.fits_type({"model": "large", "epochs": 0.5}, SMALL)  # but that trial is out there
     assert unsized.fits_type({"model": "large", "epochs": 0.5}, BIG)
+    # evidence from a second trial (and none of the class fitted there): the class is out on that type
+    second = [(CostObservation(1, "large", 1.0, SMALL, 3.0, "oom"), {"model": "large", "epochs": 0.5}),
+              (CostObservation(2, "large", 1.0, SMALL, 3.0, "oom"), {"model": "large", "epochs": 0.9})]
+    unsized.learn(second)
+    assert not unsized.fits_type(small, SMALL) and unsized.fits_type(small, BIG)
+    assert unsized.memory.why_not(unsized.traits(small), SMALL) == (
+        "2 trials of class 'large' ran out of memory on blocks of 1 rank, 8 GiB/rank, n or larger and none of "
+        "them fitted there")
+    unsized.learn([*second, (CostObservation(3, "large", 1.0, SMALL, 3.0, "ok"), small)])
+    assert unsized.fits_type(big, SMALL)  # one of the class fitted there: only the two trials themselves are out
 
 
 def test_cost_observations_are_saved_and_restored_and_an_old_state_without_them_loads(tmp_path):

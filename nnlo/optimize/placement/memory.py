@@ -7,8 +7,10 @@ infeasible there: it is not sent again to a block of that type or of any type no
 (:meth:`~.hardware.BlockType.no_larger_than`), and neither is any trial of its class at least as large - by its
 declared memory, else by its size hint (``trial_size``). Without either nothing orders the class's trials, so one
 trial's failure says nothing about another's: the ban is that trial's alone (its parameters), and the others of
-its class are only *unproven* there (below). So one observation never rules out a class wholesale, and the search
-never records the rest of its budget as failed unrun because of it. A model may also declare what a
+its class are only *unproven* there (below), until :data:`CLASS_EVIDENCE` different trials of the class ran out
+of memory on the type (or a larger one) and none of the class ever fitted on it (or a smaller one). So one
+observation never rules out a class wholesale, and the search never records the rest of its budget as failed
+unrun because of it. A model may also declare what a
 trial needs up front (``trial_memory(params)``, GiB per worker rank): types whose known memory per rank is
 smaller are skipped before anything is tried.
 
@@ -58,13 +60,20 @@ class _Oom:
     memory_gb: float | None
     block_type: BlockType
     point: str | None = None  # the trial's parameters (point_key), where known
+    trial: int | None = None
+
+
+#: without sizes, how many different trials of a class must have run out of memory on a type (or a larger one),
+#: none of the class having fitted there, before the whole class is kept off it
+CLASS_EVIDENCE = 2
 
 
 class MemoryModel:
     """The out-of-memory facts so far, and what they rule out.
 
     ``sized``: the trials' sizes are declared (a ``trial_size`` hook), so they order a class's trials by memory;
-    else every trial has the same size and an out-of-memory rules out the trial itself only.
+    else every trial has the same size, and an out-of-memory rules out the trial itself only - the class only
+    once :data:`CLASS_EVIDENCE` different trials of it ran out of memory there and none of it ever fitted.
     """
 
     def __init__(self, sized: bool = True) -> None:
@@ -80,7 +89,7 @@ class MemoryModel:
             o, params = item if isinstance(item, tuple) else (item, None)
             if o.outcome == "oom":
                 point = None if params is None else point_key(params)
-                self._ooms.append(_Oom(o.cls, o.size, o.memory_gb, o.block_type, point))
+                self._ooms.append(_Oom(o.cls, o.size, o.memory_gb, o.block_type, point, o.trial))
             elif o.outcome == "ok":
                 key = (o.cls, o.block_type)
                 self._fitted[key] = max(self._fitted.get(key, 0.0), o.size)
@@ -104,6 +113,8 @@ class MemoryModel:
         need, have = traits.memory_gb, block_type.memory_gb
         if need is not None and have is not None and need > have:
             return f"it needs {need:g} GiB per rank (trial_memory), blocks of {block_type} have {have:g}"
+        what = f"class {traits.cls!r}" if traits.cls else "a trial"
+        unordered: set[int | str | None] = set()  # trials of the class out of memory here, no size to order them
         for oom in self._ooms:
             if oom.cls != traits.cls or not block_type.no_larger_than(oom.block_type):
                 continue
@@ -111,13 +122,18 @@ class MemoryModel:
                 larger = need >= oom.memory_gb
             elif self.sized:
                 larger = traits.size >= oom.size
-            else:  # no size orders the class: only the very trial that ran out of memory
+            else:  # no size orders the class: the very trial that ran out of memory, else evidence from several
                 if oom.point is not None and oom.point == traits.point:
                     return f"it ran out of memory on blocks of {oom.block_type}"
+                unordered.add(oom.trial if oom.trial is not None else oom.point)
                 continue
             if larger:
-                what = f"class {traits.cls!r}" if traits.cls else "a trial"
                 return f"{what} at least as large ran out of memory on blocks of {oom.block_type}"
+        if len(unordered) >= CLASS_EVIDENCE and not any(
+                cls == traits.cls and t.no_larger_than(block_type) for cls, t in self._fitted):
+            of = f" of class {traits.cls!r}" if traits.cls else ""
+            return (f"{len(unordered)} trials{of} ran out of memory on blocks of {block_type} or larger and none of "
+                    f"them fitted there")
         return None
 
 
