@@ -8,8 +8,9 @@ deadline or a lost lease) resumes from that folder (``--restore auto``).
 PBT's exploit (:func:`inherit`) copies the donor's checkpoint into a new trial's folder before the new trial
 is handed out: the copy goes to a hidden temporary name and is renamed into place, so a kill leaves the
 checkpoint whole or absent; the donor's checkpoint at the epochs of its result is preferred (the donor may
-have trained on meanwhile), else its newest. A donor that is pruning its old checkpoints while we copy is
-retried on the next one.
+have trained on meanwhile), else its newest, then older ones. A checkpoint the donor prunes while we copy it,
+or one that cannot be read, is passed over for the next; a donor with none that can be read (a damaged hook
+state, every manifest corrupt) gives a fresh start with one warning, never an error that ends the search.
 
 **A trial's identity** (:func:`claim`): the folder ``trials/<id>/`` - its checkpoints, hook state and kept block
 result - belongs to one (id, parameters) pair, recorded in ``trial.json`` (atomically) when the trial first
@@ -33,7 +34,7 @@ from typing import Any
 from nnlo import checkpoint as ckpt
 from nnlo.atomic import write_json
 from nnlo.contract import CHECKPOINT_DIR
-from nnlo.errors import NnloError, TrainingError
+from nnlo.errors import ConfigError, NnloError, TrainingError
 
 log = logging.getLogger("nnlo.optimize.trial_files")
 
@@ -191,8 +192,9 @@ def inherit(out_dir: Path | str, parent: int, child: int, n_fold: int, epochs: i
     """Copy ``parent``'s checkpoint of every fold into ``child``'s folders (emptied first: an id is new, so
     anything there is a leftover of a job killed before it handed the trial out; with the child's ``params``
     the folder is :func:`claim`-ed for it first, so another parameter set's files are moved aside, not lost).
-    Returns the epochs the child starts from (the fewest over folds), or None when the parent has no
-    checkpoint (the child then trains from scratch, which is logged)."""
+    Returns the epochs the child starts from (the fewest over folds), or None when it trains from scratch: the
+    parent has no checkpoint, or none that can be read (a damaged hook state or manifest; one warning names it).
+    A fresh start leaves no fold with a copy, so every fold starts alike."""
     if params is not None:
         claim(out_dir, child, params)
     start: list[int] = []
@@ -200,17 +202,29 @@ def inherit(out_dir: Path | str, parent: int, child: int, n_fold: int, epochs: i
         src, dst = trial_dir(out_dir, parent, fold), trial_dir(out_dir, child, fold)
         if dst.exists():
             shutil.rmtree(dst)
-        got = _copy_checkpoint(src, dst, epochs)
-        if got is None:
-            if src.exists():
+        try:
+            got = _copy_checkpoint(src, dst, epochs)
+        except (ConfigError, TrainingError, OSError) as e:  # a damaged donor must not end the search
+            log.warning("trial %d: trial %d's checkpoint in %s cannot be copied (%s); it trains from scratch",
+                        child, parent, src, e)
+            got = None
+        else:
+            if got is None and src.exists():
                 log.warning("trial %d: trial %d's folder %s holds no checkpoint to start from; it trains from "
                             "scratch", child, parent, src)
+        if got is None:
+            for f in range(fold + 1):  # no fold keeps a copy when another starts from scratch
+                shutil.rmtree(trial_dir(out_dir, child, f), ignore_errors=True)
             return None
         start.append(got)
     return min(start) if start else None
 
 
 def _copy_checkpoint(src: Path, dst: Path, epochs: int | None) -> int | None:
+    """The epochs of the checkpoint copied from ``src`` to ``dst`` (None: ``src`` holds none that can be read).
+
+    The one at ``epochs`` is preferred, else the newest, then older ones: the epochs are read from the *copy*,
+    so a checkpoint the donor's training prunes meanwhile, or one whose copy is torn, is simply passed over."""
     if (src / HOOK_STATE).is_file():
         state, got = read_hook_state(src, epochs)
         write_hook_state(dst, state, got)
@@ -219,17 +233,27 @@ def _copy_checkpoint(src: Path, dst: Path, epochs: int | None) -> int | None:
         found = ckpt.list_checkpoints(src / CHECKPOINT_DIR)
         if not found:
             return None
-        chosen = next((c for c in found if epochs is not None and _epoch(c) == epochs), found[-1])
-        target = dst / CHECKPOINT_DIR / chosen.name
-        tmp = target.with_name(f".tmp-{chosen.name}-{socket.gethostname()}-{os.getpid()}")  # a writer's leftover
-        try:
-            shutil.copytree(chosen, tmp)
-        except (FileNotFoundError, shutil.Error):  # pruned by the donor's training meanwhile: take the next one
-            shutil.rmtree(tmp, ignore_errors=True)
-            continue
-        os.replace(tmp, target)
-        return _epoch(chosen)
+        preferred = [c for c in found if epochs is not None and _named_epoch(c) == epochs]
+        for chosen in [*preferred, *reversed([c for c in found if c not in preferred])]:
+            target = dst / CHECKPOINT_DIR / chosen.name
+            tmp = target.with_name(f".tmp-{chosen.name}-{socket.gethostname()}-{os.getpid()}")  # a writer's leftover
+            try:
+                shutil.copytree(chosen, tmp)
+                got = _epoch(tmp)
+            except (FileNotFoundError, shutil.Error, ConfigError):  # pruned meanwhile, or damaged: the next one
+                shutil.rmtree(tmp, ignore_errors=True)
+                continue
+            os.replace(tmp, target)
+            return got
     return None
+
+
+def _named_epoch(checkpoint: Path) -> int | None:
+    """The epoch a checkpoint's name says (``ckpt-e0004-u...``), without reading it."""
+    try:
+        return int(checkpoint.name.split("-")[1].lstrip("e"))
+    except (IndexError, ValueError):
+        return None
 
 
 def _epoch(checkpoint: Path) -> int:
