@@ -52,8 +52,10 @@ def test_failing_job_stops_the_chain_with_its_error(chain_env):
 
 
 def test_job_without_new_checkpoint_stops_the_chain(chain_env):
-    # runs into its limit without checkpointing: SIGTERM, exit 75 without a checkpoint -> no resubmission
-    run = submit(make_spec("testlocal", model="nocheckpoint.py", epochs=1000, epoch_s=0.2, walltime_s=3))
+    # stopped as at its deadline after 2 epochs of its own (forced by count: a 3 s walltime raced the job's own
+    # start-up on a loaded machine), without checkpointing: exit 75 without a checkpoint -> no resubmission
+    run = submit(make_spec("testlocal", model="nocheckpoint.py", epochs=1000, epoch_s=0.2, walltime_s=600,
+                           epochs_per_job=2))
     wait_for("the chain to stop", lambda: run.state.state == "failed")
     st = run.state
     assert "without writing a new checkpoint" in st.error
