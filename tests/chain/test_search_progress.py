@@ -9,11 +9,13 @@ Process-free: the chain's own ``job start``/``job end`` around the runtime's own
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
 from nnlo import job
 from nnlo.contract import ENV_RUN_DIR, PROGRESS_RESULTS
 from nnlo.optimize.state import results_recorded, save_state
 from nnlo_sched.chain import job_end, job_start
+from nnlo_sched.commands.job import command as job_command
 from nnlo_sched.spec import RunSpec
 from nnlo_sched.state import JobRecord, RunState, read_state, write_state
 
@@ -47,7 +49,8 @@ def _job(run, job_id, finished):
 
 def test_a_search_job_that_finished_no_trial_stops_the_chain_with_the_walltime_as_the_reason(search_run):
     _job(search_run, "1", [[]])
-    assert job_end(search_run, "1", 75) == "failed"
+    ended = CliRunner().invoke(job_command, ["end", str(search_run), "75", "--job-id", "1"])  # as job.sh does
+    assert ended.exit_code == 0 and "run is failed: job 1 stopped (exit 75) without finishing a trial" in ended.output
     st = read_state(search_run)
     assert [j.status for j in st.jobs] == ["no-checkpoint", "cancelled"]  # its successor is not run
     assert "without finishing a trial or a stage" in st.error and "too short for one trial" in st.error
