@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from nnlo.contract import ENV_JOB_ID, EXIT_DONE, LOG_DIR, STOP_SIGNALS, job_log, signal_status
+from nnlo.errors import NnloError
 from nnlo_sched.schedulers.base import (
     CANCELLED,
     COMPLETED,
@@ -112,10 +113,15 @@ class LocalScheduler(Scheduler):
         try:
             queue = _read(self.qdir)
             if any(j["state"] == RUNNING for j in queue["jobs"]) and not self._supervisor_alive():
-                with self._queue() as q:  # the supervisor died: settle the jobs whose process has ended
-                    if not self._supervisor_alive():  # (none started meanwhile: it would wait for this lock)
-                        _settle(q)
-                    queue = q
+                try:
+                    with self._queue() as q:  # the supervisor died: settle the jobs whose process has ended
+                        if not self._supervisor_alive():  # (none started meanwhile: it would wait for this lock)
+                            _settle(q)
+                        queue = q
+                except SchedulerError:
+                    raise
+                except (OSError, NnloError):  # a queue this user may read but not write: settle the answer only
+                    _settle(queue)
         except SchedulerError as e:
             return self.unknown(job_ids, str(e))
         jobs = {j["id"]: j for j in queue["jobs"]}

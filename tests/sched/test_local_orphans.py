@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nnlo_sched.schedulers import get_scheduler
+from nnlo_sched.schedulers import get_scheduler, local
 from nnlo_sched.schedulers.local import ORPHAN_NOTE, PID_MAX, _boot_id, _start_time
 
 
@@ -93,3 +93,16 @@ def test_a_live_job_of_a_dead_supervisor_is_shown_running(tmp_path):
     got = get_scheduler("local", tmp_path).query(["1"])["1"]
     assert (got.state, got.reason) == ("RUNNING", "its local supervisor is not running; nothing enforces its "
                                                   "walltime")
+
+
+def test_a_queue_that_cannot_be_written_is_answered_all_the_same(tmp_path, monkeypatch):
+    _queue(tmp_path, _job("1", "RUNNING", pid=_unused_pid(), pid_start=12345, boot=_boot_id()))
+    before = (tmp_path / "local" / "queue.json").read_text()
+
+    def refused(_folder):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "local"))
+
+    monkeypatch.setattr(local, "locked", refused)  # another user's run: readable, not writable
+    got = get_scheduler("local", tmp_path).query(["1"])["1"]
+    assert (got.state, got.reason) == ("FAILED", ORPHAN_NOTE)
+    assert (tmp_path / "local" / "queue.json").read_text() == before
