@@ -94,8 +94,10 @@ def checkpointed(path: str | Path) -> None:
     """Note that this job saved its state in ``path`` (a file or a folder): a stop of the job from now on
     (exit 75, or the batch system's signal at the walltime) is followed by the chain's next job. nnlo's
     trainings and searches call it for every checkpoint; a script that saves its own state calls it after each
-    save. Outside a submitted run it does nothing."""
-    _update({"checkpoint": str(Path(path).absolute()), "saved_at": time.time(), PROGRESS_RESULTS: None})
+    save. Outside a submitted run it does nothing. In a search's job the trials' trainings checkpoint too: that
+    leaves the search's count (:func:`search_saved`) the job's only measure of progress, whichever process
+    wrote last."""
+    _update({"checkpoint": str(Path(path).absolute()), "saved_at": time.time()})
 
 
 def search_saved(path: str | Path, results: int) -> None:
