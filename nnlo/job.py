@@ -23,6 +23,7 @@ by hand gets the Python API as documented, and :func:`checkpointed` records noth
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -84,10 +85,15 @@ def progress_marker(folder: str | Path) -> str | None:
 
 
 def _update(changes: dict[str, Any]) -> None:
+    """Change the record's ``changes`` keys, the rest as it is: under a lock, since every rank of a job may
+    write it (a search's coordinator its count, the trials' trainings their checkpoints) and an update made
+    from a stale read would undo another's."""
     folder = run_dir()
     if folder is None or not folder.is_dir():
         return
-    write_json(folder / PROGRESS_FILE, {**progress(folder), **changes})
+    with open(folder / f"{PROGRESS_FILE}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        write_json(folder / PROGRESS_FILE, {**progress(folder), **changes})
 
 
 def checkpointed(path: str | Path) -> None:

@@ -93,3 +93,39 @@ def test_the_count_and_the_marker(tmp_path, monkeypatch):
     assert job.progress_marker(tmp_path) == "2 results"
     job.checkpointed(tmp_path / "trials" / "0003" / "ckpt")  # a trial's training checkpoints in the search's job:
     assert job.progress_marker(tmp_path) == "2 results"  # the count stays the measure, whoever wrote last
+
+
+
+def test_an_update_from_a_stale_read_undoes_no_other(tmp_path, monkeypatch):
+    """Every rank of a job may update the record (the coordinator its count, the trials' trainings their
+    checkpoints): an update made from a read taken before another's write would undo that write. Forced, not
+    raced: the trainer's update holds its read until the coordinator's update has been started; with the lock
+    the coordinator's waits and lands after it (two threads: each update opens the lock file itself, so flock
+    keeps them apart as it keeps processes apart)."""
+    import threading
+
+    monkeypatch.setenv(ENV_RUN_DIR, str(tmp_path))
+    job.search_saved(tmp_path / "optimizer-state.json", 1)
+    entered, go = threading.Event(), threading.Event()
+    real = job.progress
+    trainer_thread: list[threading.Thread] = []
+
+    def progress(folder):
+        record = real(folder)
+        if threading.current_thread() in trainer_thread:
+            entered.set()
+            go.wait(30)
+        return record
+
+    monkeypatch.setattr(job, "progress", progress)
+    trainer = threading.Thread(target=job.checkpointed, args=(tmp_path / "trials" / "0001" / "ckpt",))
+    trainer_thread.append(trainer)
+    trainer.start()
+    assert entered.wait(30)
+    coordinator = threading.Thread(target=job.search_saved, args=(tmp_path / "optimizer-state.json", 2))
+    coordinator.start()
+    coordinator.join(0.2)  # time for an unlocked update to land first; correct code passes however long this is
+    go.set()
+    trainer.join(30)
+    coordinator.join(30)
+    assert real(tmp_path)[PROGRESS_RESULTS] == 2
