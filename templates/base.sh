@@ -42,7 +42,11 @@ child=
 pending=
 forward() { caught=$1; if [ -n "$child" ]; then kill -"$1" "$child" 2>/dev/null; else pending=$1; fi; }
 {% for sig, relay in traps %}
+{% if relay %}
 trap 'forward {{ relay }}' {{ sig }}
+{% else %}
+trap 'caught={{ sig }}' {{ sig }}
+{% endif %}
 {% endfor %}
 {% endif %}
 {% block setup %}

@@ -115,7 +115,8 @@ class Launcher(ABC):
         """The launcher command up to (not including) the program it runs."""
 
     def relay(self, signal: str) -> str:
-        """The signal to send this launcher so that its ranks get ``signal`` (or an equivalent stop signal)."""
+        """The signal to send this launcher so that its ranks get ``signal`` (or an equivalent stop signal); ""
+        where the batch system delivers it to the ranks itself (Flux) and the shell only catches it."""
         return signal
 
     def relays(self, warning: str | None = None) -> dict[str, str]:

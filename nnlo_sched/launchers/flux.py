@@ -6,6 +6,12 @@ moves it, ``export ROCR_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; unset CUDA_VISIBL
 does the same through a wrapper in the launch line when the profile's ``gpu_vendor`` is ``amd`` (whether LLNL's
 own mpibind also sets ``ROCR_VISIBLE_DEVICES`` per task is unverified: this wins either way). Without GPUs per
 rank (masters on spare cores) every task sees the job's GPUs and picks its own (:mod:`nnlo.device`).
+
+Signals: Flux delivers a batch job's warning (``--signal=SIG@TIME``) to the batch script *and* to its running
+jobs (flux-batch(1)), so the ranks already have it; the job shell forwards SIGINT and SIGTERM to the tasks
+(flux-core's shell signals plugin). The batch shell therefore passes on TERM (and INT, as TERM) to ``flux run``
+and keeps USR1/USR2 to itself (:meth:`FluxRun.relay` is ""): a front end that is sent a signal it does not
+handle would die and leave the ranks running.
 """
 from __future__ import annotations
 
@@ -21,6 +27,11 @@ class FluxRun(Launcher):
 
     def program(self) -> str:
         return self.profile.launcher_command or "flux"
+
+    def relay(self, signal: str) -> str:
+        """TERM for TERM and INT (the job shell forwards both); "" (not passed on) for USR1/USR2, which Flux
+        delivers to the job's tasks itself."""
+        return "TERM" if signal in ("TERM", "INT") else ""
 
     def argv(self, plan: LaunchPlan) -> list[str]:
         out = [
