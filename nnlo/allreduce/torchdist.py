@@ -122,9 +122,15 @@ def rendezvous(comm: Any, timeout: datetime.timedelta) -> Any:
     size, leader = comm.Get_size(), comm.Get_rank() == 0
     store: Any = None
     answer: tuple[str, int] | str = ""
-    if leader:
+    try:
+        address: tuple[str, int] | str = leader_host(comm)  # collective: every rank takes part
+    except ConfigError as e:  # a malformed MASTER_PORT: said on every rank
+        address = str(e)
+    if leader and isinstance(address, str):
+        answer = address
+    elif leader and isinstance(address, tuple):
         try:
-            host, port = leader_host(comm)
+            host, port = address
             store = dist.TCPStore(host, port, size, True, timeout=timeout, wait_for_workers=False)
             answer = (host, int(store.port))
         except Exception as e:  # noqa: BLE001 - every rank raises it below

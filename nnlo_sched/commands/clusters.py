@@ -98,7 +98,7 @@ def show_command(name: str, as_json: bool) -> None:
                 f", <= {q.bins[0].max_nodes} nodes" if q.bins[0].max_nodes < 10**9 else "")
         else:
             limits = "no limits known"
-        extra = "" if q.chaining else "; no job chaining"
+        extra = ("" if q.chaining else "; no job chaining") + ("; a QOS (--qos)" if q.qos else "")
         lines.append(f"  queue {qname}{default}: {limits}{extra}" + (f"  # {q.notes}" if q.notes else ""))
     for s in p.setup:
         lines.append(f"  setup          {s}")

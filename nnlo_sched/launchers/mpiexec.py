@@ -12,6 +12,10 @@ CPU binding: ``--cpu-bind depth`` with ``--depth`` the cores of a rank (Polaris'
 reserves cores (Aurora: cores 0 and 52, one per socket), an explicit ``--cpu-bind=list:a-b:...`` that spreads
 the node's ranks evenly over the runs of usable cores between the reserved ones: ALCF's 12-rank list
 ``1-8:9-16:...:41-48:53-60:...:93-100`` for Aurora.
+
+Signals: the batch shell passes the stop signals on to ``mpiexec`` unchanged; that PALS forwards SIGUSR1/SIGUSR2
+to the ranks is unverified (ALCF sends no warning signal, so the deadline clock, not a signal, normally stops
+these jobs; ``nnlo preempt`` relies on it).
 """
 from __future__ import annotations
 
