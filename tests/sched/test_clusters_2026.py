@@ -232,6 +232,21 @@ def test_the_device_variable_per_vendor() -> None:
         device_variable("matrox")
 
 
+def test_intel_gpus_are_xpu_devices_named_by_their_mask(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from nnlo.device import gpu_kind, physical_gpu
+
+    no = SimpleNamespace(is_available=lambda: False, device_count=lambda: 0)
+    yes = SimpleNamespace(is_available=lambda: True, device_count=lambda: 12)
+    assert gpu_kind(SimpleNamespace(cuda=no, xpu=yes)) == ("xpu", 12)
+    assert gpu_kind(SimpleNamespace(cuda=yes, xpu=no)) == ("cuda", 12)  # NVIDIA, or ROCm's torch
+    assert gpu_kind(SimpleNamespace(cuda=no)) == (None, 0)  # a torch without xpu
+    monkeypatch.setenv("ZE_AFFINITY_MASK", "3.1")
+    assert physical_gpu("xpu:0").endswith(":3.1")  # two ranks on one tile would say the same
+    assert physical_gpu("cpu") is None
+
+
 def test_the_torch_backend_and_the_rendezvous_from_the_job() -> None:
     assert (backend_for("cuda:0"), backend_for("xpu:3"), backend_for("cpu")) == ("nccl", "xccl", "gloo")
     env = {"MASTER_ADDR": "x1000c0s0b0n0.hsn.cm.aurora.alcf.anl.gov", "MASTER_PORT": "2345"}
