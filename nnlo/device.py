@@ -20,6 +20,13 @@ honoured because torch only counts the visible devices (and indices are integers
 GPUs parsing them as characters). Masters stay on the CPU: they only add vectors. ``NNLO_DEVICE=cpu`` (or
 ``cuda:1`` ...) overrides the choice for every rank.
 
+**Three vendors** (:data:`VISIBLE_VARIABLES`, :func:`device_variable`): which variable names the GPUs a rank
+sees depends on the vendor a cluster profile names (``gpu_vendor``): NVIDIA ``CUDA_VISIBLE_DEVICES``, AMD
+``ROCR_VISIBLE_DEVICES`` (a Frontier/LUMI GCD is one device; HIP renumbers from 0), Intel
+``ZE_AFFINITY_MASK`` (an Aurora tile ``g.t`` under ``ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE``, a plain index under
+``FLAT``). The launchers set it per rank by that rule; the runtime compares what every rank sees in all three
+(:func:`visible_view`). ROCm builds of torch answer as ``cuda`` devices; Intel GPUs are ``xpu`` devices.
+
 **CUDA-aware MPI** (:func:`cuda_aware_mpi`): asked of the library itself (``MPIX_Query_cuda_support``, which
 MPICH and Open MPI export), never assumed from its name or a variable.
 """
@@ -30,12 +37,37 @@ import ctypes
 import functools
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from nnlo.contract import ENV_DEVICE
 
 log = logging.getLogger("nnlo.device")
+
+#: the variable that names the GPUs a process sees, per vendor (a profile's ``gpu_vendor``)
+VISIBLE_VARIABLES: dict[str, str] = {
+    "nvidia": "CUDA_VISIBLE_DEVICES",
+    "amd": "ROCR_VISIBLE_DEVICES",
+    "intel": "ZE_AFFINITY_MASK",
+}
+VENDORS = tuple(VISIBLE_VARIABLES)
+#: the torch device type of each vendor's GPUs (ROCm torch calls AMD GPUs ``cuda``)
+DEVICE_TYPES: dict[str, str] = {"nvidia": "cuda", "amd": "cuda", "intel": "xpu"}
+
+
+def device_variable(vendor: str) -> str:
+    """The variable a launcher sets so that a rank sees only its own GPU(s) of ``vendor``'s. Pure."""
+    try:
+        return VISIBLE_VARIABLES[vendor]
+    except KeyError:
+        raise ValueError(f"unknown GPU vendor {vendor!r}; use one of {', '.join(VENDORS)}") from None
+
+
+def visible_view(env: Mapping[str, str] | None = None) -> tuple[str | None, ...]:
+    """What this process is told it sees, in all three vendors' variables (compared between a node's ranks:
+    equal views mean the launcher bound nothing)."""
+    env = os.environ if env is None else env
+    return tuple(env.get(v) for v in VISIBLE_VARIABLES.values())
 
 #: this process's :func:`node_place` counted over the whole world, while a caller that holds the world says so
 #: (:func:`world_node_place`); None: count over the training's communicator
@@ -60,7 +92,7 @@ def node_place(comm: Any, needs_device: bool) -> tuple[int, int, bool]:
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
         me = node.Get_rank()
-        seen = node.allgather((bool(needs_device), os.environ.get("CUDA_VISIBLE_DEVICES")))
+        seen = node.allgather((bool(needs_device), visible_view()))
     finally:
         node.Free()
     workers = [view for needs, view in seen if needs]
@@ -92,19 +124,37 @@ def select_device(comm: Any, needs_device: bool) -> str:
         import torch
     except ImportError:
         return "cpu"
-    if not torch.cuda.is_available():
+    kind, count = gpu_kind(torch)
+    if kind is None:
         return "cpu"
-    count = torch.cuda.device_count()
     if same_view and on_node > count and index == 0 and count > 1:
         log.warning("%d worker ranks share %d GPU(s) on this node; ranks will share GPUs", on_node, count)
-    return f"cuda:{gpu_index(index, on_node, count, same_view)}"
+    return f"{kind}:{gpu_index(index, on_node, count, same_view)}"
+
+
+def gpu_kind(torch: Any) -> tuple[str | None, int]:
+    """(torch device type of this process's GPUs, how many it sees): ``cuda`` for NVIDIA and ROCm builds,
+    ``xpu`` for Intel GPUs; (None, 0) without any."""
+    if torch.cuda.is_available():
+        return "cuda", int(torch.cuda.device_count())
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        return "xpu", int(xpu.device_count())
+    return None, 0
 
 
 def physical_gpu(device: str) -> str | None:
     """Which physical GPU ``device`` ("cuda:1") is, as ``host:uuid`` (or ``host:index`` among all the node's
-    GPUs when torch does not report the UUID), so ranks can tell whether two of them share one; None for
-    the CPU or without CUDA."""
-    if not str(device).startswith("cuda"):
+    GPUs when torch does not report the UUID), so ranks can tell whether two of them share one; an Intel
+    ``xpu`` as ``host:<its ZE_AFFINITY_MASK entry>``; None for the CPU or without such a GPU."""
+    import socket
+
+    kind = str(device).split(":", 1)[0]
+    if kind == "xpu":
+        index = int(str(device).partition(":")[2] or 0)
+        mask = [v.strip() for v in os.environ.get(VISIBLE_VARIABLES["intel"], "").split(",") if v.strip()]
+        return f"{socket.gethostname()}:{mask[index] if index < len(mask) else index}"
+    if kind != "cuda":
         return None
     try:
         import torch
@@ -112,12 +162,12 @@ def physical_gpu(device: str) -> str | None:
         return None
     if not torch.cuda.is_available():
         return None
-    import socket
 
     index = torch.device(device).index or 0
     uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
     if uuid is None:
-        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        view = os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get(VISIBLE_VARIABLES["amd"], "")
+        visible = [v.strip() for v in view.split(",") if v.strip()]
         uuid = visible[index] if index < len(visible) else str(index)
     return f"{socket.gethostname()}:{uuid}"
 

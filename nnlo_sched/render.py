@@ -181,6 +181,12 @@ class Program:
     setup: tuple[str, ...] = ()
 
 
+def _is_qos(profile: Profile, queue: str | None) -> bool:
+    """Whether the queue is a Slurm QOS (``--qos``) rather than a partition."""
+    q = profile.queues.get(queue) if queue else None
+    return bool(q is not None and q.qos)
+
+
 def _python(profile: Profile) -> str:
     return profile.job_python().command
 
@@ -224,12 +230,15 @@ def render_context(spec: RunSpec, profile: Profile, run_dir: str | Path, *, part
         "walltime": sched.walltime_directive(spec.walltime_s),  # as the scheduler's directive spells it
         "account": spec.account,
         "queue": layout.queue or spec.queue,
+        "queue_qos": _is_qos(profile, layout.queue or spec.queue),
         "constraint": spec.constraint or profile.constraint,
         "nodes": layout.nodes,
         "ranks_per_node": layout.ranks_per_node,
         "cores_per_rank": layout.cores_per_rank,
         "gpus_per_node_request": _gpus_per_node_request(layout),
         "gpu_directive": profile.gpu_directive,
+        "filesystems": profile.filesystems,  # PBS Pro -l filesystems= (ALCF)
+        "pbs_system": profile.system,  # PBS Pro -l select=N:system=NAME (Polaris)
         "shares_gpus": shares,
         "signal": signal,
         "signal_lead": sched.lead_directive(lead_s),

@@ -8,7 +8,9 @@
 {% if account %}
 #SBATCH --account={{ account | d }}
 {% endif %}
-{% if queue %}
+{% if queue and queue_qos %}
+#SBATCH --qos={{ queue | d }}
+{% elif queue %}
 #SBATCH --partition={{ queue | d }}
 {% endif %}
 {% if constraint %}

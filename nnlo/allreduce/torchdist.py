@@ -1,13 +1,19 @@
 """The torch.distributed engine: a private process group per all-reduce group, NCCL when every rank has a GPU.
 
-Set up from the MPI world, with nothing for the user to set (no ``MASTER_ADDR``, no launcher flag): the
-group's leader (rank 0 of the group's communicator) opens a ``TCPStore`` on a free port the system picks, and
-sends its host and that port to the others by an MPI broadcast on the same communicator; every rank then
+Set up from the MPI world, with nothing for the user to set (no launcher flag): the group's leader (rank 0 of
+the group's communicator) opens a ``TCPStore`` and sends its host and port to the others by an MPI broadcast
+on the same communicator. Where (:func:`leader_address`): a group on one node meets on loopback; the group
+led by the world's rank 0 meets at the job's ``MASTER_ADDR``/``MASTER_PORT`` when the job sets them (the
+sites' set-up lines do: Frontier ``$(hostname -i)``, Aurora ``<host>.hsn.cm.aurora.alcf.anl.gov``; the
+batch shell and the world's rank 0 share the first node), every other group at its leader's host name on a
+free port the system picks; every rank then
 builds its own process-group object over that store (``ProcessGroupNCCL`` or ``ProcessGroupGloo``, not the
 process-wide default group: an all-reduce worker group, a search block's trial and a benchmark's DDP each get
 their own, side by side). :meth:`TorchEngine.close` shuts it down and drops the store.
 
-Which library: NCCL when *every* rank of the group computes on a GPU of its own (NCCL refuses two ranks on one
+Which library (:func:`backend_for`): NCCL (RCCL in ROCm builds, which answer as ``cuda``) for CUDA and ROCm
+devices, oneCCL's ``xccl`` for Intel ``xpu`` devices (Aurora's ``frameworks`` from 2025.3.1; unverified here:
+no Intel GPU in CI), when *every* rank of the group computes on a GPU of its own (NCCL refuses two ranks on one
 GPU: ranks sharing GPUs, ``--gpus-per-worker 0.5``, sum through gloo) and torch was built with NCCL (agreed by
 one ``allgather``, so the ranks never disagree), gloo otherwise. With NCCL the step buffers live on the GPU
 (:meth:`TorchEngine.zeros` returns a CUDA tensor): backward's gradient hooks write into it, each bucket's
@@ -21,7 +27,9 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
 import socket
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -46,21 +54,56 @@ def importable() -> bool:
     return bool(dist.is_available())
 
 
+#: the GPU collective library of each torch device type: NCCL (RCCL on ROCm) for ``cuda``, oneCCL for ``xpu``
+GPU_BACKENDS = {"cuda": "nccl", "xpu": "xccl"}
+
+
+def backend_for(device: str) -> str:
+    """The process-group backend of a group whose every rank computes on its own ``device`` of this type:
+    ``nccl`` for CUDA and ROCm (``cuda:N``), ``xccl`` for Intel (``xpu:N``), ``gloo`` on the CPU. Pure."""
+    return GPU_BACKENDS.get(str(device).split(":", 1)[0], "gloo")
+
+
 def nccl_usable(device: str) -> bool:
-    """Whether this rank can join an NCCL group: it computes on a CUDA device and torch has NCCL."""
-    if not str(device).startswith("cuda"):
+    """Whether this rank can join a GPU group (NCCL/RCCL on ``cuda``, xccl on ``xpu``): torch sees the device
+    type and has its backend."""
+    backend = backend_for(device)
+    if backend == "gloo":
         return False
     try:
         import torch
         import torch.distributed as dist
     except ImportError:
         return False
-    return bool(torch.cuda.is_available() and dist.is_available() and dist.is_nccl_available())
+    if not dist.is_available():
+        return False
+    if backend == "nccl":
+        return bool(torch.cuda.is_available() and dist.is_nccl_available())
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and xpu.is_available() and hasattr(dist, "ProcessGroupXCCL"))
 
 
-def leader_host(comm: Any) -> str:
-    """The address the other ranks reach the leader at: loopback when the whole group shares the leader's node
-    (no name resolution needed on a laptop), else the leader's host name. Collective over ``comm``."""
+def leader_address(together: bool, world_leader: bool, hostname: str,
+                   env: Mapping[str, str] | None = None) -> tuple[str, int]:
+    """(host, port) the group's leader opens its store at (port 0: a free one). Loopback for a group on one
+    node; the job's ``MASTER_ADDR``/``MASTER_PORT`` for the group the world's rank 0 leads, when set; else
+    the leader's host name. Pure; a ``MASTER_PORT`` that is not a port number is a one-line error."""
+    env = os.environ if env is None else env
+    if together:
+        return "127.0.0.1", 0
+    addr = env.get("MASTER_ADDR", "").strip()
+    if world_leader and addr:
+        text = env.get("MASTER_PORT", "").strip()
+        if text and not (text.isdigit() and 0 < int(text) < 65536):
+            raise ConfigError(f"MASTER_PORT={text!r} is not a port number; set it to 1-65535 in the job's "
+                              f"set-up, or unset it (a free port is then picked)")
+        return addr, int(text) if text else 0
+    return hostname, 0
+
+
+def leader_host(comm: Any) -> tuple[str, int]:
+    """The address and port the other ranks reach the leader at (:func:`leader_address`). Collective over
+    ``comm``."""
     from mpi4py import MPI
 
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
@@ -68,7 +111,7 @@ def leader_host(comm: Any) -> str:
         together = node.Get_size() == comm.Get_size()
     finally:
         node.Free()
-    return "127.0.0.1" if together else socket.gethostname()
+    return leader_address(together, MPI.COMM_WORLD.Get_rank() == 0, socket.gethostname())
 
 
 def rendezvous(comm: Any, timeout: datetime.timedelta) -> Any:
@@ -76,13 +119,19 @@ def rendezvous(comm: Any, timeout: datetime.timedelta) -> Any:
     broadcasts ``(host, port)``, or its error, so a failure there is raised on every rank, not waited out."""
     import torch.distributed as dist
 
-    host = leader_host(comm)
     size, leader = comm.Get_size(), comm.Get_rank() == 0
     store: Any = None
     answer: tuple[str, int] | str = ""
-    if leader:
+    try:
+        address: tuple[str, int] | str = leader_host(comm)  # collective: every rank takes part
+    except ConfigError as e:  # a malformed MASTER_PORT: said on every rank
+        address = str(e)
+    if leader and isinstance(address, str):
+        answer = address
+    elif leader and isinstance(address, tuple):
         try:
-            store = dist.TCPStore(host, 0, size, True, timeout=timeout, wait_for_workers=False)
+            host, port = address
+            store = dist.TCPStore(host, port, size, True, timeout=timeout, wait_for_workers=False)
             answer = (host, int(store.port))
         except Exception as e:  # noqa: BLE001 - every rank raises it below
             answer = f"{type(e).__name__}: {e}"
@@ -110,22 +159,28 @@ class TorchEngine(Engine):
         self._torch, self._dist = torch, dist
         from nnlo.device import physical_gpu
 
-        gpus = comm.allgather(physical_gpu(device) if nccl_usable(device) else None)  # one answer for the group
-        nccl = None not in gpus and len(set(gpus)) == len(gpus)
+        # one answer for the group: every rank on a GPU of its own, of one kind
+        gpus = comm.allgather((physical_gpu(device), backend_for(device)) if nccl_usable(device) else None)
+        kinds = {g[1] for g in gpus if g is not None}
+        nccl = None not in gpus and len(kinds) == 1 and len({g[0] for g in gpus}) == len(gpus)
         if None not in gpus and not nccl and self.rank == 0:
-            log.info("torch engine: ranks share GPUs, which NCCL refuses; summing through gloo")
-        self.backend = "nccl" if nccl else "gloo"
+            log.info("torch engine: ranks share GPUs, which NCCL/xccl refuse; summing through gloo")
+        self.backend = kinds.pop() if nccl else "gloo"
         if nccl:
             self.device = str(torch.device(device))
-            torch.cuda.set_device(torch.device(device))
+            (torch.xpu if self.backend == "xccl" else torch.cuda).set_device(torch.device(device))
         self.device_buffers = nccl if device_buffers is None else bool(device_buffers)
         timeout = datetime.timedelta(seconds=timeout_s)
         self._store = rendezvous(comm, timeout)
-        if nccl:
+        if self.backend == "xccl":
+            xoptions = dist.ProcessGroupXCCL.Options()
+            xoptions._timeout = timeout
+            self._pg: Any = dist.ProcessGroupXCCL(self._store, self.rank, self.size, xoptions)
+        elif nccl:
             options = dist.ProcessGroupNCCL.Options()
             options.is_high_priority_stream = False
             options._timeout = timeout
-            self._pg: Any = dist.ProcessGroupNCCL(self._store, self.rank, self.size, options)
+            self._pg = dist.ProcessGroupNCCL(self._store, self.rank, self.size, options)
         else:
             self._pg = dist.ProcessGroupGloo(self._store, self.rank, self.size, timeout)
 
@@ -141,7 +196,7 @@ class TorchEngine(Engine):
         if flat.on_device(buf):
             return buf, False
         t = self._torch.from_numpy(buf)  # no copy
-        if self.backend == "nccl":  # a host array on the NCCL path (weights at start-up): stage it
+        if self.backend != "gloo":  # a host array on the NCCL/xccl path (weights at start-up): stage it
             return t.to(self.device), True
         return t, False
 
@@ -182,7 +237,7 @@ class TorchEngine(Engine):
         self._store = None
 
     def describe(self) -> str:
-        where = f", step buffers on {self.device if self.backend == 'nccl' else 'cpu (tensors)'}" \
+        where = f", step buffers on {self.device if self.backend != 'gloo' else 'cpu (tensors)'}" \
             if self.device_buffers else ""
         return f"torch.distributed {self.backend} over {self.size} rank(s){where}"
 

@@ -7,6 +7,7 @@ from dataclasses import asdict
 import click
 
 from nnlo.contract import ENV_DEADLINE
+from nnlo.device import device_variable
 from nnlo_sched.profiles import ProfileError, list_profiles, load_profile, user_dirs
 
 
@@ -40,7 +41,9 @@ def clusters_command(ctx: click.Context) -> None:
             f", {prof.gpus_per_node} GPU{'s' if prof.gpus_per_node > 1 else ''}" if prof.gpus_per_node else "")
         nodes = f"{prof.nodes} x " if prof.nodes else ""
         alias = f" (alias {', '.join(prof.aliases)})" if prof.aliases else ""
-        rows.append((pf.name + alias, f"{prof.scheduler}+{prof.launcher}", f"{nodes}{hw}", origin))
+        retired = "" if not prof.retired else (
+            "  RETIRED" + (f" {prof.retired}" if prof.retired != "yes" else " (date unverified)"))
+        rows.append((pf.name + alias, f"{prof.scheduler}+{prof.launcher}", f"{nodes}{hw}", origin + retired))
     width = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         click.echo(f"{r[0]:<{width[0]}}  {r[1]:<{width[1]}}  {r[2]:<{width[2]}}  {r[3]}")
@@ -69,6 +72,12 @@ def show_command(name: str, as_json: bool) -> None:
     ]
     python = p.job_python()
     lines.append(f"  python         {python.command} ({python.why})")
+    if p.gpus_per_node:
+        lines.append(f"  GPUs           {p.gpu_vendor}: {device_variable(p.gpu_vendor)} per rank, bound by the "
+                     f"{p.gpu_bind}" + (f", slots take GPUs {list(p.gpu_order)}" if p.gpu_order else "")
+                     + (f", {p.gpu_tiles} tiles per GPU (g.t)" if p.gpu_tiles > 1 else ""))
+    if p.retired:
+        lines.append(f"  retired        {p.retired_note}")
     if p.aliases:
         lines.append(f"  aliases        {', '.join(p.aliases)}")
     if p.constraint or p.constraints:
@@ -89,7 +98,7 @@ def show_command(name: str, as_json: bool) -> None:
                 f", <= {q.bins[0].max_nodes} nodes" if q.bins[0].max_nodes < 10**9 else "")
         else:
             limits = "no limits known"
-        extra = "" if q.chaining else "; no job chaining"
+        extra = ("" if q.chaining else "; no job chaining") + ("; a QOS (--qos)" if q.qos else "")
         lines.append(f"  queue {qname}{default}: {limits}{extra}" + (f"  # {q.notes}" if q.notes else ""))
     for s in p.setup:
         lines.append(f"  setup          {s}")

@@ -75,9 +75,9 @@ def layout_command(
     Examples:
       nnlo layout --cluster summit --workers 11
       nnlo layout summit --workers 11                    # the same
-      nnlo layout --cluster daint -C mc --nodes 2        # the CPU-only XC40 nodes
+      nnlo layout --cluster cscs -C mc --nodes 2        # the CPU-only XC40 nodes
       nnlo layout --cluster summit --nodes 4608          # fill the machine
-      nnlo layout --cluster daint -C mc --nodes 2 --blocks 3 --block-size 6 --n-fold 2   # a 2-fold search
+      nnlo layout --cluster cscs -C mc --nodes 2 --blocks 3 --block-size 6 --n-fold 2   # a 2-fold search
       nnlo layout --cluster local --block-sizes 6,6,3,3 --proposers 2
     """
     layout = api.layout(pick_cluster(cluster, cluster_word, "layout"), workers=workers, blocks=blocks, nodes=nodes,

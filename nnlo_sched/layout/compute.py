@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from nnlo.device import device_variable
 from nnlo.errors import ConfigError
 from nnlo.roles import RoleError, Shape, describe
 from nnlo_sched.launchers import LaunchPlan, launcher_for
@@ -289,7 +290,10 @@ def _place(
     limit: int | None = None
     if q is not None:
         if nodes < q.min_nodes:
-            raise LayoutError(f"queue {q.name!r} needs at least {q.min_nodes} nodes; use --nodes {q.min_nodes}")
+            fit = [o.name for o in profile.queues.values()
+                   if o.min_nodes <= nodes and (o.max_nodes is None or nodes <= o.max_nodes)]
+            other = f", or --queue {' or '.join(fit)}" if fit else ""
+            raise LayoutError(f"queue {q.name!r} needs at least {q.min_nodes} nodes; use --nodes {q.min_nodes}{other}")
         if q.max_nodes is not None and nodes > q.max_nodes:
             raise LayoutError(
                 f"queue {q.name!r} takes at most {q.max_nodes} nodes, the run needs {nodes}; "
@@ -328,6 +332,8 @@ def _place(
         launcher=launcher.argv(plan),
         notes=notes,
         gpu_binding=binding,
+        device_variable=device_variable(profile.gpu_vendor),
+        slot_devices=tuple(launcher.slot_device_names(plan)) if binding == "launcher" else (),
     )
     layout.notes[:0] = _server_notes(layout)
     return layout

@@ -95,6 +95,10 @@ class Layout:
     launcher: list[str]
     notes: list[str] = field(default_factory=list)
     gpu_binding: str = "launcher"  # launcher | layout | none (see the module's docstring)
+    #: the variable that names a rank's GPUs (nnlo.device.device_variable of the profile's vendor), and what
+    #: it says for each rank slot of a node when the launcher binds (the profile's gpu_order and tiles applied)
+    device_variable: str = "CUDA_VISIBLE_DEVICES"
+    slot_devices: tuple[str, ...] = ()
 
     # -- derived -----------------------------------------------------------------------------------
     @property
@@ -147,6 +151,17 @@ class Layout:
         ordinal, workers = self._node_places()[rank]
         first = gpu_index(ordinal, workers, self.gpus_per_node)
         return tuple(range(first, first + max(1, int(self.gpus_per_worker))))
+
+    def device_of(self, rank: int) -> str:
+        """The rank's device as the node names it ("": none): what the launcher puts into
+        :attr:`device_variable` for its slot (``3`` on Polaris' first slot, ``0.1`` an Aurora tile), or the
+        index among the node's GPUs it picks when it sees them all."""
+        gpus = self.gpus_of(rank)
+        if not gpus:
+            return ""
+        if self.gpu_binding == "launcher" and self.slot_devices:
+            return self.slot_devices[rank % self.ranks_per_node]
+        return ",".join(str(g) for g in gpus)
 
     def _node_places(self) -> dict[int, tuple[int, int]]:
         """rank -> (its number among its node's worker ranks, how many workers the node has)."""
@@ -224,7 +239,8 @@ class Layout:
         out = self.record().to_dict()
         if ranks:
             out["ranks"] = [
-                {"rank": p.rank, "role": p.role, "node": p.node, "gpus": list(p.gpus)}
+                {"rank": p.rank, "role": p.role, "node": p.node, "gpus": list(p.gpus),
+                 "device": self.device_of(p.rank)}
                 for p in self.placements()
             ]
         return out

@@ -31,10 +31,6 @@ def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {role}" + ("s" if n > 1 else "") for role, n in counts.items())
 
 
-def _gpus(gpus: tuple[int, ...]) -> str:
-    return "-" if not gpus else "+".join(str(g) for g in gpus)
-
-
 def gpu_map(layout: Layout) -> list[str]:
     """Each rank's GPU, node by node: consecutive nodes whose ranks get the same GPUs in the same order share
     one line (``-``: a rank without a GPU; ``0+1``: a rank with two)."""
@@ -43,12 +39,13 @@ def gpu_map(layout: Layout) -> list[str]:
     t = layout.ranks_per_node
     runs: list[tuple[int, int, list[str]]] = []
     for node in range(layout.nodes):
-        pattern = [_gpus(layout.gpus_of(r)) for r in range(node * t, min((node + 1) * t, layout.world_size))]
+        pattern = [layout.device_of(r).replace(",", "+") or "-"
+                   for r in range(node * t, min((node + 1) * t, layout.world_size))]
         if runs and runs[-1][2] == pattern and runs[-1][1] == node - 1:
             runs[-1] = (runs[-1][0], node, pattern)
         else:
             runs.append((node, node, pattern))
-    lines = [f"gpu map   {_BINDING[layout.gpu_binding]}"]
+    lines = [f"gpu map   {_BINDING[layout.gpu_binding]} ({layout.device_variable})"]
     shown: Sequence[tuple[int, int, list[str]] | None] = runs if len(runs) <= 8 else [*runs[:5], None, *runs[-2:]]
     for run in shown:
         if run is None:

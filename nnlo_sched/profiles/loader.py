@@ -7,12 +7,13 @@ Search order (a later file with the same name wins, so a site can replace a buil
 3. every directory in ``$NNLO_CLUSTERS`` (``os.pathsep``-separated).
 
 A profile's name is its file name without ``.toml``. A file may say ``extends = "flatiron"`` to start from
-another profile and change only some keys (``queues`` merge per queue). Aliases (``daint`` for ``cscs``) are
+another profile and change only some keys (``queues`` merge per queue). Aliases (``rusty`` for ``flatiron``) are
 declared with ``aliases = [...]`` in the profile itself.
 """
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,8 +146,20 @@ def resolve_name(name: str, files: dict[str, ProfileFile] | None = None) -> str 
     return None
 
 
-def load_profile(name: str) -> Profile:
-    """The profile called ``name`` (or aliased so), fully checked; a one-line error if absent or wrong."""
+#: retired profiles already named in this process (:func:`load_profile` says so once)
+_told_retired: set[str] = set()
+
+
+def tell_retired(profile: Profile) -> None:
+    """Say once per process, on standard error, that ``profile``'s machine is retired."""
+    if profile.retired and profile.name not in _told_retired:
+        _told_retired.add(profile.name)
+        print(f"nnlo: note: {profile.retired_note}", file=sys.stderr)
+
+
+def load_profile(name: str, *, quiet: bool = False) -> Profile:
+    """The profile called ``name`` (or aliased so), fully checked; a one-line error if absent or wrong. A
+    retired machine's is said once per process (:func:`tell_retired`) unless ``quiet``."""
     files = profile_files()
     real = resolve_name(name, files)
     if real is None:
@@ -155,7 +168,10 @@ def load_profile(name: str) -> Profile:
             f"(add your own as ~/.config/nnlo/clusters/{name}.toml)"
         )
     table, src = _raw_table(real, files, ())
-    return profile_from_table(real, table, src)
+    profile = profile_from_table(real, table, src)
+    if not quiet:
+        tell_retired(profile)
+    return profile
 
 
 def list_profiles() -> list[tuple[ProfileFile, Profile | ProfileError]]:
@@ -163,7 +179,7 @@ def list_profiles() -> list[tuple[ProfileFile, Profile | ProfileError]]:
     out: list[tuple[ProfileFile, Profile | ProfileError]] = []
     for name, pf in sorted(profile_files().items()):
         try:
-            out.append((pf, load_profile(name)))
+            out.append((pf, load_profile(name, quiet=True)))
         except ProfileError as e:
             out.append((pf, e))
     return out

@@ -16,20 +16,32 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from nnlo.device import VENDORS
 from nnlo.errors import ConfigError
 from nnlo_sched.walltime import parse_walltime
 
-SCHEDULERS = ("slurm", "lsf", "pbs", "local")
-LAUNCHERS = ("srun", "jsrun", "aprun", "mpirun")
+SCHEDULERS = ("slurm", "lsf", "pbs", "pbspro", "flux", "local")
+LAUNCHERS = ("srun", "jsrun", "aprun", "mpiexec", "flux", "mpirun")
 #: Which launchers start ranks inside which batch system's allocation (the one table of pairs): srun needs
 #: a Slurm allocation, jsrun LSF's CSM (Summit), aprun Cray ALPS under PBS/Torque (Titan); mpirun (Hydra,
-#: Open MPI) runs under any of them and is the only launcher of the local scheduler.
+#: Open MPI) runs under any of them and is the only launcher of the local scheduler; Cray PALS ``mpiexec`` runs
+#: under PBS Pro (Aurora, Polaris), ``flux run`` inside a Flux job (El Capitan).
 LAUNCHERS_FOR: dict[str, tuple[str, ...]] = {
     "slurm": ("srun", "mpirun"),
     "lsf": ("jsrun", "mpirun"),
     "pbs": ("aprun", "mpirun"),
+    "pbspro": ("mpiexec", "mpirun"),
+    "flux": ("flux",),
     "local": ("mpirun",),
 }
+#: GPU vendors (:data:`nnlo.device.VISIBLE_VARIABLES`: the variable that names a rank's GPUs)
+GPU_VENDORS = VENDORS
+#: who binds a rank's GPUs: the ``launcher``'s own option, or a ``wrapper`` in the launch line that sets the
+#: vendor's variable from the launcher's node-local rank (LUMI's select_gpu, ALCF's affinity scripts)
+GPU_BINDS = ("launcher", "wrapper")
+#: ``retired = "yes"``: retired on a date nnlo's sources do not give
+RETIRED_UNDATED = "yes"
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 #: Profile keys that describe a node and may differ per Slurm constraint (``[node_types.<constraint>]``).
 NODE_KEYS = ("cores_per_node", "gpus_per_node", "memory_gb", "nodes", "setup", "description")
 #: Placeholders a ``runs_home`` may use.
@@ -59,6 +71,7 @@ class Queue:
     min_nodes: int = 1
     chaining: bool = True  # Summit forbids job chaining in ``debug``
     notes: str = ""
+    qos: bool = False  # Slurm: a QOS (--qos=NAME: Perlmutter's regular/debug, Frontier's debug), not a partition
 
     @property
     def max_nodes(self) -> int | None:
@@ -123,6 +136,16 @@ class Profile:
     oversubscribe: bool = False  # allow more ranks than cores (local runs)
     python: str = ""  # interpreter on the compute nodes; default: the submitting one
     nnlo: str = ""  # command that runs nnlo in the batch shell; default: <python> -m nnlo_sched
+    gpu_vendor: str = "nvidia"  # nvidia | amd | intel: which variable names a rank's GPUs (nnlo.device)
+    # the node's GPUs in the order rank slots take them (() : 0, 1, 2, ...): Polaris [3, 2, 1, 0] (ALCF's
+    # set_affinity_gpu_polaris.sh), Frontier [4, 5, 2, 3, 6, 7, 0, 1] (each GCD beside its slot's L3 cores)
+    gpu_order: tuple[int, ...] = ()
+    gpu_tiles: int = 1  # devices per physical GPU named "g.t" in the device variable (Aurora: 2 tiles)
+    gpu_bind: str = "launcher"  # launcher | wrapper (see GPU_BINDS)
+    reserved_cores: tuple[int, ...] = ()  # cores the site keeps for the system (Aurora: 0 and 52), not counted
+    filesystems: str = ""  # PBS Pro -l filesystems=home:flare (ALCF: mandatory)
+    system: str = ""  # PBS Pro -l select=N:system=NAME (Polaris)
+    retired: str = ""  # YYYY-MM-DD the machine was retired ("" while in service)
     notes: str = ""
     source: str = ""  # file(s) it was read from
 
@@ -143,6 +166,16 @@ class Profile:
                                                 "activates an environment")
         return Interpreter(sys.executable, "the interpreter nnlo runs with here; set python, or activate an "
                                            "environment in setup, for another")
+
+    @property
+    def retired_note(self) -> str:
+        """"" for a machine in service; else one line saying it was retired and when (``nnlo clusters``, and
+        once per process where the profile is used)."""
+        if not self.retired:
+            return ""
+        when = "on a date not verified" if self.retired == RETIRED_UNDATED else f"on {self.retired}"
+        return (f"cluster {self.name!r} was retired {when}; its profile is kept for reproducing old runs "
+                f"(`nnlo clusters` lists the machines in service)")
 
     @property
     def label(self) -> str:
@@ -221,6 +254,12 @@ def _strs(src: str, key: str, v: Any) -> tuple[str, ...]:
     return tuple(v)
 
 
+def _ints(src: str, key: str, v: Any) -> tuple[int, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
+        raise _want(src, key, v, "a list of core numbers (0 or more)")
+    return tuple(v)
+
+
 def _choice(options: tuple[str, ...]) -> Callable[[str, str, Any], str]:
     def check(src: str, key: str, v: Any) -> str:
         s = _str(src, key, v)
@@ -250,6 +289,22 @@ def _positive_float(src: str, key: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
         raise _want(src, key, v, "a positive number")
     return float(v)
+
+
+def _directive_word(src: str, key: str, v: Any) -> str:
+    text = _str(src, key, v)
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]*", text):
+        raise ProfileError(f"profile {src}: key {key!r} must be letters, digits and ._:- only "
+                           f"(e.g. \"home:flare\"), got {text!r}")
+    return text
+
+
+def _date(src: str, key: str, v: Any) -> str:
+    text = _str(src, key, v)
+    if text not in ("", RETIRED_UNDATED) and not _DATE.fullmatch(text):
+        raise ProfileError(f"profile {src}: key {key!r} must be a date YYYY-MM-DD (or {RETIRED_UNDATED!r} when "
+                           f"the date is not known), got {text!r}")
+    return text
 
 
 def _removed_max_processes(src: str, key: str, v: Any) -> None:
@@ -298,6 +353,14 @@ _SCALARS: dict[str, Callable[[str, str, Any], Any]] = {
     "launcher_command": _str,
     "launcher_flags": _strs,
     "oversubscribe": _bool,
+    "gpu_vendor": _choice(GPU_VENDORS),
+    "gpu_order": lambda s, k, v: _ints(s, k, v),
+    "gpu_tiles": lambda s, k, v: _int(s, k, v, 1),
+    "gpu_bind": _choice(GPU_BINDS),
+    "reserved_cores": lambda s, k, v: _ints(s, k, v),
+    "filesystems": lambda s, k, v: _directive_word(s, k, v),
+    "system": lambda s, k, v: _directive_word(s, k, v),
+    "retired": lambda s, k, v: _date(s, k, v),
     "python": _str,
     "nnlo": _str,
     "notes": _str,
@@ -311,7 +374,7 @@ def _queue(src: str, name: str, table: Any) -> Queue:
     where = f"queues.{name}"
     if not isinstance(table, dict):
         raise _want(src, where, table, "a table")
-    known = {"walltime", "max_nodes", "min_nodes", "bins", "chaining", "notes"}
+    known = {"walltime", "max_nodes", "min_nodes", "bins", "chaining", "notes", "qos"}
     for k in table:
         if k not in known:
             raise _unknown_key(src, f"{where}.{k}", k, known)
@@ -339,6 +402,7 @@ def _queue(src: str, name: str, table: Any) -> Queue:
         min_nodes=_int(src, f"{where}.min_nodes", table.get("min_nodes", 1), 1),
         chaining=_bool(src, f"{where}.chaining", table.get("chaining", True)),
         notes=_str(src, f"{where}.notes", table.get("notes", "")),
+        qos=_bool(src, f"{where}.qos", table.get("qos", False)),
     )
 
 
@@ -402,6 +466,14 @@ def profile_from_table(name: str, table: dict[str, Any], source: str) -> Profile
             f"profile {source}: launcher {launcher!r} does not run under scheduler {scheduler!r} "
             f"({launcher} needs {' or '.join(hosts)}); use launcher {' or '.join(repr(x) for x in ok)}"
         )
+    order = values.get("gpu_order", ())
+    if order and sorted(order) != list(range(values.get("gpus_per_node", 0))):
+        raise ProfileError(f"profile {source}: gpu_order {list(order)} must list each of the node's "
+                           f"{values.get('gpus_per_node', 0)} GPUs (0 to gpus_per_node-1) once")
+    tiles = values.get("gpu_tiles", 1)
+    if tiles > 1 and values.get("gpus_per_node", 0) % tiles:
+        raise ProfileError(f"profile {source}: gpus_per_node {values.get('gpus_per_node', 0)} is not a multiple "
+                           f"of gpu_tiles {tiles}; count every tile as a device")
     return Profile(name=name, source=source, **values)
 
 

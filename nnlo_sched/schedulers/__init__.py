@@ -10,14 +10,16 @@ from pathlib import Path
 
 from nnlo.errors import ConfigError
 from nnlo_sched.schedulers.base import JobInfo, Scheduler, SchedulerError
+from nnlo_sched.schedulers.flux import FluxScheduler
 from nnlo_sched.schedulers.local import LocalScheduler
 from nnlo_sched.schedulers.lsf import LsfScheduler
 from nnlo_sched.schedulers.pbs import PbsScheduler
+from nnlo_sched.schedulers.pbspro import PbsProScheduler
 from nnlo_sched.schedulers.slurm import SlurmScheduler
 
 #: every batch system nnlo knows, by the name a profile's ``scheduler`` key gives
 CLASSES: dict[str, type[Scheduler]] = {c.name: c for c in (SlurmScheduler, LsfScheduler, PbsScheduler,
-                                                            LocalScheduler)}
+                                                            PbsProScheduler, FluxScheduler, LocalScheduler)}
 NAMES = tuple(CLASSES)
 
 

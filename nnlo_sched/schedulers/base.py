@@ -348,9 +348,12 @@ def require_program(program: str, *, what: str, env: Mapping[str, str] | None = 
                              f"(is this a login node of the cluster, with its batch system in PATH?)")
 
 
-def cancel_tolerant(program: str, ids: Sequence[str], harmless: tuple[str, ...]) -> None:
-    """Cancel ``ids`` with ``program`` in one call; complaints about jobs that already ended are no error."""
-    proc = run_capture([program, *ids], what="cancel jobs")
+def cancel_tolerant(program: str | Sequence[str], ids: Sequence[str], harmless: tuple[str, ...]) -> None:
+    """Cancel ``ids`` with ``program`` (a program, or the words before the ids: ``flux cancel``) in one call;
+    complaints about jobs that already ended are no error."""
+    head = [program] if isinstance(program, str) else list(program)
+    program = " ".join(head)
+    proc = run_capture([*head, *ids], what="cancel jobs")
     if proc.returncode == 0:
         return
     lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]

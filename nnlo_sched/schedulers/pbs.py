@@ -40,10 +40,11 @@ def short_id(job_id: str) -> str:
 class PbsScheduler(Scheduler):
     name = "pbs"
     # Slurm's Torque wrappers (slurm-wlm-torque) run PBS scripts as Slurm jobs and leave PBS_JOBID empty
-    job_id_vars = ("PBS_JOBID", "SLURM_JOB_ID")
+    job_id_vars: tuple[str, ...] = ("PBS_JOBID", "SLURM_JOB_ID")
     job_id_syntax = _JOB_ID
     submit_program, submit_pattern = "qsub", _SUBMITTED
-    cancel_program, cancel_harmless = "qdel", ('Unknown Job Id', 'already', 'finished')
+    cancel_program = "qdel"
+    cancel_harmless: tuple[str, ...] = ('Unknown Job Id', 'already', 'finished')
     # no signal before the walltime: the runtime's clock is what stops the job in time
     directive_prefix, account_flag, warns_before_walltime, job_name_max = "#PBS", "#PBS -A", False, 15
     # PBS Pro: -J 1-K (at least two tasks); qsub prints 123[].server, a subjob is 123[4].server and its

@@ -32,6 +32,10 @@ PROFILES = {
                 f'nodes = 1\npython = "{FAKE_PYTHON}"\nsignal = "USR1"\nsignal_lead_s = 60\n'),  # hydra forwards USR1, not USR2
     "testpbs": (f'scheduler = "pbs"\nlauncher = "mpirun"\nlauncher_command = "auto"\ncores_per_node = 8\n'
                 f'nodes = 1\npython = "{FAKE_PYTHON}"\n'),
+    "testpbspro": (f'scheduler = "pbspro"\nlauncher = "mpirun"\nlauncher_command = "auto"\ncores_per_node = 8\n'
+                   f'nodes = 1\npython = "{FAKE_PYTHON}"\nfilesystems = "home:flare"\n'),
+    "testflux": (f'scheduler = "flux"\nlauncher = "flux"\ncores_per_node = 8\nnodes = 1\n'
+                 f'python = "{FAKE_PYTHON}"\nsignal = "USR2"\nsignal_lead_s = 60\n'),
 }
 
 

@@ -81,7 +81,7 @@ def qstat(args: list[str], name: Callable[[dict[str, Any]], str]) -> int:
     return rc
 
 
-PROGRAMS = ("bsub", "bjobs", "bkill", "qsub", "qstat", "qdel")
+PROGRAMS = ("bsub", "bjobs", "bkill", "qsub", "qstat", "qdel", "qsig", "flux")
 
 
 def install(root: Path, program: Path, monkeypatch: Any, *, more_path: tuple[str, ...] = ()) -> Path:

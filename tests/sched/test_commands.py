@@ -24,12 +24,12 @@ def test_layout_summary(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_layout_json_lists_every_rank(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "layout", "-c", "daint", "--blocks", "2", "--block-size", "6", "--n-fold", "2",
+    code, out, _ = run(capsys, "layout", "-c", "cscs", "--blocks", "2", "--block-size", "6", "--n-fold", "2",
                        "--json")
     assert code == 0
     d = json.loads(out)
     assert d["world_size"] == 13 and len(d["ranks"]) == 13
-    assert d["ranks"][0] == {"rank": 0, "role": "coordinator", "node": 0, "gpus": []}
+    assert d["ranks"][0] == {"rank": 0, "role": "coordinator", "node": 0, "gpus": [], "device": ""}
     assert d["roles"] == {"coordinator": 1, "master": 4, "worker": 8}
 
 
@@ -64,7 +64,7 @@ def test_clusters_list_and_show(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert "lsf+jsrun" in lines["summit"] and "4608 x 42 cores, 6 GPUs" in lines["summit"]
     assert "a100box.toml" in lines["a100box"]
     assert "BROKEN" in lines["oops"] and "'gpus_per_node' must be an integer" in lines["oops"]
-    code, out, _ = run(capsys, "clusters", "show", "daint")
+    code, out, _ = run(capsys, "clusters", "show", "cscs")
     assert code == 0 and out.startswith("cscs:") and "queue normal (default): 24h" in out
     code, out, _ = run(capsys, "clusters", "show", "a100box", "--json")
     assert json.loads(out)["constraint"] == "a100"

@@ -130,7 +130,7 @@ def test_the_examples_are_found() -> None:
     would pass if it saw none)."""
     commands = [c for _, block in EXAMPLES for c in block]
     assert any(c.startswith("nnlo train -n 3 --model examples/digits_torch.py") for c in commands)
-    assert any(c.startswith("nnlo layout --cluster daint") for c in commands)
+    assert any(c.startswith("nnlo layout --cluster cscs") for c in commands)
     assert sum(c.startswith("nnlo submit") for c in commands) >= 8
 
 

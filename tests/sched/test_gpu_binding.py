@@ -8,10 +8,16 @@ The launchers' semantics modelled here (``shared/reference/clusters.md``): ranks
 exactly the listed GPU(s), and without ``--gpu-bind`` every task sees every GPU of the job's node; ``jsrun``
 deals consecutive ranks ``-a`` at a time into resource sets, ``-r`` per host, the ``j``-th set of a host
 holding GPUs ``j*g .. j*g+g-1`` (``-g g``), and its ranks see only those; ``aprun`` and ``mpirun`` have no GPU
-option, so every rank sees every GPU of its node.
+option, so every rank sees every GPU of its node. ``flux run -g g -o gpu-affinity=per-task`` gives the node's
+``i``-th task GPUs ``i*g .. i*g+g-1``, without ``-g`` every task sees the node's GPUs; PALS ``mpiexec`` binds
+none. A device wrapper in the launch line (``bash -c 'd=(...); export VAR="${d[LOCAL_RANK]}"; exec "$@"'``:
+LUMI under srun, Aurora and Polaris under mpiexec) leaves a rank exactly its slot's entry. GPUs are compared
+by the names the node gives them (Frontier's GCD 4 for slot 0, Polaris' GPU 3, Aurora's tile ``0.1``), which
+is what ``nnlo layout`` prints (:meth:`Layout.device_of`).
 """
 from __future__ import annotations
 
+import re
 import shlex
 from collections import Counter
 from dataclasses import replace
@@ -46,6 +52,10 @@ def with_gpus(name: str) -> Profile:
     workstation: not this machine's cores)."""
     p = load_profile(name)
     p = replace(p, python=PY, launcher_command="mpirun" if p.launcher == "mpirun" else p.launcher_command)
+    small = p.queue(None)
+    if small is not None and small.min_nodes > 1:  # a routing queue for big jobs (ALCF's prod): a small one
+        p = replace(p, default_queue=max((q for q, v in p.queues.items() if v.min_nodes == 1),
+                                         key=lambda q: p.queues[q].max_nodes or 0))
     return replace(p, gpus_per_node=4, cores_per_node=16) if p.gpus_per_node == 0 else p
 
 
@@ -75,11 +85,35 @@ def _option(argv: list[str], *names: str) -> str | None:
     return None
 
 
-def visible_gpus(argv: list[str], rank: int, ranks_per_node: int, gpus_per_node: int) -> list[int]:
-    """The node-local GPUs rank ``rank`` sees when started by ``argv`` (the launchers' semantics above)."""
-    everything = list(range(gpus_per_node))
+def wrapped(argv: list[str], slot: int) -> list[str] | None:
+    """The device a rank in node slot ``slot`` is left by a device wrapper in ``argv`` (None: no wrapper)."""
+    if "bash" not in argv:
+        return None
+    script = argv[argv.index("bash") + 2]
+    m = re.search(r"d=\(([^)]*)\); export \w+=", script)
+    if m is None:  # flux's vendor move: the task keeps what gpu-affinity gave it
+        return None
+    return m.group(1).split()[slot].split(",")
+
+
+def visible_gpus(argv: list[str], rank: int, ranks_per_node: int, gpus_per_node: int) -> list[str]:
+    """The node's names of the GPUs rank ``rank`` sees when started by ``argv`` (the launchers' semantics
+    above): a wrapper's entry (an Aurora tile ``g.t``), else indices among the node's devices (a rank that sees
+    every tile of an Aurora node sees 12 devices, FLAT)."""
+    names = [str(g) for g in range(gpus_per_node)]
     slot = rank % ranks_per_node
+    own = wrapped(argv, slot)
+    if own is not None:
+        return own
     program = Path(argv[0]).name
+    if program == "flux":
+        g = _option(argv, "-g")
+        return names if g is None else names[slot * int(g):(slot + 1) * int(g)]
+    return [names[i] for i in _visible(argv, slot, gpus_per_node, program)]
+
+
+def _visible(argv: list[str], slot: int, gpus_per_node: int, program: str) -> list[int]:
+    everything = list(range(gpus_per_node))
     if program == "srun":
         bind = _option(argv, "--gpu-bind")
         if bind is None:
@@ -96,12 +130,12 @@ def visible_gpus(argv: list[str], rank: int, ranks_per_node: int, gpus_per_node:
         per_set, gpus = int(_option(argv, "-a") or 1), int(_option(argv, "-g") or 0)
         j = slot // per_set  # the resource set of this host the rank is in
         return list(range(j * gpus, (j + 1) * gpus))
-    assert program in ("aprun", "mpirun"), argv
+    assert program in ("aprun", "mpirun", "mpiexec"), argv
     return everything
 
 
-def runtime_gpus(layout: Layout, argv: list[str]) -> dict[int, int]:
-    """The node-local GPU each worker rank computes on: what it sees, and the runtime's rule."""
+def runtime_gpus(layout: Layout, argv: list[str]) -> dict[int, str]:
+    """The GPU (the node's name for it) each worker rank computes on: what it sees, and the runtime's rule."""
     t = layout.ranks_per_node
     on_node: dict[int, list[int]] = {}
     for info in layout.hierarchy:
@@ -138,7 +172,8 @@ def check_binding(profile: Profile, kind: str, args: tuple[str, ...], size: dict
         if not info.needs_device:
             assert gpus == () and info.rank not in chosen, where
             continue
-        assert chosen[info.rank] == gpus[0], (where, info.rank, chosen[info.rank], gpus)
+        assert chosen[info.rank] == layout.device_of(info.rank).split(",")[0], (where, info.rank, chosen[info.rank],
+                                                                               layout.device_of(info.rank))
         assert len(gpus) == max(1, int(layout.gpus_per_worker)), where
     if layout.gpus_per_worker >= 1:  # whole GPUs: no two workers of a node overlap
         owned = Counter((layout.node_of(r), g) for r in chosen for g in layout.gpus_of(r))
@@ -179,5 +214,5 @@ def test_nnlo_layout_prints_each_ranks_gpu_for_every_profile() -> None:
             t = layout.ranks_per_node
             for node, gpus in shown:  # the group's first node, rank by rank
                 ranks = range(node * t, min(node * t + t, layout.world_size))
-                assert gpus == ["+".join(map(str, layout.gpus_of(r))) or "-" for r in ranks], (name, node, gpus)
+                assert gpus == [layout.device_of(r).replace(",", "+") or "-" for r in ranks], (name, node, gpus)
             assert shown[0][1][0] == "-"  # rank 0, the master, computes on no GPU

@@ -396,7 +396,8 @@ def test_a_shared_gpu_search_on_one_node_in_full() -> None:
         "rank map  0 coordinator | 1 worker | 2 worker(member) | 3 worker | 4 worker(member) | 5 worker | "
         "6 worker(member) | 7 worker | 8 worker(member) | 9 worker | 10 worker(member) | 11 worker | "
         "12 worker(member)",
-        "gpu map   each rank sees its node's GPUs and computes on the one listed (nnlo.device.gpu_index)",
+        "gpu map   each rank sees its node's GPUs and computes on the one listed (nnlo.device.gpu_index) "
+        "(CUDA_VISIBLE_DEVICES)",
         "  node 0           ranks 0-12: GPUs - 0 1 2 3 4 5 0 1 2 3 4 5",
         "note      no-GPU ranks: coordinator rank 0 on node 0 (on the node's spare cores, without a GPU)",
         "launch    jsrun -n 1 -r 1 -a 13 -c 39 -g 6 -b packed:3 <python> -m nnlo_sched run <run dir>"]
@@ -413,9 +414,9 @@ def test_a_shared_gpu_search_on_one_node_in_full() -> None:
         "launcher": ["jsrun", "-n", "1", "-r", "1", "-a", "13", "-c", "39", "-g", "6", "-b", "packed:3"],
         "nodes_map": [{"first": 0, "last": 0, "roles": {"coordinator": 1, "worker": 12}}],
         "notes": ["no-GPU ranks: coordinator rank 0 on node 0 (on the node's spare cores, without a GPU)"]}
-    assert ranks[:3] == [{"rank": 0, "role": "coordinator", "node": 0, "gpus": []},
-                         {"rank": 1, "role": "b0:worker:w0", "node": 0, "gpus": [0]},
-                         {"rank": 2, "role": "b0:worker:w0.1", "node": 0, "gpus": [1]}]
+    assert ranks[:3] == [{"rank": 0, "role": "coordinator", "node": 0, "gpus": [], "device": ""},
+                         {"rank": 1, "role": "b0:worker:w0", "node": 0, "gpus": [0], "device": "0"},
+                         {"rank": 2, "role": "b0:worker:w0.1", "node": 0, "gpus": [1], "device": "1"}]
     # every worker rank of the node is dealt a GPU round-robin: 12 ranks on 6 GPUs, 2 each
     assert [r["gpus"][0] for r in ranks[1:]] == [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5]
     assert lay.shares_gpus and lay.ranks_per_gpu == 2 and lay.unbound and lay.blocks == 3
@@ -437,7 +438,8 @@ def test_an_uber_master_training_over_three_nodes_in_full() -> None:
         "  node 2           1 master, 2 workers",
         "rank map  0 uber-master | 1 master | 2 worker | 3 worker(member) | 4 worker | 5 worker(member) | 6 master | "
         "7 worker | 8 worker(member)",
-        "gpu map   bound by the launcher: each rank sees only its own GPU(s) and computes on the first",
+        "gpu map   bound by the launcher: each rank sees only its own GPU(s) and computes on the first "
+        "(CUDA_VISIBLE_DEVICES)",
         "  node 0           ranks 0-2: GPUs - - 2",
         "  node 1           ranks 3-5: GPUs 0 1 2",
         "  node 2           ranks 6-8: GPUs - 1 2",

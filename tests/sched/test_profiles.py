@@ -36,8 +36,8 @@ def test_builtin_profiles_match_clusters_md() -> None:
         7200, 7200, 21600, 21600, 43200, 43200, 86400, 86400]
     assert titan.queue("debug").walltime_limit(1) == 3600
     assert summit.runs_home.startswith("$MEMBERWORK/") and "/ccs/home" in summit.compute_read_only
-    daint = load_profile("daint")
-    assert daint.name == "cscs" and daint.constraint == "gpu" and daint.gpus_per_node == 1
+    daint = load_profile("cscs")  # Piz Daint XC, retired; "daint" now names the Alps GH200 cluster
+    assert daint.name == "cscs" and daint.constraint == "gpu" and daint.gpus_per_node == 1 and daint.retired
     assert daint.nodes is not None and "unverified" in Path(daint.source).read_text().split("nodes =")[1][:120]
     mc = daint.for_constraint("mc")
     assert (mc.cores_per_node, mc.gpus_per_node, mc.node_type) == (36, 0, "mc") and mc.nodes is not None
@@ -95,7 +95,7 @@ def test_xdg_config_dir_is_searched(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ('extends = "local"\ngpus_per_node = -1\n', "'gpus_per_node' must be at least 0"),
         ('extends = "local"\nsetup = "module load x"\n', "key 'setup' must be a list of strings"),
         ('extends = "local"\ncores_per_nod = 4\n', "unknown key 'cores_per_nod'"),
-        ('extends = "local"\nscheduler = "sge"\n', "'scheduler' must be one of slurm, lsf, pbs, local"),
+        ('extends = "local"\nscheduler = "sge"\n', "'scheduler' must be one of slurm, lsf, pbs, pbspro, flux, local"),
         ('extends = "nowhere"\n', "extends unknown profile 'nowhere'"),
         ('extends = 3\n', "'extends' must be a string"),
         ('scheduler = "slurm"\nlauncher = "srun"\n', "missing key(s) cores_per_node"),
