@@ -16,6 +16,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+#: the distribution's name on the package index (setup.cfg's): PyPI's "nnlo" is another project
+DISTRIBUTION = "nnlo-hpc"
 
 importlib.import_module("nnlo.optimize")  # the package first (it sets nnlo.optimize), then the function's name
 globals().pop("optimize", None)

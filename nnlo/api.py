@@ -245,7 +245,8 @@ def _inputs(model: Any, data: Any, val_data: Any, cfg_values: dict[str, Any],
         values["val"] = val_list
     _refuse_file_options(values, [o for o in (train_obj, val_obj) if o is not None and not isinstance(o, list)])
     assert source is None or isinstance(source, ObjectModelSource)
-    return values, RunInputs(model=source, train=train_obj, val=val_obj, callbacks=check_callbacks(callbacks))
+    return values, RunInputs(model=source, train=train_obj, val=val_obj,
+                             callbacks=check_callbacks(callbacks), python_api=True)
 
 
 #: options that only mean something for HDF5 files (a data object reads its own samples)

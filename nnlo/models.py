@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from nnlo.errors import ConfigError, DataError, ModelError
+from nnlo.legacy import with_hint
 
 TORCH_SUFFIXES = (".pt", ".pth", ".torch")
 KERAS_SUFFIXES = (".json", ".keras", ".h5")
@@ -243,7 +244,7 @@ def _import_file(p: Path) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as e:  # noqa: BLE001
         del sys.modules[name]
-        raise ModelError(f"importing model module {p} raised {type(e).__name__}: {e}") from None
+        raise ModelError(with_hint(f"importing model module {p} raised {type(e).__name__}: {e}", e)) from None
     return module
 
 
@@ -385,12 +386,14 @@ def _is_hdf5(p: Path) -> bool:
 def _load_torch_file(path: str) -> Any:
     import torch
 
+    importable(Path(path))  # its classes' modules: in the working folder or beside the file, for every launch
     try:
         model = torch.load(path, map_location="cpu", weights_only=False)
     except ModuleNotFoundError as e:
         if not (e.name or "").startswith("nnlo_user_model_"):
             raise ModelError(f"cannot load torch model {path}: the module {e.name!r} of its classes is not "
-                             f"importable; install it or put it on PYTHONPATH") from None
+                             f"importable (neither in the working folder {os.getcwd()} nor beside the file); run "
+                             f"from its folder, install it or put it on PYTHONPATH") from None
         stem = (e.name or "")[len("nnlo_user_model_"):].rsplit("_", 1)[0]
         raise ModelError(f"{path} holds a model whose class is defined in the model module {stem}.py; pass that "
                          f"module instead (--model path/to/{stem}.py, with --restore RUN for its weights)") from None
@@ -414,7 +417,7 @@ def _call_builder(fn: Any, what: str, where: str, hyperparameters: dict[str, Any
                              f"add those keyword arguments to {where}") from None
         raise ModelError(f"{what} raised TypeError: {e}") from None
     except Exception as e:  # noqa: BLE001 - a user's code may raise anything; report it in one line
-        raise ModelError(f"{what} raised {type(e).__name__}: {e}") from None
+        raise ModelError(with_hint(f"{what} raised {type(e).__name__}: {e}", e)) from None
     if model is None:
         raise ModelError(f"{what} returned None; it must return the model")
     return model

@@ -352,6 +352,16 @@ def log_error_line(run_dir: Path, job_id: str) -> str:
     """The most telling line of a failed job's log: nnlo's own error line, else the last error-looking line
     that is not the launcher's report of the exit (``srun: error: ... Exited with exit code 1``)."""
     tail = log_tail(run_dir, job_id, 60)
+    error = _error_in(tail)
+    if error is not None:
+        return error
+    rest = [ln for ln in tail if not ln.strip().startswith(_LAUNCHER_NOISE) and "BAD TERMINATION" not in ln] or tail
+    return rest[-1].strip()[:300] if rest else f"no log yet (see `nnlo logs` or {Path(run_dir) / LOG_DIR})"
+
+
+def _error_in(tail: list[str]) -> str | None:
+    """nnlo's own error line of a log's tail, else its last error-looking line that is not the launcher's
+    report of the exit; None: the tail holds no error."""
     own = [ln for ln in tail if "nnlo: error:" in ln]
     if own:
         return own[-1].strip()[:300]
@@ -360,8 +370,7 @@ def log_error_line(run_dir: Path, job_id: str) -> str:
         low = line.lower()
         if "error" in low or "exception" in low or "killed" in low:
             return line.strip()[:300]
-    rest = useful or tail
-    return rest[-1].strip()[:300] if rest else f"no log yet (see `nnlo logs` or {Path(run_dir) / LOG_DIR})"
+    return None
 
 
 # -- user commands -------------------------------------------------------------------------------------
@@ -519,8 +528,11 @@ def reconcile(run_dir: Path, infos: dict[str, JobInfo]) -> RunState:
                 j.status = JOB_FAILED
             last = j
         st.state = FAILED
-        st.error = (f"job {last.job_id} ended ({native or 'gone from the queue'}) without nnlo's bookkeeping "
-                    f"and no job is queued; `nnlo resume {st.run_id}` continues from the newest checkpoint")
+        ended = f"job {last.job_id} ended ({native or 'gone from the queue'}) without nnlo's bookkeeping"
+        cause = _error_in(log_tail(run_dir, last.job_id, 60))  # a job that died in its first second says why
+        st.error = (f"{ended}: {cause}; fix that, then `nnlo resume {st.run_id}` continues from the newest "
+                    f"checkpoint" if cause else
+                    f"{ended} and no job is queued; `nnlo resume {st.run_id}` continues from the newest checkpoint")
     return st
 
 

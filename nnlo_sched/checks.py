@@ -196,9 +196,30 @@ def _probe(config: TrainConfig, search: SearchConfig | None, cwd: Path) -> list[
             if answer.get("error"):
                 raise ConfigError(str(answer["error"]))
             return [str(n) for n in answer.get("notes", [])]
-    tail = " ".join((proc.stderr or proc.stdout).split())[-300:]
-    raise ConfigError(f"checking {config.model} failed (exit {proc.returncode}): {tail or 'no output'}; "
-                      "pass --no-check to skip the checks")
+    raise probe_failure(config.model, proc.returncode, proc.stderr or proc.stdout)
+
+
+def probe_failure(model: str, returncode: int, output: str, folder: Path | None = None) -> ConfigError:
+    """The line for a probe that died without its answer: the cause (a traceback's last line, the exception,
+    whole up to 300 characters) and, when there was more, the file the whole output was saved to (in
+    ``folder``, default the temporary folder)."""
+    import tempfile  # lazy: only a probe that died writes a file
+
+    lines = [ln.rstrip() for ln in output.splitlines() if ln.strip()]
+    causes = [ln for ln in lines if not ln.startswith((" ", "\t", "Traceback ", "During handling", "The above"))]
+    cause = (causes or lines or ["no output"])[-1].strip()
+    cause = cause if len(cause) <= 300 else cause[:299] + "…"
+    saved = ""
+    if len(lines) > 1:
+        try:
+            fd, path = tempfile.mkstemp(prefix="nnlo-check-", suffix=".txt", dir=folder)
+            with open(fd, "w", encoding="utf-8") as f:
+                f.write(output)
+            saved = f"; the whole output is in {path}"
+        except OSError:
+            saved = ""
+    return ConfigError(f"checking {model} failed (exit {returncode}): {cause}{saved}; fix that, or pass "
+                       "--no-check to skip the checks")
 
 
 # -- the probe (runs in its own interpreter) -----------------------------------------------------------

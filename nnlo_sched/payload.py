@@ -16,11 +16,14 @@ input). MPI and the runtime are imported only here, when a rank runs.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import runpy
+import shlex
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -28,11 +31,21 @@ from pathlib import Path
 import click
 
 from nnlo.abort import abort_job
-from nnlo.api import run_train
-from nnlo.checkpoint import find_latest
+from nnlo.api import DEFAULT_RUNS, run_train
+from nnlo.checkpoint import RESTORE_AUTO, find_latest
 from nnlo.config import TrainConfig, deadline_from_env
-from nnlo.contract import ENV_RUN_DIR, EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, SPEC_FILE
+from nnlo.contract import (
+    ENV_RUN_DIR,
+    EXIT_BAD_INPUT,
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_RESUMABLE,
+    MANIFEST_FILE,
+    SIGNAL_STATUS_BASE,
+    SPEC_FILE,
+)
 from nnlo.errors import NnloError
+from nnlo.models import run_name
 from nnlo.observe.logs import console_logging
 from nnlo.optimize.options import SearchConfig
 from nnlo.roles import RoleError
@@ -101,9 +114,40 @@ def start_here(inner: InnerCommand, args: list[str]) -> int:
     for note in notes:
         click.echo(f"nnlo: note: {note}", err=True)
     spec = RunSpec.of(inner, args, PROFILE, name=inner.run_name(os.getcwd()), workdir=os.getcwd())
+    started = time.time()
     with tempfile.TemporaryDirectory(prefix="nnlo-run-") as folder:
         write_json_atomic(Path(folder) / SPEC_FILE, spec.to_dict())
-        return relaunch(inner.ranks, ["run", "--as-given", folder])
+        code = relaunch(inner.ranks, ["run", "--as-given", folder])
+    if code > SIGNAL_STATUS_BASE and inner.kind == "train" and stopped_with_checkpoint(inner.train, started):
+        code = EXIT_RESUMABLE  # a second Ctrl-C after the stop's checkpoint made the launcher abort: it is complete
+    if code == EXIT_RESUMABLE:
+        click.echo(f"nnlo: {continue_line(inner, args)}", err=True)
+    return code
+
+
+def stopped_with_checkpoint(config: TrainConfig, since: float) -> bool:
+    """The training's folder holds a complete checkpoint, written since ``since``, of a stop (a signal or the
+    deadline): the run stopped as asked, whatever the launcher said after (the folder as the ranks name it:
+    ``--checkpoint``, else ``nnlo-runs/NAME`` with the name read from the model's source, not imported)."""
+    out = Path(config.checkpoint or Path(DEFAULT_RUNS) / run_name(config.model, config.trial_name,
+                                                                    import_module=False))
+    latest = find_latest(out)
+    try:
+        manifest = json.loads((latest / MANIFEST_FILE).read_text()) if latest is not None else {}
+        fresh = latest is not None and latest.stat().st_mtime >= since - 1
+    except (OSError, ValueError):
+        return False
+    return fresh and isinstance(manifest, dict) and manifest.get("stopped_reason") in ("signal", "deadline")
+
+
+def continue_line(inner: InnerCommand, args: list[str]) -> str:
+    """What a ``-n`` run stopped with a checkpoint (exit 75) says last: the command that continues it."""
+    if inner.kind == "train":
+        given, flag = inner.train.restore == RESTORE_AUTO, ["--restore", "auto"]
+    else:
+        given, flag = bool(inner.search and inner.search.opt_restore), ["--opt-restore"]
+    again = shlex.join(["nnlo", inner.kind, *args, *([] if given else flag)])
+    return f"stopped with a checkpoint; continue with: {again}"
 
 
 # -- in this MPI world ---------------------------------------------------------------------------------------

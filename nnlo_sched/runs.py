@@ -17,6 +17,7 @@ default ``./nnlo-runs``)::
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shlex
@@ -25,15 +26,20 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from nnlo.api import DEFAULT_RUNS
 from nnlo.contract import (
     CHAINS_DIR,
     CHECKPOINT_DIR,
+    CONFIG_FILE,
     ENV_CLUSTERS,
     ENV_HOME,
+    HISTORY_FILE,
     LOG_DIR,
+    OPTIMIZER_STATE_FILE,
     SCRIPT_FILE,
     SPEC_FILE,
     STATE_FILE,
+    TRIALS_JSON,
 )
 from nnlo.errors import ConfigError, NnloError
 from nnlo_sched.inner import SCRIPT, changed, parse_changes
@@ -313,6 +319,22 @@ def list_runs(home: Path | None = None) -> list[Run]:
         raise ConfigError(f"cannot list the runs directory {home} ({e.strerror}); check it or set {ENV_HOME}") from None
     runs = [Run(p.name, p) for p in entries if _is_run_dir(p)]
     return sorted(runs, key=lambda r: (_created(r), r.id))
+
+
+def local_trainings(folder: Path) -> list[Path]:
+    """The trainings and searches run in ``folder`` without a batch system (``nnlo train|optimize -n``, ``mpirun
+    nnlo ...``: ``nnlo-runs/NAME`` holding a history or a config, ``optimize-NAME`` holding trials or a search's
+    state), relative to ``folder``; ``nnlo status`` lists only submitted runs, and says where these are."""
+    found: list[Path] = []
+    with contextlib.suppress(OSError):
+        runs = folder / DEFAULT_RUNS
+        for p in sorted(runs.iterdir()) if runs.is_dir() else ():
+            if not _is_run_dir(p) and ((p / HISTORY_FILE).is_file() or (p / CONFIG_FILE).is_file()):
+                found.append(p.relative_to(folder))
+        for p in sorted(folder.glob("optimize-*")):
+            if (p / TRIALS_JSON).is_file() or (p / OPTIMIZER_STATE_FILE).is_file():
+                found.append(p.relative_to(folder))
+    return found
 
 
 def _is_run_dir(path: Path) -> bool:

@@ -12,8 +12,11 @@ fi
 [ -x .venv/bin/python ] || "$py" -m venv .venv
 stamp=".venv/.nnlo-setup-$(cat setup.cfg setup.py plugins/submitit-pbs/setup.cfg | sha1sum | cut -c1-12)-${extras//,/_}"
 if [ ! -e "$stamp" ]; then
-  echo "setup: installing nnlo[$extras] into .venv (first run takes a few minutes)"
+  echo "setup: installing nnlo-hpc[$extras] into .venv (first run takes a few minutes)"
   export PIP_DISABLE_PIP_VERSION_CHECK=1
+  # The distribution was called "nnlo" before (PyPI's nnlo is another project): a venv set up then holds it
+  # beside the new name, with the same packages and command; uninstall it first.
+  if .venv/bin/pip show -q nnlo >/dev/null 2>&1; then .venv/bin/pip uninstall -q -y nnlo; fi
   # The CPU build of torch, pinned: an unpinned torch would pull gigabytes of CUDA packages.
   case ",$extras," in *,torch,*) .venv/bin/pip install -q "torch==2.13.0" ;; esac
   .venv/bin/pip install -q -e ".[$extras]"

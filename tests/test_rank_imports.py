@@ -79,3 +79,13 @@ def test_a_master_builds_no_torch_optimizer(tmp_path: Path, nnlo_env: dict[str, 
                          text=True, env=nnlo_env, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split() == ["False", "0.01"]
+
+
+def test_python_m_nnlo_is_one_line_naming_the_command_line(capsys) -> None:
+    """``python -m nnlo`` (the runtime package) says where the command line is (``python -m nnlo_sched``)."""
+    import runpy
+
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("nnlo", run_name="__main__")
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "python -m nnlo_sched" in err

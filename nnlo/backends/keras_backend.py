@@ -90,7 +90,7 @@ def make_backend(model: Any, config: Any = None) -> KerasBackend:
     (missing fields get defaults). Dropout streams are seeded from ``seed`` and this process's MPI rank, so
     workers draw different masks and a rerun draws the same ones (the runtime does the same for torch).
     """
-    if not is_keras_model(model):  # before importing TensorFlow: "install nnlo[tf]" would mislead here
+    if not is_keras_model(model):  # before importing TensorFlow: "install nnlo-hpc[tf]" would mislead here
         raise _not_keras(model)
     loss = getattr(config, "loss", None) or DEFAULT_LOSS
     optimizer = (getattr(config, "worker_optimizer_spec", None) or getattr(config, "worker_optimizer", None)

@@ -1,6 +1,6 @@
 """Importing Keras 3 on TensorFlow the way an MPI job needs it, or failing with one clear line.
 
-Why a module of its own: TensorFlow is an optional extra (``pip install nnlo[tf]``) and costs seconds and
+Why a module of its own: TensorFlow is an optional extra (``pip install 'nnlo-hpc[tf]'``) and costs seconds and
 hundreds of MB per process, so nothing in nnlo imports it at module level. Every Keras code path goes through
 :func:`require_keras`, which
 
@@ -17,7 +17,7 @@ hundreds of MB per process, so nothing in nnlo imports it at module level. Every
 - lets TensorFlow grow its GPU memory as needed (``TF_FORCE_GPU_ALLOW_GROWTH=true``) instead of reserving
   every visible GPU whole, so ranks sharing a node's GPUs can coexist; give each rank its own GPU with the
   launcher (``jsrun -g 1``, ``srun --gpus-per-task=1``), which sets ``CUDA_VISIBLE_DEVICES`` per rank;
-- turns a missing TensorFlow into :class:`~nnlo.errors.ModelError` ("install nnlo[tf]");
+- turns a missing TensorFlow into :class:`~nnlo.errors.ModelError` ("install nnlo-hpc[tf]");
 - leaves Python's global random stream where it was (importing TensorFlow draws from it), so the fresh weights
   of a seeded run do not depend on when TensorFlow was first imported.
 
@@ -35,6 +35,7 @@ import sys
 from collections.abc import Iterator
 from types import ModuleType
 
+from nnlo import DISTRIBUTION
 from nnlo.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 _MPI_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS",
                   "JSM_NAMESPACE_SIZE", "MV2_COMM_WORLD_SIZE")
 
-INSTALL_HINT = "install it with: pip install 'nnlo[tf]' (or pip install tensorflow-cpu)"
+INSTALL_HINT = f"install it with: pip install '{DISTRIBUTION}[tf]' (or pip install tensorflow-cpu)"
 
 _threads_done = False
 

@@ -26,13 +26,15 @@ class RunInputs:
     train / val: a :class:`~nnlo.data.source.DataSource` (or a list of HDF5 file paths) instead of
         ``--train``/``--val``;
     callbacks: ``callback(epoch, logs)`` functions run at every epoch end on the deciding rank
-        (:mod:`nnlo.training.callbacks`).
+        (:mod:`nnlo.training.callbacks`);
+    python_api: the caller is the Python API (``nnlo.train``): messages say options as its keyword arguments.
     """
 
     model: Any = None
     train: Any = None
     val: Any = None
     callbacks: tuple[Any, ...] = ()
+    python_api: bool = False
 
 
 @dataclass

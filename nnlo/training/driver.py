@@ -170,7 +170,7 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         if out is not None:
             top = rank == hierarchy.groups[0].top
             if top:  # before any rank writes: an earlier run here is continued, overwritten on request, or kept
-                claim(out, config, chained=bool(os.environ.get(ENV_RUN_DIR)))
+                claim(out, config, chained=bool(os.environ.get(ENV_RUN_DIR)), python=inputs.python_api)
             out.mkdir(parents=True, exist_ok=True)
             if top:
                 ckpt.write_json_atomic(out / CONFIG_FILE, config.to_dict())
@@ -476,11 +476,20 @@ def _validation(ctx: RunContext, source: Any, indices: Any) -> Any:
 # ----------------------------------------------------------------------------------------------------
 # endings
 # ----------------------------------------------------------------------------------------------------
-def _log_summary(result: TrainResult) -> None:
+def summary_line(result: TrainResult) -> str:
+    """The training's last line: done (and why), or stopped early with a checkpoint to continue from."""
     final = result.final
     metrics = ", ".join(f"{k} {final[k]:.4f}" for k in ("val_loss", "val_accuracy", "loss") if final.get(k) is not None)
-    log.info("done: %s after %d epoch(s), %d updates, %.1f s%s", result.stopped_reason, result.epochs_done,
-             result.updates, result.seconds, f"; {metrics}" if metrics else "")
+    figures = f"{result.epochs_done} epoch(s), {result.updates} updates, {result.seconds:.1f} s"
+    if result.resumable:
+        why = "at the deadline" if result.stopped_reason == "deadline" else "by a stop signal"
+        return (f"stopped {why} after {figures}, with a checkpoint: restoring it (--restore auto) continues the "
+                f"run{f'; {metrics}' if metrics else ''}")
+    return f"done: {result.stopped_reason} after {figures}{f'; {metrics}' if metrics else ''}"
+
+
+def _log_summary(result: TrainResult) -> None:
+    log.info("%s", summary_line(result))
     for label, path in (("history", result.history_path), ("model", result.model_path),
                         ("checkpoint", result.checkpoint)):
         if path:

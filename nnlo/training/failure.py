@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from nnlo.contract import EXIT_BAD_INPUT, EXIT_FAILED
 from nnlo.errors import NnloError, TrainingError
+from nnlo.legacy import with_hint
 
 T = TypeVar("T")
 
@@ -90,4 +91,4 @@ def in_model(what: str, fn: Callable[..., T], *args: Any) -> T:
     except (NnloError, MemoryError):
         raise
     except Exception as e:  # the user's model raised: name it
-        raise TrainingError(f"the model raised {type(e).__name__} while {what}: {e}") from e
+        raise TrainingError(with_hint(f"the model raised {type(e).__name__} while {what}: {e}", e)) from e

@@ -58,11 +58,12 @@ def _continues(out: Path, config: TrainConfig) -> bool:
     return inside == out.resolve() or out.resolve() in inside.parents
 
 
-def claim(out: Path, config: TrainConfig, *, chained: bool = False) -> None:
+def claim(out: Path, config: TrainConfig, *, chained: bool = False, python: bool = False) -> None:
     """Make ``out`` this training's folder: refuse it (:class:`ConfigError`, one line) when it holds an earlier
     run this one neither continues nor overwrites; with ``--overwrite`` delete that run's files first.
 
     chained: the folder belongs to a submitted chain, whose jobs continue it (no check).
+    python: the caller is the Python API (``nnlo.train``): the ways on are said as its keyword arguments.
     """
     if config.overwrite:
         for path in _written(out):
@@ -75,7 +76,9 @@ def claim(out: Path, config: TrainConfig, *, chained: bool = False) -> None:
         return
     found = earlier_run(out)
     if found is not None:
+        restore, checkpoint, overwrite = (('restore="auto"', "checkpoint=", "overwrite=True") if python
+                                          else ("--restore auto", "--checkpoint", "--overwrite"))
         raise ConfigError(
-            f"{out} already holds a run ({found}); continue it with --restore auto, write this one to another "
-            f"--checkpoint folder, or pass --overwrite to start afresh (deleting its history, model and "
+            f"{out} already holds a run ({found}); continue it with {restore}, write this one to another "
+            f"{checkpoint} folder, or pass {overwrite} to start afresh (deleting its history, model and "
             f"checkpoints)")

@@ -18,7 +18,7 @@ import click
 from nnlo.contract import ENV_HOME
 from nnlo_sched.chain import log_tail
 from nnlo_sched.params import finite_range
-from nnlo_sched.runs import runs_home
+from nnlo_sched.runs import local_trainings, runs_home
 from nnlo_sched.state import ACTIVE_STATES
 from nnlo_sched.status import DAMAGED, collect
 
@@ -193,14 +193,18 @@ def status_command(run: str | None, as_json: bool, watch: bool, every: float) ->
     (its record cannot be read: the reason is shown, the other runs are listed as usual).
     Jobs: a chain like 812>813*>814… (* running, … queued, ! failed or a rank died, x cancelled,
     ? scheduler cannot tell).
-    Runs live under $NNLO_HOME (default ./nnlo-runs).
+    Runs live under $NNLO_HOME (default ./nnlo-runs). Trainings and searches run with -n or mpirun are not
+    submitted runs and are not listed; with no submitted run, status names those in this folder.
     """
     while True:
         views = collect(run)
         if as_json:
             click.echo(json.dumps(views[0] if run else views, indent=2, default=str))
         elif not views:
-            click.echo(f"no runs under {runs_home()} (submit one with `nnlo submit`, or set {ENV_HOME})")
+            here = ", ".join(str(p) for p in local_trainings(Path.cwd()))
+            click.echo(f"no submitted runs under {runs_home()} (submit one with `nnlo submit`, or set {ENV_HOME})"
+                       + (f"; run here with -n or mpirun (not listed): {here} (`nnlo plot DIR` draws one)"
+                          if here else ""))
         else:
             if watch:
                 click.echo("\x1b[2J\x1b[H" + time.strftime("%H:%M:%S") + f"  (every {every:g} s; Ctrl-C to stop)")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -207,8 +208,15 @@ def _isatty(stream: IO[str]) -> bool:
         return False
 
 
+#: Hydra's answer to a relayed Ctrl-C ("Press Ctrl-C again to force abort"): the second Ctrl-C goes to nnlo,
+#: whose own line says what it does, so the copy of the launch's output leaves these lines out
+_LAUNCHER_CHATTER = re.compile(rb"\[mpiexec@[^\]\n]*\] (?:Sending Ctrl-C to processes as requested|"
+                               rb"Press Ctrl-C again to force abort)\n")
+
+
 class _Watch:
-    """Copies a child's output through and keeps its tail and whether nnlo printed its own error line."""
+    """Copies a child's output through (less the launcher's Ctrl-C advice) and keeps its tail and whether nnlo
+    printed its own error line."""
 
     KEEP = 64 * 1024
 
@@ -223,11 +231,12 @@ class _Watch:
         fd = src.fileno()
         recent = b"\n"  # the stream's last bytes: an error line may be split between two reads
         for chunk in iter(lambda: os.read(fd, 65536), b""):
+            shown = _LAUNCHER_CHATTER.sub(b"", chunk) if b"Ctrl-C" in chunk else chunk
             try:
                 if out is not None:
-                    out.write(chunk)
-                else:  # pragma: no cover - a text-only stream (a test's capture)
-                    dst.write(chunk.decode(errors="replace"))
+                    out.write(shown)
+                else:  # a text-only stream (a test's capture)
+                    dst.write(shown.decode(errors="replace"))
                 dst.flush()
             except (OSError, ValueError):  # our own output closed: keep draining the child
                 pass

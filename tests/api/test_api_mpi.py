@@ -102,7 +102,7 @@ def test_a_second_training_into_a_folder_holding_a_run_is_refused_unless_overwri
     for r in runs["ranks"]:  # every rank raises the same failure; nothing was written
         again = r["again"]
         assert again["refused"] and again["code"] == 2 and again["untouched"], again
-        assert "already holds a run" in again["message"] and "--overwrite" in again["message"]
+        assert "already holds a run" in again["message"] and "overwrite=True" in again["message"]
     overwritten = runs["ranks"][0]["overwritten"]
     assert overwritten["stopped"] == "completed" and overwritten["epochs_done"] == 1
     written = json.loads(Path(overwritten["history_path"]).read_text())

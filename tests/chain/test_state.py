@@ -140,3 +140,26 @@ def test_torn_undecodable_and_absurd_records_are_one_line_errors(tmp_path, raw):
     with pytest.raises(StateError) as e:
         read_state(tmp_path)
     assert "\n" not in str(e.value) and "state.json" in str(e.value)
+
+
+@pytest.mark.parametrize("log, says", [
+    ("nnlo job start: job 7 started\nTraceback (most recent call last):\n  File \"x.py\", line 1\n"
+     "ModuleNotFoundError: No module named 'nnlo.optimize.options'\n",
+     "ModuleNotFoundError: No module named 'nnlo.optimize.options'; fix that, then `nnlo resume r`"),
+    ("", "`nnlo resume r` continues from the newest checkpoint"),
+])
+def test_a_job_gone_without_bookkeeping_is_reported_with_the_error_its_log_ends_with(tmp_path, log, says):
+    """A chain job that died before ``nnlo job end`` (an import error in its first second) reads "ended
+    (COMPLETED) without nnlo's bookkeeping": the run's error names the cause its log holds, and resuming comes
+    after fixing it."""
+    from nnlo_sched.chain import log_path, reconcile
+    from nnlo_sched.schedulers.base import JobInfo
+    from nnlo_sched.spec import RunSpec
+
+    (tmp_path / "spec.json").write_text(json.dumps(RunSpec.from_argv("train", ["--model", "m.py"], "local").to_dict()))
+    write_state(tmp_path, RunState(run_id="r", name="n", cluster="local", scheduler="slurm", state="running",
+                                   jobs=[JobRecord("7", 1.0, status="running", started_at=2.0)]))
+    log_path(tmp_path, "7").parent.mkdir()
+    log_path(tmp_path, "7").write_text(log)
+    st = reconcile(tmp_path, {"7": JobInfo("7", "COMPLETED", native="COMPLETED")})
+    assert st.state == "failed" and says in st.error and "\n" not in st.error, st.error

@@ -121,7 +121,7 @@ def test_an_upstream_command_line_runs_unchanged(line: Line, launcher: str, digi
                                                  mpirun: str, nnlo_env: dict[str, str], tmp_path: Path,
                                                  request: pytest.FixtureRequest) -> None:
     if line.needs_tf and not HAVE_TF:
-        pytest.skip("tensorflow not installed: pip install 'nnlo[tf]'")
+        pytest.skip("tensorflow not installed: pip install 'nnlo-hpc[tf]'")
     root: Path = digits["root"]
     work = tmp_path / "elsewhere"  # a working directory that is neither the repository nor the model's folder
     work.mkdir()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.env import tool
+from tests.helpers.env import BIN, REPO, subprocess_env, tool
 from tests.helpers.projects import Result, write_project
 
 TIMEOUT = 120
@@ -52,3 +54,49 @@ def clean_path():
         if name.startswith("nnlo_user_model_") or name in ("mymodels", "site_settings"):
             del sys.modules[name]
     os.chdir(cwd)
+
+
+@dataclass(frozen=True)
+class EditableInstall:
+    """A venv holding this checkout as the README's set-up installs it (``pip install -e``), and the
+    environment of a user who activated it: no ``PYTHONPATH`` (the suite's own, tests/conftest.py, would put the
+    checkout first on every process's path and hide how an installed nnlo imports itself)."""
+
+    bin: Path
+    env: dict[str, str]
+
+    def nnlo(self, args: list[str], cwd: Path, timeout: float = TIMEOUT) -> Result:
+        proc = subprocess.run([str(self.bin / "nnlo"), *args], cwd=cwd, env=self.env, capture_output=True,
+                              text=True, timeout=timeout)
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    def python_m(self, args: list[str], cwd: Path, stdin: str = "") -> Result:
+        proc = subprocess.run([str(self.bin / "python"), "-m", *args], cwd=cwd, env=self.env, input=stdin,
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture(scope="session")
+def editable_install(tmp_path_factory: pytest.TempPathFactory) -> EditableInstall:
+    """One per session: a venv over this one's packages (a path entry to its site-packages, whose own ``.pth``
+    files - its install of nnlo among them - are not read; its MPI library linked into the venv's ``lib/``, where
+    mpi4py looks) with ``pip install --no-deps -e`` of this checkout."""
+    venv = tmp_path_factory.mktemp("editable") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=TIMEOUT)
+    python = venv / "bin" / "python"
+    env = {k: v for k, v in subprocess_env().items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PATH"] = os.pathsep.join((str(venv / "bin"), str(BIN), env.get("PATH", "")))
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          env=env, capture_output=True, text=True, check=True, timeout=TIMEOUT).stdout.strip()
+    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (Path(site) / "_nnlo_test_dependencies.pth").write_text("".join(f"{p}\n" for p in sorted(ours)))
+    for lib in (Path(sys.prefix) / "lib").iterdir():  # the MPI library the mpich wheel put beside Python's
+        if not lib.name.startswith("python") and not (venv / "lib" / lib.name).exists():
+            (venv / "lib" / lib.name).symlink_to(lib)
+    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e",
+                          str(REPO)], env=env, cwd=venv, capture_output=True, text=True, timeout=300)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    where = subprocess.run([str(python), "-c", "import nnlo_sched, nnlo; print(nnlo.__file__)"], env=env,
+                           cwd=venv, capture_output=True, text=True, timeout=TIMEOUT)
+    assert where.stdout.strip() == str(REPO / "nnlo" / "__init__.py"), where.stdout + where.stderr
+    return EditableInstall(venv / "bin", env)

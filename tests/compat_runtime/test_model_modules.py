@@ -31,6 +31,35 @@ def test_a_module_whose_sibling_is_missing_is_one_line(tmp_path, clean_path):
         load_model_source(str(tmp_path / "m.py"))
 
 
+def test_a_saved_torch_model_finds_its_classes_in_the_working_folder(tmp_path, clean_path):
+    """mpi_learn's ``mpirun -np 3 nnlo train MODEL.torch ...`` in the folder of the model's classes
+    (``TorchModels.py``): the console script's ranks have no working folder on ``sys.path`` of their own, and
+    the saved model must load as under ``nnlo train -n 3`` (whose ranks are ``python -m``)."""
+    import sys
+
+    import torch
+
+    (tmp_path / "TorchModels.py").write_text(
+        "from torch import nn\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 2)\n\n    def forward(self, x):\n        return self.fc(x)\n")
+    (tmp_path / "saved").mkdir()
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import TorchModels  # type: ignore[import-not-found]
+
+        torch.save(TorchModels.Net(), tmp_path / "saved" / "net.torch")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("TorchModels", None)
+    os.chdir(tmp_path)
+    assert str(tmp_path) not in sys.path and "" not in sys.path[:1]
+    try:
+        model = load_model_source("saved/net.torch").build()
+    finally:
+        sys.modules.pop("TorchModels", None)
+    assert type(model).__name__ == "Net" and model(torch.zeros(1, 4)).shape == (1, 2)
+
+
 def test_get_train_get_val_and_the_adaptor_drive_the_data(project, clean_path):
     os.chdir(project["root"])
     source = load_model_source(str(project["model"]))

@@ -31,10 +31,11 @@ FIXTURE_MARKERS = {
     "slurm_cluster": "slurm",
     "slurm": "slurm",
     "torque": "slurm",
+    "editable_install": "slow",
 }
 #: fixture -> the pytest-xdist group a test using it joins: the fixture is a session's process (a warm world) that,
 #: under ``pytest -n N --dist loadgroup``, one worker starts rather than every worker.
-FIXTURE_GROUPS = {"keras_world": "keras"}
+FIXTURE_GROUPS = {"keras_world": "keras", "editable_install": "editable"}
 _SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
                            "os.exec"})
 _NOT_ALLOWED: dict[str, Any] = {"item": None, "started": []}  # the running test when it may not start processes

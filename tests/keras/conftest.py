@@ -19,8 +19,8 @@ HAVE_TF = importlib.util.find_spec("tensorflow") is not None
 def tf_keras() -> tuple[Any, Any]:
     if not HAVE_TF:
         if os.environ.get("NNLO_REQUIRE_TF"):
-            pytest.fail("tensorflow is not installed but NNLO_REQUIRE_TF is set (pip install 'nnlo[tf]')")
-        pytest.skip("tensorflow not installed: pip install 'nnlo[tf]' (CI installs tensorflow-cpu)")
+            pytest.fail("tensorflow is not installed but NNLO_REQUIRE_TF is set (pip install 'nnlo-hpc[tf]')")
+        pytest.skip("tensorflow not installed: pip install 'nnlo-hpc[tf]' (CI installs tensorflow-cpu)")
     from nnlo.backends.keras_env import require_keras
 
     return require_keras()

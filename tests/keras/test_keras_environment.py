@@ -32,7 +32,7 @@ except ModelError as e:
     proc = _python(code, nnlo_env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = proc.stdout.strip()
-    assert line.startswith("ERROR:") and "TensorFlow is not installed" in line and "pip install 'nnlo[tf]'" in line
+    assert line.startswith("ERROR:") and "TensorFlow is not installed" in line and "pip install 'nnlo-hpc[tf]'" in line
     assert "\n" not in line
 
 
@@ -53,7 +53,7 @@ def test_cli_without_tensorflow_is_one_line_not_a_traceback(tmp_path, nnlo_env, 
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("nnlo: error:")]
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert errors and any("nnlo[tf]" in ln for ln in errors), proc.stderr[-3000:]
+    assert errors and any("nnlo-hpc[tf]" in ln for ln in errors), proc.stderr[-3000:]
 
 
 @pytest.mark.slow
@@ -70,7 +70,7 @@ except ModelError as e:
     proc = _python(code, nnlo_env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "the model is a dict, neither a torch nn.Module nor a Keras 3 keras.Model" in proc.stdout
-    assert "nnlo[tf]" not in proc.stdout
+    assert "[tf]" not in proc.stdout
 
 
 @pytest.mark.slow

@@ -86,7 +86,7 @@ def test_a_missing_tracking_package_is_one_line_naming_the_extra(option, extra, 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == extra else real(name, *a))
     config = TrainConfig(model="m.py", **{option: "file:///x" if option == "mlflow" else "tb"})
-    with pytest.raises(ConfigError, match=rf"^--{option} needs the {extra} package: pip install 'nnlo\[{extra}\]'$"):
+    with pytest.raises(ConfigError, match=rf"^--{option} needs the {extra} package: pip install 'nnlo-hpc\[{extra}\]'$"):
         tracking.check(config)
 
 

@@ -79,3 +79,15 @@ def test_overwrite_deletes_the_earlier_runs_files_and_nothing_else(tmp_path):
 def test_overwrite_and_restore_contradict_each_other():
     with pytest.raises(ConfigError, match="--overwrite starts the run afresh and --restore auto continues"):
         CONFIG.replace(overwrite=True, restore="auto").validate()
+
+
+def test_a_python_api_caller_is_told_the_ways_on_as_keyword_arguments(tmp_path):
+    """nnlo.train(...)'s caller passes restore="auto" / checkpoint= / overwrite=True, not the command line's
+    options: the refusal says those."""
+    folder = _run(tmp_path / "run")
+    with pytest.raises(ConfigError) as e:
+        claim(folder, CONFIG, python=True)
+    message = str(e.value)
+    for way in ('restore="auto"', "checkpoint=", "overwrite=True"):
+        assert way in message
+    assert "--" not in message

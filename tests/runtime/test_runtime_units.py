@@ -417,3 +417,18 @@ def test_device_choice_per_node_local_worker(monkeypatch: pytest.MonkeyPatch) ->
         assert place == (1, 2, False) and device.select_device(MPI.COMM_SELF, True) == "cuda:0"
     monkeypatch.setenv("NNLO_DEVICE", "cpu")
     assert device.select_device(MPI.COMM_SELF, True) == "cpu"
+
+
+def test_the_last_line_of_a_training_stopped_with_a_checkpoint_says_how_it_continues() -> None:
+    """A preempted job's log (or a Ctrl-C'd -n run) ended "done: signal after 6 epoch(s)": it was not done."""
+    from nnlo.training.driver import summary_line
+    from nnlo.training.history import TrainResult
+
+    stopped = TrainResult(epochs_done=6, stopped_reason="signal", checkpoint="/r/checkpoints/ckpt-e0006", updates=60,
+                          seconds=3.0, final={"val_loss": 0.5})
+    line = summary_line(stopped)
+    assert line.startswith("stopped by a stop signal after 6 epoch(s)") and "--restore auto" in line
+    assert "done" not in line and "val_loss 0.5000" in line
+    assert summary_line(TrainResult(epochs_done=6, stopped_reason="deadline", checkpoint="/c")).startswith(
+        "stopped at the deadline after 6 epoch(s)")
+    assert summary_line(TrainResult(epochs_done=9, stopped_reason="completed")).startswith("done: completed after 9")

@@ -195,3 +195,22 @@ def test_a_submit_option_after_the_inner_command_says_where_it_goes(project: Pat
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "submit", "-c", "local", "train", "--model", "model.py", "--nodes", "2")
     refused(code, err, "--nodes is an option of nnlo submit", "put it before the word train")
+
+
+def test_a_probe_that_died_is_one_line_with_its_cause_and_the_whole_output_in_a_file(tmp_path: Path) -> None:
+    """The probe's interpreter died without its answer (the issue's case: an import error before nnlo's own code
+    ran): the line names the exception, whole (not a cut middle of the traceback), and where the rest is."""
+    from nnlo_sched.checks import probe_failure
+
+    frames = "".join(f'  File "/site/pkg/mod{i}.py", line {i}, in <module>\n    import mod{i + 1}\n' for i in range(40))
+    output = ("Traceback (most recent call last):\n  File \"<frozen runpy>\", line 198, in _run_module_as_main\n"
+              + frames + "ModuleNotFoundError: No module named 'nnlo.optimize.options'\n")
+    error = probe_failure("examples/m.py", 1, output, folder=tmp_path)
+    message = str(error)
+    assert "\n" not in message and message.startswith("checking examples/m.py failed (exit 1): ")
+    assert "ModuleNotFoundError: No module named 'nnlo.optimize.options'" in message and "runpy" not in message
+    assert "--no-check" in message
+    saved = [p for p in tmp_path.iterdir() if p.name.startswith("nnlo-check-")]
+    assert len(saved) == 1 and str(saved[0]) in message and saved[0].read_text() == output
+    # nothing said at all: the exit status and that
+    assert "no output" in str(probe_failure("m.py", -9, "", folder=tmp_path))

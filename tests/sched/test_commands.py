@@ -347,3 +347,23 @@ def test_profiles_that_are_not_utf8_or_extend_themselves_through_aliases(
         assert code == 2 and needle in err and len(err.splitlines()) == 1, err
     code, out, err = run(capsys, "clusters")
     assert code == 0 and "BROKEN" in out and "Traceback" not in err
+
+
+def test_status_without_submitted_runs_names_the_trainings_run_here_with_n(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``nnlo train|optimize -n`` (and ``mpirun nnlo train``) write ./nnlo-runs/NAME and ./optimize-NAME, which
+    ``nnlo status`` does not list (they are not submitted runs): the "no runs" line says where they are."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NNLO_HOME", raising=False)
+    (tmp_path / "nnlo-runs" / "digits").mkdir(parents=True)
+    (tmp_path / "nnlo-runs" / "digits" / "history.json").write_text("{}")
+    (tmp_path / "optimize-mlp").mkdir()
+    (tmp_path / "optimize-mlp" / "trials.json").write_text("[]")
+    (tmp_path / "notes").mkdir()
+    code, out, _ = run(capsys, "status")
+    assert code == 0 and out.count("\n") == 1, out
+    assert out.startswith(f"no submitted runs under {tmp_path / 'nnlo-runs'}")
+    assert "run here with -n or mpirun (not listed): nnlo-runs/digits, optimize-mlp" in out and "notes" not in out
+    monkeypatch.setenv("NNLO_HOME", str(tmp_path / "home"))  # the trainings still write ./nnlo-runs
+    code, out, _ = run(capsys, "status")
+    assert code == 0 and "nnlo-runs/digits, optimize-mlp" in out and str(tmp_path / "home") in out

@@ -165,3 +165,11 @@ def test_every_command_example_runs_as_written(where: str, block: list[str], clo
             assert "-n" in words and launched, f"{where}: {command}: nothing launched\n{err}"
     made = {p.name for p in clone.iterdir() if p.name != "nnlo-runs" or any(p.iterdir())}
     assert made <= {"examples", "data", "arch.json"}, f"{where}: a dry run or a check wrote {made}"  # setup's
+
+
+def test_the_python_api_example_writes_a_folder_of_its_own() -> None:
+    """Who runs the README's ``nnlo train -n 3 ... --checkpoint runs/digits`` and then docs/python-api.md's
+    script must not have the second refused for the first's run (or continue it): their folders differ."""
+    readme = set(re.findall(r"--checkpoint\s+(\S+)", (REPO / "README.md").read_text()))
+    api = set(re.findall(r"""checkpoint=["']([^"']+)["']""", (REPO / "docs" / "python-api.md").read_text()))
+    assert readme and api and not readme & api, readme & api

@@ -84,3 +84,70 @@ def test_n_checks_paths_here_and_leaves_the_model_import_to_the_ranks(launches: 
     code, _, err = run(capsys, "train", "-n", "2", "--model", "m.py", "--train", "train.list", "--no-check")
     assert code == 0 and len(launches) == 2
     assert "skipped the checks of the model file, the data lists and their files" in err and "import" not in err
+
+
+@pytest.mark.parametrize("kind, given, added", [
+    ("train", [], ["--restore", "auto"]),
+    ("train", ["--restore", "auto"], []),
+    ("optimize", [], ["--opt-restore"]),
+])
+def test_a_run_stopped_with_a_checkpoint_ends_with_the_command_that_continues_it(
+        launches: list, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, kind: str,
+        given: list[str], added: list[str]) -> None:
+    """Ctrl-C (or a deadline) during ``nnlo train -n 3``: the ranks checkpoint and exit 75; the last line says
+    how to go on (running the same command again is refused while the folder holds that run)."""
+    from nnlo.contract import EXIT_RESUMABLE
+    from nnlo_sched import payload
+
+    monkeypatch.setattr(payload, "relaunch", lambda n, argv: EXIT_RESUMABLE)
+    args = ["-n", "2", "--model", "m.py", "--no-check", "--epochs", "5", *given]
+    code, _, err = run(capsys, kind, *args)
+    assert code == EXIT_RESUMABLE
+    assert err.splitlines()[-1] == ("nnlo: stopped with a checkpoint; continue with: "
+                                    + " ".join(["nnlo", kind, *args, *added]))
+
+
+def test_the_launchers_ctrl_c_chatter_is_not_copied_beside_nnlos_own_line() -> None:
+    """Hydra answers the Ctrl-C nnlo relays with its own advice ("Press Ctrl-C again to force abort"), which
+    contradicts nnlo's (the second Ctrl-C goes to nnlo); the copy of the launch's output leaves those lines out
+    and keeps every other byte. Process-free: a pipe in this process."""
+    import io
+    import os
+
+    from nnlo_sched.launchers.local_launch import _Watch
+
+    given = (b"epoch 3 loss 0.5\r[mpiexec@host] Sending Ctrl-C to processes as requested\n"
+             b"[mpiexec@host] Press Ctrl-C again to force abort\nnnlo: stopping: checkpoint, then exit 75\n")
+    r, w = os.pipe()
+    os.write(w, given)
+    os.close(w)
+    out = io.StringIO()
+    with os.fdopen(r, "rb") as src:
+        _Watch().pump(src, out)
+    assert out.getvalue() == "epoch 3 loss 0.5\rnnlo: stopping: checkpoint, then exit 75\n"
+
+
+@pytest.mark.parametrize("reason, expect", [("signal", 75), ("completed", 130)])
+def test_a_launcher_ended_by_a_second_ctrl_c_after_the_stop_checkpoint_still_exits_75(
+        launches: list, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        reason: str, expect: int) -> None:
+    """The first Ctrl-C checkpoints; a second one after that checkpoint was complete made Hydra abort (130, its
+    internal errors): the run had stopped with its checkpoint all the same, so -n exits 75 and says how to go on.
+    A checkpoint that is not the stop's (an interval checkpoint: the stop had not written its own) changes
+    nothing."""
+    import json
+
+    from nnlo.contract import MANIFEST_FILE
+    from nnlo_sched import payload
+
+    def launch(n: int, argv: list[str]) -> int:  # the ranks as far as the run folder shows them
+        ckpt = tmp_path / "nnlo-runs" / "m" / "checkpoints" / "ckpt-e0003-u00000030"
+        ckpt.mkdir(parents=True)
+        (ckpt / "weights.npy").write_bytes(b"w")
+        (ckpt / MANIFEST_FILE).write_text(json.dumps({"epoch": 3, "parts": ["weights.npy"], "stopped_reason": reason}))
+        return 130
+
+    monkeypatch.setattr(payload, "relaunch", launch)
+    code, _, err = run(capsys, "train", "-n", "2", "--model", "m.py", "--no-check", "--epochs", "5")
+    assert code == expect
+    assert ("continue with: nnlo train -n 2 --model m.py --no-check --epochs 5 --restore auto" in err) == (expect == 75)

@@ -30,6 +30,9 @@ def test_wheel_contains_and_finds_templates_and_profiles(tmp_path: Path) -> None
     assert built.returncode == 0, built.stderr
     wheel = next((tmp_path / "whl").glob("*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
+    # this project's name (PyPI's "nnlo" is another project), and no top-level package but nnlo's two
+    assert wheel.name.startswith("nnlo_hpc-"), wheel.name
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"nnlo", "nnlo_sched"}
     for t in ("base", "slurm", "lsf", "pbs", "local", "summit", "titan", "cscs", "flatiron"):
         assert f"nnlo_sched/templates/{t}.sh" in names
     for p in ("summit", "titan", "cscs", "flatiron", "local"):

@@ -1,7 +1,7 @@
 """Experiment tracking: a training's and a search's figures in TensorBoard event files and MLflow runs.
 
 ``--tensorboard DIR`` (:mod:`~nnlo.observe.tracking.tensorboard`) and ``--mlflow URI``
-(:mod:`~nnlo.observe.tracking.mlflow`), each an optional extra (``nnlo[tensorboard]``, ``nnlo[mlflow]``):
+(:mod:`~nnlo.observe.tracking.mlflow`), each an optional extra (``nnlo-hpc[tensorboard]``, ``nnlo-hpc[mlflow]``):
 
 * a training's tracker lives on the rank that writes ``history.json`` (the master, the uber-master, all-reduce
   rank 0), opened once the training knows where it starts (a restored epoch and update count), fed every

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from nnlo import DISTRIBUTION
 from nnlo.errors import ConfigError
 
 log = logging.getLogger("nnlo.tracking")
@@ -85,7 +86,7 @@ def options(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def missing(option: str, package: str, extra: str) -> ConfigError:
     """The one line for a tracker whose package is not installed."""
-    return ConfigError(f"{option} needs the {package} package: pip install 'nnlo[{extra}]'")
+    return ConfigError(f"{option} needs the {package} package: pip install '{DISTRIBUTION}[{extra}]'")
 
 
 class Trackers:
