@@ -105,6 +105,9 @@ MAX_FAILURES = "0.5:8"
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 #: Stop signals whose repetition means "now, without a checkpoint".
 INSISTING_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+#: Logged by every rank that takes a stop signal (:mod:`nnlo.stop`): a job log's reader
+#: (:func:`nnlo.rankfate.first_event`) knows from them that what ends the ranks afterwards is the stop, not a death.
+STOP_WORDS = "writing a checkpoint and stopping"
 
 
 def signal_status(sig: int) -> int:

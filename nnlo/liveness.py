@@ -49,7 +49,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nnlo.abort import abort_job, on_leaving
 from nnlo.contract import ENV_PEER_TIMEOUT, EXIT_RANK_DIED
+from nnlo.rankfate import died_line, silent_line
 
 log = logging.getLogger("nnlo.liveness")
 
@@ -125,8 +127,6 @@ class Loss:
     ranks: tuple[int, ...] = ()  # a silent node's ranks
 
     def line(self) -> str:
-        from nnlo.rankfate import died_line, silent_line
-
         if self.silent_s is None:
             return died_line(self.rank, self.role, self.host)
         return silent_line(self.host, self.ranks or (self.rank,), self.silent_s)
@@ -520,8 +520,6 @@ def last_words(fn: Callable[[], None]) -> Iterator[None]:
 
 
 def _abort(world: Any, code: int) -> None:
-    from nnlo.abort import abort_job
-
     abort_job(world, code)
 
 
@@ -545,6 +543,7 @@ def _forget() -> None:
 
 
 os.register_at_fork(after_in_child=_forget)
+on_leaving(leaving)  # a rank that ends the job (an abort, a second stop signal) tells its peers first
 
 
 def _local_addresses() -> tuple[str, ...]:
