@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import functools
 import json
 import logging
@@ -42,6 +43,7 @@ import secrets
 import select
 import selectors
 import socket
+import struct
 import sys
 import threading
 import time
@@ -554,9 +556,6 @@ def _local_addresses() -> tuple[str, ...]:
         for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET, socket.SOCK_STREAM):
             found.append(str(info[4][0]))
     with contextlib.suppress(OSError, AttributeError, ImportError):
-        import fcntl
-        import struct
-
         for _, name in socket.if_nameindex():
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 try:

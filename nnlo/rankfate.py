@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
 import socket
 import threading
@@ -322,8 +323,6 @@ class FirstDeath(threading.Thread):
         self.join(timeout=5)
 
     def run(self) -> None:
-        import select
-
         watched: dict[int, tuple[RankRecord, int | None]] = {}  # pid -> (record, pidfd)
         poller = select.poll()
         by_fd: dict[int, RankRecord] = {}

@@ -28,6 +28,7 @@ import numpy as np
 
 from nnlo.allreduce import flat
 from nnlo.allreduce.base import DONE, Engine
+from nnlo.device import physical_gpu
 from nnlo.errors import ConfigError
 
 log = logging.getLogger("nnlo.allreduce")
@@ -40,7 +41,7 @@ TIMEOUT_S = 1800.0
 def importable() -> bool:
     """True when torch.distributed is there (every torch wheel on Linux has it; some macOS builds do not)."""
     try:
-        import torch.distributed as dist
+        import torch.distributed as dist  # lazy: torch takes seconds to import
     except ImportError:
         return False
     return bool(dist.is_available())
@@ -51,8 +52,8 @@ def nccl_usable(device: str) -> bool:
     if not str(device).startswith("cuda"):
         return False
     try:
-        import torch
-        import torch.distributed as dist
+        import torch  # lazy: torch takes seconds to import
+        import torch.distributed as dist  # lazy: torch takes seconds to import
     except ImportError:
         return False
     return bool(torch.cuda.is_available() and dist.is_available() and dist.is_nccl_available())
@@ -61,7 +62,7 @@ def nccl_usable(device: str) -> bool:
 def leader_host(comm: Any) -> str:
     """The address the other ranks reach the leader at: loopback when the whole group shares the leader's node
     (no name resolution needed on a laptop), else the leader's host name. Collective over ``comm``."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
@@ -74,7 +75,7 @@ def leader_host(comm: Any) -> str:
 def rendezvous(comm: Any, timeout: datetime.timedelta) -> Any:
     """A ``TCPStore`` shared by the ranks of ``comm`` (collective): the leader opens it on a free port and
     broadcasts ``(host, port)``, or its error, so a failure there is raised on every rank, not waited out."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: torch takes seconds to import
 
     host = leader_host(comm)
     size, leader = comm.Get_size(), comm.Get_rank() == 0
@@ -101,14 +102,13 @@ class TorchEngine(Engine):
     def __init__(self, comm: Any, device: str = "cpu", device_buffers: bool | None = None,
                  timeout_s: float = TIMEOUT_S) -> None:
         try:
-            import torch
-            import torch.distributed as dist
+            import torch  # lazy: torch takes seconds to import
+            import torch.distributed as dist  # lazy: torch takes seconds to import
         except ImportError as e:
             raise ConfigError(f"--allreduce-engine torch: torch.distributed does not import ({e}); "
                               f"use --allreduce-engine mpi") from None
         super().__init__(comm.Get_size(), comm.Get_rank())
         self._torch, self._dist = torch, dist
-        from nnlo.device import physical_gpu
 
         gpus = comm.allgather(physical_gpu(device) if nccl_usable(device) else None)  # one answer for the group
         nccl = None not in gpus and len(set(gpus)) == len(gpus)
