@@ -24,6 +24,7 @@ from typing import Any
 from nnlo import checkpoint as ckpt
 from nnlo.atomic import write_json
 from nnlo.contract import CHECKPOINT_DIR
+from nnlo.errors import TrainingError
 
 log = logging.getLogger("nnlo.optimize.trial_files")
 
@@ -49,8 +50,6 @@ def read_hook_state(folder: Path, epochs: int | None = None) -> tuple[Any, int]:
     except FileNotFoundError:
         return None, 0
     except (OSError, ValueError) as e:
-        from nnlo.errors import TrainingError
-
         raise TrainingError(f"{folder / HOOK_STATE} is unreadable ({e}); remove it to train the trial afresh") from None
     previous = data.get("previous")
     if epochs is not None and isinstance(previous, dict) and int(previous.get("epochs") or 0) == epochs:
