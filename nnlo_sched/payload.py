@@ -28,7 +28,7 @@ from pathlib import Path
 import click
 
 from nnlo.abort import abort_job
-from nnlo.api import run_train
+from nnlo.api import RankFailure, run_train, search_in_world
 from nnlo.checkpoint import find_latest
 from nnlo.config import TrainConfig, deadline_from_env
 from nnlo.contract import ENV_RUN_DIR, EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, SPEC_FILE
@@ -36,7 +36,6 @@ from nnlo.errors import NnloError
 from nnlo.observe.logs import console_logging
 from nnlo.optimize.options import SearchConfig
 from nnlo.roles import RoleError
-from nnlo.training.failure import RankFailure
 from nnlo_sched.checks import check_run, skipped_checks
 from nnlo_sched.inner import SCRIPT, InnerCommand
 from nnlo_sched.launchers.local_launch import PROFILE, relaunch
@@ -182,14 +181,12 @@ def run_search(parse: Callable[[], tuple[TrainConfig, SearchConfig]], log_level:
     """
     from mpi4py import MPI  # lazy: MPI starts only in a rank
 
-    from nnlo.optimize.run import optimize  # lazy: the search imports numpy
-
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
     console_logging(log_level, rank)
     try:
         config, search = parse()
-        return optimize(world, search.options(config), config)
+        return search_in_world(world, search.options(config), config)
     except (NnloError, click.ClickException) as e:
         if rank == 0:
             msg = e.format_message() if isinstance(e, click.ClickException) else str(e)
