@@ -258,6 +258,8 @@ def _watch_peers(comm: Any, role: str) -> None:
 
     if comm.Get_size() == MPI.COMM_WORLD.Get_size():
         liveness.start(MPI.COMM_WORLD, role)
+
+
 def _open_tracker(ctx: RunContext, role: Any) -> Trackers:
     """The experiment trackers of the rank that writes the history (where the role starts: its restored epoch
     and update count); none on the other ranks."""

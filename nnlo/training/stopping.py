@@ -18,6 +18,7 @@ from nnlo.stop_rules import Rule, parse_rule
 
 __all__ = ["Rule", "Stopper", "parse_rule"]
 
+
 def _lookup(metrics: Mapping[str, Any], rule: Rule, flag: str) -> float:
     if rule.metric not in metrics or metrics[rule.metric] is None:
         have = ", ".join(sorted(k for k, v in metrics.items() if isinstance(v, (int, float))))
