@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from nnlo.errors import ConfigError
 from nnlo.models import data_plan, load_model_source
 from nnlo.optimize.tracking import trial_config
-from nnlo.optimize.trial_files import read_hook_state, trial_dir, write_hook_state
+from nnlo.optimize.trial_files import claim, read_hook_state, trial_dir, write_hook_state
 from nnlo.training.failure import RankFailure, failure_line
 
 TRAINING_PARAMS = frozenset({
@@ -97,6 +97,7 @@ class HookRunner:
             return None
         if epochs is None:
             return self._outcome(self.evaluate(dict(params), fold=fold, n_fold=n_fold))
+        claim(out_dir, trial_id, params, epochs)  # the state in the folder must be this trial's (as run_block checked)
         folder = trial_dir(out_dir, trial_id, fold)
         state, done = read_hook_state(folder)
         value = self.evaluate(dict(params), fold=fold, n_fold=n_fold, epochs=epochs, state=state)

@@ -60,7 +60,7 @@ from nnlo.optimize.results import (
     write_results,
 )
 from nnlo.optimize.schedules import Job, Ledger, Schedule, ScheduleSpec
-from nnlo.optimize.schedules.ledger import RungResults, min_results
+from nnlo.optimize.schedules.ledger import RungResults, min_results, pending
 from nnlo.optimize.state import load_state, save_state
 
 log = logging.getLogger("nnlo.optimize.search")
@@ -391,7 +391,7 @@ class Search:
 
             budgets = self.schedule.budgets
             # the donor's checkpoint at the step it was compared (it may have trained on since)
-            start = inherit(self.out_dir, job.parent, tid, self.n_fold, budgets[max(0, job.rung - 1)])
+            start = inherit(self.out_dir, job.parent, tid, self.n_fold, budgets[max(0, job.rung - 1)], params)
             trial.start_epochs = start
             if start is not None and start >= budgets[job.rung]:  # the copy is further along: its next step
                 trial.target = next((k for k, b in enumerate(budgets) if b > start), len(budgets) - 1)
@@ -498,10 +498,10 @@ class Search:
         return self._pending()
 
     def _pending(self) -> list[dict[str, Any]]:
-        """Running, to re-run and pooled points; under a schedule only trials without a result yet (the others
-        are the engine's observations already)."""
-        jobs = [t for t in [*self.in_flight.values(), *self.requeue] if not t.rungs]
-        return [t.params for t in jobs] + [c.point for c in self.pool]
+        """Every trial handed out that the engine does not observe (:func:`~.schedules.ledger.pending`: under a
+        schedule paused ones too), and pooled points."""
+        return pending([*self.in_flight.values(), *self.requeue, *self.finished.values()], self._results) + [
+            c.point for c in self.pool]
 
     def typical_trial_s(self) -> float | None:
         """The median duration of a job: a whole trial, or under a schedule one stage of one."""
