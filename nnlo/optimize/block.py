@@ -66,7 +66,7 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
             return int(msg.get("code", 0))
         trial_id, params = int(msg["trial"]), dict(msg["params"])
         epochs = msg.get("epochs")  # a schedule's stage: train to this many epochs (None: --epochs)
-        t0 = time.time()
+        t0 = time.monotonic()  # an interval: a step of the wall clock must not enter the trial's time
         outcome: FoldOutcome | None
         try:
             if msg.get("unclaimed"):
@@ -83,7 +83,7 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
         gathered = block_comm.gather(report, root=0)
         if leader:
             folds = merge_folds(gathered, n_fold)
-            result = {"trial": trial_id, "block": info.block, "folds": folds, "elapsed": time.time() - t0}
+            result = {"trial": trial_id, "block": info.block, "folds": folds, "elapsed": time.monotonic() - t0}
             # a coordinator's death loses nothing; a result that sends the trial elsewhere (interrupted: the next
             # job; out of memory: a larger block) is no result to take again
             if not any(f.get("interrupted") or f.get("oom") for f in folds):
