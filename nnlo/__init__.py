@@ -15,9 +15,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from nnlo.contract import DISTRIBUTION as DISTRIBUTION  # the name on the package index, re-exported
+
 __version__ = "0.1.0"
-#: the distribution's name on the package index (setup.cfg's): PyPI's "nnlo" is another project
-DISTRIBUTION = "nnlo-hpc"
 
 importlib.import_module("nnlo.optimize")  # the package first (it sets nnlo.optimize), then the function's name
 globals().pop("optimize", None)

@@ -29,6 +29,7 @@ See docs/python-api.md.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -40,12 +41,19 @@ from nnlo import job
 from nnlo.config import TrainConfig, deadline_from_env, known_fields
 from nnlo.contract import BEST_FILE, CHECKPOINT_DIR, EXIT_RESUMABLE, TRIALS_CSV, TRIALS_JSON
 from nnlo.errors import ConfigError
+from nnlo.models import OBJECT_PREFIX, ModelSource, ObjectModelSource, model_path, model_source_of, run_name
+from nnlo.observe.logs import console_logging
+from nnlo.optimize.results import Objective
+from nnlo.roles import describe
+from nnlo.training.callbacks import check_callbacks
+from nnlo.training.context import RunInputs
+from nnlo.training.failure import RankFailure
 
 if TYPE_CHECKING:  # imported where used: the command line imports this module for DEFAULT_RUNS
     from nnlo.training.context import RunInputs
 
-__all__ = ["DEFAULT_RUNS", "SearchResult", "TrainResult", "default_run_dir", "optimize", "run_train", "train",
-           "train_config"]
+__all__ = ["DEFAULT_RUNS", "RankFailure", "SearchResult", "TrainResult", "default_run_dir", "optimize", "run_train",
+           "search_in_world", "train", "train_config"]
 
 #: where a training writes when ``checkpoint`` (``--checkpoint``) is not given: ``nnlo-runs/<name>``
 DEFAULT_RUNS = "nnlo-runs"
@@ -188,14 +196,12 @@ def default_run_dir(config: TrainConfig) -> str:
     """Where a training writes without ``--checkpoint``: ``nnlo-runs/<trial name, else the model module's
     get_name(), else the model file's stem; a model object: its name, :func:`nnlo.models.object_name`)>``; in a
     job of a submitted script, ``<run folder>/<the same name>`` (:mod:`nnlo.job`)."""
-    from nnlo.models import run_name
-
     return str(Path(job.run_dir() or DEFAULT_RUNS) / run_name(config.model, config.trial_name))
 
 
 def _data(value: Any, role: str) -> tuple[str | None, Any]:
     """(a list file for the options, or a data object for :class:`RunInputs`) of ``data=``/``val_data=``."""
-    from nnlo.data.source import check_source
+    from nnlo.data.source import check_source  # lazy: h5py (nnlo.data's HDF5 layer)
 
     if value is None:
         return None, None
@@ -213,18 +219,12 @@ def _data(value: Any, role: str) -> tuple[str | None, Any]:
 def _inputs(model: Any, data: Any, val_data: Any, cfg_values: dict[str, Any],
             callbacks: Any = ()) -> tuple[dict[str, Any], RunInputs]:
     """Options for the model and data given as arguments, and what the options cannot hold."""
-    from nnlo.models import OBJECT_PREFIX, ModelSource, ObjectModelSource, model_source_of
-    from nnlo.training.callbacks import check_callbacks
-    from nnlo.training.context import RunInputs
-
     values = dict(cfg_values)
     source = None
     if model is not None:
         if values.get("model"):
             raise ConfigError("the model is given twice (model= and a config's model); give it once")
         if isinstance(model, (str, os.PathLike)):
-            from nnlo.models import model_path
-
             values["model"] = model_path(model)  # loaded on every rank by the runtime, as --model is
         else:
             source = model_source_of(model)
@@ -305,12 +305,10 @@ def run_train(config: TrainConfig, inputs: RunInputs | None = None, *, comm: Any
     """The in-rank entry of every training (``nnlo train``, a submitted run's job, :func:`train`): train
     ``config`` with ``inputs`` in ``comm``'s ranks and write into ``config.checkpoint`` (default
     :func:`default_run_dir`)."""
-    from nnlo.roles import describe
-    from nnlo.training.context import RunInputs
-    from nnlo.training.driver import train as train_in_group
+    from nnlo.training.driver import train as train_in_group  # lazy: numpy (import nnlo stays light)
 
     if comm is None:
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
         comm = MPI.COMM_WORLD
     inputs = inputs or RunInputs()
@@ -328,7 +326,7 @@ def run_train(config: TrainConfig, inputs: RunInputs | None = None, *, comm: Any
 # ----------------------------------------------------------------------------------------------------
 def _space(space: Any, source: Any) -> Any:
     """A :class:`nnlo.optimize.space.Space` from what :func:`optimize` got (None: the model's own)."""
-    from nnlo.optimize import space as space_mod
+    from nnlo.optimize import space as space_mod  # lazy: numpy (import nnlo stays light)
 
     if space is None:
         obj = getattr(source, "obj", None)
@@ -359,7 +357,7 @@ def optimize(model: Any = None, data: Any = None, val_data: Any = None, space: A
     space: a TOML file's path (``--space``), a dict of tables as in that file, a list of
         ``Real``/``Integer``/``Categorical`` dimensions, or None (the model's ``parameter_range``).
     """
-    from nnlo.optimize.options import SearchConfig
+    from nnlo.optimize.options import SearchConfig  # lazy: numpy (import nnlo stays light)
 
     search_names = {f.name for f in dataclasses.fields(SearchConfig)}
     search_values = {k: v for k, v in options.items() if k in search_names}
@@ -390,7 +388,7 @@ def optimize(model: Any = None, data: Any = None, val_data: Any = None, space: A
 
 def _check_search(search: Any) -> None:
     """The types, bounds and choices ``nnlo optimize``'s parser enforces, for options given from Python."""
-    from nnlo.optimize.engines import ENGINES
+    from nnlo.optimize.engines import ENGINES  # lazy: numpy (import nnlo stays light)
 
     for name, low, optional in (("block_size", 1, True), ("n_fold", 1, False), ("num_iterations", 1, False),
                                 ("n_initial_points", 1, True), ("ga_populations", 2, False)):
@@ -405,7 +403,6 @@ def _check_search(search: Any) -> None:
         raise ConfigError(f"estimator={search.estimator!r} is unknown; use GP, RF or ET")
     if not isinstance(search.fom, str):
         raise ConfigError(f"fom={search.fom!r} must be NAME[:min|max], e.g. val_accuracy:max")
-    from nnlo.optimize.results import Objective
 
     Objective.parse(search.fom)
     target = search.target_objective
@@ -417,19 +414,24 @@ def _check_search(search: Any) -> None:
             raise ConfigError(f"{flag}={getattr(search, flag)!r} must be True or False")
 
 
+def search_in_world(world: Any, opts: Any, config: TrainConfig) -> int:
+    """The search as a job's ranks run it (every rank of ``world`` calls it): its exit code. The entry of a
+    submitted search and ``nnlo optimize -n`` (``nnlo_sched.payload``); :func:`run_search` is the Python API's."""
+    from nnlo.optimize.run import optimize as optimize_in_world  # lazy: numpy (import nnlo stays light)
+
+    return int(optimize_in_world(world, opts, config))
+
+
 def run_search(config: TrainConfig, opts: Any, inputs: RunInputs | None = None, space: Any = None, *,
                comm: Any = None) -> SearchResult:
     """Run a search in ``comm``'s ranks (every rank calls it) and share ``best.json`` from the coordinator."""
-    import json
-
-    from nnlo.optimize.run import optimize as optimize_in_world
+    from nnlo.optimize.run import optimize as optimize_in_world  # lazy: numpy (import nnlo stays light)
 
     if comm is None:
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
         comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    from nnlo.observe.logs import console_logging
 
     console_logging(config.log_level, rank)
     given = inputs if inputs is not None and (inputs.model is not None or inputs.train is not None

@@ -62,7 +62,7 @@ def write_text(path: str | Path, text: str) -> Path:
 def json_default(obj: Any) -> Any:
     """numpy scalars and arrays, sets and tuples as plain JSON values; anything else as its text."""
     try:
-        import numpy as np
+        import numpy as np  # lazy: numpy off the command line's start-up
 
         if isinstance(obj, np.generic):
             return obj.item()

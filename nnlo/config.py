@@ -15,13 +15,13 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from nnlo.algorithms.specs import parse_optimizer_spec
 from nnlo.contract import ENV_DEADLINE
 from nnlo.errors import ConfigError
-
-if TYPE_CHECKING:
-    from nnlo.roles import Shape
+from nnlo.roles import RoleError, Shape
+from nnlo.stop_rules import parse_rule
 
 MODES = ("downpour", "easgd", "gem", "allreduce")
 ALLREDUCE_ENGINES = ("auto", "mpi", "torch", "horovod")
@@ -142,8 +142,6 @@ class TrainConfig:
     @property
     def training_group_shape(self) -> Shape:
         """The shape of one training group (:meth:`nnlo.roles.Shape.for_run` decides; RoleError if impossible)."""
-        from nnlo.roles import Shape
-
         return Shape.for_run(mode=self.mode, n_masters=self.n_masters, n_processes=self.n_processes)
 
     def validate(self) -> TrainConfig:
@@ -160,8 +158,6 @@ class TrainConfig:
         if not (isinstance(self.bucket_mb, (int, float)) and math.isfinite(self.bucket_mb) and self.bucket_mb >= 0):
             raise ConfigError(f"--bucket-mb {self.bucket_mb!r} is not a size; give megabytes >= 0 (0: one "
                               f"all-reduce after backward)")
-        from nnlo.roles import RoleError
-
         try:
             self.training_group_shape  # noqa: B018 - the one shape rule refuses impossible combinations
         except RoleError as e:
@@ -202,8 +198,6 @@ class TrainConfig:
             raise ConfigError(f"--log-level {self.log_level!r} is unknown; use one of {', '.join(LOG_LEVELS)}")
         if self.deadline is not None and (not math.isfinite(self.deadline) or self.deadline <= 0):
             raise ConfigError(f"--deadline must be unix seconds (e.g. $(date -d '+2 hours' +%s)), got {self.deadline}")
-        from nnlo.algorithms.optimizers import parse_optimizer_spec
-
         for flag, spec in (("--optimizer", self.optimizer), ("--worker-optimizer", self.worker_optimizer_spec)):
             try:
                 parse_optimizer_spec(spec)
@@ -217,8 +211,6 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and not (isinstance(value, str) and value.strip()):
                 raise ConfigError(f"--{name} must be {what}, got {value!r}; leave it out for none")
-        from nnlo.training.stopping import parse_rule
-
         if self.early_stopping:
             parse_rule(self.early_stopping, "--early-stopping")
         if self.target_metric:
@@ -231,8 +223,6 @@ class TrainConfig:
         at another rate it would mean nothing: refused, naming both ways out."""
         if self.mode != "gem" or not self.worker_optimizer or self.gem_lr == GEM_LR:
             return
-        from nnlo.algorithms.specs import parse_optimizer_spec
-
         try:
             name, params = parse_optimizer_spec(self.worker_optimizer)
         except ConfigError:

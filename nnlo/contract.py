@@ -110,6 +110,9 @@ MAX_FAILURES = "0.5:8"
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 #: Stop signals whose repetition means "now, without a checkpoint".
 INSISTING_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+#: Logged by every rank that takes a stop signal (:mod:`nnlo.stop`): a job log's reader
+#: (:func:`nnlo.rankfate.first_event`) knows from them that what ends the ranks afterwards is the stop, not a death.
+STOP_WORDS = "writing a checkpoint and stopping"
 
 
 def signal_status(sig: int) -> int:
@@ -126,3 +129,7 @@ def status_signal(status: int) -> int | None:
 def job_log(job_id: str) -> str:
     """The file name (in LOG_DIR) of batch job ``job_id``'s output."""
     return JOB_LOG.format(job_id=job_id)
+
+#: The distribution's name on the package index (setup.cfg's ``name``), which every install hint names: PyPI's
+#: "nnlo" is another project (a 2020 fork of NNLO).
+DISTRIBUTION = "nnlo-hpc"

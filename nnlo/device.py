@@ -37,6 +37,7 @@ import ctypes
 import functools
 import logging
 import os
+import socket
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -87,7 +88,7 @@ def gpu_index(ordinal: int, workers: int, visible: int, same_view: bool = True) 
 def node_place(comm: Any, needs_device: bool) -> tuple[int, int, bool]:
     """(this rank's number among the device-needing ranks of its node, how many there are, whether those all
     see the same GPUs). Collective over ``comm``."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
@@ -121,7 +122,7 @@ def select_device(comm: Any, needs_device: bool) -> str:
     if not needs_device:
         return "cpu"
     try:
-        import torch
+        import torch  # lazy: torch takes seconds to import
     except ImportError:
         return "cpu"
     kind, count = gpu_kind(torch)
@@ -147,7 +148,6 @@ def physical_gpu(device: str) -> str | None:
     """Which physical GPU ``device`` ("cuda:1") is, as ``host:uuid`` (or ``host:index`` among all the node's
     GPUs when torch does not report the UUID), so ranks can tell whether two of them share one; an Intel
     ``xpu`` as ``host:<its ZE_AFFINITY_MASK entry>``; None for the CPU or without such a GPU."""
-    import socket
 
     kind = str(device).split(":", 1)[0]
     if kind == "xpu":
@@ -157,7 +157,7 @@ def physical_gpu(device: str) -> str | None:
     if kind != "cuda":
         return None
     try:
-        import torch
+        import torch  # lazy: torch takes seconds to import
     except ImportError:
         return None
     if not torch.cuda.is_available():
@@ -178,7 +178,7 @@ def cuda_aware_mpi() -> bool:
     returns 1 at run time: built with CUDA *and* enabled in this job, e.g. ``--smpiargs=-gpu`` on Summit,
     ``MPIR_CVAR_ENABLE_GPU`` with MPICH). False where the library has no such query or says no."""
     try:
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
         lib = ctypes.CDLL(MPI.__file__)  # its symbols include the MPI library it links
         query = lib.MPIX_Query_cuda_support

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import functools
 import json
 import logging
@@ -42,6 +43,7 @@ import secrets
 import select
 import selectors
 import socket
+import struct
 import sys
 import threading
 import time
@@ -49,7 +51,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nnlo.abort import abort_job, on_leaving
 from nnlo.contract import ENV_PEER_TIMEOUT, EXIT_RANK_DIED
+from nnlo.rankfate import died_line, silent_line
 
 log = logging.getLogger("nnlo.liveness")
 
@@ -125,8 +129,6 @@ class Loss:
     ranks: tuple[int, ...] = ()  # a silent node's ranks
 
     def line(self) -> str:
-        from nnlo.rankfate import died_line, silent_line
-
         if self.silent_s is None:
             return died_line(self.rank, self.role, self.host)
         return silent_line(self.host, self.ranks or (self.rank,), self.silent_s)
@@ -529,8 +531,6 @@ def last_words(fn: Callable[[], None]) -> Iterator[None]:
 
 
 def _abort(world: Any, code: int) -> None:
-    from nnlo.abort import abort_job
-
     abort_job(world, code)
 
 
@@ -554,6 +554,7 @@ def _forget() -> None:
 
 
 os.register_at_fork(after_in_child=_forget)
+on_leaving(leaving)  # a rank that ends the job (an abort, a second stop signal) tells its peers first
 
 
 def _local_addresses() -> tuple[str, ...]:
@@ -564,9 +565,6 @@ def _local_addresses() -> tuple[str, ...]:
         for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET, socket.SOCK_STREAM):
             found.append(str(info[4][0]))
     with contextlib.suppress(OSError, AttributeError, ImportError):
-        import fcntl
-        import struct
-
         for _, name in socket.if_nameindex():
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 try:

@@ -20,6 +20,8 @@ Saved models: ``.pt``/``.pth``/``.torch`` are whole torch modules written with `
 """
 from __future__ import annotations
 
+import ast
+import copy
 import hashlib
 import importlib.util
 import os
@@ -30,6 +32,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from nnlo.backends import model_kind
+from nnlo.backends.keras_env import prepare_environment
 from nnlo.errors import ConfigError, DataError, ModelError
 from nnlo.legacy import with_hint
 
@@ -99,8 +103,6 @@ class ObjectModelSource:
 
     @property
     def is_instance(self) -> bool:
-        from nnlo.backends import model_kind
-
         return model_kind(self.obj) in ("torch", "keras")
 
     @property
@@ -147,17 +149,14 @@ def _qualname(obj: Any) -> str:
 
 def _copy_model(model: Any) -> Any:
     """An independent copy of a model instance (its weights included)."""
-    import copy
-
     try:
         return copy.deepcopy(model)
     except Exception as deep_error:  # noqa: BLE001 - Keras models may refuse deepcopy: clone them
-        from nnlo.backends import model_kind
 
         if model_kind(model) != "keras":
             raise ModelError(f"cannot copy the model instance ({type(deep_error).__name__}: {deep_error}); "
                              f"pass a function that builds the model instead") from None
-        import keras
+        import keras  # lazy: Keras loads TensorFlow
 
         clone = keras.models.clone_model(model)
         clone.set_weights(model.get_weights())
@@ -237,7 +236,6 @@ def _import_file(p: Path) -> ModuleType:
         raise ModelError(f"cannot import model module {p}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    from nnlo.backends.keras_env import prepare_environment
 
     prepare_environment()  # the module may import Keras at its top: TensorFlow reads its settings only once
     try:
@@ -281,8 +279,6 @@ def run_name(model: str, trial_name: str | None = None, *, import_module: bool =
 def declared_name(path: str | Path) -> str | None:
     """The literal string a model module's ``get_name()`` returns, read from its source without running it
     (None: no such function, a computed name, or no readable module)."""
-    import ast
-
     try:
         tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
@@ -345,7 +341,7 @@ def data_plan(config: Any, source: ModelSource, check_exists: bool = True,
 
 
 def _files(config: Any, source: ModelSource, which: str, check_exists: bool) -> tuple[list[Path] | None, str]:
-    from nnlo.data.lists import read_list_file
+    from nnlo.data.lists import read_list_file  # lazy: h5py (nnlo.data's HDF5 layer)
 
     given = getattr(config, which)
     if given:
@@ -384,7 +380,7 @@ def _is_hdf5(p: Path) -> bool:
 
 
 def _load_torch_file(path: str) -> Any:
-    import torch
+    import torch  # lazy: torch takes seconds to import
 
     importable(Path(path))  # its classes' modules: in the working folder or beside the file, for every launch
     try:

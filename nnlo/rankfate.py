@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
 import socket
 import threading
@@ -32,8 +33,7 @@ from pathlib import Path
 
 from nnlo.atomic import write_json
 from nnlo.contract import ENV_RANK_RECORDS as RECORDS_ENV
-from nnlo.contract import RANKS_DIR, RANK_FATE_FILE, status_signal
-from nnlo.stop import STOP_WORDS
+from nnlo.contract import RANKS_DIR, RANK_FATE_FILE, STOP_WORDS, status_signal
 
 #: Folder (inside a run's output directory) holding one record per rank.
 #: Extra folder for the records, set by the ``-n`` relaunch wrapper (which does not know the run's out dir).
@@ -324,8 +324,6 @@ class FirstDeath(threading.Thread):
         self.join(timeout=5)
 
     def run(self) -> None:
-        import select
-
         watched: dict[int, tuple[RankRecord, int | None]] = {}  # pid -> (record, pidfd)
         poller = select.poll()
         by_fd: dict[int, RankRecord] = {}

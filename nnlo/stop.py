@@ -30,7 +30,8 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any, Self
 
-from nnlo.contract import INSISTING_SIGNALS, STOP_SIGNALS, signal_status
+from nnlo.abort import tell_leaving
+from nnlo.contract import INSISTING_SIGNALS, STOP_SIGNALS, STOP_WORDS, signal_status
 from nnlo.observe.logs import ONCE
 
 log = logging.getLogger("nnlo.stop")
@@ -39,9 +40,6 @@ log = logging.getLogger("nnlo.stop")
 SAFETY_S = 10.0
 #: A repeated SIGTERM/SIGINT sooner than this after the first is the same event delivered twice.
 INSIST_AFTER_S = 1.0
-#: Logged by every rank that takes a stop signal: a job log's reader (:func:`nnlo.rankfate.first_event`) knows
-#: from them that what ends the ranks afterwards is the stop, not a death.
-STOP_WORDS = "writing a checkpoint and stopping"
 
 #: What ``signal.signal`` returns and accepts.
 Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
@@ -109,9 +107,7 @@ class Stop:
             # a batch system's or a launcher's signal reaches every rank: the screen says it once
             log.warning("received %s: %s%s", sig.name, STOP_WORDS, again, extra=ONCE)
         elif sig in INSISTING_SIGNALS and now - self._first_at >= INSIST_AFTER_S:
-            from nnlo import liveness
-
-            liveness.leaving(signal_status(signum))  # the peers end too, rather than take this rank for dead
+            tell_leaving(signal_status(signum))  # the peers end too, rather than take this rank for dead
             os._exit(signal_status(signum))  # asked again: the user (or the batch system) insists
 
     # -- a search's questions --------------------------------------------------------------------------

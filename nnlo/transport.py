@@ -66,7 +66,7 @@ HEADER, ARRAY, ACK, BUFFERS = 101, 102, 103, 104
 
 
 def _any_source() -> int:
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
     return int(MPI.ANY_SOURCE)
 
@@ -278,7 +278,7 @@ class Link:
     """
 
     def __init__(self, comm: Any, timeout: float | None = None, watchdog: Any = None, sleep: bool = False) -> None:
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
         self.comm = comm
         self.timeout = timeout
@@ -513,7 +513,7 @@ TRAINING_MAX_PAUSE = 0.002
 def sleeping_waits(comm: Any) -> bool:
     """Whether this rank's waits should sleep rather than spin: ``NNLO_WAIT``, else whether the ranks of
     ``comm`` on this node outnumber the cores this process may run on. Collective over ``comm``."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     ranks_here = local.Get_size()

@@ -38,8 +38,7 @@ from nnlo.contract import (
     TRIALS_JSON,
 )
 from nnlo.errors import ConfigError
-from nnlo.optimize.options import SearchConfig
-from nnlo.optimize.schedules import SCHEDULES
+from nnlo.optimize.options import SCHEDULES, SearchConfig
 from nnlo_sched.params import FINITE_FLOAT, finite_range, parse_block_sizes_option
 from nnlo_sched.upstream import UpstreamCommand
 

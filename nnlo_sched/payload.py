@@ -31,7 +31,7 @@ from pathlib import Path
 import click
 
 from nnlo.abort import abort_job
-from nnlo.api import DEFAULT_RUNS, run_train
+from nnlo.api import DEFAULT_RUNS, RankFailure, run_train, search_in_world
 from nnlo.checkpoint import RESTORE_AUTO, find_latest
 from nnlo.config import TrainConfig, deadline_from_env
 from nnlo.contract import (
@@ -49,7 +49,6 @@ from nnlo.models import run_name
 from nnlo.observe.logs import console_logging
 from nnlo.optimize.options import SearchConfig
 from nnlo.roles import RoleError
-from nnlo.training.failure import RankFailure
 from nnlo_sched.checks import check_run, skipped_checks
 from nnlo_sched.inner import SCRIPT, InnerCommand
 from nnlo_sched.launchers.local_launch import PROFILE, relaunch
@@ -226,14 +225,12 @@ def run_search(parse: Callable[[], tuple[TrainConfig, SearchConfig]], log_level:
     """
     from mpi4py import MPI  # lazy: MPI starts only in a rank
 
-    from nnlo.optimize.run import optimize  # lazy: the search imports numpy
-
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
     console_logging(log_level, rank)
     try:
         config, search = parse()
-        return optimize(world, search.options(config), config)
+        return search_in_world(world, search.options(config), config)
     except (NnloError, click.ClickException) as e:
         if rank == 0:
             msg = e.format_message() if isinstance(e, click.ClickException) else str(e)

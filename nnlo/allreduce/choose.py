@@ -15,6 +15,7 @@ from typing import Any
 from nnlo.allreduce import horovod as _horovod
 from nnlo.allreduce import torchdist as _torchdist
 from nnlo.allreduce.base import Engine
+from nnlo.allreduce.mpi import MpiEngine
 from nnlo.config import ALLREDUCE_ENGINES as ENGINES
 from nnlo.errors import ConfigError
 
@@ -50,8 +51,6 @@ def make_engine(name: str, comm: Any, device: str = "cpu") -> Engine:
     """Build engine ``name`` (already resolved) over the ranks of ``comm`` (collective) for replicas computing
     on ``device``."""
     if name == "mpi":
-        from nnlo.allreduce.mpi import MpiEngine
-
         return MpiEngine(comm, device=device)
     if name == "torch":
         return _torchdist.TorchEngine(comm, device)

@@ -37,7 +37,7 @@ def check_buffer(buf: Any) -> None:
     if isinstance(buf, np.ndarray):
         check_host(buf)
         return
-    import torch
+    import torch  # lazy: torch takes seconds to import
 
     if not isinstance(buf, torch.Tensor) or buf.dtype != torch.float32 or buf.dim() != 1 or not buf.is_contiguous():
         raise TypeError(f"all-reduce buffers are flat contiguous float32 arrays or tensors, got "
@@ -56,7 +56,7 @@ def put(buf: Any, start: int, values: Sequence[float]) -> None:
     if isinstance(buf, np.ndarray):
         buf[start:start + len(values)] = values
         return
-    import torch
+    import torch  # lazy: torch takes seconds to import
 
     buf[start:start + len(values)].copy_(torch.tensor(list(values), dtype=torch.float32))
 

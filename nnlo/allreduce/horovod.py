@@ -17,7 +17,7 @@ from nnlo.errors import ConfigError
 def importable() -> bool:
     """True when ``horovod.torch`` imports (without initialising it)."""
     try:
-        import horovod.torch  # noqa: F401
+        import horovod.torch  # noqa: F401  # lazy: the horovod extra
     except Exception:  # noqa: BLE001 - ImportError, or a build against another torch/MPI
         return False
     return True
@@ -25,7 +25,7 @@ def importable() -> bool:
 
 def nccl_built() -> bool:
     try:
-        import horovod.torch as hvd
+        import horovod.torch as hvd  # lazy: the horovod extra
 
         return bool(hvd.nccl_built())
     except Exception:  # noqa: BLE001
@@ -37,8 +37,8 @@ class HorovodEngine(Engine):
 
     def __init__(self, comm: Any) -> None:
         try:
-            import horovod.torch as hvd
-            import torch
+            import horovod.torch as hvd  # lazy: the horovod extra
+            import torch  # lazy: torch takes seconds to import
         except Exception as e:  # noqa: BLE001
             raise ConfigError(
                 f"--allreduce-engine horovod: horovod.torch does not import ({type(e).__name__}: {e}); "

@@ -35,6 +35,7 @@ import numpy as np
 
 from nnlo.allreduce import flat
 from nnlo.allreduce.base import Engine
+from nnlo.device import cuda_aware_mpi
 
 PROGRESS = ("thread", "hooks")
 #: the default way to drive progress (the bench measures every one of PROGRESS beside it). Two runs at load
@@ -52,18 +53,16 @@ class MpiEngine(Engine):
     name = "mpi"
 
     def __init__(self, comm: Any, progress: str = DEFAULT_PROGRESS, device: str = "cpu") -> None:
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
         if progress not in PROGRESS:
             raise ValueError(f"progress must be one of {', '.join(PROGRESS)}, got {progress!r}")
         super().__init__(comm.Get_size(), comm.Get_rank())
         self._MPI = MPI
         self.comm = comm
-        if str(device).startswith("cuda"):
-            from nnlo.device import cuda_aware_mpi
-
-            if all(comm.allgather(cuda_aware_mpi())):  # every rank, or none, hands MPI device memory
-                self.device = str(device)
+        # every rank, or none, hands MPI device memory
+        if str(device).startswith("cuda") and all(comm.allgather(cuda_aware_mpi())):
+            self.device = str(device)
         threads_ok = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         self.progress_mode = progress if (progress == "hooks" or threads_ok) else "hooks"
         self._poker: _Poker | None = None
@@ -73,7 +72,7 @@ class MpiEngine(Engine):
     def zeros(self, n: int) -> Any:
         if self.device == "cpu":
             return np.zeros(n, dtype=np.float32)
-        import torch
+        import torch  # lazy: torch takes seconds to import
 
         return torch.zeros(n, dtype=torch.float32, device=self.device)
 
@@ -82,7 +81,7 @@ class MpiEngine(Engine):
         reads it (MPI does not follow CUDA streams)."""
         flat.check_buffer(buf)
         if flat.on_device(buf) and buf.is_cuda:
-            import torch
+            import torch  # lazy: torch takes seconds to import
 
             torch.cuda.current_stream(buf.device).synchronize()
         elif flat.on_device(buf):

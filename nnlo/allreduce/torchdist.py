@@ -36,6 +36,7 @@ import numpy as np
 
 from nnlo.allreduce import flat
 from nnlo.allreduce.base import DONE, Engine
+from nnlo.device import physical_gpu
 from nnlo.errors import ConfigError
 
 log = logging.getLogger("nnlo.allreduce")
@@ -48,7 +49,7 @@ TIMEOUT_S = 1800.0
 def importable() -> bool:
     """True when torch.distributed is there (every torch wheel on Linux has it; some macOS builds do not)."""
     try:
-        import torch.distributed as dist
+        import torch.distributed as dist  # lazy: torch takes seconds to import
     except ImportError:
         return False
     return bool(dist.is_available())
@@ -71,8 +72,8 @@ def nccl_usable(device: str) -> bool:
     if backend == "gloo":
         return False
     try:
-        import torch
-        import torch.distributed as dist
+        import torch  # lazy: torch takes seconds to import
+        import torch.distributed as dist  # lazy: torch takes seconds to import
     except ImportError:
         return False
     if not dist.is_available():
@@ -104,7 +105,7 @@ def leader_address(together: bool, world_leader: bool, hostname: str,
 def leader_host(comm: Any) -> tuple[str, int]:
     """The address and port the other ranks reach the leader at (:func:`leader_address`). Collective over
     ``comm``."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
@@ -117,7 +118,7 @@ def leader_host(comm: Any) -> tuple[str, int]:
 def rendezvous(comm: Any, timeout: datetime.timedelta) -> Any:
     """A ``TCPStore`` shared by the ranks of ``comm`` (collective): the leader opens it on a free port and
     broadcasts ``(host, port)``, or its error, so a failure there is raised on every rank, not waited out."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: torch takes seconds to import
 
     size, leader = comm.Get_size(), comm.Get_rank() == 0
     store: Any = None
@@ -150,14 +151,13 @@ class TorchEngine(Engine):
     def __init__(self, comm: Any, device: str = "cpu", device_buffers: bool | None = None,
                  timeout_s: float = TIMEOUT_S) -> None:
         try:
-            import torch
-            import torch.distributed as dist
+            import torch  # lazy: torch takes seconds to import
+            import torch.distributed as dist  # lazy: torch takes seconds to import
         except ImportError as e:
             raise ConfigError(f"--allreduce-engine torch: torch.distributed does not import ({e}); "
                               f"use --allreduce-engine mpi") from None
         super().__init__(comm.Get_size(), comm.Get_rank())
         self._torch, self._dist = torch, dist
-        from nnlo.device import physical_gpu
 
         # one answer for the group: every rank on a GPU of its own, of one kind
         gpus = comm.allgather((physical_gpu(device), backend_for(device)) if nccl_usable(device) else None)

@@ -24,10 +24,10 @@ def make_backend(model: Any, config: TrainConfig, device: str = "cpu") -> Backen
     check_backend_choice(model, getattr(config, "backend", "auto"))
     amp = bool(getattr(config, "amp", False))
     if is_torch_model(model):
-        import torch
+        import torch  # lazy: torch takes seconds to import
 
-        from nnlo.backends.torch_amp import amp_policy
-        from nnlo.backends.torch_backend import TorchBackend
+        from nnlo.backends.torch_amp import amp_policy  # lazy: torch takes seconds to import
+        from nnlo.backends.torch_backend import TorchBackend  # lazy: torch takes seconds to import
 
         policy = amp_policy(torch.device(device)) if amp else None
         return TorchBackend(model, config.loss, config.worker_optimizer_spec, device, amp=policy)
@@ -49,7 +49,7 @@ def model_kind(model: Any) -> str:
     """``"torch"``, ``"keras"`` or the type's name; never imports TensorFlow for a torch model."""
     if is_torch_model(model):
         return "torch"
-    from nnlo.backends.keras_backend import is_keras_model  # imports no TensorFlow by itself
+    from nnlo.backends.keras_backend import is_keras_model  # lazy: numpy; imports no TensorFlow by itself
 
     return "keras" if is_keras_model(model) else type(model).__name__
 

@@ -33,8 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from nnlo.backends import keras_losses
 from nnlo.backends.base import Backend
 from nnlo.backends.keras_env import keras_imported, require_keras
+from nnlo.backends.keras_models import load_model_path
 from nnlo.errors import ConfigError, ModelError
 
 DEFAULT_LOSS = "categorical_crossentropy"
@@ -77,7 +79,6 @@ def load_model_file(path: str | Path, seed: int | None = None) -> Any:
     unreadable or foreign file) with the fix.
     """
     _, keras = require_keras()
-    from nnlo.backends.keras_models import load_model_path
 
     with _seeded(keras, seed):
         return load_model_path(keras, path)
@@ -135,8 +136,7 @@ class KerasBackend(Backend):
     def __init__(self, model: Any, loss: Any = DEFAULT_LOSS, optimizer: Any = DEFAULT_OPTIMIZER,
                  seed: int | None = None) -> None:
         tf, keras = require_keras()
-        from nnlo.backends import keras_losses
-        from nnlo.backends.keras_optimizers import make_optimizer
+        from nnlo.backends.keras_optimizers import make_optimizer  # lazy: Keras loads TensorFlow
 
         if not is_keras_model(model):
             raise _not_keras(model)

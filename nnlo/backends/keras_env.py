@@ -35,7 +35,7 @@ import sys
 from collections.abc import Iterator
 from types import ModuleType
 
-from nnlo import DISTRIBUTION
+from nnlo.contract import DISTRIBUTION
 from nnlo.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -146,12 +146,12 @@ def require_keras() -> tuple[ModuleType, ModuleType]:
     prepare_environment()
     with _python_random_kept():
         try:
-            import tensorflow as tf
+            import tensorflow as tf  # lazy: only Keras users load TensorFlow
         except ImportError as e:
             raise ModelError(f"this is a Keras model but TensorFlow is not installed ({e}); {INSTALL_HINT}") from None
         _configure_threads(tf)
         try:
-            import keras
+            import keras  # lazy: Keras loads TensorFlow
         except ImportError as e:
             raise ModelError(f"this is a Keras model but Keras 3 is not installed ({e}); {INSTALL_HINT}") from None
     version = getattr(keras, "__version__", "0")

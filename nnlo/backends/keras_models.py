@@ -70,7 +70,7 @@ def model_from_json_text(keras: ModuleType, text: str, source: str = "<json>") -
         except Exception as e:  # noqa: BLE001 - Keras raises TypeError/ValueError/KeyError for foreign configs
             errors.append(_short(e))
     try:
-        from keras.src.legacy.saving import saving_utils
+        from keras.src.legacy.saving import saving_utils  # lazy: Keras loads TensorFlow
     except ImportError:  # pragma: no cover - Keras moved its legacy reader
         saving_utils = None
     if saving_utils is not None:

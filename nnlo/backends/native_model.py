@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from nnlo.backends.keras_backend import KerasBackend  # imports no TensorFlow by itself
+
 #: base name of the final model and of the native copy inside a checkpoint (the backend adds the suffix)
 MODEL_BASENAME = "model"
 
@@ -30,8 +32,6 @@ def write_checkpoint_model(backend: Any, directory: str | Path, weights: np.ndar
 
     weights: the flat weights to save (the master's central weights); None = the backend's current ones.
     """
-    from nnlo.backends.keras_backend import KerasBackend  # imports no TensorFlow by itself
-
     if not isinstance(backend, KerasBackend):
         return None
     if weights is not None:

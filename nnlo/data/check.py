@@ -12,6 +12,7 @@ from typing import Any
 
 import h5py
 
+from nnlo.data.h5dataset import parse_fields
 from nnlo.errors import ConfigError, DataError
 
 #: Files opened per list at most (the rest are only checked to exist).
@@ -55,8 +56,6 @@ def check_datasets(files: Sequence[Path], names: Sequence[str], where: str, k: i
 
 def field_names(source: Any) -> list[str]:
     """Dataset (or group) names of a features/labels source: a name, a (name, adaptor) pair, or a list."""
-    from nnlo.data.h5dataset import parse_fields
-
     fields, _ = parse_fields(source, "features")
     return [f.name for f in fields]
 

@@ -122,7 +122,7 @@ def _size(n: float) -> str:
 def _available_memory() -> int | None:
     """Bytes of memory available to this process now, or None when it cannot be told."""
     try:
-        import psutil
+        import psutil  # lazy: optional
 
         return int(psutil.virtual_memory().available)
     except Exception:  # noqa: BLE001 - psutil missing or unsupported platform: skip the check

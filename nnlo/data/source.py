@@ -28,6 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from nnlo.data.h5dataset import H5Dataset
 from nnlo.errors import DataError
 
 
@@ -200,8 +201,6 @@ def check_source(source: Any, role: str = "training") -> None:
 def as_dataset(source: Any, role: str = "training") -> Any:
     """What the runtime's loaders read: an :class:`~nnlo.data.h5dataset.H5Dataset` as it is (its ``read`` is
     the fast path), any other :class:`DataSource` wrapped in :class:`SourceDataset`."""
-    from nnlo.data.h5dataset import H5Dataset
-
     if isinstance(source, H5Dataset):
         return source
     if isinstance(source, GeneratorSource):

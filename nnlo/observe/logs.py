@@ -29,6 +29,8 @@ from typing import IO
 
 from nnlo.atomic import atomic_open
 from nnlo.contract import LOG_DIR
+from nnlo.errors import ConfigError
+from nnlo.observe.progress import live_on
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 #: ``log.warning(..., extra=ONCE)``: a warning every rank of the run gives alike: on the screen once per run
@@ -46,8 +48,6 @@ def parse_level(level: str | int) -> int:
         return level
     name = str(level).strip().lower()
     if name not in LEVELS:
-        from nnlo.errors import ConfigError
-
         raise ConfigError(f"--log-level {level!r} is not a level; use one of {', '.join(LEVELS)}")
     return getattr(logging, name.upper())
 
@@ -110,8 +110,6 @@ class _ConsoleHandler(logging.StreamHandler[IO[str]]):
     """A stream handler that steps around a live progress line on the same terminal."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from nnlo.observe.progress import live_on
-
         live = live_on(self.stream)
         if live is not None:
             live.suspend()

@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 
+from nnlo.errors import ConfigError
 from nnlo.observe.trace import Tracer
 
 log = logging.getLogger("nnlo.observe")
@@ -74,7 +75,7 @@ def cuda_index_of(device: str) -> int | None:
 def open_gpu(index: int | None = None) -> Gpu | None:
     """NVML handle for this rank's GPU, or None (no nvidia-ml-py, no driver, no device): never raises."""
     try:
-        import pynvml  # nvidia-ml-py
+        import pynvml  # lazy: nvidia-ml-py, the gpu extra
     except ImportError:
         return None
     try:
@@ -128,8 +129,6 @@ class Monitor:
 
     def __init__(self, interval: float = 1.0, tracer: Tracer | None = None, gpu: Gpu | bool | None = True) -> None:
         if interval <= 0:
-            from nnlo.errors import ConfigError
-
             raise ConfigError(f"monitor interval must be positive, got {interval}; use e.g. 1.0 (seconds)")
         self.interval = interval
         self.tracer = tracer

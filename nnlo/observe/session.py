@@ -25,8 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from nnlo.atomic import write_json
+from nnlo.errors import ConfigError
 from nnlo.observe import logs as _logs
 from nnlo.observe import summary as _summary
+from nnlo.observe import timeline
+from nnlo.observe.timeline import RecordingTracer, trace_path
 from nnlo.observe.trace import Tracer, get_tracer, set_tracer
 
 log = logging.getLogger("nnlo.observe")
@@ -129,7 +132,6 @@ class Session:
     def _merge_all(self) -> None:
         if self.rank != 0 or self.out_dir is None:
             return
-        from nnlo.observe import timeline
 
         ranks = self._peer_ranks()
         trace_dir = self.out_dir / timeline.TRACE_DIR
@@ -214,8 +216,6 @@ def start(
     trace. ``world_size`` lets rank 0 wait for exactly the ranks 0..n-1 at close (otherwise for the ranks
     whose log file this job touched). Bad values raise :class:`nnlo.errors.ConfigError` (one line).
     """
-    from nnlo.errors import ConfigError
-
     if timeline and out_dir is None:
         raise ConfigError("--timeline needs an output directory to write trace/rank-<r>.jsonl; pass --checkpoint DIR")
     path = Path(out_dir) if out_dir is not None else None
@@ -231,13 +231,11 @@ def start(
         summary = timeline or monitor
     try:
         if timeline or summary:
-            from nnlo.observe.timeline import RecordingTracer, trace_path
-
             tracer = RecordingTracer(trace_path(path, rank) if timeline and path else None, rank, role)
             session.tracer = tracer
             session._previous_tracer = set_tracer(tracer)
         if monitor:
-            from nnlo.observe.monitor import Monitor
+            from nnlo.observe.monitor import Monitor  # lazy: psutil, only for --monitor
 
             session.monitor = Monitor(monitor_interval, tracer=session.tracer)
             if rank == 0:

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nnlo.observe.trace import CATEGORIES
+from nnlo.roles import Role
 
 COLUMNS: tuple[str, ...] = (*CATEGORIES, "other")
 
@@ -43,8 +44,6 @@ class TimeAccount:
 
 def role_kind(label: str | None) -> str:
     """``"b0f1:worker:w1.2"`` -> ``"worker"``; the role without block, fold and index decorations."""
-    from nnlo.roles import Role
-
     kinds = {r.value for r in Role}
     for part in (label or "").split(":"):
         if part in kinds:
@@ -186,7 +185,7 @@ def exclusive_seconds(spans: Iterable[tuple[float, float, str]] | Any) -> dict[s
 def _sorted_spans(spans: Any) -> Iterable[tuple[float, float, str]]:
     """By start, the longer first (a parent before the child that starts with it)."""
     if hasattr(spans, "ts") and hasattr(spans, "names"):
-        import numpy as np
+        import numpy as np  # lazy: numpy off the command line's start-up
 
         ts = np.frombuffer(spans.ts, dtype=np.float64) if len(spans.ts) else np.zeros(0)
         dur = np.frombuffer(spans.dur, dtype=np.float64) if len(spans.dur) else np.zeros(0)

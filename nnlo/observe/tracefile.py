@@ -21,6 +21,7 @@ from typing import Any
 
 from nnlo.atomic import atomic_open
 from nnlo.contract import TIMELINE_FILE as MERGED_NAME
+from nnlo.errors import ConfigError
 
 TRACE_DIR = "trace"
 
@@ -296,8 +297,6 @@ def merge(trace_dir: str | Path, out: str | Path | None = None) -> MergeResult:
     """
     trace_dir = Path(trace_dir)
     if not rank_files(trace_dir):
-        from nnlo.errors import ConfigError
-
         raise ConfigError(f"no rank-*.jsonl trace files in {trace_dir}: run with --timeline to record one")
     streams, _ = load_events(trace_dir, keep_events=False)
     return write_trace(streams, Path(out) if out is not None else trace_dir.parent / MERGED_NAME)
@@ -352,8 +351,6 @@ def merge_run(root: str | Path, out: str | Path | None = None) -> MergeResult:
     root = Path(root)
     streams = load_run(root)
     if not streams:
-        from nnlo.errors import ConfigError
-
         raise ConfigError(
             f"no trace in {root}: the run was not started with --timeline (add --timeline to nnlo train/optimize)"
         )

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from nnlo.optimize.options import ASSIGN_CHOICES, POLICIES
 from nnlo.optimize.placement import (
     MORE,
     WAIT,
@@ -41,8 +42,6 @@ from nnlo.optimize.placement.traits import top_level_choice as default_subspace
 Point = dict[str, Any]
 
 #: the policies by ``--assign`` name; "auto" is resolved by :func:`resolve`
-POLICIES = ("fifo", "hardware-aware")
-ASSIGN_CHOICES = ("auto", *POLICIES)
 
 __all__ = ["ASSIGN_CHOICES", "MORE", "POLICIES", "WAIT", "Candidate", "Fifo", "HardwareAware", "Policy",
            "Situation", "as_types", "default_subspace", "features", "make_policy", "resolve"]

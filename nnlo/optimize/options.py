@@ -10,6 +10,7 @@ typed, JSON-able record of the command line (the training options are a :class:`
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,9 +21,28 @@ from nnlo.config import TrainConfig, known_fields
 from nnlo.contract import ENV_RUN_DIR, LEASE_TIMEOUT_S
 from nnlo.contract import MAX_FAILURES as FAILURES
 from nnlo.errors import ConfigError
+from nnlo.models import run_name
 from nnlo.optimize.failures import FailureRule
 from nnlo.optimize.schedules import DEFAULT_ETA, PBT_POPULATION, SCHEDULES, ScheduleError, ScheduleSpec
 from nnlo.roles import RoleError, Shape
+
+#: the policies that assign trials to blocks (:mod:`nnlo.optimize.assign`), and ``--assign``'s choices
+POLICIES = ("fifo", "hardware-aware")
+ASSIGN_CHOICES = ("auto", *POLICIES)
+
+#: the keywords an objective hook must take to be trained in stages by a schedule
+STAGED_HOOK_KEYWORDS = ("epochs", "state")
+
+
+def hook_keywords(evaluate: Any) -> set[str]:
+    """Which of :data:`STAGED_HOOK_KEYWORDS` ``evaluate`` accepts (all of them with ``**kwargs``)."""
+    try:
+        params = inspect.signature(evaluate).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return set(STAGED_HOOK_KEYWORDS)
+    return {p.name for p in params if p.name in STAGED_HOOK_KEYWORDS}
 
 
 @dataclass
@@ -74,8 +94,6 @@ def default_out_dir(name: str) -> Path:
 def search_name(train: TrainConfig) -> str:
     """The search's name: ``--trial-name``, else the model module's ``get_name()``, else the file's stem.
     It names the default output folder and every trial's training (``<name>-<trial>-fold-<f>``)."""
-    from nnlo.models import run_name
-
     return run_name(train.model, train.trial_name)
 
 
@@ -110,8 +128,6 @@ def check_schedule(spec: ScheduleSpec, space_names: list[str], module: Any, mode
                           "parameter 'epochs' (and use --epochs for the most a trial trains), or use --schedule full")
     evaluate = getattr(module, "evaluate", None) if module is not None else None
     if callable(evaluate):
-        from nnlo.optimize.runners import STAGED_HOOK_KEYWORDS, hook_keywords
-
         missing = [k for k in STAGED_HOOK_KEYWORDS if k not in hook_keywords(evaluate)]
         if missing:
             raise ConfigError(
@@ -154,7 +170,6 @@ class SearchConfig:
     def __post_init__(self) -> None:
         if self.block_sizes is not None:  # a list when read back from spec.json
             object.__setattr__(self, "block_sizes", tuple(int(b) for b in self.block_sizes))
-        from nnlo.optimize.assign import ASSIGN_CHOICES
 
         if self.assign not in ASSIGN_CHOICES:
             raise ConfigError(f"--assign {self.assign!r} is unknown; use one of {', '.join(ASSIGN_CHOICES)}")

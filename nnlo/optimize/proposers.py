@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nnlo.optimize.engines.base import Engine, Point
+from nnlo.training.failure import RankFailure
+from nnlo.transport import wait_for_message
 
 log = logging.getLogger("nnlo.optimize.proposers")
 
@@ -97,15 +99,13 @@ class MpiProposers:
 
     def pump(self, pending: Sequence[Point]) -> None:
         """Collect the answers that arrived, then give idle proposers new requests (never blocks)."""
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
         status = MPI.Status()
         while self.world.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_PROPOSAL, status=status):
             source = status.Get_source()
             msg = self.world.recv(source=source, tag=TAG_PROPOSAL)
             if msg.get("error"):
-                from nnlo.training.failure import RankFailure
-
                 self.buffer.busy.pop(self.ranks.index(source), None)
                 raise RankFailure(f"its proposal failed ({msg['error']})", source, "proposer")
             self.buffer.arrived(self.ranks.index(source), msg.get("point"), self._seen(pending),
@@ -130,7 +130,7 @@ class MpiProposers:
 
     def stop(self, code: int) -> None:
         """Wait for requests under way (their answers are dropped), then stop every proposer rank."""
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
         while self.buffer.busy:
             status = MPI.Status()
@@ -146,8 +146,6 @@ class MpiProposers:
 
 def run_proposer(world: Any, coordinator: int, engine: Engine) -> int:
     """A proposer rank: answer requests with one point each until the coordinator says stop."""
-    from nnlo.transport import wait_for_message
-
     while True:
         wait_for_message(world, coordinator, TAG_PROPOSE)
         msg = world.recv(source=coordinator, tag=TAG_PROPOSE)

@@ -27,6 +27,7 @@ from typing import Any
 
 from nnlo.atomic import write_text
 from nnlo.contract import BEST_FILE, TRIALS_CSV, TRIALS_JSON
+from nnlo.errors import ConfigError
 from nnlo.optimize.fidelity import best_any_fidelity, rung_correlation
 from nnlo.optimize.state import atomic_write_json
 
@@ -43,8 +44,6 @@ class Objective:
 
     @classmethod
     def parse(cls, text: str) -> Objective:
-        from nnlo.errors import ConfigError
-
         name, _, direction = text.partition(":")
         name = name.strip()
         direction = (direction or _default_direction(name)).strip().lower()

@@ -26,7 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from nnlo.errors import ConfigError
+from nnlo.models import data_plan, load_model_source
+from nnlo.optimize.tracking import trial_config
 from nnlo.optimize.trial_files import claim, read_hook_state, trial_dir, write_hook_state
+from nnlo.training.failure import RankFailure, failure_line
 
 TRAINING_PARAMS = frozenset({
     "loss", "epochs", "batch", "optimizer", "worker_optimizer", "mode", "sync_every", "synchronous",
@@ -71,30 +75,12 @@ def outcome_of_exception(e: BaseException, logger: logging.Logger) -> FoldOutcom
     """A failed fold from any exception: one line, whether it is bad input (2) or a failure (1), and whether it
     ran out of memory; the traceback of an error in the user's code (an objective hook's) goes to ``logger``,
     trimmed."""
-    from nnlo.optimize.placement import is_out_of_memory
-    from nnlo.training.failure import RankFailure, failure_line
+    from nnlo.optimize.placement import is_out_of_memory  # lazy: numpy, off the command line's start-up
 
     message, code = failure_line(e, logger, "trial failed")
     if isinstance(e, RankFailure):
         message = str(e)  # "rank R (role): message": which rank of the fold group failed
     return FoldOutcome(error=message, code=code, oom=is_out_of_memory(e) or is_out_of_memory(message))
-
-
-#: the keywords an objective hook must take to be trained in stages by a schedule
-STAGED_HOOK_KEYWORDS = ("epochs", "state")
-
-
-def hook_keywords(evaluate: Any) -> set[str]:
-    """Which of :data:`STAGED_HOOK_KEYWORDS` ``evaluate`` accepts (all of them with ``**kwargs``)."""
-    import inspect
-
-    try:
-        params = inspect.signature(evaluate).parameters.values()
-    except (TypeError, ValueError):
-        return set()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return set(STAGED_HOOK_KEYWORDS)
-    return {p.name for p in params if p.name in STAGED_HOOK_KEYWORDS}
 
 
 class HookRunner:
@@ -139,7 +125,7 @@ def split_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
 
 def with_lr(spec: str, lr: float) -> str:
     """``adam:lr=0.001`` -> ``adam:lr=<lr>`` (other parameters kept)."""
-    from nnlo.algorithms.optimizers import parse_optimizer_spec
+    from nnlo.algorithms.optimizers import parse_optimizer_spec  # lazy: numpy, off the command line's start-up
 
     name, opts = parse_optimizer_spec(spec)
     opts = {**opts, "lr": lr}
@@ -188,9 +174,7 @@ class TrainRunner:
         """Samples of the training data (``--train`` or ``get_train()``: the k-fold splits them; every rank
         computes the same number)."""
         if self._n_samples is None:
-            from nnlo.data import H5Dataset
-            from nnlo.errors import ConfigError
-            from nnlo.models import data_plan, load_model_source
+            from nnlo.data import H5Dataset  # lazy: h5py (nnlo.data's HDF5 layer)
 
             plan = data_plan(self.config, load_model_source(self.config.model), need=("train",))
             if plan.train is None:
@@ -204,14 +188,13 @@ class TrainRunner:
         """(train, validation) sample indices of ``fold``: the held-out fold of the training samples is the
         validation set (the runtime reads ``val_indices`` from the training files). Same seed, same folds
         on every rank, every trial and every resubmission."""
-        from nnlo.data import kfold
+        from nnlo.data import kfold  # lazy: h5py (nnlo.data's HDF5 layer)
 
         return kfold(self.n_samples(), n_fold, self.seed)[fold]
 
     def run(self, comm: Any, trial_id: int, params: dict[str, Any], fold: int, n_fold: int,
             out_dir: Path, epochs: int | None = None) -> FoldOutcome | None:
-        from nnlo.optimize.tracking import trial_config
-        from nnlo.training.driver import train
+        from nnlo.training.driver import train  # lazy: numpy, off the command line's start-up
 
         out = trial_dir(out_dir, trial_id, fold)
         cfg = trial_config(self.config_for(params, out, epochs), trial_id, fold, n_fold)

@@ -21,6 +21,7 @@ from typing import Any
 from nnlo.contract import OPTIMIZER_STATE_FILE, TRIALS_JSON
 from nnlo.errors import ConfigError
 from nnlo.observe.plots.common import load_json, num, plt, save
+from nnlo.optimize.engines.bayesian import plot_partial_dependence
 from nnlo.optimize.space import Space
 
 MIN_TRIALS = 3  # fewer points than this fit no useful surrogate
@@ -51,7 +52,6 @@ def plot_surrogate(run_dir: Path, out_dir: Path) -> list[Path]:
     if len(points) < MIN_TRIALS:
         return []
     # scikit-optimize is used only through the Bayesian engine's module, and only when there is a search to draw.
-    from nnlo.optimize.engines.bayesian import plot_partial_dependence
 
     axes = plot_partial_dependence(space, points, values, n_points=20, size=2.4)
     fig = _figure_of(axes)

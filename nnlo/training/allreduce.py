@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from nnlo import checkpoint as ckpt
+from nnlo.algorithms.specs import format_spec, parse_optimizer_spec
 from nnlo.allreduce import Engine, make_engine, resolve_engine
 from nnlo.allreduce.bucketed import BucketedReducer, describe_buckets, make_reducer
 from nnlo.backends.base import Backend
@@ -57,7 +58,6 @@ def scaled_config(config: TrainConfig, n_ranks: int) -> TrainConfig:
     """``config`` with the worker optimizer's learning rate times ``n_ranks`` when ``--scale-lr`` asks."""
     if not config.scale_lr or n_ranks == 1:
         return config
-    from nnlo.algorithms.specs import format_spec, parse_optimizer_spec
 
     name, params = parse_optimizer_spec(config.worker_optimizer_spec)
     if "lr" not in params:
@@ -266,7 +266,7 @@ class AllreduceReplica:
         """Every replica kept its own BatchNorm-like buffers this epoch: all take their mean (collective)."""
         if not self.backend.n_buffers:
             return
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
         values = self.backend.get_buffers().astype(np.float64)
         with self.ctx.watchdog.waiting("averaging the model's buffers at the epoch end"):
@@ -288,7 +288,7 @@ class AllreduceReplica:
                 if "correct" in out:
                     sums[2] += out["correct"]
                     sums[3] = 1.0
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
         self.comm.Allreduce(MPI.IN_PLACE, [sums, MPI.DOUBLE], op=MPI.SUM)
         if not sums[1]:

@@ -31,21 +31,36 @@ from typing import Any, TypeVar
 import numpy as np
 
 from nnlo import checkpoint as ckpt
+from nnlo import liveness
 from nnlo.abort import abort_rank
+from nnlo.backends import make_backend
+from nnlo.backends.keras_env import prepare_environment
 from nnlo.config import TrainConfig
 from nnlo.contract import CONFIG_FILE, ENV_RUN_DIR
+from nnlo.device import select_device
 from nnlo.errors import ConfigError
+from nnlo.models import data_plan, load_model_source, model_name
+from nnlo.observe import session, tracking
 from nnlo.observe.logs import ONCE
 from nnlo.observe.tracking.base import Trackers
+from nnlo.rankfate import record_rank
 from nnlo.roles import Hierarchy, Role, describe
 from nnlo.stop import Stop
+from nnlo.training import submaster
+from nnlo.training.callbacks import attach
 from nnlo.training.context import RunContext, RunInputs
 from nnlo.training.failure import RankFailure, failure_line
+from nnlo.training.groups import GroupWorker, split_worker_groups
 from nnlo.training.history import TrainResult
+from nnlo.training.master import Master
+from nnlo.training.modes import make_worker_rule
 from nnlo.training.rundir import claim
+from nnlo.training.solo import Alone, Solo, SoloWorker
 from nnlo.training.startup import mark
+from nnlo.training.validation import Validator
 from nnlo.training.watchdog import Watchdog, abort_on_expiry, start_timeout_from_env, timeout_from_env
-from nnlo.transport import sleeping_waits, wait_for_all
+from nnlo.training.worker import Worker
+from nnlo.transport import Link, sleeping_waits, wait_for_all
 
 log = logging.getLogger("nnlo.train")
 T = TypeVar("T")
@@ -89,7 +104,6 @@ def train(
     Returns the :class:`TrainResult` on every rank (the master computes it and broadcasts it). Raises
     :class:`RankFailure` on every rank when a rank failed (``report`` is True only on the failing rank).
     """
-    from nnlo.backends.keras_env import prepare_environment
     mark("train_called")
     # Before any model module runs (it may import Keras): TensorFlow reads its thread-pool sizes and
     # backend choice from the environment once, when it starts; prepare_environment imports nothing.
@@ -163,8 +177,6 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
     def check() -> Hierarchy:
         wanted = config.validate().training_group_shape
         if config.tensorboard or config.mlflow:
-            from nnlo.observe import tracking
-
             tracking.check(config)  # a missing package: one line naming the extra, before anything is written
         hierarchy = describe(comm.Get_size(), wanted)
         if out is not None:
@@ -181,15 +193,10 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
     ctx = RunContext(comm, config, hierarchy, out, stop, watchdog=watchdog, inputs=inputs,
                      sleep_waits=sleeping_waits(comm))
     if hierarchy.shape.n_processes > 1 and not hierarchy.shape.allreduce:
-        from nnlo.training.groups import split_worker_groups
-
         ctx.worker_comm = split_worker_groups(comm, hierarchy)  # collective: every rank of the group
 
     def start_session() -> Any:
-        from mpi4py import MPI
-
-        from nnlo.observe import session
-        from nnlo.rankfate import record_rank
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
         if comm.Get_size() == MPI.COMM_WORLD.Get_size():  # a training of its own (optimize records its ranks)
             record_rank(rank, ctx.role_label, out)
@@ -199,14 +206,11 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
         return load_sources()
 
     def load_sources() -> Any:
-        from nnlo.models import load_model_source
-
         return inputs.model if inputs.model is not None else load_model_source(config.model)
 
     source = _phase(comm, hierarchy, start_session, watchdog)
     _watch_peers(comm, ctx.role_label)
     mark("model_source")
-    from nnlo.device import select_device
 
     device = select_device(comm, ctx.info.needs_device)  # collective; cannot fail on bad input
     if ctx.session is not None:
@@ -225,8 +229,6 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
     mark("restore_found")
     role = _phase(comm, hierarchy, lambda: builder.make(checkpoint), watchdog)
     if inputs.callbacks and rank == ctx.group.top:
-        from nnlo.training.callbacks import attach
-
         attach(role, inputs.callbacks)  # the rank that decides every epoch end runs them
     if config.tensorboard or config.mlflow:
         ctx.tracker = _phase(comm, hierarchy, lambda: _open_tracker(ctx, role), watchdog)
@@ -252,20 +254,17 @@ def _set_up(comm: Any, config: TrainConfig, train_indices: Any, val_indices: Any
 def _watch_peers(comm: Any, role: str) -> None:
     """A training of its own watches its peers (:mod:`nnlo.liveness`; a search's blocks are watched by the
     search): collective over the world."""
-    from mpi4py import MPI
-
-    from nnlo import liveness
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
     if comm.Get_size() == MPI.COMM_WORLD.Get_size():
         liveness.start(MPI.COMM_WORLD, role)
+
+
 def _open_tracker(ctx: RunContext, role: Any) -> Trackers:
     """The experiment trackers of the rank that writes the history (where the role starts: its restored epoch
     and update count); none on the other ranks."""
-    from nnlo.observe import tracking
-
     if ctx.rank != ctx.group.top:
         return Trackers(())
-    from nnlo.models import model_name
 
     name = ctx.config.trial_name or model_name(ctx.config.model)
     return tracking.for_training(ctx.config, ctx.out_dir, name, epoch=int(role.epoch), updates=int(role.updates))
@@ -303,22 +302,15 @@ class _Builder:
         self.ctx, self.backend, self.data, self.device = ctx, backend, data, device
 
     def make(self, checkpoint: str | None) -> Any:
-        from nnlo.training.master import Master
-        from nnlo.training.modes import make_worker_rule
-        from nnlo.training.worker import Worker
-        from nnlo.transport import Link
-
         ctx = self.ctx
         if ctx.hierarchy.shape.allreduce:
-            from nnlo.training.allreduce import AllreduceReplica, choose_engine
+            from nnlo.training.allreduce import AllreduceReplica, choose_engine  # lazy: h5py (nnlo.data's HDF5 layer)
 
             loader, validator = self.data
             return AllreduceReplica(ctx, self.backend, loader, validator,
                                     choose_engine(ctx, self.device, self.backend.name), checkpoint, self.device)
         manifest = ckpt.read_manifest(checkpoint) if checkpoint else None
         if ctx.group.uber_master is not None and ctx.info.role is not Role.WORKER:
-            from nnlo.training import submaster
-
             if ctx.info.role is Role.UBER_MASTER:
                 state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
                 return submaster.UberMaster(ctx, self.backend, self.data, restored=state)
@@ -334,7 +326,6 @@ class _Builder:
         position = (int(manifest["epoch"]), 0) if manifest else (0, 0)
         loader, validator = self.data
         if ctx.info.role is Role.SOLO:  # a group of one rank: the master's part around its own worker
-            from nnlo.training.solo import Alone, Solo, SoloWorker
 
             state = ckpt.read_part(checkpoint, ckpt.part_name("master")) if checkpoint else None
             worker = SoloWorker(ctx, self.backend, loader, Alone(self.backend), position, validator)
@@ -342,8 +333,7 @@ class _Builder:
         link = Link(ctx.comm, watchdog=ctx.watchdog, sleep=ctx.sleep_waits)
         rule = make_worker_rule(self.backend, ctx.config, ctx.n_workers, link, ctx.master_rank)
         if ctx.worker_comm is not None:
-            from nnlo.training.allreduce import choose_engine
-            from nnlo.training.groups import GroupWorker
+            from nnlo.training.allreduce import choose_engine  # lazy: h5py (nnlo.data's HDF5 layer)
 
             return GroupWorker(ctx, self.backend, loader, rule, position, validator,
                                engine_name=choose_engine(ctx, self.device, self.backend.name), device=self.device)
@@ -371,13 +361,11 @@ class _Builder:
 
 
 def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, val_indices: Any) -> _Builder:
-    from nnlo.backends import make_backend
-
     cfg = ctx.config
     _seed(cfg.seed)
     model = source.build(**cfg.model_args)
     if ctx.hierarchy.shape.allreduce or cfg.n_processes > 1:  # --scale-lr: by the ranks sharing a batch
-        from nnlo.training.allreduce import scaled_config
+        from nnlo.training.allreduce import scaled_config  # lazy: h5py (nnlo.data's HDF5 layer)
 
         cfg = scaled_config(cfg, ctx.comm.Get_size() if ctx.hierarchy.shape.allreduce else cfg.n_processes)
     backend = make_backend(model, cfg, device)
@@ -393,8 +381,7 @@ def _build_role(ctx: RunContext, source: Any, device: str, train_indices: Any, v
 
 def _plan(ctx: RunContext, source: Any, which: str) -> Any:
     """The run's ``which`` files and datasets (:func:`nnlo.models.data_plan`: options, then the model module)."""
-    from nnlo.data.cache import cached
-    from nnlo.models import data_plan
+    from nnlo.data.cache import cached  # lazy: h5py (nnlo.data's HDF5 layer)
 
     plan = data_plan(ctx.config, source, need=(which,))
     cache = ctx.config.cache_dir
@@ -405,12 +392,11 @@ def _plan(ctx: RunContext, source: Any, which: str) -> Any:
 def _given(ctx: RunContext, source: Any, given: Any, role: str) -> Any:
     """A caller's data (:class:`RunInputs`) as the loaders read it: a data source adapted, a list of HDF5
     files opened with the run's dataset names (``--features-name``, ``get_features()``, ...)."""
-    from nnlo.data.source import as_dataset
+    from nnlo.data.source import as_dataset  # lazy: h5py (nnlo.data's HDF5 layer)
 
     if isinstance(given, (list, tuple)) and given and all(isinstance(f, (str, Path)) for f in given):
-        from nnlo.data import H5Dataset
-        from nnlo.data.cache import cached
-        from nnlo.models import data_plan
+        from nnlo.data import H5Dataset  # lazy: h5py (nnlo.data's HDF5 layer)
+        from nnlo.data.cache import cached  # lazy: h5py (nnlo.data's HDF5 layer)
 
         plan = data_plan(ctx.config, source, need=())
         files = cached([Path(f) for f in given], ctx.config.cache_dir)
@@ -419,7 +405,7 @@ def _given(ctx: RunContext, source: Any, given: Any, role: str) -> Any:
 
 
 def _training(ctx: RunContext, source: Any, indices: Any) -> Any:
-    from nnlo.data import H5Dataset, ShardedLoader
+    from nnlo.data import H5Dataset, ShardedLoader  # lazy: h5py (nnlo.data's HDF5 layer)
 
     cfg = ctx.config
     if ctx.inputs.train is not None:
@@ -439,8 +425,7 @@ def _training(ctx: RunContext, source: Any, indices: Any) -> Any:
 
 
 def _validation(ctx: RunContext, source: Any, indices: Any) -> Any:
-    from nnlo.data import H5Dataset
-    from nnlo.training.validation import Validator
+    from nnlo.data import H5Dataset  # lazy: h5py (nnlo.data's HDF5 layer)
 
     cfg = ctx.config
     preload = cfg.in_memory

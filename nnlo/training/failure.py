@@ -15,6 +15,9 @@ from typing import Any, TypeVar
 from nnlo.contract import EXIT_BAD_INPUT, EXIT_FAILED
 from nnlo.errors import NnloError, TrainingError
 from nnlo.legacy import with_hint
+from nnlo.observe.logs import DETAIL
+from nnlo.roles import RoleError
+from nnlo.usercode import locate, user_traceback
 
 T = TypeVar("T")
 
@@ -47,7 +50,6 @@ def describe_exception(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, RankFailure):
         return exc.message, exc.exit_code
     message, code = _described(exc)
-    from nnlo.usercode import locate
 
     where = locate(exc)
     if where and where not in message:
@@ -58,7 +60,6 @@ def describe_exception(exc: BaseException) -> tuple[str, int]:
 def _described(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, NnloError):
         return str(exc), getattr(exc, "exit_code", EXIT_BAD_INPUT)
-    from nnlo.roles import RoleError
 
     if isinstance(exc, RoleError):
         return str(exc), 2
@@ -70,9 +71,6 @@ def failure_line(exc: BaseException, logger: logging.Logger, what: str = "failed
     """:func:`describe_exception` of this rank's own failure, with its traceback in the rank's log: an error in
     the user's code trimmed to their part (:func:`nnlo.usercode.user_traceback`), in the log file whatever the
     level and on the screen at ``--log-level debug``; any other at debug level, whole."""
-    from nnlo.observe.logs import DETAIL
-    from nnlo.usercode import user_traceback
-
     if not isinstance(exc, RankFailure):
         trimmed = user_traceback(exc)
         if trimmed is not None:

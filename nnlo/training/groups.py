@@ -40,7 +40,7 @@ log = logging.getLogger("nnlo.worker")
 
 def split_worker_groups(comm: Any, hierarchy: Any) -> Any:
     """Collective over the training group: each logical worker's communicator (None on other ranks)."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
     color = hierarchy.colors(comm.Get_rank())["worker"]
     sub = comm.Split(MPI.UNDEFINED if color is None else color, comm.Get_rank())
@@ -137,7 +137,7 @@ class GroupWorker(Worker):
     def _group_validate(self, request: dict[str, Any], weights: np.ndarray) -> np.ndarray:
         """Every member: take the leader's ``weights``, evaluate an equal part of the group's range, and sum
         the parts (a failure anywhere fails the whole group, as in a training step)."""
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
         with self.ctx.watchdog.waiting("waiting for the weights to validate"):
             self.engine.broadcast(weights, root=0)  # type: ignore[union-attr]

@@ -25,6 +25,7 @@ import numpy as np
 from nnlo.backends.base import Backend
 from nnlo.backends.native_model import save_final_model
 from nnlo.errors import TrainingError
+from nnlo.observe.progress import for_terminal
 from nnlo.observe.trace import get_tracer
 from nnlo.training import streams
 from nnlo.training.checkpoint_round import CheckpointRound
@@ -114,12 +115,11 @@ class Master(WorkerServer):
         """
         if self.ctx.rank != self.ctx.group.top:
             return None
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: importing mpi4py.MPI initialises MPI
 
         world = MPI.COMM_WORLD
         if world.Get_rank() != 0 or self.ctx.comm.Get_size() != world.Get_size():
             return None  # not rank 0, or one training group of an optimization (the coordinator shows progress)
-        from nnlo.observe.progress import for_terminal
 
         progress = for_terminal("train", total=self.cfg.epochs)
         if progress is not None and self.epoch:

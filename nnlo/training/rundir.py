@@ -20,6 +20,8 @@ from nnlo.backends.native_model import MODEL_BASENAME
 from nnlo.config import TrainConfig
 from nnlo.contract import CHECKPOINT_DIR, CONFIG_FILE, HISTORY_FILE, LOG_DIR, RANKS_DIR, STARTUP_FILE, TIMELINE_FILE
 from nnlo.errors import ConfigError
+from nnlo.observe.session import SUMMARY_DIR, SUMMARY_NAME
+from nnlo.observe.tracefile import TRACE_DIR
 
 #: the final model's files (torch, Keras): :data:`MODEL_BASENAME` with each backend's suffix
 MODEL_FILES = tuple(MODEL_BASENAME + suffix for suffix in (".pt", ".keras", ".h5"))
@@ -27,9 +29,6 @@ MODEL_FILES = tuple(MODEL_BASENAME + suffix for suffix in (".pt", ".keras", ".h5
 
 def _written(out: Path) -> list[Path]:
     """Everything a training writes into its folder (what ``--overwrite`` deletes), where it exists."""
-    from nnlo.observe.session import SUMMARY_DIR, SUMMARY_NAME
-    from nnlo.observe.tracefile import TRACE_DIR
-
     names = (CHECKPOINT_DIR, HISTORY_FILE, CONFIG_FILE, STARTUP_FILE, *MODEL_FILES, LOG_DIR, RANKS_DIR,
              TIMELINE_FILE, TRACE_DIR, SUMMARY_DIR, SUMMARY_NAME)
     return [out / n for n in names if (out / n).exists() or (out / n).is_symlink()]

@@ -24,6 +24,7 @@ import numpy as np
 
 from nnlo.backends.base import Backend
 from nnlo.observe.trace import get_tracer
+from nnlo.roles import Role
 from nnlo.training.failure import in_model
 
 #: the sums one share of a validation yields (float64): loss sum, sample count, correct predictions, and
@@ -64,8 +65,6 @@ def split_range(lo: int, hi: int, weights: Sequence[int]) -> list[tuple[int, int
 def validation_weight(hierarchy: Any, rank: int) -> int:
     """How many ranks validate when ``rank`` is handed a share: a worker's all-reduce group (its K ranks),
     a sub-master with all its workers' ranks, or 1."""
-    from nnlo.roles import Role
-
     info = hierarchy[rank]
     group = hierarchy.group_of(rank)
     if group is None:

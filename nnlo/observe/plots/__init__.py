@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 
 from nnlo.contract import BEST_FILE, HISTORY_FILE, TRIALS_JSON
+from nnlo.observe import timeline
 from nnlo.observe.plots.common import history_entries, load_json
 from nnlo.observe.plots.curves import plot_history, plot_trial_curves
 from nnlo.observe.plots.fidelity import plot_rungs, stopped_early
@@ -54,8 +55,6 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
     is appended to ``problems`` (and logged) and the next plot is drawn. An extra plot returns [] when the
     run left nothing for it to draw.
     """
-    from nnlo.observe import timeline
-
     run_dir = Path(run_dir)
     out = Path(out_dir) if out_dir is not None else run_dir / "plots"
     written: list[Path] = []

@@ -4,7 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nnlo.observe import summary
 from nnlo.observe.plots.common import COLORS, load_json, plt, save
+from nnlo.observe.timeline import RankStream
 from nnlo.observe.trace import CATEGORIES
 
 
@@ -16,8 +18,6 @@ def plot_utilisation(streams: list[Any], out_dir: Path, max_gantt_ranks: int = 6
     A rank with more than ``max_gantt_spans`` spans has its shortest ones left out of the Gantt chart only
     (they would be narrower than a pixel); the fractions always count every span.
     """
-    from nnlo.observe import summary
-
     streams = [s for s in streams if len(s.spans)]
     if not streams:
         return []
@@ -82,8 +82,6 @@ def _nesting(spans: list[tuple[float, float, str]]) -> list[tuple[int, float, fl
 
 def streams_from_trace_json(path: Path) -> list[Any]:
     """RankStreams rebuilt from a merged ``timeline.json`` (when the per-rank lines are gone)."""
-    from nnlo.observe.timeline import RankStream
-
     data = load_json(path)
     events = data.get("traceEvents", []) if isinstance(data, dict) else data if isinstance(data, list) else []
     by_rank: dict[int, RankStream] = {}

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from nnlo import DISTRIBUTION
+from nnlo.contract import DISTRIBUTION
 from nnlo.errors import ConfigError
 
 log = logging.getLogger("nnlo.tracking")

@@ -20,6 +20,7 @@ it in maintenance mode behind ``MLFLOW_ALLOW_FILE_STORE``, which a run given suc
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import time
 from collections.abc import Mapping
@@ -81,7 +82,7 @@ class _Run:
                parent: str | None = None) -> _Run:
         tags = {_PARENT_TAG: parent} if parent else {}
         run = cls(client, str(client.create_run(experiment, run_name=name, tags=tags).info.run_id))
-        from mlflow.entities import Param
+        from mlflow.entities import Param  # lazy: the mlflow extra
 
         items = [Param(str(k)[:250], _text(v)) for k, v in params.items()]
         for i in range(0, len(items), 100):
@@ -89,7 +90,7 @@ class _Run:
         return run
 
     def metrics(self, values: Mapping[str, float], step: int) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # lazy: the mlflow extra
 
         now = int(time.time() * 1000)
         items = [Metric(k, v, now, int(step)) for k, v in values.items()]
@@ -108,8 +109,6 @@ def _status(stopped_reason: str) -> str:
 
 
 def _record(folder: Path) -> dict[str, Any]:
-    import json
-
     try:
         data = json.loads((folder / MLFLOW_RUN_FILE).read_text())
     except (OSError, ValueError):

@@ -57,9 +57,9 @@ def _tensorboard() -> types.SimpleNamespace:
     if "tensorflow" not in sys.modules:
         sys.modules.setdefault(_NO_TENSORFLOW, types.ModuleType(_NO_TENSORFLOW))
     from google.protobuf import struct_pb2  # lazy: the tensorboard extra
-    from tensorboard.compat.proto import event_pb2, summary_pb2
-    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    from tensorboard.compat.proto import event_pb2, summary_pb2  # lazy: the tensorboard extra
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2  # lazy: the tensorboard extra
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter  # lazy: the tensorboard extra
 
     return types.SimpleNamespace(event=event_pb2, summary=summary_pb2, struct=struct_pb2, api=api_pb2,
                                  hparams=metadata, plugin=plugin_data_pb2, Writer=EventFileWriter)

@@ -9,6 +9,9 @@ from typing import Any
 
 from nnlo.errors import ConfigError
 from nnlo.optimize.engines.base import Engine
+from nnlo.optimize.engines.bayesian import BayesianEngine
+from nnlo.optimize.engines.genetic import GeneticEngine
+from nnlo.optimize.engines.random import RandomEngine
 from nnlo.optimize.space import Space
 
 ENGINES = ("bayesian", "genetic", "random")
@@ -24,16 +27,10 @@ def make_engine(
     population: int = 10,
 ) -> Engine:
     if name == "bayesian":
-        from nnlo.optimize.engines.bayesian import BayesianEngine
-
         return BayesianEngine(space, seed, estimator=estimator, n_initial_points=n_initial_points)
     if name == "genetic":
-        from nnlo.optimize.engines.genetic import GeneticEngine
-
         return GeneticEngine(space, seed, population=population)
     if name == "random":
-        from nnlo.optimize.engines.random import RandomEngine
-
         return RandomEngine(space, seed)
     raise ConfigError(f"--hyper-opt {name!r} is unknown; use one of {', '.join(ENGINES)}")
 

@@ -54,7 +54,7 @@ log = logging.getLogger("nnlo.optimize.bayesian")
 
 
 def _skopt_dimensions(space: Space) -> list[Any]:
-    from skopt import space as sk
+    from skopt import space as sk  # lazy: scikit-optimize, only for --engine bayesian
 
     out: list[Any] = []
     for d in space:
@@ -99,8 +99,8 @@ class BayesianEngine(Engine):
         return point
 
     def _skopt_ask(self, told: list[tuple[Point, float]], pending: list[Point], rng: np.random.Generator) -> list:
-        from skopt import Optimizer
-        from threadpoolctl import threadpool_limits
+        from skopt import Optimizer  # lazy: scikit-optimize, only for --engine bayesian
+        from threadpoolctl import threadpool_limits  # lazy: with scikit-optimize
 
         lie = min(v for _, v in told)
         noise: list[float | None] = self.imputed_noise() or [None] * len(told)
@@ -187,8 +187,8 @@ def plot_partial_dependence(space: Space, points: list[list[Any]], values: list[
     what :func:`skopt.plots.plot_objective` returns (one Axes or an array of them). Lives here so that this
     module stays the only one that imports skopt.
     """
-    from skopt import Optimizer
-    from skopt.plots import plot_objective
+    from skopt import Optimizer  # lazy: scikit-optimize, only for --engine bayesian
+    from skopt.plots import plot_objective  # lazy: scikit-optimize, only for --engine bayesian
 
     optimizer = Optimizer(_skopt_dimensions(space), base_estimator="GP", n_initial_points=1, random_state=0)
     result = optimizer.tell(points, values)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from nnlo.errors import ConfigError
 from nnlo.optimize.engines.base import Engine, Point
 from nnlo.optimize.space import Categorical, Space
 
@@ -44,8 +45,6 @@ class GeneticEngine(Engine):
     ):
         super().__init__(space, seed)
         if population < 2:
-            from nnlo.errors import ConfigError
-
             raise ConfigError(f"--ga-populations must be at least 2 (individuals per population), got {population}")
         self.population_size = population
         self.tournament = max(1, tournament)

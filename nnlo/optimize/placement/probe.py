@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import socket
 from typing import Any
 
@@ -35,7 +36,6 @@ def _cpu_model() -> str:
         for line in f:
             if line.startswith("model name"):
                 return " ".join(line.split(":", 1)[1].split())
-    import platform
 
     return platform.processor() or platform.machine() or "cpu"
 
@@ -50,7 +50,7 @@ def _gpus(env: Any) -> tuple[int, float | None, str | None]:
         if not entries:
             return 0, None, None
     try:
-        import pynvml  # nvidia-ml-py (the gpu extra)
+        import pynvml  # lazy: nvidia-ml-py, the gpu extra
 
         pynvml.nvmlInit()
         try:

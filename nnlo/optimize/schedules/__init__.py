@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nnlo.optimize.schedules.asha import Asha
 from nnlo.optimize.schedules.base import (
     DEFAULT_ETA,
     PBT_POPULATION,
@@ -24,6 +25,8 @@ from nnlo.optimize.schedules.base import (
     TrialView,
     rung_of,
 )
+from nnlo.optimize.schedules.hyperband import Hyperband
+from nnlo.optimize.schedules.pbt import Pbt
 
 __all__ = ["DEFAULT_ETA", "PBT_POPULATION", "SCHEDULES", "Job", "Ledger", "Schedule", "ScheduleError",
            "ScheduleSpec", "TrialView", "make_schedule", "rung_of"]
@@ -32,15 +35,9 @@ __all__ = ["DEFAULT_ETA", "PBT_POPULATION", "SCHEDULES", "Job", "Ledger", "Sched
 def make_schedule(spec: ScheduleSpec, space: Any) -> Schedule | None:
     """The schedule ``spec`` names over ``space`` (PBT perturbs points of it); None for ``full``."""
     if spec.name == "asha":
-        from nnlo.optimize.schedules.asha import Asha
-
         return Asha(spec)
     if spec.name == "hyperband":
-        from nnlo.optimize.schedules.hyperband import Hyperband
-
         return Hyperband(spec)
     if spec.name == "pbt":
-        from nnlo.optimize.schedules.pbt import Pbt
-
         return Pbt(spec, space)
     return None
