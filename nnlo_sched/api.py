@@ -49,7 +49,7 @@ from nnlo_sched.search import cancel_search, check_cancel_search, check_search_o
 from nnlo_sched.spec import DEFAULT_MAX_RESUBMITS, DEFAULT_MAX_RETRIES, RunSpec
 from nnlo_sched.state import ACTIVE_STATES, StateError
 from nnlo_sched.status import collect, views
-from nnlo_sched.walltime import parse_walltime
+from nnlo_sched.walltime import DEFAULT_WALLTIME, parse_walltime
 
 RunRef = Run | str | Path
 
@@ -111,9 +111,10 @@ class RunStatus:
 
 
 # -- before submission -------------------------------------------------------------------------------
-def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = None, walltime: str | int = "1h",
-         queue: str | None = None, account: str | None = None, nodes: int | None = None,
-         workers: int | None = None, blocks: int | None = None, gpus_per_worker: float | None = None,
+def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = None,
+         walltime: str | int = DEFAULT_WALLTIME, queue: str | None = None, account: str | None = None,
+         nodes: int | None = None, workers: int | None = None, blocks: int | None = None,
+         gpus_per_worker: float | None = None,
          constraint: str | None = None, max_resubmits: int | None = None, max_retries: int | None = None,
          directives: Sequence[str] = (), workdir: str | Path | None = None,
          inner: InnerCommand | None = None) -> RunSpec:

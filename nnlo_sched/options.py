@@ -38,7 +38,7 @@ from nnlo.contract import (
     TRIALS_JSON,
 )
 from nnlo.errors import ConfigError
-from nnlo.optimize.options import SCHEDULES, SearchConfig
+from nnlo.optimize.options import DEFAULT_ETA, DEFAULT_MIN_EPOCHS, PBT_POPULATION, PBT_STEPS, SCHEDULES, SearchConfig
 from nnlo_sched.params import FINITE_FLOAT, finite_range, parse_block_sizes_option
 from nnlo_sched.upstream import UpstreamCommand
 
@@ -291,16 +291,16 @@ SEARCH: list[Decorator] = [
                        "of --min-epochs x eta^k epochs, the best 1/eta go on), hyperband (brackets of asha), "
                        "pbt (population-based training)."),
     search_option("--min-epochs", type=int, metavar="E",
-                  help="asha/hyperband: epochs of the lowest rung (default 1); --epochs is the most a trial "
-                       "trains."),
+                  help=f"asha/hyperband: epochs of the lowest rung (default {DEFAULT_MIN_EPOCHS}); --epochs is the "
+                       "most a trial trains."),
     search_option("--reduction-factor", type=FINITE_FLOAT, metavar="ETA",
                   help="asha/hyperband: each rung keeps the best 1/ETA of the one below and trains ETA times "
-                       "longer (default 3, at least 2)."),
+                       f"longer (default {DEFAULT_ETA:g}, at least 2)."),
     search_option("--population", type=int, metavar="P",
-                  help="pbt: trials trained side by side (default 8; --num-iterations, which also counts every "
-                       "exploit's new trial, may start fewer)."),
+                  help=f"pbt: trials trained side by side (default {PBT_POPULATION}; --num-iterations, which also "
+                       "counts every exploit's new trial, may start fewer)."),
     search_option("--pbt-interval", type=int, metavar="E",
-                  help="pbt: epochs between exploit/explore steps (default a tenth of --epochs)."),
+                  help=f"pbt: epochs between exploit/explore steps (default 1/{PBT_STEPS} of --epochs, at least 1)."),
 ]
 
 

@@ -37,6 +37,7 @@ from nnlo_sched.search import (
     use_array,
 )
 from nnlo_sched.spec import DEFAULT_MAX_RESUBMITS, DEFAULT_MAX_RETRIES
+from nnlo_sched.walltime import DEFAULT_WALLTIME
 
 
 def _typed_before(kind_and_args: int) -> list[str]:
@@ -166,7 +167,7 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> InnerCommand:
 @click.option("--cluster", "-c", default=None, help="Cluster profile (nnlo clusters lists them); required.")
 @click.option("--name", default=None, help="Run and job name (default: --trial-name, else the model module's "
                                            "get_name(), else the model file's name, as train/optimize name runs).")
-@click.option("--walltime", "-t", default="1h", show_default=True, callback=parse_walltime_option,
+@click.option("--walltime", "-t", default=DEFAULT_WALLTIME, show_default=True, callback=parse_walltime_option,
               help="Per job: MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h, 1.5h (not A:B, which LSF and Slurm read differently). "
                    "Longer runs resubmit themselves.")
 @click.option("--queue", "-q", default=None, help="Queue / partition (default: the profile's).")
