@@ -20,8 +20,8 @@ from nnlo.contract import CHAINS_DIR, ENV_HOME, SCRIPT_FILE
 from nnlo.errors import ConfigError
 from nnlo_sched import api
 from nnlo_sched.inner import SCRIPT, InnerCommand, InnerOptionError, parse_inner, parser
-from nnlo_sched.options import KINDS
-from nnlo_sched.params import TypedCommand, parse_gpus, parse_walltime_option, typed_args
+from nnlo_sched.options import KINDS, declared
+from nnlo_sched.params import TypedCommand, typed_args
 from nnlo_sched.render import render_script
 from nnlo_sched.runs import Run, chain_runs, find_run
 from nnlo_sched.schedulers import get_scheduler
@@ -37,7 +37,6 @@ from nnlo_sched.search import (
     use_array,
 )
 from nnlo_sched.spec import DEFAULT_MAX_RESUBMITS, DEFAULT_MAX_RETRIES
-from nnlo_sched.walltime import DEFAULT_WALLTIME
 
 
 def _typed_before(kind_and_args: int) -> list[str]:
@@ -164,20 +163,17 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> InnerCommand:
     cls=TypedCommand,  # a usage error prints the corrected command line
     context_settings=dict(ignore_unknown_options=True, allow_interspersed_args=False),
 )
-@click.option("--cluster", "-c", default=None, help="Cluster profile (nnlo clusters lists them); required.")
+@declared("--cluster")
 @click.option("--name", default=None, help="Run and job name (default: --trial-name, else the model module's "
                                            "get_name(), else the model file's name, as train/optimize name runs).")
-@click.option("--walltime", "-t", default=DEFAULT_WALLTIME, show_default=True, callback=parse_walltime_option,
-              help="Per job: MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h, 1.5h (not A:B, which LSF and Slurm read differently). "
-                   "Longer runs resubmit themselves.")
-@click.option("--queue", "-q", default=None, help="Queue / partition (default: the profile's).")
+@declared("--walltime")
+@declared("--queue")
 @click.option("--account", "-A", default=None, help="Project to charge (bsub -P, #PBS -A, --account).")
-@click.option("--nodes", type=int, default=None, help="Nodes; alone, fills them with as many workers/blocks as fit.")
-@click.option("--workers", type=int, default=None, help="Logical workers (training).")
-@click.option("--blocks", type=int, default=None, help="Optimization blocks.")
-@click.option("--gpus-per-worker", default=None, callback=parse_gpus,
-              help="GPUs per worker rank: 1, 2, ..., 0.5 (2 ranks share a GPU); 0 = CPU only.")
-@click.option("--constraint", "-C", default=None, help="Node feature (Slurm --constraint), e.g. a100.")
+@declared("--nodes")
+@declared("--workers")
+@declared("--blocks")
+@declared("--gpus-per-worker")
+@declared("--constraint")
 @click.option("--max-resubmits", type=int, default=DEFAULT_MAX_RESUBMITS, show_default=True,
               help="Jobs the checkpoint-restart chain may add after the first.")
 @click.option("--max-retries", type=int, default=DEFAULT_MAX_RETRIES, show_default=True,
