@@ -110,8 +110,7 @@ def simulate(spec: ScheduleSpec | None, *, engine: str, seed: int, blocks: int, 
     out.mkdir(parents=True)
     schedule = make_schedule(spec, SPACE) if spec is not None else None
     search = Search(make_engine(engine, SPACE, seed, n_initial_points=10), OBJECTIVE, num_iterations=n_trials,
-                    out_dir=out, schedule=schedule)
-    search.blocks = blocks
+                    out_dir=out, schedule=schedule, blocks=blocks)
     runner = HookRunner(curves, OBJECTIVE.name)
     os.environ["CURVES_EPOCHS"] = str(epochs)
     events: list[tuple[float, int, int, dict[str, Any], float]] = []

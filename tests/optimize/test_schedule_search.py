@@ -14,7 +14,7 @@ from nnlo.optimize.journal import read_journal, rebuild
 from nnlo.optimize.results import Objective
 from nnlo.optimize.schedules import ScheduleSpec, make_schedule
 from nnlo.optimize.search import Search
-from nnlo.optimize.shared import SharedSearch, rebuilt_engine_state
+from nnlo.optimize.shared import rebuilt_engine_state, shared_search
 from nnlo.optimize.space import from_model
 from nnlo.optimize.trial_files import inherit, read_hook_state, trial_dir, write_hook_state
 from tests.helpers.env import example
@@ -163,7 +163,7 @@ class Clock:
 
 
 def participant(tmp_path, name, clock, n=9):
-    s = search(tmp_path, n=n, cls=SharedSearch, participant=name, lease_s=10.0, clock=clock, heartbeat=False)
+    s = search(tmp_path, n=n, cls=shared_search, participant=name, lease_s=10.0, clock=clock, heartbeat=False)
     s.restore()
     return s
 
@@ -175,26 +175,26 @@ def test_shared_asha_pauses_in_one_job_and_resumes_in_another_and_replays(tmp_pa
     assert [t.id for t in first] == [0, 1, 2] and all(t.target == 0 for t in first)
     for s, t in zip((a, b, a), first, strict=True):
         run_job(s, t)
-    best = min(first, key=lambda t: a.shared.finished[t.id].fom)
+    best = min(first, key=lambda t: a.storage.shared.finished[t.id].fom)
     up = b.next_trial(1)  # b promotes whichever is best: a trial paused by a's job, or its own
-    assert up.id == best.id and up.target == 1 and up.rungs == a.shared.finished[best.id].rungs
+    assert up.id == best.id and up.target == 1 and up.rungs == a.storage.shared.finished[best.id].rungs
     # b dies while training it on; its lease expires and a takes the job over, toward the same rung
     clock.t += 11
-    a._quiet_until = 0.0
+    a.storage._quiet_until = 0.0
     again = a.next_trial(0)
     assert again.id == best.id and again.target == 1
     run_job(a, again)
     b.record(up.id, [{"metrics": {"val_loss": 99.0}, "epochs": 3}], 1)  # b's late result: the rung is taken
-    assert a.shared.finished[best.id].rungs[-1]["fom"] != 99.0
+    assert a.storage.shared.finished[best.id].rungs[-1]["fom"] != 99.0
     records, skipped = read_journal(tmp_path)
     assert skipped == [] and [r["kind"] for r in records].count("resume") == 1
     state = rebuild(records)  # the pure fold gives what the participants hold
-    assert {i: t.rungs for i, t in state.finished.items()} == {i: t.rungs for i, t in a.shared.finished.items()}
+    assert {i: t.rungs for i, t in state.finished.items()} == {i: t.rungs for i, t in a.storage.shared.finished.items()}
     assert rebuilt_engine_state(tmp_path)["observations"] == a.engine.state_dict()["observations"]
     while (t := a.next_trial(0)) is not None:
         run_job(a, t)
-    assert a.complete() and len(a.shared.finished) == 9
-    assert [r["rung"] for r in a.shared.finished[best.id].rungs][:2] == [0, 1]
+    assert a.complete() and len(a.storage.shared.finished) == 9
+    assert [r["rung"] for r in a.storage.shared.finished[best.id].rungs][:2] == [0, 1]
     a.close()
     b.close()
 
@@ -202,8 +202,8 @@ def test_shared_asha_pauses_in_one_job_and_resumes_in_another_and_replays(tmp_pa
 def test_a_shared_search_with_another_schedule_is_refused(tmp_path):
     clock = Clock()
     participant(tmp_path, "a", clock).close()
-    other = SharedSearch(make_engine("random", SPACE, 3, n_initial_points=3), Objective.parse("val_loss"),
-                         num_iterations=9, out_dir=tmp_path, participant="b", clock=clock, heartbeat=False)
+    other = shared_search(make_engine("random", SPACE, 3, n_initial_points=3), Objective.parse("val_loss"),
+                          num_iterations=9, out_dir=tmp_path, participant="b", clock=clock, heartbeat=False)
     with pytest.raises(ConfigError, match="different schedule"):
         other.restore()
 
@@ -212,8 +212,7 @@ def test_the_assignment_policy_learns_a_stages_cost_per_epoch(tmp_path):
     """Heterogeneous blocks under a schedule: the hardware-aware policy is told every stage's cost on the block
     that ran it, with the share of a whole trial the stage was (its epochs over --epochs), so a trial's cost is
     learnt per epoch, not as a total that grows with the rungs a good trial reaches."""
-    s = search(tmp_path, n=4)
-    s.blocks = 2
+    s = search(tmp_path, n=4, blocks=2)
     for b in range(3):
         t = s.next_trial(b % 2, now=0.0)
         s.record(t.id, [{"metrics": {"val_loss": 1.0 + b}, "epochs": 1}], t.block, now=2.0 * (b + 1))
