@@ -411,8 +411,10 @@ class JournalStorage:
         else:
             point, until = self._ask(tid, until)
         trial = self.s.new_trial(job, tid, point)
-        fields = {k: getattr(trial, k) for k in JOB_FIELDS if k != "target" and getattr(trial, k) is not None}
-        self._record("propose", id=tid, params=point, until=until, target=job.rung, **fields)
+        # the trial's own target: a PBT child whose copy is further along than the schedule's step trains on to
+        # the next step (new_trial moved it), never a 0-epoch stage that would report the donor's value
+        fields = {k: getattr(trial, k) for k in JOB_FIELDS if getattr(trial, k) is not None}
+        self._record("propose", id=tid, params=point, until=until, **fields)
         return self._lease_trial(self.shared.open[tid])
 
     def _ask(self, tid: int, until: float) -> tuple[dict[str, Any], float]:

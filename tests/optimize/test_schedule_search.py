@@ -224,3 +224,34 @@ def test_the_assignment_policy_learns_a_stages_cost_per_epoch(tmp_path):
     assert costs[:3] == [(0, 2.0, 1 / top, "ok"), (1, 4.0, 1 / top, "ok"), (2, 6.0, 1 / top, "ok")]
     assert costs[3] == (up.id, 20.0, 2 / top, "ok") and len(costs) == 4
     assert s.observations()[3][1] == up.params
+
+
+def test_a_shared_pbt_child_whose_copy_is_further_along_trains_on_to_its_next_step(tmp_path):
+    """Issue 39, defect 10: the donor trained on past the step it was compared at and its checkpoint there is
+    gone, so the child starts from a later one; its job is the next step above that (as in a search of its
+    own), in the journal too - not the step the schedule named, which it already holds: a 0-epoch stage would
+    report the donor's value as the child's."""
+    clock = Clock()
+    a = search(tmp_path, spec=PBT, n=8, cls=shared_search, participant="a", lease_s=10.0, clock=clock,
+               heartbeat=False)
+    a.restore()
+    for _ in range(50):
+        a.storage.renew()  # catch up (under the lock), so the peek is the job the next hand-out takes
+        job = a._job()
+        assert job is not None
+        if job.parent is not None:
+            break
+        run_job(a, a.next_trial(0))
+    else:
+        raise AssertionError("PBT never exploited")
+    budgets = a.schedule.budgets
+    donor = trial_dir(tmp_path, job.parent, 0)
+    state, done = read_hook_state(donor)
+    for epochs in (done + 1, budgets[job.rung]):  # the donor trained on: its state at the compared step is gone
+        write_hook_state(donor, state, epochs)
+    child = a.next_trial(0)
+    assert child.parent == job.parent and child.start_epochs == budgets[job.rung]
+    assert a.job_epochs(child) > child.start_epochs  # it trains on: its own result, not the donor's
+    proposed = [r for r in read_journal(tmp_path)[0] if r["kind"] == "propose" and r["id"] == child.id]
+    assert [r["target"] for r in proposed] == [child.target]
+    a.close()
