@@ -42,6 +42,7 @@ from __future__ import annotations
 import bisect
 import logging
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -88,12 +89,15 @@ class Search:
         traits_of: Callable[[dict[str, Any]], Traits] | None = None,
         deadline: float | None = None,
         propose: Propose | None = None,
+        copy_checkpoint: Callable[..., int | None] = inherit,
     ):
         """``schedule``: ``full`` when not given; ``storage``: a search of its own (:class:`LocalStorage`) when
         not given. ``blocks``: how many blocks run trials at once; ``assign``: which pooled proposal an idle
         block gets (FIFO when not given), over ``block_types`` (each block's hardware) with the trials' traits
         from ``traits_of`` (the model module's hooks); ``deadline``: jobs must reach a checkpoint by then;
-        ``propose``: with --proposers P > 1, pending points -> a point from a proposer rank."""
+        ``propose``: with --proposers P > 1, pending points -> a point from a proposer rank;
+        ``copy_checkpoint``: PBT's copy of a donor's checkpoint into a child's folder
+        (:func:`nnlo.optimize.trial_files.inherit`)."""
         if num_iterations < 1:
             raise ConfigError(f"--num-iterations must be at least 1, got {num_iterations}")
         self.engine = engine
@@ -110,6 +114,10 @@ class Search:
         self.traits_of: Callable[[dict[str, Any]], Traits] = traits_of or TraitsOf(engine.space)
         self.deadline = deadline
         self.propose = propose
+        self.copy_checkpoint = copy_checkpoint
+        # held by the coordinator's thread while it changes the trials, and by the liveness thread's last words
+        # (a save, or giving the running trials back) so that they never see a change half made
+        self.lock = threading.RLock()
         self.in_flight: dict[int, Trial] = {}
         self.ask_s: float | None = None  # how long the last proposal took
         self._ahead = AskAhead(engine)
@@ -163,11 +171,12 @@ class Search:
 
     def _tally(self) -> tuple[int, int]:
         """(ok, failed) finished trials (recounted when the trials changed other than by :meth:`record`)."""
-        if self._counted[0] != self._version:
-            ok = sum(1 for t in self.finished.values() if t.status == OK)
-            failed = sum(1 for t in self.finished.values() if t.status == FAILED)
-            self._counted = (self._version, (ok, failed))
-        return self._counted[1]
+        with self.lock:
+            if self._counted[0] != self._version:
+                ok = sum(1 for t in self.finished.values() if t.status == OK)
+                failed = sum(1 for t in self.finished.values() if t.status == FAILED)
+                self._counted = (self._version, (ok, failed))
+            return self._counted[1]
 
     def _recount(self, before: str | None, after: str) -> None:
         """Keep the tally across a result (``before``: the trial's status before it, None if unfinished)."""
@@ -210,10 +219,12 @@ class Search:
     def complete(self) -> bool:
         """The search has ended for good: budget done (every staged trial as far as its schedule takes it),
         target reached, or the model broken (a search stopped by a deadline is not complete)."""
-        return self.storage.complete()
+        with self.lock:
+            return self.storage.complete()
 
     def can_hand_out(self) -> bool:
-        return self.storage.can_hand_out()
+        with self.lock:
+            return self.storage.can_hand_out()
 
     # -- hand-out ------------------------------------------------------------------------------------
     def next_trial(self, block: int, now: float | None = None) -> Trial | None:
@@ -296,22 +307,28 @@ class Search:
             return trial
         params = dict(job.params) if job.params is not None else dict(point or {})
         trial = self.new_trial(job, tid, params)
+        self.inherit_checkpoint(trial)
         self.storage.next_id = max(self.next_id, tid + 1)
         return trial
 
     def new_trial(self, job: Job, tid: int, params: dict[str, Any]) -> Trial:
-        """Trial ``tid`` of ``job``; PBT's child gets its parent's checkpoint copied into its folder first."""
-        trial = Trial(tid, params, bracket=job.bracket, parent=job.parent, replaces=job.replaces, target=job.rung)
-        if job.parent is not None and self.staged:
-            budgets = self.schedule.budgets
-            # the donor's checkpoint at the step it was compared (it may have trained on since)
-            start = inherit(self.out_dir, job.parent, tid, self.n_fold, budgets[max(0, job.rung - 1)])
-            trial.start_epochs = start
-            if start is not None and start >= budgets[job.rung]:  # the copy is further along: its next step
-                trial.target = next((k for k, b in enumerate(budgets) if b > start), len(budgets) - 1)
-            log.info("trial %d starts from trial %d's checkpoint (epoch %s) with %s, in the place of trial %s",
-                     tid, job.parent, start, params, job.replaces)
-        return trial
+        """Trial ``tid`` of ``job`` (a PBT child's checkpoint is copied by :meth:`inherit_checkpoint`)."""
+        return Trial(tid, params, bracket=job.bracket, parent=job.parent, replaces=job.replaces, target=job.rung)
+
+    def inherit_checkpoint(self, trial: Trial) -> None:
+        """PBT's child ``trial`` (training toward its rung): its parent's checkpoint copied into its folder, where
+        it starts from; when the copy is further along than the rung, it trains on to the next step (slow on a
+        network file system: a shared search runs it outside the journal's lock)."""
+        if trial.parent is None or not self.staged or trial.target is None:
+            return
+        budgets, rung = self.schedule.budgets, trial.target
+        # the donor's checkpoint at the step it was compared (it may have trained on since)
+        start = self.copy_checkpoint(self.out_dir, trial.parent, trial.id, self.n_fold, budgets[max(0, rung - 1)])
+        trial.start_epochs = start
+        if start is not None and start >= budgets[rung]:  # the copy is further along: its next step
+            trial.target = next((k for k, b in enumerate(budgets) if b > start), len(budgets) - 1)
+        log.info("trial %d starts from trial %d's checkpoint (epoch %s) with %s, in the place of trial %s",
+                 trial.id, trial.parent, start, trial.params, trial.replaces)
 
     def _trial(self, tid: int) -> Trial | None:
         return self.finished.get(tid) or self.in_flight.get(tid)
@@ -400,7 +417,8 @@ class Search:
                       now: float | None = None) -> str | None:
         """A fold of the trial ran out of memory on ``block``: if it may run elsewhere, where (the caller then
         saves); else None (the trial is then recorded as failed, as any other)."""
-        return self.storage.out_of_memory(trial_id, fold_results, block, now)
+        with self.lock:
+            return self.storage.out_of_memory(trial_id, fold_results, block, now)
 
     def pending(self) -> list[dict[str, Any]]:
         """Points proposed and not finished: running, to re-run, pooled (told to the engine as lies)."""
@@ -440,27 +458,32 @@ class Search:
     def close(self) -> None:
         """Wait for a proposal still under way (none is left running when the coordinator ends), and let the
         storage go (a shared search gives back what it holds)."""
-        self.storage.close()
+        with self.lock:
+            self.storage.close()
         self._ahead.discard()
 
     def last_words(self) -> None:
         """What the coordinator does when a rank of its job died (:mod:`nnlo.liveness`): the storage's (a
         search of its own saves its state, a shared search gives its running trials back)."""
-        self.storage.last_words()
+        with self.lock:
+            self.storage.last_words()
 
     # -- results -------------------------------------------------------------------------------------
     def record(self, trial_id: int, fold_results: list[dict[str, Any]], block: int, now: float | None = None) -> Trial:
         """Finish a trial (under a schedule: its rung) from its folds' results; tell the engine; caller then
         :meth:`save`."""
-        return self.storage.record(trial_id, fold_results, block, now)
+        with self.lock:
+            return self.storage.record(trial_id, fold_results, block, now)
 
     def interrupted(self, trial_id: int) -> None:
         """A trial stopped by the deadline: it is neither finished nor lost; it re-runs after resubmission
         (under a schedule: the same job, toward the same rung, from its checkpoint)."""
-        self.storage.interrupted(trial_id)
+        with self.lock:
+            self.storage.interrupted(trial_id)
 
     def best(self) -> Trial | None:
-        return best_trial(list(self.finished.values()), self.objective)
+        with self.lock:
+            return best_trial(list(self.finished.values()), self.objective)
 
     # -- persistence ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -480,8 +503,10 @@ class Search:
 
     def save(self) -> None:
         """Write the state (the checkpoint) and the tables derived from it."""
-        self.storage.save()
+        with self.lock:
+            self.storage.save()
 
     def restore(self) -> bool:
         """Load the kept state if there is one (a shared search: join the journal); refuse another search's."""
-        return self.storage.restore()
+        with self.lock:
+            return self.storage.restore()

@@ -6,8 +6,9 @@ each with its own coordinator and blocks - may run the same command at the same 
 The search is the same :class:`Search` as any other, given a :class:`JournalStorage` (:func:`shared_search`);
 the coordinator cannot tell. Underneath:
 
-* **Hand-out** (:meth:`JournalStorage.next_trial`), under the journal's lock, after reading the records the
-  others appended: first a trial in the pool (released at a deadline), one leased by this participant's own
+* **Hand-out** (:meth:`JournalStorage.next_trial`), decided under the journal's lock after reading the
+  records the others appended (what is slow - the engine's ask, a PBT child's checkpoint copy - runs outside
+  it): first a trial in the pool (released at a deadline), one leased by this participant's own
   name but not running here (a resubmitted job of the same chain takes its trials back at once), or one
   whose lease expired (its participant died); else, while fewer than ``--num-iterations`` trials exist, a
   new proposal - the engine told every finished result in journal order, with every open trial of every
@@ -35,19 +36,22 @@ the coordinator cannot tell. Underneath:
 * **Schedules** (``--schedule asha|hyperband|pbt``): after the claimable jobs, a participant asks the schedule
   for the next job with the journal's trials (every participant decides from the same state, under the lock):
   a ``resume`` record takes a paused trial on to a higher rung (from its own checkpoint, whichever job wrote
-  it), a ``propose`` starts a new trial (PBT's child gets its donor's checkpoint copied in first). A job's
+  it), a ``propose`` starts a new trial (PBT's child is proposed with a ``copy`` mark, its donor's checkpoint
+  copied in outside the lock, then a ``start`` record gives the epoch it starts from and its target). A job's
   result is a ``result`` at its rung. A trial paused by one job is resumed by another; a job that dies goes
   back to the pool after its lease, with the trial's last checkpoint.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +59,7 @@ from nnlo.contract import ENV_PARTICIPANT, LEASE_TIMEOUT_S, SEARCH_JOURNAL
 from nnlo.errors import ConfigError
 from nnlo.optimize.assign import Candidate, Fifo
 from nnlo.optimize.engines import Engine, engine_options, make_engine
-from nnlo.optimize.journal import JOB_FIELDS, Journal, Lease, SharedState, read_journal, rebuild
+from nnlo.optimize.journal import COPY, JOB_FIELDS, Journal, Lease, SharedState, read_journal, rebuild
 from nnlo.optimize.placement import CostObservation
 from nnlo.optimize.results import Objective, Trial, fold_variance, write_results
 from nnlo.optimize.schedules import Job, Ledger
@@ -81,13 +85,42 @@ def participant_name(explicit: str | None = None, environ: dict[str, str] | None
     return name
 
 
+#: how often one claim asks the engine again when another participant proposed the id it asked for meanwhile
+_CLAIM_TRIES = 8
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """Slow work a claim needs: the engine's proposal for trial ``tid`` (``job``: the schedule's, or None)."""
+
+    tid: int
+    pending: list[dict[str, Any]]
+    job: Job | None
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """The proposal an :class:`_Ask` got, offered to the next decision (used if it is still the same one)."""
+
+    tid: int
+    job: Job | None
+    point: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Copy:
+    """Slow work a claim needs: ``trial`` (a PBT child, proposed and leased here) gets its donor's checkpoint."""
+
+    trial: Trial
+
+
 def shared_search(engine: Engine, objective: Objective, *, out_dir: Path, participant: str,
                   lease_s: float = LEASE_TIMEOUT_S, clock: Callable[[], float] = time.time, heartbeat: bool = True,
-                  stop: Any = None, **search: Any) -> Search:
+                  stop: Any = None, monotonic: Callable[[], float] = time.monotonic, **search: Any) -> Search:
     """A :class:`Search` of ``engine`` and ``objective`` whose storage is the journal in ``out_dir``, this job
     taking part as ``participant`` (``search``: the other arguments of :class:`Search`)."""
     storage = JournalStorage(out_dir, participant=participant, lease_s=lease_s, clock=clock, heartbeat=heartbeat,
-                             stop=stop)
+                             stop=stop, monotonic=monotonic)
     return Search(engine, objective, out_dir=out_dir, storage=storage, **search)
 
 
@@ -98,15 +131,18 @@ class JournalStorage:
     pool: list[Candidate]  # always empty: a shared search keeps no pool of proposals
 
     def __init__(self, folder: Path, *, participant: str, lease_s: float = LEASE_TIMEOUT_S,
-                 clock: Callable[[], float] = time.time, heartbeat: bool = True, stop: Any = None) -> None:
-        """``clock``: wall time, as the journal records it (lease ends, for humans and other participants);
-        ``stop`` (a :class:`nnlo.stop.Stop`): ends the wait for trials running elsewhere."""
+                 clock: Callable[[], float] = time.time, heartbeat: bool = True, stop: Any = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: wall time, as the journal records it (lease ends, compared across nodes); ``monotonic``:
+        this process's intervals (the quiet period after a claim found nothing); ``stop`` (a
+        :class:`nnlo.stop.Stop`): ends the wait for trials running elsewhere."""
         if not lease_s >= MIN_LEASE_S:
             raise ConfigError(f"--lease-timeout {lease_s} is too short; use at least {MIN_LEASE_S:g} seconds "
                               f"(default {LEASE_TIMEOUT_S:g})")
         self.participant = participant
         self.lease_s = float(lease_s)
         self.clock = clock
+        self.monotonic = monotonic
         self.poll_s = min(1.0, self.lease_s / 4)  # how often an idle participant re-reads the journal
         self.folder = Path(folder)
         self.journal = Journal(folder)
@@ -119,11 +155,15 @@ class JournalStorage:
         self._beat: threading.Thread | None = None
         self._quit = threading.Event()
         self._told = 0  # results of shared.order told to the engine
-        self._quiet_until = 0.0  # no claim before this time (the last attempt found nothing)
+        self._quiet_until = 0.0  # no claim before this monotonic time (the last attempt found nothing)
+        # the heartbeat's side: the ids whose leases it renews (published by the coordinator's thread), and the
+        # records it read on its way to append, folded in by the coordinator's thread (both under the journal's
+        # lock): the heartbeat never changes what the coordinator's thread reads
+        self._renewing: frozenset[int] = frozenset()
+        self._inbox: list[dict[str, Any]] = []
         self._refused = False  # the last claim found something, but placement kept it off that block
         self._lost: set[int] = set()
         self._joined = False
-        self._slow_announced = False
         self._built: tuple[int, Ledger] = (-1, Ledger())
         self._search: Search | None = None
 
@@ -152,13 +192,30 @@ class JournalStorage:
                 "n_fold": self.s.n_fold, "num_iterations": self.s.num_iterations, "target": self.s.target, **staged}
 
     def _catch_up(self) -> None:
-        """Fold the records appended since the last read (call under the lock)."""
+        """Fold the records appended since the last read, the heartbeat's first (call under the lock, in the
+        coordinator's thread)."""
         records, skipped = self.journal.read_new()
         for s in skipped:
             log.warning("%s", s.describe(self.journal.path))
-        for rec in records:
+        inbox, self._inbox = self._inbox, []
+        for rec in [*inbox, *records]:
             self.shared.apply(rec)
         self._sync()
+
+    def catch_up(self) -> None:
+        """Fold in what the other participants (and this job's heartbeat) appended (the coordinator's thread)."""
+        with self.s.lock, self._locked():
+            pass
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The journal's lock, caught up on entry; the leases to renew published on exit."""
+        with self.journal.locked():
+            self._catch_up()
+            try:
+                yield
+            finally:
+                self._renewing = frozenset(tid for tid in self.s.in_flight if self._holds(tid))
 
     def _append(self, rec: dict[str, Any]) -> None:
         self.journal.append(rec)
@@ -196,8 +253,7 @@ class JournalStorage:
     def restore(self) -> bool:
         """Join the search: rebuild it from the journal (refusing one made for a different search), record
         this participant and start the lease heartbeat. True if the journal already held trials."""
-        with self.journal.locked():
-            self._catch_up()
+        with self.s.lock, self._locked():
             had = self.shared.n_trials > 0
             header = self.shared.header
             if header is None:
@@ -240,8 +296,7 @@ class JournalStorage:
             self._beat.join()
             self._beat = None
         if self._joined:
-            with self.journal.locked():
-                self._catch_up()
+            with self.s.lock, self._locked():  # after whatever the coordinator's thread is doing
                 for tid in sorted(self.s.in_flight):
                     del self.s.in_flight[tid]
                     if self._holds(tid):
@@ -255,16 +310,23 @@ class JournalStorage:
         return lease is not None and lease.holder == self.participant
 
     def renew(self) -> list[int]:
-        """Extend the leases of this participant's running trials (the heartbeat calls it); their ids."""
-        with self.journal.locked():
-            self._catch_up()
-            return self._renew_locked()
+        """Extend the leases of this participant's running trials (the heartbeat calls it); their ids.
 
-    def _renew_locked(self) -> list[int]:
-        ids = sorted(tid for tid in list(self.s.in_flight) if self._holds(tid))
-        if ids:
-            self._record("renew", ids=ids, until=self.clock() + self.lease_s)
-        return ids
+        It waits for nothing but the journal's lock, which nobody holds while proposing or copying, and
+        changes nothing the coordinator's thread reads: the records it reads on its way are kept for that
+        thread's next catch-up, the ids it renews are the ones that thread published."""
+        with self.journal.locked():
+            records, skipped = self.journal.read_new()
+            self._inbox.extend(records)
+            for s in skipped:
+                log.warning("%s", s.describe(self.journal.path))
+            ids = sorted(self._renewing)
+            if ids:
+                rec = {"kind": "renew", "p": self.participant, "t": self.clock(), "ids": ids,
+                       "until": self.clock() + self.lease_s}
+                self.journal.append(rec)
+                self._inbox.append(rec)
+            return ids
 
     def _beat_loop(self) -> None:
         while not self._quit.wait(self.lease_s / 4):
@@ -327,7 +389,10 @@ class JournalStorage:
         if trial is not None or self.s.in_flight or self.stop is None:
             return trial
         announced = False
-        while not self._over():
+        while True:
+            with self.s.lock:  # the last words may catch up meanwhile (from their own thread)
+                if self._over():
+                    break
             now = self.clock()
             if self.stop.reason(now) is not None or self.stop.no_time_for(self.s.typical_trial_s(), now):
                 return None
@@ -335,7 +400,8 @@ class JournalStorage:
             if trial is not None:
                 return trial
             if not announced:
-                others = self.shared.held_by_others(self.clock(), self.participant)
+                with self.s.lock:
+                    others = self.shared.held_by_others(self.clock(), self.participant)
                 who = sorted({str(lease.holder) for lease in others})
                 log.info("waiting for %d trial(s) running in %s; an expired lease (%gs) is taken over here",
                          len(others), ", ".join(who) or "other participants", self.lease_s)
@@ -344,21 +410,54 @@ class JournalStorage:
         return None
 
     def _claim(self, block: int, now: float | None) -> Trial | None:
-        if self.clock() < self._quiet_until:
+        """A trial for ``block`` from the journal, or None. The decision is taken under the journal's lock;
+        what is slow - the engine's proposal, a PBT child's checkpoint copy - runs outside every lock (other
+        participants append, this job's heartbeat renews meanwhile): a proposal is asked with the state the
+        decision saw and used if nobody proposed that id meanwhile (else the decision is taken again); a child
+        is proposed first (its lease renewed while it is copied), copied, then started with a ``start`` record."""
+        if self.monotonic() < self._quiet_until:
             return None
-        with self.journal.locked():
-            self._catch_up()
-            now = self.clock() if now is None else now
-            trial = self._claim_locked(block, now)
-            if trial is None:
-                if not self._refused:  # another block may still take what this one was refused
-                    self._quiet_until = self.clock() + self.poll_s
-                return None
-            trial.status, trial.block, trial.started = "running", block, now
-            self.s.in_flight[trial.id] = trial
-            return trial
+        asked: _Asked | None = None
+        for _ in range(_CLAIM_TRIES):
+            with self.s.lock, self._locked():
+                t = self.clock() if now is None else now
+                step = self._claim_locked(block, t, asked)
+                if step is None or isinstance(step, Trial):
+                    return self._claimed(step, block, t)
+                if isinstance(step, _Copy):  # proposed (or taken over) and leased to this job: running here
+                    self._running(step.trial, block, t)
+            if isinstance(step, _Ask):
+                asked = _Asked(step.tid, step.job, self._propose(step))
+                continue
+            self.s.inherit_checkpoint(step.trial)  # outside the locks: the heartbeat renews its lease meanwhile
+            with self.s.lock, self._locked():
+                return self._started(step.trial)
+        return None
 
-    def _claim_locked(self, block: int, now: float) -> Trial | None:
+    def _claimed(self, trial: Trial | None, block: int, now: float) -> Trial | None:
+        if trial is None:
+            if not self._refused:  # another block may still take what this one was refused
+                self._quiet_until = self.monotonic() + self.poll_s
+            return None
+        self._running(trial, block, now)
+        return trial
+
+    def _running(self, trial: Trial, block: int, now: float) -> None:
+        trial.status, trial.block, trial.started = "running", block, now
+        self.s.in_flight[trial.id] = trial
+
+    def _started(self, trial: Trial) -> Trial | None:
+        """A child's copy is done: record where it starts (its target moved on when the copy is further along),
+        unless its lease was lost meanwhile (given back by a dying job, or taken over)."""
+        if trial.id not in self.s.in_flight or not self._holds(trial.id):
+            self.s.in_flight.pop(trial.id, None)
+            return None
+        self._record("start", id=trial.id, target=trial.target, start_epochs=trial.start_epochs)
+        started = self._lease_trial(self.shared.open[trial.id])
+        self._running(started, int(trial.block or 0), float(trial.started or self.clock()))
+        return started
+
+    def _claim_locked(self, block: int, now: float, asked: _Asked | None) -> Trial | _Ask | _Copy | None:
         self._refused = False
         if self._over():
             return None
@@ -375,7 +474,8 @@ class JournalStorage:
             self._record("lease", id=lease.id, until=until, **({"from": lease.holder} if lease.holder else {}))
             log.info("trial %d taken %s: re-run with the same parameters%s", lease.id, why,
                      "" if lease.target is None else f", on from its last checkpoint toward rung {lease.target}")
-            return self._lease_trial(lease)
+            trial = self._lease_trial(lease)
+            return _Copy(trial) if lease.job.get(COPY) else trial  # a child whose copy never completed
         if self.s.staged:
             job = self.s._job()
             if job is None:
@@ -386,11 +486,13 @@ class JournalStorage:
                 if self.s.place(block, [params], now, [self.s._work(paused, job.rung)]) < 0:
                     self._refused = True
                     return None
-            return self._start_locked(job, until)
+            return self._start_locked(job, until, asked)
         if self.shared.n_trials >= self.s.num_iterations:
             return None
         tid = self.shared.next_id
-        point, until = self._ask(tid, until)
+        point = asked.point if asked is not None and asked.tid == tid and asked.job is None else None
+        if point is None:
+            return _Ask(tid, self.pending(), None)
         self._record("propose", id=tid, params=point, until=until)
         if self.s.place(block, [point], now) < 0:  # it does not fit this block: another block or job takes it
             self._refused = True
@@ -399,39 +501,35 @@ class JournalStorage:
             return None
         return Trial(tid, point)
 
-    def _start_locked(self, job: Job, until: float) -> Trial:
+    def _start_locked(self, job: Job, until: float, asked: _Asked | None) -> Trial | _Ask | _Copy:
         """Append the schedule's job: a paused trial resumed, or a new trial proposed (its point from the
-        schedule or the engine; a PBT child's checkpoint copied in before the record makes it visible)."""
+        schedule, or the engine's asked outside the lock; a PBT child proposed before its checkpoint copy, which
+        runs outside the lock)."""
         if job.trial is not None:
             self._record("resume", id=job.trial, until=until, job={"target": job.rung})
             return self._lease_trial(self.shared.open[job.trial])
         tid = self.shared.next_id
         if job.params is not None:
             point = dict(job.params)
+        elif asked is not None and asked.tid == tid and asked.job == job:
+            point = asked.point
         else:
-            point, until = self._ask(tid, until)
+            return _Ask(tid, self.pending(), job)
         trial = self.s.new_trial(job, tid, point)
-        # the trial's own target: a PBT child whose copy is further along than the schedule's step trains on to
-        # the next step (new_trial moved it), never a 0-epoch stage that would report the donor's value
         fields = {k: getattr(trial, k) for k in JOB_FIELDS if getattr(trial, k) is not None}
-        self._record("propose", id=tid, params=point, until=until, **fields)
-        return self._lease_trial(self.shared.open[tid])
+        marked = {COPY: True} if trial.parent is not None else {}
+        self._record("propose", id=tid, params=point, until=until, **fields, **marked)
+        leased = self._lease_trial(self.shared.open[tid])
+        return _Copy(leased) if marked else leased
 
-    def _ask(self, tid: int, until: float) -> tuple[dict[str, Any], float]:
-        """The engine's point for trial ``tid`` (random stream (seed, tid)), and the lease's end (moved on when
-        the ask took long enough that the heartbeat waited for this lock)."""
-        self.s.engine.n_asked = tid
+    def _propose(self, ask: _Ask) -> dict[str, Any]:
+        """The engine's point for trial ``ask.tid`` (random stream (seed, tid)), asked outside every lock."""
+        engine = self.s.engine
+        engine.n_asked = ask.tid
         t0 = time.perf_counter()
-        point = self.s.engine.ask(self.pending())
+        point = engine.ask(ask.pending)
         self.s.ask_s = time.perf_counter() - t0
-        if self.s.ask_s > self.lease_s / 8:  # the heartbeat waited for this lock: renew now, before others look
-            self._renew_locked()
-            until = self.clock() + self.lease_s
-            if self.s.ask_s > self.lease_s / 2 and not self._slow_announced:
-                self._slow_announced = True
-                log.warning("a proposal took %.1f s, more than half of --lease-timeout %g s: other participants "
-                            "wait for it to append; raise --lease-timeout", self.s.ask_s, self.lease_s)
-        return point, until
+        return point
 
     def _elsewhere(self, params: dict[str, Any]) -> list[str]:
         """Other participants still in the search that ran on a block type ``params`` may fit."""
@@ -470,8 +568,7 @@ class JournalStorage:
             trial.finish_stage(fold_results, self.s.objective, block, rung, self.s.schedule.budgets[rung], now)
         else:
             trial.finish(fold_results, self.s.objective, block, now)
-        with self.journal.locked():
-            self._catch_up()
+        with self.s.lock, self._locked():
             del self.s.in_flight[trial_id]
             self._quiet_until = 0.0
             have = self.shared.finished.get(trial_id)
@@ -485,8 +582,7 @@ class JournalStorage:
 
     def keep(self, obs: CostObservation) -> None:
         """A job's cost goes into the journal, for every participant's placement."""
-        with self.journal.locked():
-            self._catch_up()
+        with self.s.lock, self._locked():
             self._record("cost", **obs.to_record())
 
     def out_of_memory(self, trial_id: int, fold_results: list[dict[str, Any]], block: int,
@@ -497,8 +593,7 @@ class JournalStorage:
             return None
         trial = self.s.in_flight[trial_id]
         now = self.clock() if now is None else now
-        with self.journal.locked():
-            self._catch_up()
+        with self.s.lock, self._locked():
             self.s.observe(trial, block, now - (now if trial.started is None else trial.started), "oom")
             self.s._learn()
             if self.s.assign.placeable(trial.params) is None:
@@ -514,8 +609,7 @@ class JournalStorage:
 
     def interrupted(self, trial_id: int) -> None:
         """Stopped by the deadline: back to the pool at once, for whichever participant is free first."""
-        with self.journal.locked():
-            self._catch_up()
+        with self.s.lock, self._locked():
             self.s.in_flight.pop(trial_id, None)
             if self._holds(trial_id):
                 self._record("release", id=trial_id)
@@ -536,8 +630,7 @@ class JournalStorage:
     def save(self) -> None:
         """Rewrite the derived files from the journal's newest state, under the lock (the last writer wins
         with the newest state)."""
-        with self.journal.locked():
-            self._catch_up()
+        with self.s.lock, self._locked():
             save_state(self.s.out_dir, self.s.state_dict())
             write_results(self.s.out_dir, list(self.finished.values()), self.s.objective, self.s.engine.space.names,
                           self.s.n_fold, self.s.num_iterations)

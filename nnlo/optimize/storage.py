@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nnlo.contract import OPTIMIZER_STATE_FILE, RANKS_DIR
 from nnlo.errors import ConfigError
 from nnlo.optimize.assign import MORE, Candidate, Fifo
-from nnlo.optimize.block import block_of_label
 from nnlo.optimize.engines import engine_options
 from nnlo.optimize.placement import CostObservation
 from nnlo.optimize.placement.memory import killed_out_of_memory
@@ -154,6 +153,10 @@ class LocalStorage:
 
     # -- hand-out ------------------------------------------------------------------------------------
     def next_trial(self, block: int, now: float | None) -> Trial | None:
+        with self.s.lock:
+            return self._next_trial(block, now)
+
+    def _next_trial(self, block: int, now: float | None) -> Trial | None:
         s = self.s
         if not self.can_hand_out():
             s.discard_ahead()
@@ -162,11 +165,11 @@ class LocalStorage:
         if self._waiting.get(block) == self._token(now):
             return None  # nothing changed since the policy said wait
         if self._give_up_unplaceable(block, now):
-            return self.next_trial(block, now)  # the budget and the candidates changed
+            return self._next_trial(block, now)  # the budget and the candidates changed
         trial = self._placed(block, now)
         if trial is None:
             if self._give_up_unplaceable(block, now):  # a new proposal fits no block
-                return self.next_trial(block, now)
+                return self._next_trial(block, now)
             self._waiting[block] = self._token(now)
             return None
         if not trial.rungs:  # a trial with results keeps its status (ok) while it trains on
@@ -432,6 +435,8 @@ class LocalStorage:
         fate = take_fate(out_dir / RANKS_DIR)
         if fate is None:
             return
+        from nnlo.optimize.block import block_of_label  # lazy: the block module imports MPI (mpi4py)
+
         block = block_of_label(fate.role)
         for obs in killed_out_of_memory(fate.signal, block, rerun):
             self.costs.append(obs)

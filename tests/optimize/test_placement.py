@@ -424,7 +424,7 @@ def test_every_participant_learns_from_every_participants_jobs(tmp_path):
     t = a.next_trial(0)
     clock.t += 3
     a.record(t.id, [{"metrics": {"val_loss": 1.0}}], 0)
-    b.storage.renew()  # reads the journal
+    b.storage.catch_up()  # reads the journal
     assert [(o.trial, o.block_type, o.outcome, o.seconds) for o in b.costs] == [(t.id, SMALL, "ok", 3.0)]
     assert b.observations()[0][1] == t.params  # with the trial's parameters, for the features
     records = [json.loads(line)["rec"] for line in (tmp_path / "search-journal.jsonl").read_text().splitlines()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import threading
 
 import pytest
 
@@ -236,7 +237,7 @@ def test_a_shared_pbt_child_whose_copy_is_further_along_trains_on_to_its_next_st
                heartbeat=False)
     a.restore()
     for _ in range(50):
-        a.storage.renew()  # catch up (under the lock), so the peek is the job the next hand-out takes
+        a.storage.catch_up()  # so the peek is the job the next hand-out takes
         job = a._job()
         assert job is not None
         if job.parent is not None:
@@ -252,6 +253,58 @@ def test_a_shared_pbt_child_whose_copy_is_further_along_trains_on_to_its_next_st
     child = a.next_trial(0)
     assert child.parent == job.parent and child.start_epochs == budgets[job.rung]
     assert a.job_epochs(child) > child.start_epochs  # it trains on: its own result, not the donor's
-    proposed = [r for r in read_journal(tmp_path)[0] if r["kind"] == "propose" and r["id"] == child.id]
-    assert [r["target"] for r in proposed] == [child.target]
+    lease = rebuild(read_journal(tmp_path)[0]).open[child.id]  # what any participant taking it over reads
+    assert lease.target == child.target and lease.job["start_epochs"] == child.start_epochs
     a.close()
+
+
+def test_a_shared_pbt_childs_checkpoint_copy_runs_outside_the_journals_lock(tmp_path):
+    """Issue 39, defect 9: the child is proposed (leased to this job) under the lock, its donor's checkpoint
+    copied outside it - other participants append and this job's heartbeat renews the child's lease meanwhile,
+    so it cannot expire and be trained by another job in the same folder - then a ``start`` record says where
+    it starts."""
+    copying, go = threading.Event(), threading.Event()
+
+    def gated_inherit(*args):
+        if threading.current_thread() is not threading.main_thread():
+            copying.set()
+            assert go.wait(120)
+        return inherit(*args)
+
+    clock = Clock()
+    a = search(tmp_path, spec=PBT, n=8, cls=shared_search, participant="a", lease_s=10.0, clock=clock,
+               heartbeat=False, copy_checkpoint=gated_inherit)
+    a.restore()
+    b = search(tmp_path, spec=PBT, n=8, cls=shared_search, participant="b", lease_s=10.0, clock=clock,
+               heartbeat=False)
+    b.restore()
+    for _ in range(50):
+        a.storage.catch_up()
+        job = a._job()
+        if job is not None and job.parent is not None:
+            break
+        run_job(a, a.next_trial(0))
+    else:
+        raise AssertionError("PBT never exploited")
+    out: list = []
+    claiming = threading.Thread(target=lambda: out.append(a.next_trial(0)), daemon=True)
+    claiming.start()
+    assert copying.wait(120)  # the child is proposed and leased to a; its copy is under way
+    child_id = max(rebuild(read_journal(tmp_path, final=False)[0]).open)
+    renewals: list = []
+    other = threading.Thread(target=lambda: renewals.append((b.storage.renew(), a.storage.renew())), daemon=True)
+    other.start()
+    other.join(120)  # with the lock held by the copy this would wait until the test lets the copy go
+    alive = other.is_alive()
+    go.set()
+    claiming.join(120)
+    other.join(120)
+    assert not alive, "renewals waited for the checkpoint copy: it ran under the journal's lock"
+    assert renewals == [([], [child_id])]  # a's heartbeat renews the child's lease while it is copied
+    [child] = out
+    assert child.id == child_id and child.parent == job.parent and child.start_epochs is not None
+    records, _ = read_journal(tmp_path)
+    assert [r["kind"] for r in records if r.get("id") == child.id][:2] == ["propose", "start"]
+    assert "copy" not in rebuild(records).open[child.id].job
+    a.close()
+    b.close()

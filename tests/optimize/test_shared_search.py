@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from nnlo.contract import OPTIMIZER_STATE_FILE, SEARCH_JOURNAL
 from nnlo.errors import ConfigError
 from nnlo.optimize.engines import make_engine
+from nnlo.optimize.engines.random import RandomEngine
 from nnlo.optimize.journal import read_journal, rebuild
 from nnlo.optimize.results import Objective
 from nnlo.optimize.search import Search
@@ -292,23 +294,104 @@ def test_random_schedules_of_participants_finish_with_exactly_the_budget(tmp_pat
     assert fresh.engine.n_asked == n and len(fresh.engine.observations) == n
 
 
-def test_a_slow_proposal_renews_the_running_leases_before_appending(tmp_path, caplog):
-    from nnlo.optimize.engines.random import RandomEngine
+class GatedEngine(RandomEngine):
+    """A random engine whose proposals made outside the main thread wait for ``go`` (a proposal as slow as a
+    Gaussian process at hundreds of trials, held for exactly as long as the test needs)."""
 
-    class SlowEngine(RandomEngine):  # a proposal as slow as a Gaussian process at hundreds of trials
-        def _propose(self, pending, rng):
-            time.sleep(0.55)
-            return super()._propose(pending, rng)
+    asking: threading.Event
+    go: threading.Event
 
-    s = shared_search(SlowEngine(SPACE, 0), Objective(), num_iterations=3, out_dir=tmp_path, participant="a",
-                      lease_s=1.0, heartbeat=False)
+    def _propose(self, pending, rng):
+        if threading.current_thread() is not threading.main_thread():
+            self.asking.set()
+            assert self.go.wait(120)
+        return super()._propose(pending, rng)
+
+
+def gated(tmp_path, name, clock, n=3, **kw):
+    engine = GatedEngine(SPACE, 0)
+    engine.asking, engine.go = threading.Event(), threading.Event()
+    s = shared_search(engine, Objective(), num_iterations=n, out_dir=tmp_path, participant=name, lease_s=10.0,
+                      clock=clock, heartbeat=False, **kw)
     s.restore()
-    s.next_trial(0)
-    s.next_trial(1)
-    kinds = [(r["kind"], r.get("ids", r.get("id"))) for r in read_journal(tmp_path)[0]]
-    assert kinds[-3:] == [("propose", 0), ("renew", [0]), ("propose", 1)]
-    assert "raise --lease-timeout" in caplog.text
-    s.close()
+    return s
+
+
+def in_thread(fn):
+    """Run ``fn`` in a thread; its result (or exception) in the returned list once joined."""
+    out: list = []
+
+    def run():
+        try:
+            out.append(fn())
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_a_slow_proposal_holds_no_lock_so_another_participants_renewal_goes_through(tmp_path):
+    """Issue 39, defect 9: a participant's proposal (a Gaussian process's ask may take many seconds) is asked
+    outside the journal's lock: another participant's heartbeat renews its leases meanwhile (it used to wait
+    for the ask, and a lease could expire and be taken over while its trial still ran)."""
+    clock = Clock()
+    b = gated(tmp_path, "b", clock)
+    held = b.next_trial(0)  # asked in the main thread: no gate
+    a = gated(tmp_path, "a", clock)
+    asking, out = in_thread(lambda: a.next_trial(0))
+    assert a.engine.asking.wait(120)  # a is inside its ask for trial 1
+    renewing, renewed = in_thread(b.storage.renew)
+    renewing.join(120)  # with the lock held by a's ask this would wait until the test lets the ask go
+    alive = renewing.is_alive()
+    a.engine.go.set()
+    asking.join(120)
+    renewing.join(120)
+    assert not alive, "b's renewal waited for a's proposal: the ask held the journal's lock"
+    assert renewed == [[held.id]]
+    [trial] = out
+    assert trial.id == held.id + 1
+    kinds = [(r["kind"], r["p"], r.get("ids", r.get("id"))) for r in read_journal(tmp_path)[0]]
+    assert kinds[-2:] == [("renew", "b", [held.id]), ("propose", "a", trial.id)]
+    a.close()
+    b.close()
+
+
+def test_a_proposal_made_stale_meanwhile_is_asked_again_for_the_next_id(tmp_path):
+    """The ask outside the lock saw a state another participant changed before it appended: the id it asked
+    for is taken, so the decision is taken again (a new id, its own random stream) - no id proposed twice."""
+    clock = Clock()
+    a, b = gated(tmp_path, "a", clock), gated(tmp_path, "b", clock)
+    asking, out = in_thread(lambda: a.next_trial(0))
+    assert a.engine.asking.wait(120)  # a asks for trial 0 ...
+    assert b.next_trial(0).id == 0  # ... while b proposes it
+    a.engine.go.set()
+    asking.join(120)
+    [trial] = out
+    assert trial.id == 1
+    records, skipped = read_journal(tmp_path)
+    assert not skipped and [r["id"] for r in records if r["kind"] == "propose"] == [0, 1]
+    a.close()
+    b.close()
+
+
+def test_the_quiet_period_after_an_empty_claim_is_an_interval_not_a_wall_time(tmp_path):
+    """Issue 39, defect 14: a participant that found nothing to claim waits a moment before it looks again,
+    measured on the monotonic clock: a wall clock stepped back (NTP) does not keep it quiet for the step.
+    Leases' ends stay wall times, as the journal records them for every node."""
+    wall, mono = Clock(), Clock()
+    a = participant(tmp_path, "a", wall, n=1, monotonic=mono)
+    b = participant(tmp_path, "b", wall, n=1, monotonic=mono)
+    t = a.next_trial(0)
+    assert b.next_trial(0) is None  # nothing to claim: b stays quiet for a moment
+    a.interrupted(t.id)  # back to the pool
+    wall.t -= 3600  # the wall clock is stepped back an hour
+    mono.t += 2 * b.storage.poll_s  # the moment has passed
+    again = b.next_trial(0)
+    assert again is not None and again.id == t.id
+    a.close()
+    b.close()
 
 
 def test_a_dead_rank_gives_the_running_trials_back_at_once_and_stops_their_leases(tmp_path):
