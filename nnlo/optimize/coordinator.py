@@ -37,6 +37,7 @@ from nnlo.optimize.tracking import SearchTracking
 from nnlo.optimize.trial_files import read_block_result
 from nnlo.roles import Hierarchy
 from nnlo.stop import InjectedSignal, Stop
+from nnlo.training.failure import RankFailure
 
 log = logging.getLogger("nnlo.optimize.coordinator")
 
@@ -66,8 +67,6 @@ class Coordinator:
         self.proposers = proposers
 
     def run(self) -> int:
-        from nnlo.training.failure import RankFailure
-
         try:
             return self._run()
         except RankFailure as e:  # a proposer rank failed: one line, the state kept, no rank left waiting
@@ -83,7 +82,7 @@ class Coordinator:
             abort_job(self.world, e.exit_code)
 
     def _run(self) -> int:
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: mpi4py
 
         search = self.search
         search.save()  # the run directory shows the search from its first second (and after a restore)
@@ -169,7 +168,7 @@ class Coordinator:
         self._save_after = time.monotonic() + (time.monotonic() - t0) / SAVE_SHARE
 
     def _result_waiting(self) -> bool:
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: mpi4py
 
         return bool(self.world.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_RESULT))
 

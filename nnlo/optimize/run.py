@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nnlo import liveness
 from nnlo.config import deadline_from_env
-from nnlo.contract import ENV_RUN_DIR, SEARCH_JOURNAL
+from nnlo.contract import BEST_FILE, ENV_RUN_DIR, SEARCH_JOURNAL, TRIALS_CSV, TRIALS_JSON
+from nnlo.device import world_node_place
 from nnlo.errors import ConfigError, NnloError
+from nnlo.models import data_plan, load_model_source
+from nnlo.observe import tracking
 from nnlo.observe.logs import speaking_for_the_run
+from nnlo.observe.progress import Progress
 from nnlo.optimize import space as space_mod
 from nnlo.optimize.assign import make_policy
 from nnlo.optimize.coordinator import Coordinator
@@ -25,16 +32,20 @@ from nnlo.optimize.engines import ENGINES, Engine, make_engine
 from nnlo.optimize.failures import FailureRule
 from nnlo.optimize.options import OptimizeOptions, check_schedule, trial_overrides
 from nnlo.optimize.placement import TraitsOf, block_types
+from nnlo.optimize.placement.probe import rank_facts
 from nnlo.optimize.proposers import MpiProposers
 from nnlo.optimize.results import Objective
-from nnlo.optimize.runners import TrainRunner
+from nnlo.optimize.runners import HookRunner, TrainRunner
 from nnlo.optimize.schedules import make_schedule
 from nnlo.optimize.search import Search, describe_schedule
 from nnlo.optimize.shared import participant_name, shared_search
-from nnlo.optimize.state import STATE_FILE
+from nnlo.optimize.state import STATE_FILE, load_state
 from nnlo.optimize.tracking import SearchTracking
-from nnlo.roles import Role, Shape, describe
+from nnlo.optimize.trial_files import TRIALS_DIR
+from nnlo.rankfate import record_rank
+from nnlo.roles import Role, RoleError, Shape, describe
 from nnlo.stop import Stop
+from nnlo.training.failure import describe_exception
 
 log = logging.getLogger("nnlo.optimize")
 
@@ -111,10 +122,6 @@ def as_started(opts: OptimizeOptions) -> OptimizeOptions:
     """The options of a search continued from its state in ``out_dir`` (a larger ``--num-iterations`` is the
     common case): the random first points it started with stay its initial design, however many the new budget
     would derive (``--n-initial-points`` given says it explicitly and is taken as given)."""
-    from dataclasses import replace
-
-    from nnlo.optimize.state import load_state
-
     if opts.n_initial_points is not None:
         return opts
     state = load_state(opts.out_dir)
@@ -125,11 +132,6 @@ def as_started(opts: OptimizeOptions) -> OptimizeOptions:
 def clear_search(out_dir: Path) -> None:
     """Delete what a search wrote into ``out_dir`` (``--overwrite``): its state, tables and trials' folders
     (whose checkpoints the new search's trials of the same ids would otherwise resume)."""
-    import shutil
-
-    from nnlo.contract import BEST_FILE, TRIALS_CSV, TRIALS_JSON
-    from nnlo.optimize.trial_files import TRIALS_DIR
-
     for name in (STATE_FILE, TRIALS_JSON, TRIALS_CSV, BEST_FILE, TRIALS_DIR):
         path = out_dir / name
         if path.is_dir() and not path.is_symlink():
@@ -141,8 +143,6 @@ def clear_search(out_dir: Path) -> None:
 
 def check_fold_groups(shape: Shape) -> None:
     """Refuse a block too small for its fold groups, in the terms of the optimize options."""
-    from nnlo.roles import RoleError
-
     f = shape.n_fold
     option = "--block-size" if shape.block_sizes is None else f"--block-sizes {shape.blocks_text()}: size"
     for bs in shape.distinct_block_sizes:
@@ -175,10 +175,8 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
 
     ``inputs`` (:class:`nnlo.training.context.RunInputs`) and ``space``: a Python caller's model object, data
     sources and search space (:func:`nnlo.optimize` in :mod:`nnlo.api`); None: as the options say."""
-    from nnlo.data.check import check_plan
-    from nnlo.models import data_plan, load_model_source
-    from nnlo.optimize.block import run_block
-    from nnlo.optimize.runners import HookRunner, TrainRunner
+    from nnlo.data.check import check_plan  # lazy: h5py
+    from nnlo.optimize.block import run_block  # lazy: the block module imports MPI (mpi4py)
 
     rank = world.Get_rank()
 
@@ -203,8 +201,6 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         return hierarchy, module, given_space, hook, notes
 
     hierarchy, module, space, hook, notes = _on_every_rank(world, check)
-    from nnlo.optimize.placement.probe import rank_facts
-
     facts = world.allgather(rank_facts(hierarchy[rank].needs_device))  # each block's hardware, for placement
     if rank == 0:
         for note in notes:
@@ -212,18 +208,14 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         sys.stderr.flush()
 
 
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: mpi4py
 
     info = hierarchy[rank]
     undefined = MPI.UNDEFINED
     block_comm = world.Split(undefined if info.block is None else info.block, rank)
     group_comm = world.Split(undefined if info.group is None else info.group, rank)
     label = _record(rank, info, opts.out_dir)
-    from nnlo import liveness
-
     liveness.start(world, label)  # every rank watches its peers: a dead one ends the job (collective)
-
-    from nnlo.device import world_node_place
 
     # every rank: the coordinator decides on the stop, a block's trainings install their own over this one
     stop = Stop(deadline_from_env(opts.deadline))
@@ -280,9 +272,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
 def check_placement_hooks(space: space_mod.Space, module: Any, where: str) -> None:
     """The model module's placement hooks answer for a few points of the space (same points on every rank),
     so a broken one stops the search before it starts, with one line naming it."""
-    import numpy as np
-
-    from nnlo.optimize.placement import TraitsOf
+    import numpy as np  # lazy: numpy
 
     traits = TraitsOf(space, module, where=where)
     if traits.declared:
@@ -314,8 +304,6 @@ def placement(opts: OptimizeOptions, config: Any, hierarchy: Any, facts: list[An
 
 def _tracking(config: Any, opts: OptimizeOptions) -> SearchTracking:
     """The search's experiment trackers (``--tensorboard``, ``--mlflow``), on the coordinator."""
-    from nnlo.observe import tracking
-
     fields = {"hyper_opt": opts.hyper_opt, "num_iterations": opts.num_iterations, "fom": opts.fom,
               "n_fold": opts.n_fold, "schedule": opts.schedule.name}
     return SearchTracking(tracking.for_search(config, opts.out_dir, opts.name, fields), opts.out_dir, opts.n_fold)
@@ -333,18 +321,17 @@ class _GivenInputsRunner(TrainRunner):
         if train is None:
             return super().n_samples()
         if isinstance(train, list):  # HDF5 files: their length, read with the run's dataset names
-            from nnlo.data import H5Dataset
-            from nnlo.models import data_plan, load_model_source
+            from nnlo.data import H5Dataset  # lazy: h5py
 
             model = self.inputs.model or load_model_source(self.config.model)
             with H5Dataset(train, features=data_plan(self.config, model, need=()).features, labels=None) as ds:
                 return len(ds)
-        from nnlo.data.source import as_dataset
+        from nnlo.data.source import as_dataset  # lazy: h5py
 
         return len(as_dataset(train))
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        from nnlo.training.driver import given_inputs
+        from nnlo.training.driver import given_inputs  # lazy: the training imports MPI (mpi4py)
 
         with given_inputs(self.inputs):
             return super().run(*args, **kwargs)
@@ -364,9 +351,6 @@ def _on_every_rank(world: Any, fn: Any) -> Any:
     The checks are deterministic, but a file system can answer differently on different nodes: agreeing
     first means no rank goes on into a collective that the failed ranks never join (no hang).
     """
-    from nnlo.roles import RoleError
-    from nnlo.training.failure import describe_exception
-
     value, error = None, None
     try:
         value = fn()
@@ -396,8 +380,7 @@ def _last_words(search: Search) -> Any:
 def _record(rank: int, info: Any, out_dir: Path) -> str:
     """Record this rank for naming it should it be killed (:mod:`nnlo.rankfate`): "coordinator" or
     "block B <role>", so a dead block member is named with its block; returns that label."""
-    from nnlo.optimize.block import rank_label
-    from nnlo.rankfate import record_rank
+    from nnlo.optimize.block import rank_label  # lazy: the block module imports MPI (mpi4py)
 
     label = info.label()
     if info.block is not None and info.role is not Role.COORDINATOR:
@@ -407,6 +390,4 @@ def _record(rank: int, info: Any, out_dir: Path) -> str:
 
 
 def _progress(total: int, stream: Any) -> Any:
-    from nnlo.observe.progress import Progress
-
     return Progress("optimize", stream=stream if stream is not None else sys.stderr, total=total)
