@@ -359,6 +359,15 @@ class Search:
         self.engine.tell(trial.params, None if trial.fom is None else self.objective.value(trial.fom),
                          fold_variance(trial))
 
+    def ask(self, tid: int, pending: list[dict[str, Any]]) -> dict[str, Any]:
+        """The engine's point for trial ``tid`` (its random stream (seed, tid)), ``pending`` told as lies (a
+        shared search asks outside the journal's lock, with the open jobs its decision saw)."""
+        self.engine.n_asked = tid
+        t0 = time.perf_counter()
+        point = self.engine.ask(pending)
+        self.ask_s = time.perf_counter() - t0
+        return point
+
     def _proposal(self) -> dict[str, Any]:
         """The next proposed point: from a proposer rank, the ask-ahead thread, or the engine now."""
         if self.propose is not None:

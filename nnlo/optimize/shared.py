@@ -427,7 +427,7 @@ class JournalStorage:
                 if isinstance(step, _Copy):  # proposed (or taken over) and leased to this job: running here
                     self._running(step.trial, block, t)
             if isinstance(step, _Ask):
-                asked = _Asked(step.tid, step.job, self._propose(step))
+                asked = _Asked(step.tid, step.job, self.s.ask(step.tid, step.pending))  # outside the locks
                 continue
             self.s.inherit_checkpoint(step.trial)  # outside the locks: the heartbeat renews its lease meanwhile
             with self.s.lock, self._locked():
@@ -521,15 +521,6 @@ class JournalStorage:
         self._record("propose", id=tid, params=point, until=until, **fields, **marked)
         leased = self._lease_trial(self.shared.open[tid])
         return _Copy(leased) if marked else leased
-
-    def _propose(self, ask: _Ask) -> dict[str, Any]:
-        """The engine's point for trial ``ask.tid`` (random stream (seed, tid)), asked outside every lock."""
-        engine = self.s.engine
-        engine.n_asked = ask.tid
-        t0 = time.perf_counter()
-        point = engine.ask(ask.pending)
-        self.s.ask_s = time.perf_counter() - t0
-        return point
 
     def _elsewhere(self, params: dict[str, Any]) -> list[str]:
         """Other participants still in the search that ran on a block type ``params`` may fit."""
