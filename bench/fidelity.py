@@ -13,6 +13,11 @@ machine's load. Parts:
   *trained to --epochs* reaches the target (the 1 % quantile of the final loss over the prior), and the best
   such trial at the end. Targets (issue 27): median ASHA/full ratio <= 0.5; ASHA as good or better at equal
   rank-seconds on >= 8 of 10 seeds.
+* **crossing** - the ratio part on ``CURVES_FAMILY=crossing``: curves whose early ranks mislead (rank
+  correlation ~0.4 between 1 and 27 epochs over the prior, like a model on noisy labels). Reported beside the
+  best losses: the rank correlation between rungs each ASHA and Hyperband run measured from its own trials
+  (``best.json``'s ``rung_correlation``, what ``nnlo status`` shows), so the warning can be checked against
+  the outcome.
 * **pbt** - PBT (population 16, steps of 3 epochs) against ASHA and random search (``full``) with the rank-seconds
   PBT used; and the best a *constant* configuration can reach at all (from 20,000 draws without noise): PBT
   below it means it found a schedule.
@@ -26,7 +31,7 @@ machine's load. Parts:
 * **digits** (real training, ``--digits``; minutes) - ``nnlo optimize`` on the digits example: ASHA against
   ``full`` with the same ranks and the same wall time (ASHA gets ``--deadline`` = full's duration).
 
-    bench/run.sh fidelity                     # ratio, pbt, busy and walltimes (minutes)
+    bench/run.sh fidelity                     # ratio, crossing, pbt, busy and walltimes (minutes)
     bench/run.sh fidelity --digits            # and the real training
     bench/run.sh fidelity --quick             # smoke test
 """
@@ -57,6 +62,7 @@ import curves  # the learning-curve family (examples/curves.py)
 
 from nnlo.optimize.coordinator import SAVE_SHARE
 from nnlo.optimize.engines import make_engine
+from nnlo.optimize.fidelity import rung_correlation
 from nnlo.optimize.results import Objective
 from nnlo.optimize.runners import HookRunner
 from nnlo.optimize.schedules import ScheduleSpec, make_schedule
@@ -108,7 +114,7 @@ def simulate(spec: ScheduleSpec | None, *, engine: str, seed: int, blocks: int, 
     slow = np.random.default_rng([seed, 0xB5])
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    schedule = make_schedule(spec, SPACE) if spec is not None else None
+    schedule = make_schedule(spec or ScheduleSpec(max_epochs=epochs), SPACE)  # None: full, a schedule too
     search = Search(make_engine(engine, SPACE, seed, n_initial_points=10), OBJECTIVE, num_iterations=n_trials,
                     out_dir=out, schedule=schedule, blocks=blocks)
     runner = HookRunner(curves, OBJECTIVE.name)
@@ -160,7 +166,7 @@ def simulate(spec: ScheduleSpec | None, *, engine: str, seed: int, blocks: int, 
         t0 = time.perf_counter()
         trial = search.record(tid, [outcome], b, now=now)
         spent = time.perf_counter() - t0
-        full = schedule is None or trial.epochs == epochs
+        full = not schedule.spec.staged or trial.epochs == epochs
         if full and trial.fom is not None and (best is None or trial.fom < best):
             best = trial.fom
             curve.append((now, best))
@@ -180,6 +186,9 @@ def simulate(spec: ScheduleSpec | None, *, engine: str, seed: int, blocks: int, 
     end = now if not events else horizon
     return {"reached_s": reached, "best": best, "end_s": end, "busy": train_s / (blocks * max(end, 1e-9)),
             "trials": search.next_id, "jobs": jobs, "curve": curve,
+            "rung_correlation": rung_correlation([(t.id, r) for t in search.finished.values() for r in t.rungs
+                                                  if r.get("status") == "ok" and r.get("fom") is not None],
+                                                 OBJECTIVE),
             "decide_ms_median": 1e3 * statistics.median(decide_s) if decide_s else None,
             "decide_ms_p99": 1e3 * float(np.percentile(decide_s, 99)) if decide_s else None,
             "saves": len(save_s), "save_ms_median": 1e3 * statistics.median(save_s) if save_s else None,
@@ -221,7 +230,7 @@ def part_ratio(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         for name, spec in (("full", None), ("asha", asha), ("hyperband", hyperband)):
             r = simulate(spec, engine=a.engine, seed=seed, blocks=a.blocks, epochs=a.epochs, epoch_s=a.epoch_s,
                          horizon=a.horizon, n_trials=10 ** 6, out=tmp / name, target=target)
-            row[name] = {k: r[k] for k in ("reached_s", "best", "trials", "jobs")}
+            row[name] = {k: r[k] for k in ("reached_s", "best", "trials", "jobs", "rung_correlation")}
         for name in ("asha", "hyperband"):
             mine, full = row[name]["reached_s"], row["full"]["reached_s"]
             row[f"{name}_over_full"] = (math.inf if mine is None else mine / (full if full is not None else a.horizon))
@@ -246,6 +255,20 @@ def part_ratio(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     out["full_best_median"] = _median([r["full"]["best"] for r in rows])
     out["full_reached_seeds"] = sum(r["full"]["reached_s"] is not None for r in rows)
     return out
+
+
+def part_crossing(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    os.environ["CURVES_FAMILY"] = "crossing"  # early ranks mislead
+    try:
+        return part_ratio(a, tmp)
+    finally:
+        os.environ.pop("CURVES_FAMILY", None)
+
+
+def _first_rho(row: dict[str, Any]) -> float | None:
+    """The lowest rung's correlation with the top one a run measured from its own trials (None: too few)."""
+    corr = row.get("rung_correlation")
+    return corr["rungs"][0]["rho"] if corr else None
 
 
 def part_pbt(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -504,7 +527,7 @@ def _digits_result(folder: Path, rc: int, wall: float, budget: float | None = No
 # -- main ---------------------------------------------------------------------------------------------------
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--parts", default="ratio,pbt,busy,walltimes", help="comma-separated parts to run")
+    p.add_argument("--parts", default="ratio,crossing,pbt,busy,walltimes", help="comma-separated parts to run")
     p.add_argument("--digits", action="store_true", help="also the real training part (minutes)")
     p.add_argument("--engine", default="random", choices=["random", "bayesian", "genetic"],
                    help="the engine of the ratio part (the same for ASHA, Hyperband and full)")
@@ -550,8 +573,8 @@ def main(argv: list[str]) -> int:
         tmp = Path(tmpdir)
         for part in parts:
             print(f"{part}:", flush=True)
-            result[part] = {"ratio": part_ratio, "pbt": part_pbt, "busy": part_busy, "walltimes": part_walltimes,
-                            "digits": part_digits}[part](a, tmp)
+            result[part] = {"ratio": part_ratio, "crossing": part_crossing, "pbt": part_pbt, "busy": part_busy,
+                            "walltimes": part_walltimes, "digits": part_digits}[part](a, tmp)
     summary = {}
     if "ratio" in result:
         r = result["ratio"]
@@ -559,6 +582,12 @@ def main(argv: list[str]) -> int:
                        asha_as_good_seeds=f"{r['asha_as_good_seeds']}/{a.seeds}",
                        hyperband_over_full_rank_seconds_median=r["hyperband_over_full_rank_seconds_median"],
                        hyperband_as_good_seeds=f"{r['hyperband_as_good_seeds']}/{a.seeds}")
+    if "crossing" in result:
+        r = result["crossing"]
+        summary.update(crossing_asha_as_good_seeds=f"{r['asha_as_good_seeds']}/{a.seeds}",
+                       crossing_hyperband_as_good_seeds=f"{r['hyperband_as_good_seeds']}/{a.seeds}",
+                       crossing_best_median={k: r[f"{k}_best_median"] for k in ("full", "asha", "hyperband")},
+                       crossing_asha_measured_rung0_rho=[_first_rho(row["asha"]) for row in r["seeds"]])
     if "pbt" in result:
         summary.update(pbt_gain_over_asha_median=result["pbt"]["pbt_gain_over_asha_median"],
                        pbt_gain_over_random_median=result["pbt"]["pbt_gain_over_random_median"])

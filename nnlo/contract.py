@@ -89,6 +89,11 @@ SEARCH_LOCK = "search-journal.lock"  # the lock file beside it (flock), held for
 #: script's own file) and the folder of the training or search the job's script runs. A submitted script's
 #: chain goes on after a stop only when this changed during the job.
 PROGRESS_FILE = "progress.json"
+#: The key of PROGRESS_FILE under which a search notes, with every save of its state, how many trial results
+#: and schedule stages it has recorded: a search saves its state at every job's start, so the chain judges a
+#: search job's progress by this count growing, never by a file's time (a job that finished no trial and no
+#: stage stops the chain: its walltime is too short for one trial).
+PROGRESS_RESULTS = "results"
 #: The MLflow run of a training or search (``--mlflow``), kept in its folder so that a resumed job logs on
 #: into the same run (a search: its trials' nested runs too).
 MLFLOW_RUN_FILE = "mlflow-run.json"

@@ -23,6 +23,7 @@ by hand gets the Python API as documented, and :func:`checkpointed` records noth
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -31,10 +32,10 @@ from typing import Any
 
 from nnlo.atomic import write_json
 from nnlo.config import TrainConfig, deadline_from_env
-from nnlo.contract import ENV_RUN_DIR, EXIT_RESUMABLE, PROGRESS_FILE
+from nnlo.contract import ENV_RUN_DIR, EXIT_RESUMABLE, PROGRESS_FILE, PROGRESS_RESULTS
 
 __all__ = ["EXIT_RESUMABLE", "chained_config", "checkpointed", "deadline", "end_if_resumable", "progress",
-           "progress_marker", "run_dir", "seconds_left", "working_in"]
+           "progress_marker", "run_dir", "search_saved", "seconds_left", "working_in"]
 
 
 def run_dir() -> Path | None:
@@ -68,25 +69,48 @@ def progress(folder: str | Path) -> dict[str, Any]:
 
 
 def progress_marker(folder: str | Path) -> str | None:
-    """A string that changes whenever a job of the run ``folder`` saves its state (None: nothing saved yet)."""
+    """A string that changes whenever a job of the run ``folder`` makes progress (None: none yet).
+
+    A training's or a script's progress is a saved state (its checkpoint, noted with its time). A search's is
+    its count of trial results and schedule stages (:data:`~nnlo.contract.PROGRESS_RESULTS`, noted by
+    :func:`search_saved`): a search saves its state at every job's start, so a save alone is no progress, and a
+    search that has recorded no result has none at all.
+    """
     record = progress(folder)
+    results = record.get(PROGRESS_RESULTS)
+    if isinstance(results, int) and not isinstance(results, bool):
+        return f"{results} results" if results > 0 else None
     saved = record.get("checkpoint")
     return f"{saved}@{record.get('saved_at')}" if saved else None
 
 
 def _update(changes: dict[str, Any]) -> None:
+    """Change the record's ``changes`` keys, the rest as it is: under a lock, since every rank of a job may
+    write it (a search's coordinator its count, the trials' trainings their checkpoints) and an update made
+    from a stale read would undo another's."""
     folder = run_dir()
     if folder is None or not folder.is_dir():
         return
-    write_json(folder / PROGRESS_FILE, {**progress(folder), **changes})
+    with open(folder / f"{PROGRESS_FILE}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        write_json(folder / PROGRESS_FILE, {**progress(folder), **changes})
 
 
 def checkpointed(path: str | Path) -> None:
     """Note that this job saved its state in ``path`` (a file or a folder): a stop of the job from now on
     (exit 75, or the batch system's signal at the walltime) is followed by the chain's next job. nnlo's
     trainings and searches call it for every checkpoint; a script that saves its own state calls it after each
-    save. Outside a submitted run it does nothing."""
+    save. Outside a submitted run it does nothing. In a search's job the trials' trainings checkpoint too: that
+    leaves the search's count (:func:`search_saved`) the job's only measure of progress, whichever process
+    wrote last."""
     _update({"checkpoint": str(Path(path).absolute()), "saved_at": time.time()})
+
+
+def search_saved(path: str | Path, results: int) -> None:
+    """Note that this job's search saved its state in ``path`` holding ``results`` trial results and schedule
+    stages (:data:`~nnlo.contract.PROGRESS_RESULTS`): the chain goes on after a stop of this job only if the
+    count grew during it. Outside a submitted run it does nothing."""
+    _update({"checkpoint": str(Path(path).absolute()), "saved_at": time.time(), PROGRESS_RESULTS: int(results)})
 
 
 def working_in(folder: str | Path) -> None:

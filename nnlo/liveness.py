@@ -274,17 +274,21 @@ class Watch(threading.Thread):
                         self._read(key.data)
                 self._tick(time.monotonic())
         except Exception as e:  # noqa: BLE001 - the watch must never take its rank down
-            log.warning("the liveness watch stopped (%s: %s); a dead peer is now noticed only by the launcher",
-                        type(e).__name__, e)
+            if not self._halt.is_set():  # (closed under it: the end it was asked for)
+                log.warning("the liveness watch stopped (%s: %s); a dead peer is now noticed only by the "
+                            "launcher", type(e).__name__, e)
 
     def close(self) -> None:
-        """Stop watching (in-process use; a rank's watch ends with its process)."""
+        """Stop watching and give back every descriptor the watch holds: its links, its listener and its
+        selector (a process that trains many times, a search's block, would otherwise leak one per training)."""
         self._halt.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout=5)
         for link in list(self._links):
             self._drop(link)
         self._close_listener()
+        with contextlib.suppress(OSError, ValueError):
+            self._sel.close()
 
     def _close_listener(self) -> None:
         if self._listener is not None:
@@ -446,6 +450,9 @@ class Watch(threading.Thread):
 
 # -- the process's watch -------------------------------------------------------------------------------------------
 _watch: Watch | None = None
+#: :func:`leaving` is registered to run at exit once per process, at the first start (after MPI's own exit hook,
+#: so that it runs before it), not once per training
+_leaving_registered = False
 
 
 def current() -> Watch | None:
@@ -459,7 +466,7 @@ def start(world: Any, role: str) -> Watch | None:
     A process watches one job at a time: a second call while a watch runs (a Python caller training twice
     without leaving) keeps it; :func:`leaving` ends it.
     """
-    global _watch
+    global _watch, _leaving_registered
     timeout = timeout_from_env()
     if _watch is not None or world.Get_size() < 2 or timeout is None:
         return _watch
@@ -481,7 +488,9 @@ def start(world: Any, role: str) -> Watch | None:
         return None
     _watch = Watch(me, members, gathered[0][1], listener, end=functools.partial(_abort, world), say=_say,
                    timeout=timeout)
-    atexit.register(leaving)
+    if not _leaving_registered:
+        atexit.register(leaving)
+        _leaving_registered = True
     _watch.start()
     return _watch
 

@@ -255,10 +255,11 @@ def fate_line(output: str, *folders: str | Path) -> str | None:
     if first is None or first.kind != "death":
         return None
     # the signal that took it, for the next job of a search (the OOM killer's SIGKILL): the launcher's report of
-    # the rank the first event names (the peers' own line names no signal), else its first report
-    fates = find_fates(output, records)
+    # the rank the first event names (the peers' own line names no signal). A first event that names no rank (a
+    # lost node) or a rank the launcher did not report keeps nothing: the launcher's other reports are the
+    # teardown, and taking the first of them would blame an innocent block's trial for running out of memory
     named = _named_rank(first.line)
-    fate = next((f for f in fates if named is not None and f.rank == named), fates[0] if fates else None)
+    fate = next((f for f in find_fates(output, records) if named is not None and f.rank == named), None)
     if fate is not None:
         keep_fate(fate, folders)
     return first.line

@@ -43,9 +43,7 @@ from nnlo.contract import (
     EXIT_RESUMABLE,
     LOG_DIR,
     MANIFEST_FILE,
-    OPTIMIZER_STATE_FILE,
     RANKS_DIR,
-    SEARCH_JOURNAL,
     job_log,
     signal_status,
     status_signal,
@@ -80,6 +78,7 @@ from nnlo_sched.state import (
     read_state,
     update_state,
 )
+from nnlo_sched.walltime import format_hms
 
 #: How bash reports a job ended at its limit: by the batch system's SIGTERM/SIGKILL or a warning SIGUSR1/SIGUSR2.
 KILLED_AT_LIMIT = tuple(signal_status(s) for s in (signal.SIGTERM, signal.SIGKILL, signal.SIGUSR1, signal.SIGUSR2))
@@ -107,24 +106,13 @@ class Decision:
 def checkpoint_marker(run_dir: Path, spec: RunSpec) -> str | None:
     """A string that changes whenever the run writes a new complete checkpoint (None: none yet).
 
-    Training: the newest complete checkpoint folder and its manifest time. Optimization: the search's
-    ``optimizer-state.json`` (its checkpoint, rewritten after every finished trial) and, for a search shared
-    by many jobs, its journal, in the search's output folder (the run directory unless ``--output`` names one).
+    Training: the newest complete checkpoint folder and its manifest time. Optimization: the count of trial
+    results and schedule stages the search has recorded, as its every save notes it in the run's progress
+    record (:func:`nnlo.job.progress_marker`; the search saves its state at every job's start, so the time of
+    its state file says nothing). A script: whatever its job saved, as :mod:`nnlo.job` noted it.
     """
-    if spec.kind == SCRIPT:  # whatever its job saved, as nnlo.job noted it (a checkpoint, a search, its own file)
+    if spec.kind in (SCRIPT, "optimize"):
         return progress_marker(run_dir)
-    if spec.kind == "optimize":
-        out = Path(run_dir)
-        if spec.search is not None and spec.search.output:
-            out = Path(spec.workdir or run_dir, spec.search.output)
-        marks = []
-        for path in (out / OPTIMIZER_STATE_FILE, out / SEARCH_JOURNAL):
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            marks.append(f"{path.name}@{st.st_mtime_ns}:{st.st_size}")
-        return " ".join(marks) or None
     latest = find_latest(checkpoint_dir(run_dir, spec))
     if latest is None:
         return None
@@ -138,6 +126,18 @@ def checkpoint_marker(run_dir: Path, spec: RunSpec) -> str | None:
 def _new_checkpoint(run_dir: Path, spec: RunSpec, job: JobRecord) -> bool:
     now = checkpoint_marker(run_dir, spec)
     return now is not None and now != job.checkpoint_at_start
+
+
+def no_progress(spec: RunSpec, run_id: str, job_id: str, how: str) -> str:
+    """Why the chain stops after job ``job_id`` ended (``how``: "ended", "stopped (exit 75)") with nothing to
+    resume from, and what to change: a search that finished no trial and no stage in a whole job has a
+    walltime too short for one trial of its model."""
+    if spec.kind == "optimize":
+        return (f"job {job_id} {how} without finishing a trial or a stage of the search: the walltime "
+                f"({format_hms(spec.walltime_s)}) is too short for one trial of this model; give a longer -t "
+                f"(--walltime) or fewer --epochs (--min-epochs under a schedule), then `nnlo resume {run_id}`")
+    return (f"job {job_id} {how} without writing a new checkpoint; the chain stops (give a longer --walltime or "
+            f"checkpoint more often; see its log; `nnlo resume {run_id}` retries)")
 
 
 # -- job start and end ---------------------------------------------------------------------------------
@@ -177,8 +177,7 @@ def job_start(run_dir: Path, job_id: str | None, *, submit_successor: bool = Tru
                 prev.status = NO_CHECKPOINT
                 rec.status, rec.ended_at = SKIPPED, now
                 st.state = FAILED
-                st.error = (f"job {prev.job_id} ended without writing a new checkpoint; the chain stops "
-                            f"(see its log; `nnlo resume {st.run_id}` retries)")
+                st.error = no_progress(spec, st.run_id, prev.job_id, "ended")
                 return Decision(False, st.error)
         if len(started) > spec.max_resubmits:
             rec.status, rec.ended_at = SKIPPED, now
@@ -232,8 +231,7 @@ def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:
         elif rc == EXIT_RESUMABLE or (rc in KILLED_AT_LIMIT and fresh):
             if not fresh:
                 rec.status, st.state = NO_CHECKPOINT, FAILED
-                st.error = (f"job {job_id} stopped (exit {rc}) without writing a new checkpoint; the chain "
-                            "stops (give a longer --walltime or checkpoint more often)")
+                st.error = no_progress(spec, st.run_id, job_id, f"stopped (exit {rc})")
             elif successors:
                 rec.status, st.state, stop = PREEMPTED if rec.preempted_at else WALLTIME, RESUBMITTING, False
             else:

@@ -298,8 +298,8 @@ SEARCH: list[Decorator] = [
                   help="asha/hyperband: each rung keeps the best 1/ETA of the one below and trains ETA times "
                        "longer (default 3, at least 2)."),
     search_option("--population", type=int, metavar="P",
-                  help="pbt: trials trained side by side (default 8, at most --num-iterations, which also counts "
-                       "every exploit's new trial)."),
+                  help="pbt: trials trained side by side (default 8; --num-iterations, which also counts every "
+                       "exploit's new trial, may start fewer)."),
     search_option("--pbt-interval", type=int, metavar="E",
                   help="pbt: epochs between exploit/explore steps (default a tenth of --epochs)."),
 ]

@@ -89,7 +89,33 @@ def progress(run_dir: Path, spec: RunSpec) -> dict[str, Any]:
             out["trials_total"] = best.get("trials_total")
             out["best"], out["best_name"] = best.get("best_fom"), best.get("fom_name")
             out["rungs"] = best.get("rungs")  # a --schedule search: trials at each rung, by epochs
+            out.update(fidelity(best, spec))
     return out
+
+
+def fidelity(best: dict[str, Any], spec: RunSpec) -> dict[str, Any]:
+    """A staged search's figures by fidelity, from its best.json: the epochs and rung of the best
+    (``best_epochs``, ``best_rung``), the best at any fidelity where it differs (``best_any``), the rank
+    correlation between rungs (``rung_correlation``) and, when it is low, what to do (``advice``)."""
+    if not best.get("rungs"):
+        return {}
+    schedule = spec.search.schedule if spec.search is not None else None
+    corr = best.get("rung_correlation") if isinstance(best.get("rung_correlation"), dict) else None
+    return {"best_epochs": best.get("best_epochs"), "best_rung": best.get("best_rung"),
+            "best_any": best.get("best_any") if isinstance(best.get("best_any"), dict) else None,
+            "rung_correlation": corr,
+            "advice": correlation_advice(schedule) if corr is not None and corr.get("low") else None}
+
+
+def correlation_advice(schedule: str | None) -> str | None:
+    """What to do when a search's early ranks predict its late ones poorly (None: PBT, whose steps are no
+    stopping decisions on an early rank)."""
+    if schedule == "asha":
+        return ("early ranks predict late ones poorly here, so ASHA may have stopped the eventual best: a larger "
+                "--min-epochs, or --schedule hyperband (it hedges with brackets that start later)")
+    if schedule == "hyperband":
+        return "early ranks predict late ones poorly here: a larger --min-epochs (or --schedule full)"
+    return None
 
 
 def run_view(run: Run, answers: Answers, reconcile: bool = True) -> dict[str, Any]:
@@ -169,7 +195,8 @@ def search_view(run: Run, st: RunState, answers: Answers, reconcile: bool = True
         "progress": {"epoch": None, "epochs": None, "trials_done": counts.done, "trials_total": counts.total,
                      "trials_failed": counts.failed, "trials_leased": counts.leased,
                      "trials_running": counts.running, "trials_source": counts.source,
-                     "best": best.get("best_fom"), "best_name": best.get("fom_name"), "rungs": best.get("rungs")},
+                     "best": best.get("best_fom"), "best_name": best.get("fom_name"), "rungs": best.get("rungs"),
+                     **fidelity(best, spec)},
         "elapsed_s": elapsed, "created_at": st.created_at, "walltime_s": spec.walltime_s,
         "max_resubmits": spec.max_resubmits, "kind": spec.kind,
         "retries": sum(c.get("retries", 0) for c in chains), "max_retries": spec.max_retries,

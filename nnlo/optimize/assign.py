@@ -156,7 +156,8 @@ class HardwareAware:
         if self.traits_of is None:
             self.traits_of = TraitsOf(self.space)
         self.model = CostModel(self.space)
-        self.memory = MemoryModel()
+        # without a trial_size hook sizes order nothing: an out-of-memory rules out its own trial only
+        self.memory = MemoryModel(sized="trial_size" in getattr(self.traits_of, "declared", ("trial_size",)))
         self.placement = Placement(self.block_types, self.model, self.memory, **self.options)
         self._traits: dict[str, Traits] = {}
 
@@ -178,7 +179,7 @@ class HardwareAware:
 
     def learn(self, observations: Sequence[tuple[CostObservation, Mapping[str, Any] | None]]) -> None:
         self.model.fit(observations)
-        self.memory.learn(o for o, _ in observations)
+        self.memory.learn(observations)
 
     def choose(self, block: int, candidates: Sequence[Candidate], situation: Situation) -> int:
         jobs = [self.job(c.point, c.age, c.work) for c in candidates]

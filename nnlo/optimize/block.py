@@ -1,7 +1,9 @@
 """A block: ``block_size`` ranks that evaluate one parameter set at a time, split into fold groups.
 
 Every rank of a block runs :func:`run_block`. The block leader (its first rank) receives a trial from the
-coordinator and broadcasts it over the block communicator; each fold group evaluates it with the runner on
+coordinator, makes the trial's folder this (id, parameters) trial's (:func:`claim_task`: another trial's files
+under a reused id are moved aside before any rank resumes from them) and broadcasts it over the block
+communicator; each fold group evaluates it with the runner on
 its own communicator (the fold groups of a block run concurrently); the outcomes are gathered on the
 leader and sent back as one result. Exceptions are caught on every rank and reported as the fold's error,
 so a trial whose model raises is recorded as failed and the block takes the next trial. A rank that dies
@@ -22,7 +24,7 @@ from typing import Any
 
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
 from nnlo.optimize.runners import FoldOutcome, Runner, outcome_of_exception
-from nnlo.optimize.trial_files import write_block_result
+from nnlo.optimize.trial_files import claim, write_block_result
 from nnlo.roles import Hierarchy
 from nnlo.transport import wait_for_all, wait_for_message
 
@@ -56,15 +58,19 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
         if leader:
             wait_for_message(world, coordinator, TAG_TASK)
         msg = world.recv(source=coordinator, tag=TAG_TASK) if leader else None
+        if msg is not None and not msg.get("stop"):
+            msg = claim_task(out_dir, msg)  # before any rank of the block reads or writes the trial's folder
         wait_for_all(block_comm)
         msg = block_comm.bcast(msg, root=0)
         if msg.get("stop"):
             return int(msg.get("code", 0))
         trial_id, params = int(msg["trial"]), dict(msg["params"])
         epochs = msg.get("epochs")  # a schedule's stage: train to this many epochs (None: --epochs)
-        t0 = time.time()
+        t0 = time.monotonic()  # an interval: a step of the wall clock must not enter the trial's time
         outcome: FoldOutcome | None
         try:
+            if msg.get("unclaimed"):
+                raise OSError(msg["unclaimed"])
             outcome = runner.run(group_comm, trial_id, params, int(info.fold or 0), n_fold, out_dir,
                                  epochs=None if epochs is None else int(epochs))
         except Exception as e:  # noqa: BLE001 - a trial may fail in any way; the search must go on
@@ -77,12 +83,23 @@ def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any
         gathered = block_comm.gather(report, root=0)
         if leader:
             folds = merge_folds(gathered, n_fold)
-            result = {"trial": trial_id, "block": info.block, "folds": folds, "elapsed": time.time() - t0}
+            result = {"trial": trial_id, "block": info.block, "folds": folds, "elapsed": time.monotonic() - t0}
             # a coordinator's death loses nothing; a result that sends the trial elsewhere (interrupted: the next
             # job; out of memory: a larger block) is no result to take again
             if not any(f.get("interrupted") or f.get("oom") for f in folds):
                 write_block_result(out_dir, trial_id, params, None if epochs is None else int(epochs), result)
             world.send(result, dest=coordinator, tag=TAG_RESULT)
+
+
+def claim_task(out_dir: Path, msg: dict[str, Any]) -> dict[str, Any]:
+    """The task, after its trial's folder is made this (id, parameters) trial's (:func:`claim`); a folder that
+    cannot be claimed fails the trial on every rank (``unclaimed``), rather than the leader alone."""
+    try:
+        epochs = msg.get("epochs")
+        claim(out_dir, int(msg["trial"]), dict(msg["params"]), None if epochs is None else int(epochs))
+    except OSError as e:
+        return {**msg, "unclaimed": f"trial {msg['trial']}'s folder cannot be claimed: {e}"}
+    return msg
 
 
 def merge_folds(reports: list[tuple[int, bool, dict[str, Any] | None]], n_fold: int) -> list[dict[str, Any]]:

@@ -148,6 +148,7 @@ class Coordinator:
             if kept is not None:  # computed by a block of a job whose coordinator died before recording it
                 log.warning("trial %d: taking the result its block kept before the last job ended (not re-run)",
                             trial.id)
+                trial.started = time.time() - max(0.0, float(kept.get("elapsed") or 0.0))  # it took what it took
                 self._on_result({**kept, "block": block})
                 handed_out = True
                 blocks.append(block)  # idle again at once: it takes the next trial in this round

@@ -193,13 +193,13 @@ class SearchConfig:
     def schedule_spec(self, train: TrainConfig) -> ScheduleSpec:
         """The schedule resolved against the training (``--epochs`` is the most a trial trains); a bad
         combination is one line (``--min-epochs`` above ``--epochs``, eta below 2, ...)."""
-        n, pbt = self.num_iterations, self.schedule == "pbt"  # options of other schedules are None here
+        pbt = self.schedule == "pbt"  # options of other schedules are None here
         try:
             return ScheduleSpec(
                 name=self.schedule, max_epochs=train.epochs,
                 min_epochs=1 if self.min_epochs is None else self.min_epochs,
                 eta=DEFAULT_ETA if self.reduction_factor is None else self.reduction_factor,
-                population=(min(n, PBT_POPULATION) if self.population is None else self.population) if pbt else 0,
+                population=(PBT_POPULATION if self.population is None else self.population) if pbt else 0,
                 interval=(max(1, train.epochs // 10) if self.pbt_interval is None else self.pbt_interval) if pbt else 0,
             )
         except ScheduleError as e:

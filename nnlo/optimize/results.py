@@ -9,7 +9,9 @@ replaced atomically, so a reader never sees half a table.
 Under a schedule (:mod:`nnlo.optimize.schedules`) a trial reports once per rung: :meth:`Trial.finish_stage`
 adds the rung's result to ``rungs`` and makes it the trial's current one (``fom``, ``epochs``, ``rung``).
 The best trial is the best among those that trained the most epochs any trial trained (a trial stopped at
-rung 0 is not compared with one trained to ``--epochs``).
+rung 0 is not compared with one trained to ``--epochs``); ``best.json`` says at which epochs and rung
+(``best_epochs``, ``best_rung``), gives the best at any fidelity where it is another figure (``best_any``)
+and how the trials' early ranks predicted their late ones (``rung_correlation``, :mod:`nnlo.optimize.fidelity`).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from typing import Any
 
 from nnlo.atomic import write_text
 from nnlo.contract import BEST_FILE, TRIALS_CSV, TRIALS_JSON
+from nnlo.optimize.fidelity import best_any_fidelity, rung_correlation
 from nnlo.optimize.state import atomic_write_json
 
 OK = "ok"
@@ -235,9 +238,21 @@ def write_results(out_dir: Path, trials: list[Trial], objective: Objective, para
         "best_fom_std": best.fom_std if best else None,
         "best_params": best.params if best else None,
         "best_epochs": best.epochs if best else None,
-        **({"rungs": per_rung(done)} if any(t.rung is not None for t in done) else {}),
+        **(staged_summary(done, objective, best) if any(t.rung is not None for t in done) else {}),
         "updated": time.time(),
     })
+
+
+def staged_summary(trials: list[Trial], objective: Objective, best: Trial | None) -> dict[str, Any]:
+    """best.json's part under a schedule: trials per rung, the rung of the best, the best at any fidelity
+    (``best_any``, where it is another figure than the best's), and the rung correlation
+    (:mod:`nnlo.optimize.fidelity`)."""
+    results = [(t.id, r) for t in trials for r in t.rungs if r.get("status") == OK and r.get("fom") is not None]
+    anywhere = best_any_fidelity(results, objective)
+    if anywhere is not None and best is not None and (anywhere["trial"], anywhere["epochs"]) == (best.id, best.epochs):
+        anywhere = None  # the best is the best at any fidelity
+    return {"rungs": per_rung(trials), "best_rung": best.rung if best else None, "best_any": anywhere,
+            "rung_correlation": rung_correlation(results, objective)}
 
 
 def _csv(trials: list[Trial], param_names: list[str], n_fold: int) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from nnlo.optimize.trial_files import read_hook_state, trial_dir, write_hook_state
+from nnlo.optimize.trial_files import claim, read_hook_state, trial_dir, write_hook_state
 
 TRAINING_PARAMS = frozenset({
     "loss", "epochs", "batch", "optimizer", "worker_optimizer", "mode", "sync_every", "synchronous",
@@ -111,6 +111,7 @@ class HookRunner:
             return None
         if epochs is None:
             return self._outcome(self.evaluate(dict(params), fold=fold, n_fold=n_fold))
+        claim(out_dir, trial_id, params, epochs)  # the state in the folder must be this trial's (as run_block checked)
         folder = trial_dir(out_dir, trial_id, fold)
         state, done = read_hook_state(folder)
         value = self.evaluate(dict(params), fold=fold, n_fold=n_fold, epochs=epochs, state=state)

@@ -323,7 +323,8 @@ class Search:
             return
         budgets, rung = self.schedule.budgets, trial.target
         # the donor's checkpoint at the step it was compared (it may have trained on since)
-        start = self.copy_checkpoint(self.out_dir, trial.parent, trial.id, self.n_fold, budgets[max(0, rung - 1)])
+        start = self.copy_checkpoint(self.out_dir, trial.parent, trial.id, self.n_fold, budgets[max(0, rung - 1)],
+                                     trial.params)
         trial.start_epochs = start
         if start is not None and start >= budgets[rung]:  # the copy is further along: its next step
             trial.target = next((k for k, b in enumerate(budgets) if b > start), len(budgets) - 1)

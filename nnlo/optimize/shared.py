@@ -63,7 +63,7 @@ from nnlo.optimize.journal import COPY, JOB_FIELDS, Journal, Lease, SharedState,
 from nnlo.optimize.placement import CostObservation
 from nnlo.optimize.results import Objective, Trial, fold_variance, write_results
 from nnlo.optimize.schedules import Job, Ledger
-from nnlo.optimize.schedules.ledger import feed, ledger
+from nnlo.optimize.schedules.ledger import feed, ledger, pending
 from nnlo.optimize.search import Search
 from nnlo.optimize.space import Space
 from nnlo.optimize.state import save_state
@@ -545,9 +545,10 @@ class JournalStorage:
         return True
 
     def pending(self) -> list[dict[str, Any]]:
-        """Every open job's point (under a schedule: only trials without a result, the others are observed)."""
-        return [lease.params for lease in sorted(self.shared.open.values(), key=lambda lease: lease.id)
-                if lease.id not in self.shared.finished]
+        """Every open job's point, and every trial with results the engine does not observe (paused ones)."""
+        return pending(self.shared.finished.values(), self.s._results) + [
+            lease.params for lease in sorted(self.shared.open.values(), key=lambda lease: lease.id)
+            if lease.id not in self.shared.finished]
 
     # -- results ---------------------------------------------------------------------------------------
     def record(self, trial_id: int, fold_results: list[dict[str, Any]], block: int, now: float | None) -> Trial:

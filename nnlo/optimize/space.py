@@ -230,6 +230,11 @@ class Categorical:
                 return i
         return None
 
+    def index(self, value: Any) -> int | None:
+        """The position of ``value`` among the categories (a list read back from JSON is the tuple it was),
+        or None when it is none of them."""
+        return next((i for i, c in enumerate(self.categories) if _same(value, c)), None)
+
     def branch(self, value: Any) -> tuple[Dimension, ...]:
         """The parameters that exist when ``value`` is chosen (none if it has no branch)."""
         for v, dims in self.branches:
@@ -251,7 +256,7 @@ class Categorical:
         return any(_same(value, c) for c in self.categories)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "categorical", "values": list(self.categories)}
+        out: dict[str, Any] = {"type": "categorical", "values": [_json(c) for c in self.categories]}
         if self.branches:
             out["branches"] = {label(v): {str(d.name): d.to_dict() for d in dims} for v, dims in self.branches}
         return out
@@ -266,7 +271,9 @@ def _check_name(name: str | None) -> None:
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal values of the same type (``1``, ``1.0`` and ``True`` are different categories)."""
+    """Equal values of the same type (``1``, ``1.0`` and ``True`` are different categories; a list and a tuple
+    of the same items are one, as JSON keeps both as a list)."""
+    a, b = _plain(a), _plain(b)
     return type(a) is type(b) and bool(a == b)
 
 
@@ -281,9 +288,19 @@ def label(value: Any) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """numpy scalars -> Python scalars, so points are JSON-able and compare by value."""
+    """numpy scalars -> Python scalars, lists -> tuples (a value read back from JSON is the one written), so
+    points are JSON-able and compare by value."""
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+def _json(value: Any) -> Any:
+    """A categorical value as JSON writes it (tuples as lists), so a space read back compares equal."""
+    if isinstance(value, (list, tuple)):
+        return [_json(v) for v in value]
     return value
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from nnlo.atomic import write_json
 from nnlo.contract import OPTIMIZER_STATE_FILE as STATE_FILE
 from nnlo.errors import ConfigError
-from nnlo.job import checkpointed
+from nnlo.job import search_saved
 
 STATE_VERSION = 1
 
@@ -29,7 +29,15 @@ def atomic_write_json(path: Path, data: Any, *, compact: bool = False) -> None:
 def save_state(out_dir: Path, state: dict[str, Any]) -> None:
     path = Path(out_dir) / STATE_FILE
     atomic_write_json(path, {"version": STATE_VERSION, **state}, compact=True)
-    checkpointed(path)  # the search's checkpoint: a submitted run's chain goes on after this job
+    # the search's checkpoint, and its progress: a submitted run's chain goes on after this job only if the
+    # job added a trial result or a stage (a save at the job's start is none)
+    search_saved(path, results_recorded(state))
+
+
+def results_recorded(state: dict[str, Any]) -> int:
+    """How many trial results and schedule stages ``state`` holds: one per finished trial, one per rung of a
+    trial under a schedule (a failed trial counts: it is spent budget)."""
+    return sum(max(1, len(t.get("rungs") or ())) for t in state.get("finished", ()))
 
 
 def load_state(out_dir: Path) -> dict[str, Any] | None:

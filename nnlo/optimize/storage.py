@@ -28,7 +28,7 @@ from nnlo.optimize.placement import CostObservation
 from nnlo.optimize.placement.memory import killed_out_of_memory
 from nnlo.optimize.results import Trial, mean_variance, write_results
 from nnlo.optimize.schedules import Ledger, ScheduleSpec
-from nnlo.optimize.schedules.ledger import ledger, view
+from nnlo.optimize.schedules.ledger import ledger, pending, view
 from nnlo.optimize.state import load_state, save_state
 from nnlo.rankfate import take_fate
 
@@ -279,10 +279,11 @@ class LocalStorage:
         return (s.version, len(self.pool), len(self.costs), self.next_id, s.deadline, int(now))
 
     def pending(self) -> list[dict[str, Any]]:
-        """Running, to re-run and pooled points; under a schedule only trials without a result yet (the others
-        are the engine's observations already)."""
-        jobs = [t for t in [*self.s.in_flight.values(), *self.requeue] if not t.rungs]
-        return [t.params for t in jobs] + [c.point for c in self.pool]
+        """Every trial handed out that the engine does not observe (:func:`~.schedules.ledger.pending`: under a
+        schedule paused ones too), and pooled points."""
+        s = self.s
+        return pending([*s.in_flight.values(), *self.requeue, *self.finished.values()], s._results) + [
+            c.point for c in self.pool]
 
     # -- the schedule's view -------------------------------------------------------------------------
     def ledger(self) -> Ledger:

@@ -13,7 +13,7 @@ import click
 from nnlo.contract import EXIT_FAILED
 from nnlo_sched.chain import job_end, job_start
 from nnlo_sched.schedulers import get_scheduler
-from nnlo_sched.state import read_state
+from nnlo_sched.state import FAILED, read_state
 
 
 def _job_id(run_dir: Path) -> str | None:
@@ -43,7 +43,8 @@ def start(run_dir: Path, job_id: str | None) -> None:
 def end(run_dir: Path, rc: int, job_id: str | None) -> None:
     """Record that this job exited with RC: done, resubmitting or failed."""
     state = job_end(run_dir, job_id or _job_id(run_dir), rc)
-    click.echo(f"nnlo job end: exit status {rc}; run is {state}", err=True)
+    why = read_state(run_dir).error if state == FAILED else None  # the job's log says why the chain stops
+    click.echo(f"nnlo job end: exit status {rc}; run is {state}" + (f": {why}" if why else ""), err=True)
 
 
 command = job_command

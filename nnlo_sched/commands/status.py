@@ -56,6 +56,35 @@ def _fmt_progress(p: dict[str, Any]) -> str:
     return "-"
 
 
+def _fmt_best(p: dict[str, Any], short: bool = False) -> str:
+    """The best figure of merit; under a schedule at which epochs it was reached, and the best at any
+    fidelity where it is another figure (``0.209@27ep, 0.127@3ep`` in the table)."""
+    if p["best"] is None:
+        return "-" if short else ""
+    any_ = p.get("best_any")
+    epochs = p.get("best_epochs")
+    if short:
+        text = _fmt_num(p["best"]) + (f"@{epochs}ep" if epochs is not None and p.get("rungs") else "")
+        return text + (f", {_fmt_num(any_['fom'])}@{any_['epochs']}ep" if any_ else "")
+    text = f"; best {p['best_name']} {_fmt_num(p['best'])}"
+    if epochs is not None and p.get("rungs"):
+        text += f" at {epochs} epochs (the most any trial trained)"
+    if any_:
+        text += (f"; best at any fidelity {_fmt_num(any_['fom'])} (trial {any_['trial']} at {any_['epochs']} "
+                 "epochs)")
+    return text
+
+
+def _fmt_correlation(p: dict[str, Any]) -> str | None:
+    """The rank correlation between a staged search's rungs and the advice when it is low, or None."""
+    corr = p.get("rung_correlation")
+    if not corr:
+        return None
+    parts = ", ".join(f"{r['epochs']} epochs {r['rho']:.2f} (n {r['n']})" for r in corr["rungs"])
+    text = f"rank correlation with {corr['top_epochs']} epochs: {parts}"
+    return text + (f" - low: {p['advice']}" if p.get("advice") else "")
+
+
 def _fmt_jobs(view: dict[str, Any], limit: int = 4) -> str:
     if view.get("chains"):  # a search: each chain's jobs, c0:812>813* c1:814*>815…
         return " ".join(f"{c['run_id'].rsplit('/', 1)[-1]}:{_fmt_jobs(c, 3)}" for c in view["chains"])
@@ -76,7 +105,7 @@ def table(views: list[dict[str, Any]]) -> str:
     for v in views:
         p = v["progress"]
         rows.append((v["run_id"], v["name"], v["cluster"], v["state"], _fmt_jobs(v), _fmt_progress(p),
-                     _fmt_num(p["best"]), _fmt_elapsed(v["elapsed_s"])))
+                     _fmt_best(p, short=True), _fmt_elapsed(v["elapsed_s"])))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     errors = [f"  {v['run_id']}: {v['error']}" for v in views if v["state"] in ("failed", DAMAGED) and v["error"]]
@@ -100,14 +129,16 @@ def search_detail(v: dict[str, Any]) -> str:
         f"command   {shlex.join(v['command'])}",
         f"state     {v['state']}" + (f": {v['error']}" if v["error"] else ""),
         f"trials    {_fmt_progress(p)}" + (f" (from {p['trials_source']})" if p.get("trials_source") else "")
-        + (f"; best {p['best_name']} {_fmt_num(p['best'])}" if p["best"] is not None else ""),
+        + _fmt_best(p),
+        *([f"rungs     {c}"] if (c := _fmt_correlation(p)) else []),
         f"elapsed   {_fmt_elapsed(v['elapsed_s'])}",
     ]
     for c in v["chains"]:
         lines.append("")
         lines.append(f"chain {c['run_id'].rsplit('/', 1)[-1]}: {c['state']} on {c['cluster']}"
                      + (f": {c['error']}" if c.get("error") and c["state"] != "done" else ""))
-        lines.extend("  " + ln for ln in detail(c).splitlines()[7:])  # its jobs (and a failed job's log)
+        own = detail(c).splitlines()
+        lines.extend("  " + ln for ln in own[own.index("jobs:"):])  # its jobs (and a failed job's log)
     return "\n".join(lines)
 
 
@@ -123,8 +154,8 @@ def detail(v: dict[str, Any]) -> str:
         f"up to {v['max_resubmits']} resubmission(s); {v['retries']} of {v['max_retries']} retries after a "
         "rank death used",
         f"state     {v['state']}" + (f": {v['error']}" if v["error"] else ""),
-        f"progress  {_fmt_progress(p)}" + (f"; best {p['best_name']} {_fmt_num(p['best'])}" if p["best"] is not None
-                                           else ""),
+        f"progress  {_fmt_progress(p)}" + _fmt_best(p),
+        *([f"rungs     {c}"] if (c := _fmt_correlation(p)) else []),
         f"elapsed   {_fmt_elapsed(v['elapsed_s'])}",
         "jobs:",
     ]

@@ -9,6 +9,15 @@ default 30; state ``TIMEOUT``), records the exit status, and exits when nothing 
 outlives the run: a later submit starts a new supervisor when none is alive (an ``flock`` on
 ``supervisor.lock`` guarantees at most one per run). Job ids are ``1``, ``2``, ... within the run; job
 output goes to ``<run>/logs/job-<id>.out`` as on the clusters.
+
+A job's process is known by its pid *and* its start time (``/proc/PID/stat``, with the boot's id): a pid alone
+may name another process once the job's has ended, so nothing is signalled, and no job is taken for alive, on
+its pid alone. When the supervisor dies (killed, out of memory) its jobs are not lost to the queue: a running
+job whose process has ended is settled by the next query or cancel (``FAILED``, or ``CANCELLED``/``TIMEOUT``
+where it was being stopped; its exit status unknown), and the next supervisor - started by a cancel that
+leaves a job running, or by a submit - adopts a running job it did not start: it enforces its limit and ends
+its record once its process is gone. Intervals (the walltime, the wait between SIGTERM and SIGKILL) run on
+the monotonic clock, which all processes of one boot share; the wall-clock times in the queue are for people.
 """
 from __future__ import annotations
 
@@ -23,9 +32,10 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from nnlo.contract import ENV_JOB_ID, EXIT_DONE, LOG_DIR, STOP_SIGNALS, job_log, signal_status
+from nnlo.errors import NnloError
 from nnlo_sched.schedulers.base import (
     CANCELLED,
     COMPLETED,
@@ -42,6 +52,8 @@ from nnlo_sched.schedulers.base import (
 from nnlo_sched.state import locked, write_json_atomic
 
 QUEUE_DIR = "local"
+#: What a job's record says when its supervisor was gone as its process ended
+ORPHAN_NOTE = "ended while its local supervisor was not running (exit status unknown)"
 QUEUE_FILE = "queue.json"
 SUPERVISOR_LOCK = "supervisor.lock"
 POLL_S = 0.25
@@ -99,16 +111,32 @@ class LocalScheduler(Scheduler):
 
     def _query(self, job_ids: list[str]) -> dict[str, JobInfo]:
         try:
-            jobs = {j["id"]: j for j in _read(self.qdir)["jobs"]}
+            queue = _read(self.qdir)
+            if any(j["state"] == RUNNING for j in queue["jobs"]) and not self._supervisor_alive():
+                try:
+                    with self._queue() as q:  # the supervisor died: settle the jobs whose process has ended
+                        if not self._supervisor_alive():  # (none started meanwhile: it would wait for this lock)
+                            _settle(q)
+                        queue = q
+                except SchedulerError:
+                    raise
+                except (OSError, NnloError):  # a queue this user may read but not write: settle the answer only
+                    _settle(queue)
         except SchedulerError as e:
             return self.unknown(job_ids, str(e))
+        jobs = {j["id"]: j for j in queue["jobs"]}
         out = {}
         for jid in job_ids:
             j = jobs.get(jid)
-            out[jid] = JobInfo(jid, j["state"], j["state"]) if j else JobInfo(jid, ENDED, "", "not in local queue")
+            out[jid] = (JobInfo(jid, j["state"], j["state"], str(j.get("note") or "")) if j else
+                        JobInfo(jid, ENDED, "", "not in local queue"))
         if any(i.alive for i in out.values()) and not self._supervisor_alive():
-            # the supervisor died (machine rebooted, killed): nothing will ever run these
-            return {jid: JobInfo(jid, UNKNOWN, i.native, "local supervisor is not running") if i.alive else i
+            # the supervisor died (machine rebooted, killed): nothing will ever run a queued job; a running one
+            # whose process lives (pid and start time) runs on, with nothing to enforce its limit
+            return {jid: (JobInfo(jid, RUNNING, i.native, "its local supervisor is not running; nothing enforces "
+                                                         "its walltime")
+                          if i.state == RUNNING and _alive(jobs[jid]) else
+                          JobInfo(jid, UNKNOWN, i.native, "local supervisor is not running")) if i.alive else i
                     for jid, i in out.items()}
         return out
 
@@ -127,11 +155,9 @@ class LocalScheduler(Scheduler):
         if not ids or not (self.qdir / QUEUE_FILE).exists():
             return
         with self._queue() as q:
-            running = [j["pid"] for j in q["jobs"] if j["id"] in ids and j["state"] == RUNNING and j["pid"]]
-        for pid in running:
-            if _pid(pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
+            running = [dict(j) for j in q["jobs"] if j["id"] in ids and j["state"] == RUNNING and j["pid"]]
+        for j in running:
+            _signal_process(j, sig)  # only the job's own process: its pid and its start time
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         self.check_cancel(job_ids)
@@ -143,9 +169,16 @@ class LocalScheduler(Scheduler):
                     continue
                 if j["state"] == PENDING:
                     j["state"], j["ended"] = CANCELLED, time.time()
-                elif j["state"] == RUNNING and j["pid"]:
-                    j["cancel_at"] = j["cancel_at"] or time.time()
-                    _signal_group(j["pid"], signal.SIGTERM)
+                elif j["state"] == RUNNING:
+                    if j["cancel_at"] is None:
+                        j["cancel_at"], j["cancel_mono"] = time.time(), time.monotonic()
+                    _signal_job(j, signal.SIGTERM)
+            if any(j["state"] == RUNNING for j in q["jobs"]) and not self._supervisor_alive():
+                # no supervisor to follow the SIGTERM with a SIGKILL and to record the end: what has ended is
+                # settled now, and a new supervisor adopts what still runs
+                _settle(q)
+                if any(j["state"] == RUNNING for j in q["jobs"]):
+                    self._spawn_supervisor()
 
     # -- queue file -------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -211,8 +244,11 @@ def _queue_problem(queue: Any) -> str:
         # a pid is signalled: 0 or 1 (own process group, init) or a negative one must never be
         if j.get("pid") is not None and not _pid(j["pid"]):
             return f"job {j['id']!r} has pid {j.get('pid')!r}, not a process id"
-        if not all(j.get(k) is None or _number(j[k]) for k in ("cancel_at", "submitted", "started", "ended")):
+        if not all(j.get(k) is None or _number(j[k]) for k in ("cancel_at", "submitted", "started", "ended",
+                                                                "started_mono", "cancel_mono")):
             return f"job {j['id']!r} has a time that is not a number"
+        if j.get("pid_start") is not None and not _whole(j["pid_start"], 0):
+            return f"job {j['id']!r} has a 'pid_start' that is not a process start time"
         if j.get("depends_on") is not None and not isinstance(j["depends_on"], str):
             return f"job {j['id']!r} has a 'depends_on' that is not a job id"
     return ""
@@ -226,7 +262,7 @@ def _whole(v: Any, minimum: int) -> bool:
 PID_MAX = 4_194_304
 
 
-def _pid(v: Any) -> bool:
+def _pid(v: Any) -> TypeGuard[int]:
     """A process id that may be signalled: 0 is our own process group, 1 init's; negative ones are not
     process groups, and past PID_MAX none exists."""
     return _whole(v, 2) and v <= PID_MAX
@@ -246,10 +282,106 @@ def _default_stop_signals() -> None:
 
 
 def _signal_group(pid: int, sig: int) -> None:
+    """``sig`` to process group ``pid``: only for a group whose leader is known to hold that pid (the caller's
+    own child, unreaped, or a process just checked by :func:`_signal_job`)."""
     if not _pid(pid):
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+# -- a job's process: its pid and its start time -------------------------------------------------------
+def _boot_id() -> str:
+    """This boot's id (a pid and a start time repeat across reboots); "" where the kernel does not say."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> int | None:
+    """When the living process ``pid`` started (clock ticks after boot: ``/proc/PID/stat``'s 22nd field), or
+    None when no process of that pid lives (an ended one that is not yet reaped included)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()  # after the command name, which may hold spaces
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+        return None
+    try:
+        return int(fields[19])
+    except ValueError:
+        return None
+
+
+def _identity(pid: int) -> dict[str, Any]:
+    """What tells the process ``pid`` (running now) from any later process given the same pid."""
+    return {"pid": pid, "pid_start": _start_time(pid), "boot": _boot_id()}
+
+
+def _alive(j: dict[str, Any]) -> bool:
+    """Whether job ``j``'s own process lives: its pid, with the start time and boot recorded when it started (a
+    record without them, or a pid another process now holds, is not taken for the job's)."""
+    pid, start = j.get("pid"), j.get("pid_start")
+    if not _pid(pid) or start is None or j.get("boot", "") != _boot_id():
+        return False
+    return bool(_start_time(pid) == start)
+
+
+def _signal_process(j: dict[str, Any], sig: int) -> bool:
+    """``sig`` to job ``j``'s batch shell if it is still the job's process (pid and start time); True if sent.
+    Through a pidfd where the kernel has them: the check and the signal then name one process, whatever
+    happens to the pid in between."""
+    pid = j.get("pid")
+    if not _pid(pid):
+        return False
+    try:
+        fd: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except (OSError, AttributeError):
+        fd = None  # no pidfd (kernel < 5.3): the check, then the signal
+    try:
+        if not _alive(j):
+            return False
+        if fd is None:
+            os.kill(pid, sig)
+        else:
+            signal.pidfd_send_signal(fd, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _signal_job(j: dict[str, Any], sig: int) -> None:
+    """``sig`` to job ``j``'s process group (its batch shell leads it) if its leader is still the job's process."""
+    if _alive(j):
+        _signal_group(j["pid"], sig)
+
+
+def _mono(j: dict[str, Any], wall_key: str, mono_key: str) -> float:
+    """A job's time on the monotonic clock: as recorded in this boot, else from its wall-clock record."""
+    mono = j.get(mono_key)
+    if mono is not None and j.get("boot", "") == _boot_id():
+        return float(mono)
+    return time.monotonic() - (time.time() - float(j[wall_key]))
+
+
+def _settle(q: dict[str, Any], own: Mapping[str, Any] | None = None) -> None:
+    """End the record of every running job whose process is gone and that no supervisor watches (not in
+    ``own``, the calling supervisor's children): its supervisor died before it could. How it ended is not
+    known; a job being stopped is ``CANCELLED`` or ``TIMEOUT``, any other ``FAILED``."""
+    now = time.time()
+    for j in q["jobs"]:
+        if j["state"] != RUNNING or j["id"] in (own or {}) or _alive(j):
+            continue
+        state = TIMEOUT if j.get("timeout") else CANCELLED if j["cancel_at"] is not None else FAILED
+        j.update(state=state, ended=now, note=ORPHAN_NOTE)
 
 
 # -- the supervisor ------------------------------------------------------------------------------
@@ -267,6 +399,7 @@ class Supervisor:
         while True:
             with self.sched._queue() as q:
                 self._reap(q)
+                _settle(q, own=self.procs)  # adopted jobs (of a supervisor that died) whose process ended
                 self._enforce(q)
                 self._start_ready(q)
                 if not any(j["state"] in (PENDING, RUNNING) for j in q["jobs"]):
@@ -300,29 +433,34 @@ class Supervisor:
                 j.update(state=FAILED, rc=127, started=time.time(), ended=time.time())
                 return
         self.procs[j["id"]] = proc
-        j.update(state=RUNNING, pid=proc.pid, started=time.time())
+        # the child is not reaped before _reap: its pid cannot name another process while this is read
+        j.update(state=RUNNING, **_identity(proc.pid), started=time.time(), started_mono=time.monotonic())
 
     def _enforce(self, q: dict[str, Any]) -> None:
-        now = time.time()
+        """The limit of every running job (its own and adopted ones), on the monotonic clock."""
+        now = time.monotonic()
         for j in q["jobs"]:
             if j["state"] != RUNNING or not j["pid"]:
                 continue
-            limit = j["started"] + j["walltime_s"]
-            if j["cancel_at"] is None and now >= limit:
+            if j["cancel_at"] is None and now >= _mono(j, "started", "started_mono") + j["walltime_s"]:
                 j["timeout"] = True
-                j["cancel_at"] = now
-                _signal_group(j["pid"], signal.SIGTERM)
-            if j["cancel_at"] is not None and now >= j["cancel_at"] + kill_wait_s():
-                _signal_group(j["pid"], signal.SIGKILL)
+                j["cancel_at"], j["cancel_mono"] = time.time(), now
+                _signal_job(j, signal.SIGTERM)
+            if j["cancel_at"] is not None and now >= _mono(j, "cancel_at", "cancel_mono") + kill_wait_s():
+                _signal_job(j, signal.SIGKILL)
 
     def _reap(self, q: dict[str, Any]) -> None:
         for j in q["jobs"]:
             proc = self.procs.get(j["id"])
-            if j["state"] != RUNNING or proc is None or proc.poll() is None:
+            if j["state"] != RUNNING or proc is None:
                 continue
-            rc = proc.returncode if proc.returncode >= 0 else signal_status(-proc.returncode)
+            # ended? (not reaped yet: while the shell is a zombie its pid, and so its group's, is no one else's)
+            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                continue
             # what is left of the job's process group (a launcher's stray children) goes with it
             _signal_group(j["pid"], signal.SIGKILL)
+            proc.wait()
+            rc = proc.returncode if proc.returncode >= 0 else signal_status(-proc.returncode)
             if j.get("timeout"):
                 state = TIMEOUT
             elif j["cancel_at"] is not None:

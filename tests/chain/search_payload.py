@@ -9,7 +9,9 @@ leases the lowest trial id that is neither finished nor leased (a lease expires 
 its own participant from a killed earlier job are taken back at start), "trains" it (a sleep of
 ``--model-arg trial_seconds=S``), appends the result unless another participant already did, and rewrites
 trials.csv and best.json from the journal. It exits 0 once the budget (``--num-iterations``) is complete
-(whoever completed it), 75 after releasing its lease on SIGTERM/SIGUSR1/SIGUSR2 or before ``NNLO_DEADLINE``,
+(whoever completed it), notes the search's count of results in the run's progress record (as the runtime's
+every save does, ``nnlo.job.search_saved``), exits 75 after releasing its lease on SIGTERM/SIGUSR1/SIGUSR2
+or before ``NNLO_DEADLINE``,
 and 75 after ``--model-arg trials_per_job=K`` trials of its own (a walltime forced by count: a search of N trials
 needs at least ceil(N / K) jobs on any machine, so resubmission is tested without racing the clock).
 The orchestration under test (``nnlo job start/end``, chains, arrays, status, cancel) is all real.
@@ -121,6 +123,12 @@ def report(t: int, fom: float) -> None:
     (out / f".best.{os.getpid()}").write_text(json.dumps({"best_fom": best["trial"]["fom"], "fom_name": "val_loss",
                                                            "trials_done": len(rows), "trials_total": budget}))
     os.replace(out / f".best.{os.getpid()}", out / "best.json")
+    # the search's progress, as the runtime's every save notes it (nnlo.job.search_saved): the chain goes on
+    # after a job only if the count of results grew during it
+    record = run_dir / "progress.json"
+    (run_dir / ".progress.tmp").write_text(json.dumps({"checkpoint": str(journal), "saved_at": time.time(),
+                                                       "results": len(rows)}))
+    os.replace(run_dir / ".progress.tmp", record)
 
 
 reported = 0  # trials this job completed

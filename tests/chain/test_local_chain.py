@@ -52,8 +52,10 @@ def test_failing_job_stops_the_chain_with_its_error(chain_env):
 
 
 def test_job_without_new_checkpoint_stops_the_chain(chain_env):
-    # runs into its limit without checkpointing: SIGTERM, exit 75 without a checkpoint -> no resubmission
-    run = submit(make_spec("testlocal", model="nocheckpoint.py", epochs=1000, epoch_s=0.2, walltime_s=3))
+    # stopped as at its deadline after 2 epochs of its own (forced by count: a 3 s walltime raced the job's own
+    # start-up on a loaded machine), without checkpointing: exit 75 without a checkpoint -> no resubmission
+    run = submit(make_spec("testlocal", model="nocheckpoint.py", epochs=1000, epoch_s=0.2, walltime_s=600,
+                           epochs_per_job=2))
     wait_for("the chain to stop", lambda: run.state.state == "failed")
     st = run.state
     assert "without writing a new checkpoint" in st.error
@@ -126,25 +128,52 @@ def _exists(pid: int) -> bool:
     return True
 
 
-def test_status_says_unknown_when_the_local_scheduler_is_gone(chain_env):
-    run = submit(make_spec("testlocal", epochs=100, epoch_s=0.5, walltime_s=600))
-    wait_for("the job to run", lambda: run.state.state == "running" and _pid(run, "1"))
+def _kill_supervisor(run) -> int:
+    """SIGKILL the run's local supervisor (out of memory, killed by hand) and wait until it is gone; its pid."""
+    supervisor = json.loads((run.dir / "local" / "queue.json").read_text())["supervisor_pid"]
+    os.kill(supervisor, signal.SIGKILL)
+    # a SIGKILL is delivered at once, but a process lets go of its files (the supervisor's lock) as it exits
+    wait_for("the killed supervisor to be gone", lambda: not _exists(supervisor))
+    return supervisor
+
+
+def test_a_run_whose_supervisor_and_job_were_killed_is_cancelled_and_resumed(chain_env):
+    run = submit(make_spec("testlocal", epochs=4, epoch_s=0.1, walltime_s=600, hold_at_epoch=2))
+    wait_for("the job to hold at epoch 2", lambda: _pid(run, "1") and (run.dir / "history.json").exists()
+             and epochs_done(run) == [1, 2] and "holding" in nnlo("logs", run.id).stdout)
     # kill the supervisor and the job behind nnlo's back (a reboot): nobody does the bookkeeping
-    queue = json.loads((run.dir / "local" / "queue.json").read_text())
-    os.kill(queue["supervisor_pid"], signal.SIGKILL)
     job_group = _pid(run, "1")
+    _kill_supervisor(run)
     os.killpg(job_group, signal.SIGKILL)
-    # a SIGKILL is delivered at once, but a process lets go of its files (the supervisor's lock) as it exits:
-    # look once they are gone, as after a reboot
-    wait_for("the killed supervisor and job to be gone",
-             lambda: not _exists(queue["supervisor_pid"]) and not _exists(-job_group))
+    wait_for("the killed job to be gone", lambda: not _exists(-job_group))
     view = status_json(run)
-    assert view["state"] == "running"  # an unknown answer changes nothing...
-    assert view["jobs"][0]["scheduler_state"] == "UNKNOWN"  # ...and is shown as such
-    assert f"{run.id}" in (table := nnlo("status").stdout) and "1?" in table
-    # the user stops it; resume refuses nothing that is not alive, and cancel leaves it cancelled
+    assert view["state"] == "running"  # its queued successor cannot be told apart from a live one...
+    assert [j["scheduler_state"] for j in view["jobs"]] == ["FAILED", "UNKNOWN"]  # ...its ended job can
+    assert f"{run.id}" in (table := nnlo("status").stdout) and "2?" in table
+    # the user stops it and resumes it: the new chain goes on from the checkpoint of epoch 2
     nnlo("cancel", run.id)
     assert run.state.state == "cancelled"
+    nnlo("resume", run.id)
+    wait_for("the resumed run to finish", lambda: run.state.state in ("done", "failed"))
+    assert run.state.state == "done", run.state.error
+    assert epochs_done(run) == [1, 2, 3, 4]
+
+
+def test_a_running_job_of_a_killed_supervisor_is_shown_cancelled_and_resumed(chain_env):
+    run = submit(make_spec("testlocal", epochs=4, epoch_s=0.1, walltime_s=600, hold_at_epoch=2))
+    wait_for("the job to hold at epoch 2", lambda: _pid(run, "1") and (run.dir / "history.json").exists()
+             and epochs_done(run) == [1, 2] and "holding" in nnlo("logs", run.id).stdout)
+    _kill_supervisor(run)  # the job runs on
+    assert [j["scheduler_state"] for j in status_json(run)["jobs"]] == ["RUNNING", "UNKNOWN"]
+    # the cancel's SIGTERM reaches the job (its pid and start time checked), and a new supervisor adopts it:
+    # it follows up at the kill wait and ends the job's record once its process is gone
+    nnlo("cancel", run.id)
+    wait_for("the cancel to land", lambda: all(not j.alive for j in run.state.jobs) and _local_queue_idle(run))
+    assert run.state.state == "cancelled" and run.state.jobs[0].status == "cancelled"
+    nnlo("resume", run.id)
+    wait_for("the resumed run to finish", lambda: run.state.state in ("done", "failed"))
+    assert run.state.state == "done", run.state.error
+    assert epochs_done(run) == [1, 2, 3, 4]
 
 
 def _pid(run, job_id):

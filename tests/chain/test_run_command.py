@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from nnlo.optimize.state import save_state
 from nnlo_sched.chain import checkpoint_marker
 from nnlo_sched.payload import job_config
 from nnlo_sched.spec import RunSpec, checkpoint_dir, load_spec
@@ -69,14 +70,17 @@ def test_the_deadline_is_the_jobs_unless_the_command_gave_one(tmp_path, monkeypa
         job_config(d)
 
 
-def test_an_optimization_keeps_its_options_and_its_state_file_is_its_checkpoint(tmp_path):
+def test_an_optimization_keeps_its_options_and_its_results_are_its_progress(tmp_path, monkeypatch):
     d, spec = _run_dir(tmp_path, ["--model", "m.py", "--num-iterations", "4"], kind="optimize")
     assert spec.search is not None and spec.search.num_iterations == 4
     assert load_spec(d).search == spec.search
     assert job_config(d).checkpoint is None  # a search checkpoints into its run directory itself
     assert checkpoint_marker(d, spec) is None
-    (d / "optimizer-state.json").write_text("{}")
-    assert checkpoint_marker(d, spec) is not None
+    monkeypatch.setenv("NNLO_RUN_DIR", str(d))
+    save_state(d, {"finished": []})  # a save with no result (every job's start) is no progress
+    assert checkpoint_marker(d, spec) is None
+    save_state(d, {"finished": [{"id": 0, "params": {}, "status": "ok"}]})
+    assert checkpoint_marker(d, spec) == "1 results"
 
 
 def test_a_spec_written_before_the_typed_record_loads_from_its_argv(tmp_path):

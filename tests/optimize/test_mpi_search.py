@@ -146,6 +146,9 @@ def test_results_blocks_kept_are_taken_not_evaluated_again(optimize, tmp_path):
     r = optimize(3, *args, "--output", str(first))
     assert r.returncode == 0, r.stderr[-3000:]
     shutil.copytree(first / "trials", second / "trials")
+    for kept in (second / "trials").glob("*/block-result.json"):  # as if each block had trained for 100 s
+        json_text = json.loads(kept.read_text())
+        kept.write_text(json.dumps({**json_text, "result": {**json_text["result"], "elapsed": 100.0}}))
     log = tmp_path / "evals.jsonl"
     r = optimize(3, *args, "--output", str(second), extra_env={"BRANIN_LOG": str(log)})
     assert r.returncode == 0, r.stderr[-3000:]
@@ -153,6 +156,7 @@ def test_results_blocks_kept_are_taken_not_evaluated_again(optimize, tmp_path):
     assert r.stderr.count("taking the result its block kept") == 4
     key = lambda t: (t["id"], t["params"], t["fom"])  # noqa: E731
     assert [key(t) for t in trials(second)] == [key(t) for t in trials(first)]
+    assert all(100.0 <= t["duration_s"] < 200.0 for t in trials(second))  # what they took, not ~0 s
 
 
 @pytest.mark.parametrize("np_, args, message", [

@@ -294,7 +294,7 @@ def two_type_search(tmp_path, policy_name="hardware-aware", n=6, module=None) ->
 OOM = [{"error": "MemoryError: out of memory", "oom": True, "code": 1}]
 
 
-def test_a_trial_out_of_memory_on_one_type_re_runs_on_another_and_its_class_stays_off_the_first(tmp_path):
+def test_a_trial_out_of_memory_on_one_type_re_runs_on_another_and_stays_off_the_first(tmp_path):
     search = two_type_search(tmp_path)
     first = search.next_trial(0, 0.0)
     cls = first.params["model"]
@@ -305,9 +305,10 @@ def test_a_trial_out_of_memory_on_one_type_re_runs_on_another_and_its_class_stay
     assert again is first and again.block == 1 and again.status == "running"  # on the big block, same id
     search.record(again.id, [{"metrics": {"val_loss": 0.5}}], 1, 3.0)
     assert search.costs[-1].outcome == "ok" and search.costs[-1].block_type == BIG
-    # no trial of that class goes to the small block again
-    handed = [search.next_trial(0, 3.0 + i) for i in range(5)]
-    assert all(t is None or t.params["model"] != cls for t in handed)
+    # the trial itself is out on the small type; its class is not (no size hook orders it: each trial of the
+    # class is only unproven there, probed one at a time)
+    assert not search.assign.fits_type(first.params, SMALL) and search.assign.fits_type(first.params, BIG)
+    assert search.assign.fits_type({"model": cls, "epochs": 1.0 - first.params["epochs"]}, SMALL)
 
 
 def test_a_trial_that_fits_no_block_fails_with_why_and_fifo_keeps_the_old_failure(tmp_path):
@@ -324,6 +325,49 @@ def test_a_trial_that_fits_no_block_fails_with_why_and_fifo_keeps_the_old_failur
     assert failed[0].error == ("it fits no block of this job: it needs 64 GiB per rank (trial_memory), blocks of "
                                "1 rank, 8 GiB/rank, n have 8; it needs 64 GiB per rank (trial_memory), blocks of "
                                "2 ranks, 32 GiB/rank, n have 32")
+
+
+def test_without_a_size_hook_one_out_of_memory_fails_only_its_own_trial_not_the_rest_of_the_budget(tmp_path):
+    search = two_type_search(tmp_path, n=8)  # trial_class only: every trial has size 1, nothing orders them
+    oom = search.next_trial(1, 0.0)
+    cls = oom.params["model"]
+    assert search.out_of_memory(oom.id, OOM, 1, 1.0) is None  # on the largest type: it fails (the caller records)
+    search.record(oom.id, OOM, 1, 1.0)
+    clock, ran = 2.0, []
+    while (t := search.next_trial(1, clock)) is not None:  # the big block runs the rest of the budget
+        search.record(t.id, [{"metrics": {"val_loss": 1.0}}], 1, clock + 1.0)
+        ran.append(t)
+        clock += 2.0
+    failed = [t.id for t in search.finished.values() if t.status == "failed"]
+    assert failed == [oom.id] and len(search.finished) == 8  # not every trial of its class, unrun
+    assert any(t.params["model"] == cls for t in ran)  # its class ran on
+    assert not search.assign.fits_type(oom.params, BIG)  # the trial itself is out where it ran out of memory
+    other = {**oom.params, "epochs": 1.0 - oom.params["epochs"]}
+    assert search.assign.fits_type(other, BIG) and search.assign.fits_type(other, SMALL)
+
+
+def test_with_a_size_hook_an_out_of_memory_rules_out_the_class_at_least_as_large():
+    hooks = SimpleNamespace(trial_class=lambda p: p["model"], trial_size=lambda p: 1.0 + p["epochs"])
+    policy = make_policy("hardware-aware", SPACE, [SMALL, BIG], TraitsOf(SPACE, hooks))
+    big, small = {"model": "large", "epochs": 0.8}, {"model": "large", "epochs": 0.2}
+    policy.learn([(CostObservation(1, "large", 1.5, SMALL, 3.0, "oom"), {"model": "large", "epochs": 0.5})])
+    assert not policy.fits_type(big, SMALL) and policy.fits_type(small, SMALL) and policy.fits_type(big, BIG)
+    unsized = make_policy("hardware-aware", SPACE, [SMALL, BIG],
+                          TraitsOf(SPACE, SimpleNamespace(trial_class=lambda p: p["model"])))
+    unsized.learn([(CostObservation(1, "large", 1.0, SMALL, 3.0, "oom"), {"model": "large", "epochs": 0.5})])
+    assert unsized.fits_type(big, SMALL) and unsized.fits_type(small, SMALL)  # no size: nothing to order by
+    assert not unsized.fits_type({"model": "large", "epochs": 0.5}, SMALL)  # but that trial is out there
+    assert unsized.fits_type({"model": "large", "epochs": 0.5}, BIG)
+    # evidence from a second trial (and none of the class fitted there): the class is out on that type
+    second = [(CostObservation(1, "large", 1.0, SMALL, 3.0, "oom"), {"model": "large", "epochs": 0.5}),
+              (CostObservation(2, "large", 1.0, SMALL, 3.0, "oom"), {"model": "large", "epochs": 0.9})]
+    unsized.learn(second)
+    assert not unsized.fits_type(small, SMALL) and unsized.fits_type(small, BIG)
+    assert unsized.memory.why_not(unsized.traits(small), SMALL) == (
+        "2 trials of class 'large' ran out of memory on blocks of 1 rank, 8 GiB/rank, n or larger and none of "
+        "them fitted there")
+    unsized.learn([*second, (CostObservation(3, "large", 1.0, SMALL, 3.0, "ok"), small)])
+    assert unsized.fits_type(big, SMALL)  # one of the class fitted there: only the two trials themselves are out
 
 
 def test_cost_observations_are_saved_and_restored_and_an_old_state_without_them_loads(tmp_path):
@@ -520,6 +564,23 @@ def test_the_chains_fate_line_keeps_the_dead_ranks_fate_for_the_next_job_once(tm
     (ranks / "fate.json").write_text("{not json")
     assert take_fate(ranks) is None and not (ranks / "fate.json").exists()  # a damaged one is dropped
     assert fate_line("all ranks exited cleanly\n", ranks) is None and not (ranks / "fate.json").exists()
+
+
+def test_a_lost_nodes_line_names_no_rank_and_teaches_no_out_of_memory(tmp_path):
+    from nnlo.rankfate import ENDED, fate_line, silent_line, take_fate
+
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for rank, role in ((1, "block 0 worker:w0"), (3, "block 1 worker:w0")):
+        (ranks / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "role": role, "host": f"nid0{rank}",
+                                                             "pid": 70 + rank}))
+    lost = f"nnlo: error: {silent_line('nid03', [3], 60)}\n"  # the node went silent: no rank is named first
+    teardown = "srun: error: nid01: task 1: Killed\n"  # then the launcher kills the innocent rest
+    assert fate_line(lost + teardown, ranks) == silent_line("nid03", [3], 60) and ENDED in lost
+    assert take_fate(ranks) is None  # block 0's trial is not learnt as out of memory
+    # a named rank the launcher never reported killed: no fate either (not the first teardown report)
+    died = "nnlo: error: rank 3 (block 1 worker:w0) on nid03 died: its process ended without exiting; " + ENDED
+    assert fate_line(died + "\n" + teardown, ranks) is not None and take_fate(ranks) is None
 
 
 def test_what_a_killed_rank_teaches():

@@ -1,5 +1,6 @@
 """A real ``nnlo optimize`` (MPI, the hook path, in the warm world) with blocks of 1 and 2 ranks: a trial that runs
-out of memory on the one-rank block re-runs on the two-rank block, and nothing is sent to the small block again."""
+out of memory on the one-rank block re-runs on the two-rank block; once a second trial has (the model declares no
+size, so one trial's failure says nothing of another's), nothing of the class is sent to the small block again."""
 from __future__ import annotations
 
 import json
@@ -22,7 +23,10 @@ def test_a_trial_out_of_memory_on_a_small_block_re_runs_on_a_larger_one(nnlo_mpi
     assert all(t["status"] == "ok" and t["block"] == 1 for t in trials), trials  # none failed, all on the 2-rank
     costs = json.loads((out / "optimizer-state.json").read_text())["costs"]
     ooms = [c for c in costs if c["outcome"] == "oom"]
-    assert len(ooms) == 1 and ooms[0]["type"]["ranks"] == 1  # one try on the small block, never again
+    # on the small block each trial at most once, and after two trials' evidence none of the class (whether the
+    # small block probes a second trial before the big one has run them all is placement's choice)
+    assert 1 <= len(ooms) <= 2 and {c["type"]["ranks"] for c in ooms} == {1}
+    assert len({c["id"] for c in ooms}) == len(ooms)
     assert {c["type"]["ranks"] for c in costs if c["outcome"] == "ok"} == {2}
     assert f"trial {ooms[0]['id']} ran out of memory on block 0: it re-runs on another block type than 1 rank" \
         in r.stderr

@@ -11,12 +11,13 @@ import pytest
 
 from nnlo.errors import ConfigError
 from nnlo.optimize.engines import make_engine
+from nnlo.optimize.failures import FailureRule
 from nnlo.optimize.journal import read_journal, rebuild
 from nnlo.optimize.results import Objective
 from nnlo.optimize.schedules import ScheduleSpec, make_schedule
 from nnlo.optimize.search import Search
 from nnlo.optimize.shared import rebuilt_engine_state, shared_search
-from nnlo.optimize.space import from_model
+from nnlo.optimize.space import Integer, from_dimensions, from_model
 from nnlo.optimize.trial_files import inherit, read_hook_state, trial_dir, write_hook_state
 from tests.helpers.env import example
 
@@ -131,6 +132,36 @@ def test_pbt_children_start_from_their_donors_checkpoint(tmp_path):
     assert {r["parent"] for r in rows} - {""} == {str(c.parent) for c in children}
 
 
+def test_a_failing_pbt_child_leaves_the_population_whole_and_the_budget_is_spent(tmp_path):
+    s = search(tmp_path, spec=PBT, n=12, failures=FailureRule.parse("1"))
+    while (t := s.next_trial(0, 0.0)) is not None:
+        if t.parent is not None and t.rung is None:  # every child fails (a perturbed point that diverges)
+            s.record(t.id, [{"error": "x1 is nan (diverged)", "code": 1}], 0)
+        else:
+            run_job(s, t)
+    assert s.complete() and len(s.finished) == 12  # the whole budget, not a search that stops early
+    living = s.schedule.living(s.ledger())
+    assert len(living) == 4 and all(t.parent is None and t.epochs == 6 for t in (s.finished[m.id] for m in living))
+
+
+def test_a_pbt_search_resumed_with_a_larger_budget_is_the_same_search(tmp_path):
+    from nnlo.config import TrainConfig
+    from nnlo.optimize.options import SearchConfig
+
+    def spec(n):
+        return SearchConfig(schedule="pbt", num_iterations=n, pbt_interval=2).schedule_spec(TrainConfig(epochs=6))
+
+    s = search(tmp_path, spec=spec(6), n=6)
+    drain(s, stop_after=8)  # six members (the budget) and two of their steps; then the job ends
+    s.save()
+    more = search(tmp_path, spec=spec(16), n=16)  # --num-iterations raised, --opt-restore
+    assert more.restore() and len(more.finished) == 6
+    drain(more)  # the population fills up to its default and exploits with the budget it has now
+    living = more.schedule.living(more.ledger())
+    assert more.schedule.spec.population == 8 and len(living) == 8
+    assert any(t.parent is not None for t in more.finished.values()) and len(more.finished) > 8
+
+
 def test_inherit_copies_the_donors_checkpoint_at_its_result(tmp_path):
     from nnlo.checkpoint import CheckpointWriter
 
@@ -152,6 +183,60 @@ def test_inherit_copies_the_donors_checkpoint_at_its_result(tmp_path):
     assert inherit(tmp_path, 5, 13, 1, epochs=4) == 4  # the state before the newest is kept too
     assert read_hook_state(trial_dir(tmp_path, 13, 0)) == ({"loss": 2.0}, 4)
     assert inherit(tmp_path, 42, 12, 1) is None  # no donor folder: a fresh start
+
+
+def test_a_damaged_pbt_donor_gives_a_fresh_start_with_one_warning(tmp_path, caplog):
+    s = search(tmp_path, spec=PBT, n=8)
+    for _ in range(4):  # the population has its first results
+        run_job(s, s.next_trial(0, 0.0))
+    for tid in range(4):  # then every member's checkpoint is damaged: no donor can be read
+        (trial_dir(tmp_path, tid, 0) / "hook-state.json").write_text("{torn")
+    s.save()
+    again = search(tmp_path, spec=PBT, n=8)  # a resume hands the same jobs out
+    assert again.restore()
+    caplog.set_level("WARNING", logger="nnlo.optimize.trial_files")
+    child = None
+    while child is None:  # members train on (a block would fail them on the damage: not the point here)
+        t = again.next_trial(0, 0.0)
+        assert t is not None
+        if t.parent is not None:
+            child = t
+        else:
+            again.record(t.id, [{"metrics": {"val_loss": 9.0 + t.id}, "epochs": again.job_epochs(t)}], 0)
+    assert child.start_epochs is None and not trial_dir(tmp_path, child.id, 0).exists()  # it starts afresh
+    warnings = [r.getMessage() for r in caplog.records if r.name == "nnlo.optimize.trial_files"]
+    assert len(warnings) == 1 and f"trial {child.id}: trial {child.parent}'s checkpoint" in warnings[0]
+    assert "trains from scratch" in warnings[0]
+    epochs = again.job_epochs(child)
+    done = run_job(again, child)  # from epoch 0 to its step
+    assert done.status == "ok" and done.rungs[-1]["epochs"] == epochs
+
+
+def test_a_donor_checkpoint_pruned_while_it_is_copied_is_passed_over(tmp_path, monkeypatch):
+    import shutil
+
+    from nnlo.checkpoint import CheckpointWriter
+    from nnlo.optimize import trial_files
+
+    w = CheckpointWriter(trial_dir(tmp_path, 3, 0) / "checkpoints", keep=3)
+    for epoch in (2, 4):
+        tmp = w.begin(epoch, epoch * 10)
+        (tmp / "master.pkl").write_bytes(b"x")
+        w.commit(tmp, {"epoch": epoch, "updates": epoch * 10})
+    copytree = shutil.copytree
+
+    def pruned_after_the_copy(src, dst, *a, **kw):  # the donor's training prunes it right after we copied it
+        out = copytree(src, dst, *a, **kw)
+        shutil.rmtree(src)
+        return out
+
+    monkeypatch.setattr(trial_files.shutil, "copytree", pruned_after_the_copy)
+    assert inherit(tmp_path, 3, 9, 1, epochs=4) == 4
+    assert [p.name for p in (trial_dir(tmp_path, 9, 0) / "checkpoints").iterdir()] == ["ckpt-e0004-u00000040"]
+    # a damaged manifest is passed over for an older checkpoint
+    (trial_dir(tmp_path, 3, 0) / "checkpoints" / "ckpt-e0002-u00000020" / "manifest.json").write_text("{torn")
+    monkeypatch.setattr(trial_files.shutil, "copytree", copytree)
+    assert inherit(tmp_path, 3, 10, 1, epochs=2) is None and not trial_dir(tmp_path, 10, 0).exists()
 
 
 # -- a shared search ------------------------------------------------------------------------------------
@@ -308,3 +393,32 @@ def test_a_shared_pbt_childs_checkpoint_copy_runs_outside_the_journals_lock(tmp_
     assert "copy" not in rebuild(records).open[child.id].job
     a.close()
     b.close()
+
+
+# -- every trial handed out is pending for the engine (no copies) ------------------------------------------------
+GRID = from_dimensions([Integer(1, 4, name="a"), Integer(1, 4, name="b")])  # 16 points: copies are likely
+
+
+def grid_job(s, trial):
+    """A deterministic learning curve of the grid's points (the later rungs reorder them a little)."""
+    p, e = trial.params, s.job_epochs(trial)
+    value = (p["a"] - 2.5) ** 2 + (p["b"] - 2) ** 2 / (1 + e) + 1 / e
+    return s.record(trial.id, [{"metrics": {"val_loss": value}, "epochs": e}], trial.block or 0)
+
+
+@pytest.mark.parametrize("spec, cls", [(ASHA, Search), (ScheduleSpec("hyperband", max_epochs=9), Search),
+                                       (ASHA, shared_search)], ids=["asha", "hyperband", "shared-asha"])
+def test_a_staged_search_never_proposes_a_paused_trials_point_again(tmp_path, spec, cls):
+    # random proposals (Bayesian ones copy too, at more cost): 11-12 distinct of 14 before paused trials were pending
+    extra = {"clock": Clock(), "participant": "p", "lease_s": 10.0, "heartbeat": False} if cls is shared_search else {}
+    s = cls(make_engine("random", GRID, 3, n_initial_points=2), Objective.parse("val_loss"), num_iterations=14,
+            out_dir=tmp_path, schedule=make_schedule(spec, GRID), **extra)
+    s.restore()
+    while True:
+        running = [t for b in range(2) if (t := s.next_trial(b, 0.0)) is not None]
+        if not running:
+            break
+        for t in running:
+            grid_job(s, t)
+    points = [GRID.key(t.params) for t in sorted(s.finished.values(), key=lambda t: t.id)]
+    assert len(points) == 14 and len(set(points)) == len(points)  # 14 distinct points of 16

@@ -13,7 +13,7 @@ from nnlo.errors import ConfigError
 from nnlo.optimize.engines import make_engine
 from nnlo.optimize.options import SearchConfig, check_schedule
 from nnlo.optimize.results import Objective, Trial
-from nnlo.optimize.schedules import Full, Ledger, ScheduleError, ScheduleSpec, TrialView, make_schedule
+from nnlo.optimize.schedules import Full, Job, Ledger, ScheduleError, ScheduleSpec, TrialView, make_schedule
 from nnlo.optimize.schedules.asha import Asha, geometric_budgets, keep, promotable, promotion
 from nnlo.optimize.schedules.hyperband import Hyperband, bracket_sizes, next_bracket
 from nnlo.optimize.schedules.ledger import RungResults, feed, ledger, model_rung
@@ -40,7 +40,8 @@ def ranked(trials, rung):
 # -- rungs ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("lo, hi, eta, want", [
     (1, 27, 3, (1, 3, 9, 27)), (1, 10, 3, (1, 3, 9, 10)), (2, 2, 3, (2,)), (1, 16, 2, (1, 2, 4, 8, 16)),
-    (1, 5, 2.5, (1, 2, 5)), (3, 100, 3, (3, 9, 27, 81, 100)),
+    (1, 5, 2.5, (1, 3, 5)), (3, 100, 3, (3, 9, 27, 81, 100)),
+    (1, 20, 2.5, (1, 3, 6, 16, 20)), (2, 40, 2.5, (2, 5, 13, 31, 40)),  # halves round up: 2.5 is 3, 12.5 is 13
 ])
 def test_rungs_grow_by_eta_up_to_the_maximum(lo, hi, eta, want):
     assert geometric_budgets(lo, hi, eta) == want
@@ -214,6 +215,22 @@ def test_perturb_moves_reals_by_factors_and_others_to_neighbours():
     assert {perturb(act, "a", np.random.default_rng(i)) for i in range(20)} == {"b"}
 
 
+def test_perturb_moves_a_wide_integer_by_a_step_scaled_to_its_range():
+    wide, logged = Integer(0, 1000, name="units"), Integer(16, 1024, prior="log-uniform", name="batch")
+    assert {perturb(wide, 500, np.random.default_rng(i)) for i in range(20)} == {400, 600}  # a tenth of the range
+    assert {perturb(wide, 980, np.random.default_rng(i)) for i in range(20)} == {880, 1000}  # clipped at the end
+    assert {perturb(wide, 1000, np.random.default_rng(i)) for i in range(20)} == {900}  # the only way
+    assert {perturb(logged, 100, np.random.default_rng(i)) for i in range(20)} == {80, 120}  # x0.8 or x1.2
+    assert {perturb(logged, 16, np.random.default_rng(i)) for i in range(20)} == {19}
+    assert {perturb(Integer(1, 1000, prior="log-uniform"), 2, np.random.default_rng(i)) for i in range(20)} == {1, 3}
+
+
+def test_perturb_finds_a_choice_of_tuples_read_back_from_json():
+    shape = Categorical([(32, 32), (64, 64), (128, 128)], name="shape")
+    assert {perturb(shape, [64, 64], np.random.default_rng(i)) for i in range(20)} == {(32, 32), (128, 128)}
+    assert perturb(shape, [7, 7], np.random.default_rng(0)) in shape.categories  # none of them: drawn afresh
+
+
 def test_explore_resamples_with_its_probability_and_keeps_points_valid():
     point = {"lr": 0.1, "layers": 3, "act": "b"}
     kept = explore(SPACE, point, np.random.default_rng(1), resample=0.0)
@@ -265,6 +282,29 @@ def test_pbt_fills_the_population_then_steps_the_least_trained_and_exploits():
     assert pbt.next_job(L(done), new=True, rng=RNG) is None and all(pbt.completed(t) for t in done)
 
 
+def test_a_failed_pbt_child_gives_its_place_back_and_a_failed_member_is_replaced_while_budget_lasts():
+    pbt = Pbt(ScheduleSpec("pbt", max_epochs=6, population=4, interval=2), SPACE)
+    pts = [{"lr": 0.01 * (i + 1), "layers": 2, "act": "a"} for i in range(4)]
+    pop = [v(0, {0: 0.1, 1: 0.05}, params=pts[0]), v(1, {0: 0.2, 1: 0.1}, params=pts[1]),
+           v(2, {0: 0.3, 1: 0.2}, params=pts[2]), v(3, {0: 0.4}, params=pts[3]),
+           v(4, {1: None}, params=pts[0], parent=0, replaces=3)]  # member 3's child failed
+    assert [t.id for t in pbt.living(pop)] == [0, 1, 2, 3]  # 3 is back: it stopped at step 0 and trains on
+    job = pbt.next_job(L(pop), new=False, rng=RNG)
+    assert (job.trial, job.rung) == (3, 1)
+    pop[3] = v(3, {0: None}, params=pts[3])  # a member that fails itself: a fresh trial takes its place
+    assert [t.id for t in pbt.living(pop)] == [0, 1, 2]
+    assert pbt.next_job(L(pop), new=True, rng=RNG) == Job(rung=0, epochs=2)
+    assert pbt.next_job(L(pop), new=False, rng=RNG).trial == 0  # without budget the others train on
+
+
+def test_a_pbt_population_above_the_budget_starts_what_the_budget_allows_and_trains_it_on():
+    pbt = Pbt(ScheduleSpec("pbt", max_epochs=4, population=8, interval=2), SPACE)
+    few = [v(i, {0: 0.1 * (i + 1)}, params={"lr": 0.01, "layers": 2, "act": "a"}) for i in range(3)]
+    assert pbt.next_job(L(few), new=True, rng=RNG).new  # filling the population while the budget lasts
+    job = pbt.next_job(L(few), new=False, rng=RNG)  # budget spent: the members train on, no wait for ever
+    assert (job.trial, job.rung) == (0, 1)
+
+
 # -- the options ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("opts, message", [
     ({"schedule": "asha", "min_epochs": 20}, "--min-epochs 20 is above --epochs 10"),
@@ -288,7 +328,9 @@ def test_schedule_defaults_resolve_against_the_training():
     assert (spec.min_epochs, spec.eta, spec.max_epochs) == (1, 3.0, 27)
     spec = SearchConfig(schedule="pbt", num_iterations=20).schedule_spec(TrainConfig(epochs=30))
     assert (spec.population, spec.interval) == (8, 3)  # the same when --num-iterations is raised later
-    assert SearchConfig(schedule="pbt", num_iterations=5).schedule_spec(TrainConfig(epochs=5)).population == 5
+    # the default does not depend on the budget (a search resumed with more trials is the same search): a
+    # budget below it starts what it allows
+    assert SearchConfig(schedule="pbt", num_iterations=5).schedule_spec(TrainConfig(epochs=5)).population == 8
     with pytest.raises(ConfigError, match="population of at least 2 trials; --num-iterations 1 is too few"):
         SearchConfig(schedule="pbt", num_iterations=1)
     with pytest.raises(ScheduleError):

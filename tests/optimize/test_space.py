@@ -295,3 +295,17 @@ def test_spaces_from_python_values_and_their_errors():
     with pytest.raises(ConfigError, match=r"^m\.py declares no search space: set get_model\.parameter_range = "
                                           r"\[Real\(\.\.\., name='lr'\), \.\.\.\] or pass --space FILE\.toml$"):
         from_model(types.SimpleNamespace(__file__="m.py", get_model=lambda: None))
+
+
+def test_a_choice_of_tuples_survives_a_json_round_trip():
+    import json
+
+    space = Space([Categorical([(32, 32), (64, 64)], name="shape"), Real(0.0, 1.0, name="x")])
+    again = Space.from_dict(json.loads(json.dumps(space.to_dict())))
+    assert again.to_dict() == json.loads(json.dumps(space.to_dict())) == space.to_dict()  # a restore compares these
+    point = json.loads(json.dumps({"shape": (64, 64), "x": 0.5}))  # as a state or journal keeps it: a list
+    assert point["shape"] == [64, 64]
+    assert space.contains(point) and again.contains(point) and space.point(point) == {"shape": (64, 64), "x": 0.5}
+    assert space.key(space.point(point)) == space.key({"shape": (64, 64), "x": 0.5})
+    with pytest.raises(ConfigError, match="must be distinct"):  # a list is the tuple it would be read back as
+        Categorical([(1, 2), [1, 2]], name="c")

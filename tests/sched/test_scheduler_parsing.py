@@ -12,6 +12,7 @@ import pytest
 
 from nnlo_sched.schedulers import SchedulerError, base, get_scheduler
 from nnlo_sched.schedulers.base import JobInfo, unique_ids
+from nnlo_sched.schedulers.local import ORPHAN_NOTE
 from nnlo_sched.schedulers.pbs import short_id
 from nnlo_sched.schedulers.slurm import normalise
 
@@ -358,7 +359,8 @@ def test_an_unreadable_local_queue_is_named(tmp_path: Path) -> None:
         json.loads(text)
     assert reason == f"local queue {path} cannot be read ({' '.join(str(e.value).split())}); the run directory is damaged"
     _queue(tmp_path, {"next_id": 3, "jobs": [_job("2", "RUNNING", pid=4_194_304, started=5, cancel_at=-1.5)]})
-    assert get_scheduler("local", tmp_path).query(["2"])["2"].reason == "local supervisor is not running"
+    # a running job of a dead supervisor, whose process (no start time recorded: not the job's) is gone
+    assert get_scheduler("local", tmp_path).query(["2"])["2"].reason == ORPHAN_NOTE
 
 
 # -- the edges of each parser -------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from a GPU block than a small MLP does, so the cost model learns a speed per (cl
 **Size hint.** ``trial_size(params)`` in the model module: a positive number the trial's duration is taken to be
 proportional to within its class (say epochs x width). Without it every trial has size 1 and what a parameter
 costs is learnt from the parameters themselves. A size also orders a class's trials by memory: a trial that ran
-out of memory on a block type keeps the trials of its class at least as large off that type too.
+out of memory on a block type keeps the trials of its class at least as large off that type too (without a size
+nothing orders them, and it keeps only itself off: :mod:`.memory`).
 
 **Memory.** ``trial_memory(params)`` in the model module: the GiB a worker rank needs. Block types whose
 known memory per rank (:class:`~.hardware.BlockType`) is smaller are skipped before anything is tried.
@@ -22,10 +23,11 @@ error naming it and the module.
 """
 from __future__ import annotations
 
+import json
 import math
 import numbers
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nnlo.errors import ModelError
@@ -36,11 +38,18 @@ HOOKS = ("trial_class", "trial_size", "trial_memory")
 
 @dataclass(frozen=True)
 class Traits:
-    """A trial as placement sees it before it runs."""
+    """A trial as placement sees it before it runs (``point``: its parameters' :func:`point_key`, so that an
+    out-of-memory fact without a size rules out exactly the trial it is about)."""
 
     cls: str = ""
     size: float = 1.0
     memory_gb: float | None = None
+    point: str | None = field(default=None, compare=False)
+
+
+def point_key(params: Mapping[str, Any]) -> str:
+    """A trial's parameters as one comparable string (the same point gives the same key)."""
+    return json.dumps(dict(params), sort_keys=True, default=str)
 
 
 def top_level_choice(space: Any) -> Callable[[Mapping[str, Any]], str]:
@@ -79,7 +88,8 @@ class TraitsOf:
         cls = self._call("trial_class", params, _as_class) if "trial_class" in self._hooks else None
         size = self._call("trial_size", params, _as_positive) if "trial_size" in self._hooks else 1.0
         memory = self._call("trial_memory", params, _as_positive) if "trial_memory" in self._hooks else None
-        return Traits(self._space_class(params) if cls is None else cls, 1.0 if size is None else size, memory)
+        return Traits(self._space_class(params) if cls is None else cls, 1.0 if size is None else size, memory,
+                      point_key(params))
 
     def _call(self, name: str, params: Mapping[str, Any], check: Callable[[Any], Any]) -> Any:
         try:

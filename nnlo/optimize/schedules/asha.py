@@ -27,11 +27,12 @@ from nnlo.optimize.schedules.base import Job, Ledger, ScheduleSpec, TrialView
 
 
 def geometric_budgets(min_epochs: int, max_epochs: int, eta: float) -> tuple[int, ...]:
-    """``min_epochs * eta**k`` (rounded, increasing) below ``max_epochs``, then ``max_epochs``."""
+    """``min_epochs * eta**k`` (rounded half up: 2.5 is 3, not Python's 2; increasing) below ``max_epochs``,
+    then ``max_epochs``."""
     out: list[int] = []
     k = 0
     while True:
-        b = round(min_epochs * eta ** k)
+        b = math.floor(min_epochs * eta ** k + 0.5)
         if b >= max_epochs:
             break
         if not out or b > out[-1]:

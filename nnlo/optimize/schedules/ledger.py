@@ -15,14 +15,20 @@ skopt's optimiser cannot pin; and why not only the latest result of each trial: 
 different epochs in one model, rewarding trials for having trained longer. A trial that failed at a rung at
 or below the model's rung is told as a failure (the engine's usual "worst value seen"); trials stopped below
 the model's rung are left out (their value there is unknown).
+
+**What the engine must avoid** (:func:`pending`): every trial handed out whose value at the model's rung the
+engine is not told - running, to re-run, and *paused below the model's rung* - counts as pending. Without the
+paused ones, once the model moves to a higher rung the points of trials stopped below it are invisible to the
+engine (neither observed nor pending) and it proposes them again: copies that spend the budget.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nnlo.optimize.engines.base import Engine
-from nnlo.optimize.results import OK, Objective, Trial, mean_variance
+from nnlo.optimize.results import FAILED, OK, Objective, Trial, mean_variance
 from nnlo.optimize.schedules.base import Ledger, TrialView
 
 
@@ -93,6 +99,10 @@ class RungResults:
         engine.variances = list(self._noise.get(rung, ()))
         return rung
 
+    def told_keys(self) -> set[str]:
+        """The points the engine is told at the model's rung (:meth:`feed`), as JSON keys."""
+        return {_key(p) for p, _ in self._told.get(model_rung(self.ok, self.n_min), ())}
+
     @classmethod
     def of(cls, trials: Iterable[Trial], objective: Objective, n_min: int) -> RungResults:
         """Built from trial records, their rung results in the order they finished (ties by trial id)."""
@@ -118,3 +128,24 @@ def feed(engine: Engine, trials: Iterable[Trial], objective: Objective) -> int:
     """Set the engine's observations to those of the model's rung, from trial records (a restored or shared
     search; a running one keeps a :class:`RungResults` up to date instead); the rung."""
     return RungResults.of(trials, objective, min_results(engine)).feed(engine)
+
+
+def _key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def pending(trials: Iterable[Trial], results: RungResults) -> list[dict[str, Any]]:
+    """The points of ``trials`` (every trial handed out: running, to re-run, finished or paused; each id once)
+    the engine must take as pending, by id: all but those it observes - a result at the rung its model learns
+    from (or a failure below it, :class:`RungResults`), or under ``--schedule full`` (no rungs) a final result."""
+    told = results.told_keys()
+    seen: dict[int, Trial] = {}
+    for t in trials:
+        seen.setdefault(t.id, t)
+    out = []
+    for tid in sorted(seen):
+        t = seen[tid]
+        observed = _key(t.params) in told if t.rungs else t.status in (OK, FAILED)
+        if not observed:
+            out.append(t.params)
+    return out

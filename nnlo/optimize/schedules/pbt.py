@@ -14,8 +14,13 @@ stays in step even with fewer blocks than members) and:
 Every exploit is a new trial (a new id, its own row in ``trials.csv``) with ``parent`` (the donor) and
 ``replaces`` (the member it took the place of): the lineage. The trial budget (``--num-iterations``) counts
 the initial population and every child, so it also bounds how often the population exploits; once it is
-spent the members train on to ``--epochs`` without exploiting. The search ends when every living member has
-reached ``--epochs``.
+spent the members train on to ``--epochs`` without exploiting (a budget below the population starts what it
+allows: the population, part of the search's identity, does not depend on the budget, so a search resumed
+with a larger one is the same search). The search ends when every living member has reached ``--epochs``.
+
+A child that fails gives its place back: the member it was to replace stopped at a step with its checkpoint
+and trains on (or is exploited again). A member that fails itself leaves a place that a fresh trial takes
+while the budget lasts, so the population does not shrink while there is budget to keep it.
 """
 from __future__ import annotations
 
@@ -29,8 +34,10 @@ import numpy as np
 from nnlo.optimize.schedules.base import Job, Ledger, ScheduleSpec, TrialView
 from nnlo.optimize.space import Categorical, Integer, Real, Space
 
-#: explore's factors for a real parameter (and for an integer one whose range is wide)
+#: explore's factors for a real parameter (and for a log-uniform integer one)
 FACTORS = (0.8, 1.2)
+#: explore's move of a uniform integer parameter: this share of its range (at least 1)
+INTEGER_SHARE = 0.1
 
 
 def steps(interval: int, max_epochs: int) -> tuple[int, ...]:
@@ -39,22 +46,38 @@ def steps(interval: int, max_epochs: int) -> tuple[int, ...]:
 
 
 def perturb(dim: Any, value: Any, rng: np.random.Generator) -> Any:
-    """One parameter, perturbed: a real times 0.8 or 1.2, an integer or a choice moved to a neighbour
-    (one step up or down, or the only neighbour at an end), clipped to its range."""
+    """One parameter, perturbed, clipped to its range: a real times 0.8 or 1.2; an integer moved up or down
+    by a step scaled to its range (a tenth of a uniform range, a factor 0.8 or 1.2 of a log-uniform one's
+    value; at least 1, and the other way at an end); a choice moved to a neighbouring value (the only
+    neighbour at an end)."""
     if isinstance(dim, Categorical):
         cats = list(dim.categories)
-        i = next(j for j, c in enumerate(cats) if repr(c) == repr(value))
+        i = dim.index(value)
+        if i is None:  # not one of its values (a space changed since): a fresh draw
+            return dim.sample(rng)
         moves = [j for j in (i - 1, i + 1) if 0 <= j < len(cats)]
         return cats[moves[int(rng.integers(len(moves)))]] if moves else value
     if isinstance(dim, Integer):
-        step = 1 if rng.uniform() < 0.5 else -1
-        moved = value + step
-        if not dim.low <= moved <= dim.high:
-            moved = value - step
-        return dim.clip(moved)
+        up = rng.uniform() < 0.5
+        moved = dim.clip(_integer_move(dim, int(value), up))
+        return moved if moved != value else dim.clip(_integer_move(dim, int(value), not up))
     if isinstance(dim, Real):
         return dim.clip(float(value) * FACTORS[int(rng.integers(2))])
     return value
+
+
+def _integer_move(dim: Integer, value: int, up: bool) -> int:
+    """``value`` moved one step up or down (unclipped); halves round up."""
+    if dim.prior == "log-uniform":
+        step = abs(_half_up(value * FACTORS[1 if up else 0]) - value)
+    else:
+        step = _half_up(INTEGER_SHARE * (dim.high - dim.low))
+    step = max(1, step)
+    return value + step if up else value - step
+
+
+def _half_up(x: float) -> int:
+    return math.floor(x + 0.5)
 
 
 def explore(space: Space, params: Mapping[str, Any], rng: np.random.Generator, resample: float) -> dict[str, Any]:
@@ -97,16 +120,17 @@ class Pbt:
         self.budgets = steps(self.spec.interval, self.spec.max_epochs)
 
     def living(self, trials: Iterable[TrialView]) -> list[TrialView]:
-        """The population now: trials neither replaced by a child nor failed."""
+        """The population now: trials neither failed nor replaced by a child that lives (a child that fails
+        gives its place back to the member it was to replace, which stopped at a step and trains on)."""
         trials = list(trials)
-        replaced = {t.replaces for t in trials if t.replaces is not None}
+        replaced = {t.replaces for t in trials if t.replaces is not None and not t.failed}
         return [t for t in trials if t.id not in replaced and not t.failed]
 
     def next_job(self, trials: Ledger, *, new: bool, rng: np.random.Generator) -> Job | None:
-        if sum(1 for t in trials if t.parent is None) < self.spec.population:
-            return Job(rung=0, epochs=self.budgets[0]) if new else None
-        top = len(self.budgets) - 1
         members = self.living(trials)
+        if new and len(members) < self.spec.population:  # filling the population, or a failed member's place
+            return Job(rung=0, epochs=self.budgets[0])
+        top = len(self.budgets) - 1
         ready = [t for t in members if t.running is None and t.top is not None and t.top < top]
         if not ready:
             return None
