@@ -6,6 +6,9 @@ schedule also ``"epochs": E``: train, resuming the trial's checkpoint, until E e
 ``{"stop": True, "code": rc}``. ``RESULT``
 comes back: ``{"trial": id, "block": b, "folds": [outcome, ...]}`` with one outcome per fold
 (``FoldOutcome.to_dict()``: metrics or error, and the epochs trained and the checkpoint written).
+
+A block's ranks name themselves ``block B <role>`` in their rank records (:func:`rank_label`), so that a search
+can tell which block a killed rank belonged to (:func:`block_of_label`).
 """
 from __future__ import annotations
 
