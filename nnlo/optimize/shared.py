@@ -67,7 +67,7 @@ from nnlo.optimize.schedules.ledger import feed, ledger, pending
 from nnlo.optimize.search import Search
 from nnlo.optimize.space import Space
 from nnlo.optimize.state import save_state
-from nnlo.optimize.storage import rerun_entry
+from nnlo.optimize.storage import BoundToSearch, rerun_entry
 
 log = logging.getLogger("nnlo.optimize.shared")
 
@@ -124,7 +124,7 @@ def shared_search(engine: Engine, objective: Objective, *, out_dir: Path, partic
     return Search(engine, objective, out_dir=out_dir, storage=storage, **search)
 
 
-class JournalStorage:
+class JournalStorage(BoundToSearch):
     """The storage of a shared search: its trials, leases and results live in the journal in ``folder``."""
 
     requeue: list[Trial]  # always empty: a trial to re-run is an open lease of the journal
@@ -165,15 +165,6 @@ class JournalStorage:
         self._lost: set[int] = set()
         self._joined = False
         self._built: tuple[int, Ledger] = (-1, Ledger())
-        self._search: Search | None = None
-
-    def bind(self, search: Search) -> None:
-        self._search = search
-
-    @property
-    def s(self) -> Search:
-        assert self._search is not None, "a storage is bound to its search by the search's constructor"
-        return self._search
 
     @property
     def finished(self) -> dict[int, Trial]:

@@ -107,7 +107,21 @@ def _identity(options: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in options.items() if k != "n_initial_points"}
 
 
-class LocalStorage:
+class BoundToSearch:
+    """A storage's link to the search it keeps, made once by the search's constructor (:meth:`Storage.bind`)."""
+
+    _search: Search | None = None
+
+    def bind(self, search: Search) -> None:
+        self._search = search
+
+    @property
+    def s(self) -> Search:
+        assert self._search is not None, "a storage is bound to its search by the search's constructor"
+        return self._search
+
+
+class LocalStorage(BoundToSearch):
     """A search of its own: trials handed out from its re-runs and proposal pool, its state in ``out_dir``."""
 
     def __init__(self) -> None:
@@ -118,15 +132,6 @@ class LocalStorage:
         self.pool: list[Candidate] = []  # proposals not handed out yet (pending for the engine)
         self._waiting: dict[int, tuple[Any, ...]] = {}  # block -> the state in which the policy said wait
         self._ledger = Ledger()  # the schedule's view of every trial, updated trial by trial (_touch)
-        self._search: Search | None = None
-
-    def bind(self, search: Search) -> None:
-        self._search = search
-
-    @property
-    def s(self) -> Search:
-        assert self._search is not None, "a storage is bound to its search by the search's constructor"
-        return self._search
 
     # -- the end ---------------------------------------------------------------------------------------
     def complete(self) -> bool:
