@@ -65,6 +65,7 @@ from nnlo_sched.state import (
     FINISHED,
     JOB_CANCELLED,
     JOB_FAILED,
+    NOT_NEEDED,
     NO_CHECKPOINT,
     PREEMPTED,
     QUEUED,
@@ -257,7 +258,7 @@ def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:
                 rec.status, st.state = JOB_FAILED, FAILED
                 st.error = f"job {job_id} failed (exit {rc}): {log_error_line(run_dir, job_id)}"
         for j in successors if stop else []:
-            j.status, j.ended_at = JOB_CANCELLED, now
+            j.status, j.ended_at = NOT_NEEDED if st.state == DONE else JOB_CANCELLED, now
         state, scheduler = st.state, st.scheduler
     merge_timeline(run_dir, spec)
     if stop and successors:

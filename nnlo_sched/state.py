@@ -43,6 +43,9 @@ FINAL_STATES = (DONE, FAILED, CANCELLED)
 QUEUED_JOB, RUNNING_JOB = "queued", "running"
 FINISHED, WALLTIME, JOB_FAILED, JOB_CANCELLED, NO_CHECKPOINT, SKIPPED = (
     "finished", "walltime", "failed", "cancelled", "no-checkpoint", "skipped")
+#: A successor queued behind the job that finished the run: the chain took it back before it started (it was
+#: never needed; not a cancellation, which is the user's).
+NOT_NEEDED = "not-needed"
 #: A job stopped with a checkpoint by ``nnlo preempt`` (its successor continues), not by its walltime.
 PREEMPTED = "preempted"
 
