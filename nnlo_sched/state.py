@@ -104,6 +104,12 @@ class RunState:
         """A run of many chains sharing one search (``nnlo submit --jobs K``)."""
         return bool(self.chains)
 
+    @property
+    def ref(self) -> str:
+        """The run id a user gives ``nnlo resume|cancel|status`` for this run: a search's chain (``c1``, no run
+        of its own under the runs home) is resumed, cancelled and shown through its search's id."""
+        return Path(self.search_dir).name if self.search_dir else self.run_id
+
     def job(self, job_id: str) -> JobRecord | None:
         for j in self.jobs:
             if j.job_id == job_id:
