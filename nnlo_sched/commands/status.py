@@ -135,7 +135,7 @@ def search_detail(v: dict[str, Any]) -> str:
     ]
     for c in v["chains"]:
         lines.append("")
-        lines.append(f"chain {c['run_id'].rsplit('/', 1)[-1]}: {c['state']} on {c['cluster']}"
+        lines.append(f"chain {c['run_id'].rsplit('/', 1)[-1]}: {c['state']} on {c['cluster']} ({c['dir']})"
                      + (f": {c['error']}" if c.get("error") and c["state"] != "done" else ""))
         own = detail(c).splitlines()
         lines.extend("  " + ln for ln in own[own.index("jobs:"):])  # its jobs (and a failed job's log)

@@ -365,7 +365,10 @@ def test_every_hint_a_stopped_chain_of_a_search_prints_is_a_command_that_works(s
     table, detail = nnlo("status").stdout, nnlo("status", run_id).stdout
     wrong = nnlo("resume", "c1", check=False)
     assert wrong.returncode != 0  # the chain's own name is no run id (as before)
-    said = hints(stopped.message, table, detail, wrong.stderr)
+    whole = nnlo("preempt", run_id, check=False)  # a search is preempted a chain at a time: status lists them
+    assert whole.returncode != 0 and f"nnlo status {run_id}" in whole.stderr
+    assert f"({chain})" in detail  # each chain's run directory, which nnlo preempt takes
+    said = hints(stopped.message, table, detail, wrong.stderr, whole.stderr)
     assert f"nnlo resume {run_id}" in said and "nnlo resume c1" not in said and "nnlo status" in said, said
     assert " ended without" not in table + detail
     for command in sorted(said, key=lambda c: "resume" in c):  # the resume last: it changes the run
