@@ -189,9 +189,9 @@ def console_logging(level: str, rank: int) -> None:
         handler.setFormatter(logging.Formatter(f"%(asctime)s [{rank}] %(name)s: %(message)s", "%H:%M:%S"))
         handler.addFilter(ConsoleFilter(rank, parse_level(level)))
         logger.addHandler(handler)
-    # nnlo's console handler is the one that prints nnlo's records: a root handler the user's model installs
-    # (logging.basicConfig()) would print each again in Python's default format, the log files' tracebacks too
-    logger.propagate = False
+        # this handler prints nnlo's records: a root handler the user's model installs (logging.basicConfig())
+        # would print each again in Python's default format, the log files' tracebacks too
+        logger.propagate = False
     logger.setLevel(level.upper() if rank == 0 else "WARNING")
 
 
