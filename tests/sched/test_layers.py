@@ -150,7 +150,7 @@ def test_the_runtime_scan_tells_a_heavy_import_from_a_light_one() -> None:
 #: The runtime's surface for the orchestration side: what nnlo_sched may import (with its submodules)
 RUNTIME_SURFACE = {
     "nnlo", "nnlo.contract", "nnlo.errors", "nnlo.roles", "nnlo.config", "nnlo.optimize.options", "nnlo.api",
-    "nnlo.job", "nnlo.checkpoint", "nnlo.models", "nnlo.device", "nnlo.atomic", "nnlo.stop", "nnlo.abort",
+    "nnlo.job", "nnlo.checkpoint", "nnlo.models", "nnlo.device", "nnlo.atomic", "nnlo.stop", "nnlo.script_stop", "nnlo.abort",
     "nnlo.rankfate", "nnlo.observe", "nnlo.observe.logs", "nnlo.observe.timeline", "nnlo.observe.summary",
     "nnlo.observe.plots", "nnlo.observe.tracking", "nnlo.data", "nnlo.data.check", "nnlo.data.lists",
     "nnlo.optimize", "nnlo.optimize.space", "nnlo.optimize.surrogate_plot", "nnlo.optimize.journal",
