@@ -114,10 +114,9 @@ def simulate(spec: ScheduleSpec | None, *, engine: str, seed: int, blocks: int, 
     slow = np.random.default_rng([seed, 0xB5])
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    schedule = make_schedule(spec, SPACE) if spec is not None else None
+    schedule = make_schedule(spec or ScheduleSpec(max_epochs=epochs), SPACE)  # None: full, a schedule too
     search = Search(make_engine(engine, SPACE, seed, n_initial_points=10), OBJECTIVE, num_iterations=n_trials,
-                    out_dir=out, schedule=schedule)
-    search.blocks = blocks
+                    out_dir=out, schedule=schedule, blocks=blocks)
     runner = HookRunner(curves, OBJECTIVE.name)
     os.environ["CURVES_EPOCHS"] = str(epochs)
     events: list[tuple[float, int, int, dict[str, Any], float]] = []
@@ -167,7 +166,7 @@ def simulate(spec: ScheduleSpec | None, *, engine: str, seed: int, blocks: int, 
         t0 = time.perf_counter()
         trial = search.record(tid, [outcome], b, now=now)
         spent = time.perf_counter() - t0
-        full = schedule is None or trial.epochs == epochs
+        full = not schedule.spec.staged or trial.epochs == epochs
         if full and trial.fom is not None and (best is None or trial.fom < best):
             best = trial.fom
             curve.append((now, best))

@@ -44,6 +44,7 @@ from nnlo.optimize.placement import BlockType, TraitsOf
 from nnlo.optimize.results import Objective
 from nnlo.optimize.search import Search
 from nnlo.optimize.space import Categorical, Integer, Real, Space
+from nnlo.optimize.storage import LocalStorage
 from nnlo.stop import Stop
 
 NAME = "hetero"
@@ -106,18 +107,24 @@ def simulate(world: World, policy: Policy, seed: int, *, engine: str = "genetic"
     """One search: until ``horizon`` (steady state) or until ``budget`` trials are done, as one job or as a
     chain of jobs of ``walltime`` each with ``queue`` between them (cut trials resume from their checkpoint)."""
     rng = np.random.default_rng([seed, 7])
-    search = Search(make_engine(engine, world.space, seed, n_initial_points=10, population=10),
-                    Objective.parse("val_loss"), num_iterations=budget or 10 ** 6, out_dir=out_dir)
     n = len(world.types)
-    search.blocks, search.assign, search.block_types = n, policy, list(world.types)
-    search.traits_of = TraitsOf(world.space, world.module)
+    engine_ = make_engine(engine, world.space, seed, n_initial_points=10, population=10)
+    storage = LocalStorage()  # the trials every job of the chain shares (a job's search is given its deadline)
+    traits_of = TraitsOf(world.space, world.module)
+
+    def job_search(deadline: float | None) -> Search:
+        return Search(engine_, Objective.parse("val_loss"), num_iterations=budget or 10 ** 6, out_dir=out_dir,
+                      storage=storage, blocks=n, assign=policy, block_types=world.types,
+                      traits_of=traits_of, deadline=deadline)
+
+    search = job_search(None)
     run, best, known_oom = Run(), math.inf, {}  # block type -> when its first out-of-memory run ended
     progress: dict[int, float] = {}  # trial -> share done at its last checkpoint (a cut trial resumes there)
     by_type: dict[BlockType, list[bool]] = {}
     job_start = 0.0
     while True:
         deadline = None if walltime is None else job_start + walltime
-        search.deadline = deadline
+        search = job_search(deadline)
         stop = Stop(deadline, safety_s=0.0)
         running: dict[int, tuple[float, float, int, str, float]] = {}  # block -> (start, end, id, kind, full)
         now, ended = job_start, None

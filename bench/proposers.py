@@ -41,8 +41,8 @@ def simulate(n_proposers: int, blocks: int, trial_s: float, ask_s: float, horizo
              engine: str, out_dir: Path) -> dict[str, Any]:
     rng = np.random.default_rng([seed, 7])
     search = Search(make_engine(engine, SPACE, seed), Objective.parse("val_loss"), num_iterations=10 ** 6,
-                    out_dir=out_dir)
-    search.blocks = blocks
+                    out_dir=out_dir, blocks=blocks, propose=lambda pending: taken.pop())
+    taken: list[dict[str, Any]] = []  # the proposal the next hand-out takes (the proposer ranks' buffer)
     buffer = ProposalBuffer(n_proposers, SPACE.key)
     events: list[tuple[float, int, str, int, Any]] = []  # (time, order, kind, who, payload)
     order = 0
@@ -68,7 +68,7 @@ def simulate(n_proposers: int, blocks: int, trial_s: float, ask_s: float, horizo
             point = buffer.take(search.engine.seen(search.pending()))
             if point is None:
                 break
-            search.propose = lambda pending, point=point: point
+            taken.append(point)
             trial = search.next_trial(b, now)
             assert trial is not None
             idle_total[b] += now - idle_since.pop(b)

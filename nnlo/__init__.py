@@ -44,6 +44,7 @@ _LAZY = {
     "deadline": "nnlo.job",
     "seconds_left": "nnlo.job",
     "checkpointed": "nnlo.job",
+    "stop_requested": "nnlo.script_stop",
     "run_dir": "nnlo.job",
     "EXIT_RESUMABLE": "nnlo.job",
 }
@@ -51,7 +52,7 @@ _LAZY = {
 __all__ = [
     "EXIT_RESUMABLE", "ArraySource", "ConfigError", "DataError", "DataSource", "GeneratorSource", "ModelError",
     "NnloError", "RankFailure", "SearchResult", "StopTraining", "TrainConfig", "TrainResult", "TrainingError",
-    "checkpointed", "deadline", "optimize", "run_dir", "run_train", "seconds_left", "train",
+    "checkpointed", "deadline", "optimize", "run_dir", "run_train", "seconds_left", "stop_requested", "train",
 ]
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from nnlo.data.source import ArraySource, DataSource, GeneratorSource
     from nnlo.errors import ConfigError, DataError, ModelError, NnloError, TrainingError
     from nnlo.job import EXIT_RESUMABLE, checkpointed, deadline, run_dir, seconds_left
+    from nnlo.script_stop import stop_requested
     from nnlo.training.callbacks import StopTraining
     from nnlo.training.failure import RankFailure
 

@@ -27,6 +27,7 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,30 @@ from nnlo.atomic import write_json
 from nnlo.config import TrainConfig, deadline_from_env
 from nnlo.contract import ENV_RUN_DIR, EXIT_RESUMABLE, PROGRESS_FILE, PROGRESS_RESULTS
 
-__all__ = ["EXIT_RESUMABLE", "chained_config", "checkpointed", "deadline", "end_if_resumable", "progress",
-           "progress_marker", "run_dir", "search_saved", "seconds_left", "working_in"]
+__all__ = ["EXIT_RESUMABLE", "asked", "chained_config", "checkpointed", "deadline", "end_if_resumable",
+           "forget_question", "on_first_question", "progress", "progress_marker", "run_dir", "search_saved",
+           "seconds_left", "working_in"]
+
+#: what waits for the code of the job to ask about it first (a script's stop handler: nnlo.script_stop)
+_first_question: list[Callable[[], None]] = []
+
+
+def on_first_question(hook: Callable[[], None]) -> None:
+    """Call ``hook`` (once) when this process's code first asks about its job: :func:`deadline`,
+    :func:`seconds_left`, :func:`checkpointed` or ``nnlo.stop_requested()``."""
+    _first_question.append(hook)
+
+
+def forget_question(hook: Callable[[], None]) -> None:
+    """Drop ``hook`` if it has not run yet."""
+    if hook in _first_question:
+        _first_question.remove(hook)
+
+
+def asked() -> None:
+    """This process's code asked about its job: run the hooks that waited for it (once)."""
+    while _first_question:
+        _first_question.pop(0)()
 
 
 def run_dir() -> Path | None:
@@ -49,6 +72,7 @@ def deadline() -> float | None:
 
     The batch system ends the job soon after; a malformed value is a one-line :class:`~nnlo.errors.ConfigError`.
     """
+    asked()
     return deadline_from_env()
 
 
@@ -103,6 +127,7 @@ def checkpointed(path: str | Path) -> None:
     save. Outside a submitted run it does nothing. In a search's job the trials' trainings checkpoint too: that
     leaves the search's count (:func:`search_saved`) the job's only measure of progress, whichever process
     wrote last."""
+    asked()
     _update({"checkpoint": str(Path(path).absolute()), "saved_at": time.time()})
 
 

@@ -32,7 +32,7 @@ from nnlo.roles import Shape
 from nnlo_sched.chain import ChainError, cancel_run, preempt_run, preemptable
 from nnlo_sched.checks import check_run, check_run_home, check_script, check_site_run_home, skipped_checks
 from nnlo_sched.inner import SCRIPT, InnerCommand, parse_inner
-from nnlo_sched.layout import Layout, compute_layout, oversubscribed
+from nnlo_sched.layout import Layout, compute_layout, idle_gpu_notes, oversubscribed
 from nnlo_sched.profiles import Profile, load_profile
 from nnlo_sched.render import job_name, render_script, warning_signal
 from nnlo_sched.runs import (
@@ -339,6 +339,7 @@ def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str
         cores = profile.for_constraint(run_spec.constraint).cores_per_node
         over = oversubscribed(run_spec.layout.ranks_per_node, cores)
         notes.append(f"{over} of a {profile.label} node (the ranks share them: slower, not wrong)" if over else "")
+        notes += idle_gpu_notes(run_spec.layout)  # the GPUs a coordinator or master leaves idle, as layout says
     plan = _plan(run_spec, profile, shown, script, given_dir=target is not None, jobs=jobs, array=array,
                  join=joined, inner_given=inner_given)
     return Preflight(profile, target, shown, script, tuple(filter(None, notes)), plan,

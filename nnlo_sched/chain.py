@@ -65,6 +65,7 @@ from nnlo_sched.state import (
     FINISHED,
     JOB_CANCELLED,
     JOB_FAILED,
+    NOT_NEEDED,
     NO_CHECKPOINT,
     PREEMPTED,
     QUEUED,
@@ -128,10 +129,15 @@ def _new_checkpoint(run_dir: Path, spec: RunSpec, job: JobRecord) -> bool:
     return now is not None and now != job.checkpoint_at_start
 
 
+#: how a job whose end nnlo never recorded (its batch shell killed with it) ended, in the chain's words
+KILLED_WITH_SHELL = "was killed at its time limit (or with its node)"
+
+
 def no_progress(spec: RunSpec, run_id: str, job_id: str, how: str) -> str:
-    """Why the chain stops after job ``job_id`` ended (``how``: "ended", "stopped (exit 75)") with nothing to
-    resume from, and what to change: a search that finished no trial and no stage in a whole job has a
-    walltime too short for one trial of its model."""
+    """Why the chain stops after job ``job_id`` ended (``how``: :data:`KILLED_WITH_SHELL`, "stopped (exit 75)")
+    with nothing to resume from, and what to change (``run_id``: the id the user resumes, ``RunState.ref``): a
+    search that finished no trial and no stage in a whole job has a walltime too short for one trial of its
+    model."""
     if spec.kind == "optimize":
         return (f"job {job_id} {how} without finishing a trial or a stage of the search: the walltime "
                 f"({format_hms(spec.walltime_s)}) is too short for one trial of this model; give a longer -t "
@@ -177,13 +183,13 @@ def job_start(run_dir: Path, job_id: str | None, *, submit_successor: bool = Tru
                 prev.status = NO_CHECKPOINT
                 rec.status, rec.ended_at = SKIPPED, now
                 st.state = FAILED
-                st.error = no_progress(spec, st.run_id, prev.job_id, "ended")
+                st.error = no_progress(spec, st.ref, prev.job_id, KILLED_WITH_SHELL)
                 return Decision(False, st.error)
         if len(started) > spec.max_resubmits:
             rec.status, rec.ended_at = SKIPPED, now
             st.state = FAILED
             st.error = (f"stopped after {spec.max_resubmits} resubmission(s) (--max-resubmits); "
-                        f"`nnlo resume {st.run_id}` continues from the newest checkpoint")
+                        f"`nnlo resume {st.ref}` continues from the newest checkpoint")
             return Decision(False, st.error)
         rec.status, rec.started_at = RUNNING_JOB, now
         rec.host = socket.gethostname()
@@ -231,14 +237,14 @@ def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:
         elif rc == EXIT_RESUMABLE or (rc in KILLED_AT_LIMIT and fresh):
             if not fresh:
                 rec.status, st.state = NO_CHECKPOINT, FAILED
-                st.error = no_progress(spec, st.run_id, job_id, f"stopped (exit {rc})")
+                st.error = no_progress(spec, st.ref, job_id, f"stopped (exit {rc})")
             elif successors:
                 rec.status, st.state, stop = PREEMPTED if rec.preempted_at else WALLTIME, RESUBMITTING, False
             else:
                 rec.status, st.state = WALLTIME, FAILED
                 st.error = (f"stopped at the walltime of job {job_id} with no successor queued "
                             f"(--max-resubmits {spec.max_resubmits} reached or submission failed); "
-                            f"`nnlo resume {st.run_id}` continues")
+                            f"`nnlo resume {st.ref}` continues")
         else:
             death = rank_death(run_dir, spec, job_id, rc)
             retried = retries(st)
@@ -252,12 +258,12 @@ def job_end(run_dir: Path, job_id: str | None, rc: int) -> str:
                        f"--max-retries {spec.max_retries} reached" if retried >= spec.max_retries else
                        "no successor job is queued")
                 st.error = (f"job {job_id} failed (exit {rc}): {death}; not retried: {why}; "
-                            f"`nnlo resume {st.run_id}` continues from the newest checkpoint")
+                            f"`nnlo resume {st.ref}` continues from the newest checkpoint")
             else:
                 rec.status, st.state = JOB_FAILED, FAILED
                 st.error = f"job {job_id} failed (exit {rc}): {log_error_line(run_dir, job_id)}"
         for j in successors if stop else []:
-            j.status, j.ended_at = JOB_CANCELLED, now
+            j.status, j.ended_at = NOT_NEEDED if st.state == DONE else JOB_CANCELLED, now
         state, scheduler = st.state, st.scheduler
     merge_timeline(run_dir, spec)
     if stop and successors:
@@ -425,7 +431,7 @@ def preemptable(run_dir: Path, st: RunState) -> Preemptable:
                            later=True)
     if not any(j.alive for j in st.jobs if j is not job):
         return Preemptable(None, f"run {st.run_id}: job {job.job_id} has no successor queued (--max-resubmits "
-                                 f"reached?); preempting it would end the chain: `nnlo cancel {st.run_id}` stops it")
+                                 f"reached?); preempting it would end the chain: `nnlo cancel {st.ref}` stops it")
     return Preemptable(job)
 
 
@@ -465,7 +471,7 @@ def resume_run(run_dir: Path, *, force: bool = False, options: list[str] | None 
     alive = alive_jobs(run_dir, st)
     if alive:
         raise ChainError(f"run {st.run_id} still has job(s) {', '.join(alive)} queued or running; "
-                         f"`nnlo cancel {st.run_id}` first")
+                         f"`nnlo cancel {st.ref}` first")
     if st.state == DONE and not force:
         raise ChainError(f"run {st.run_id} is done; pass --force to run it again from its last checkpoint")
     profile = load_profile_for(run_dir, st.cluster, st.env)  # before any write: a refused resume changes nothing
@@ -530,9 +536,9 @@ def reconcile(run_dir: Path, infos: dict[str, JobInfo]) -> RunState:
         st.state = FAILED
         ended = f"job {last.job_id} ended ({native or 'gone from the queue'}) without nnlo's bookkeeping"
         cause = _error_in(log_tail(run_dir, last.job_id, 60))  # a job that died in its first second says why
-        st.error = (f"{ended}: {cause}; fix that, then `nnlo resume {st.run_id}` continues from the newest "
+        st.error = (f"{ended}: {cause}; fix that, then `nnlo resume {st.ref}` continues from the newest "
                     f"checkpoint" if cause else
-                    f"{ended} and no job is queued; `nnlo resume {st.run_id}` continues from the newest checkpoint")
+                    f"{ended} and no job is queued; `nnlo resume {st.ref}` continues from the newest checkpoint")
     return st
 
 

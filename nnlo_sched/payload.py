@@ -49,6 +49,7 @@ from nnlo.models import run_name
 from nnlo.observe.logs import console_logging
 from nnlo.optimize.options import SearchConfig
 from nnlo.roles import RoleError
+from nnlo.script_stop import guard_script
 from nnlo_sched.checks import check_run, skipped_checks
 from nnlo_sched.inner import SCRIPT, InnerCommand
 from nnlo_sched.launchers.local_launch import PROFILE, relaunch
@@ -156,13 +157,16 @@ def run_script(argv: list[str]) -> int:
 
     The script's ``sys.exit(n)`` is the job's status (75: resubmit me). An exception in the script is printed
     with its traceback trimmed to the script's frames, and the whole job is ended (a rank that dies must not
-    leave the others waiting in a collective).
+    leave the others waiting in a collective). The walltime warning is held for the script until it asks
+    ``nnlo.stop_requested()`` (or any of its job's facts); one that never asks is ended at its deadline as at
+    the walltime (:mod:`nnlo.script_stop`).
     """
     path = str(Path(argv[0]).expanduser().absolute())
     sys.argv = [path, *argv[1:]]
     sys.path.insert(0, str(Path(path).parent))  # as `python FILE.py` does: its folder's modules import
     try:
-        runpy.run_path(path, run_name="__main__")
+        with guard_script():  # the walltime warning never kills it; its first question installs the stop handler
+            runpy.run_path(path, run_name="__main__")
     except SystemExit as e:
         code = e.code
         if code is None or isinstance(code, int):

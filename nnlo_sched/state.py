@@ -43,6 +43,9 @@ FINAL_STATES = (DONE, FAILED, CANCELLED)
 QUEUED_JOB, RUNNING_JOB = "queued", "running"
 FINISHED, WALLTIME, JOB_FAILED, JOB_CANCELLED, NO_CHECKPOINT, SKIPPED = (
     "finished", "walltime", "failed", "cancelled", "no-checkpoint", "skipped")
+#: A successor queued behind the job that finished the run: the chain took it back before it started (it was
+#: never needed; not a cancellation, which is the user's).
+NOT_NEEDED = "not-needed"
 #: A job stopped with a checkpoint by ``nnlo preempt`` (its successor continues), not by its walltime.
 PREEMPTED = "preempted"
 
@@ -100,6 +103,12 @@ class RunState:
     def is_search(self) -> bool:
         """A run of many chains sharing one search (``nnlo submit --jobs K``)."""
         return bool(self.chains)
+
+    @property
+    def ref(self) -> str:
+        """The run id a user gives ``nnlo resume|cancel|status`` for this run: a search's chain (``c1``, no run
+        of its own under the runs home) is resumed, cancelled and shown through its search's id."""
+        return Path(self.search_dir).name if self.search_dir else self.run_id
 
     def job(self, job_id: str) -> JobRecord | None:
         for j in self.jobs:

@@ -136,6 +136,7 @@ class RankLogging:
         self._handlers: list[logging.Handler] = []
         self.logger = logging.getLogger("nnlo")
         self._previous_level = self.logger.level
+        self._previous_propagate = self.logger.propagate
         # Lowering the logger's level for our file must not make handlers someone else installed (a
         # command's console handler set to warnings on non-zero ranks) print more: raise them to the level
         # they effectively had, and put everything back at close.
@@ -160,6 +161,7 @@ class RankLogging:
             handler.setLevel(self.level if rank == 0 else max(self.level, logging.WARNING))
             handler.addFilter(ConsoleFilter(rank, self.level))
             self._add(handler)
+            self.logger.propagate = False  # a model's logging.basicConfig() must not print nnlo's records again
 
     def _add(self, handler: logging.Handler) -> None:
         self.logger.addHandler(handler)
@@ -175,6 +177,7 @@ class RankLogging:
             handler.setLevel(level)
         self._raised.clear()
         self.logger.setLevel(self._previous_level)
+        self.logger.propagate = self._previous_propagate
 
 
 def console_logging(level: str, rank: int) -> None:
@@ -186,6 +189,9 @@ def console_logging(level: str, rank: int) -> None:
         handler.setFormatter(logging.Formatter(f"%(asctime)s [{rank}] %(name)s: %(message)s", "%H:%M:%S"))
         handler.addFilter(ConsoleFilter(rank, parse_level(level)))
         logger.addHandler(handler)
+        # this handler prints nnlo's records: a root handler the user's model installs (logging.basicConfig())
+        # would print each again in Python's default format, the log files' tracebacks too
+        logger.propagate = False
     logger.setLevel(level.upper() if rank == 0 else "WARNING")
 
 

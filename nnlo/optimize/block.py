@@ -17,7 +17,6 @@ work (and to the ``-n`` launcher's watcher, which must see a killed rank vanish 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -30,18 +29,6 @@ from nnlo.transport import wait_for_all, wait_for_message
 
 log = logging.getLogger("nnlo.optimize.block")
 
-_LABEL = re.compile(r"^block (\d+)\b")
-
-
-def rank_label(block: int, role: str) -> str:
-    """How a block's rank names itself in its rank record (:mod:`nnlo.rankfate`): ``block 1 worker:w0``."""
-    return f"block {block} {role}"
-
-
-def block_of_label(label: str | None) -> int | None:
-    """The block a rank record's label names (:func:`rank_label`), or None (the coordinator, a proposer)."""
-    m = _LABEL.match(label or "")
-    return None if m is None else int(m.group(1))
 
 
 def run_block(world: Any, hierarchy: Hierarchy, block_comm: Any, group_comm: Any, runner: Runner,

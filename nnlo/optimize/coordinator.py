@@ -31,13 +31,13 @@ from typing import Any
 from nnlo.abort import abort_job
 from nnlo.contract import ENV_TEST_SIGNAL_AT_TRIAL, EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_RESUMABLE, TRIALS_CSV
 from nnlo.errors import NnloError
-from nnlo.optimize.assign import Policy
 from nnlo.optimize.protocol import TAG_RESULT, TAG_TASK
 from nnlo.optimize.search import Search
 from nnlo.optimize.tracking import SearchTracking
 from nnlo.optimize.trial_files import read_block_result
 from nnlo.roles import Hierarchy
 from nnlo.stop import InjectedSignal, Stop
+from nnlo.training.failure import RankFailure
 
 log = logging.getLogger("nnlo.optimize.coordinator")
 
@@ -46,8 +46,11 @@ SAVE_SHARE = 0.05
 
 class Coordinator:
     def __init__(self, world: Any, hierarchy: Hierarchy, search: Search, stop: Stop, *,
-                 grace_s: float = 60.0, poll_s: float = 0.02, progress: Any = None, assign: Policy | None = None,
+                 grace_s: float = 60.0, poll_s: float = 0.02, progress: Any = None, proposers: Any = None,
                  tracking: SearchTracking | None = None):
+        """``search`` was made for this job (its blocks, placement, deadline and proposers given to it);
+        ``proposers``: the :class:`nnlo.optimize.proposers.MpiProposers` whose ``propose`` the search was
+        given (the coordinator keeps them busy between results and stops them at the end)."""
         self.world = world
         self.tracking = tracking  # --tensorboard/--mlflow: told every trial recorded
         self.hierarchy = hierarchy
@@ -61,21 +64,9 @@ class Coordinator:
         self.injected = InjectedSignal(ENV_TEST_SIGNAL_AT_TRIAL)  # test hook: the real signal path
         self._unsaved = False  # results or hand-outs since the last save
         self._save_after = 0.0  # monotonic time before which saving waits (SAVE_SHARE)
-        search.blocks = len(hierarchy.blocks)
-        if assign is not None:
-            search.assign = assign
-        if stop.deadline is not None:  # a job started now must reach its first checkpoint by then
-            search.deadline = stop.deadline - stop.safety_s
-        self.proposers: Any = None
-        if hierarchy.proposers:
-            from nnlo.optimize.proposers import MpiProposers
-
-            self.proposers = MpiProposers(world, hierarchy.proposers, search.engine)
-            search.propose = self.proposers.propose
+        self.proposers = proposers
 
     def run(self) -> int:
-        from nnlo.training.failure import RankFailure
-
         try:
             return self._run()
         except RankFailure as e:  # a proposer rank failed: one line, the state kept, no rank left waiting
@@ -91,7 +82,7 @@ class Coordinator:
             abort_job(self.world, e.exit_code)
 
     def _run(self) -> int:
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: mpi4py
 
         search = self.search
         search.save()  # the run directory shows the search from its first second (and after a restore)
@@ -178,7 +169,7 @@ class Coordinator:
         self._save_after = time.monotonic() + (time.monotonic() - t0) / SAVE_SHARE
 
     def _result_waiting(self) -> bool:
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: mpi4py
 
         return bool(self.world.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_RESULT))
 

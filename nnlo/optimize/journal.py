@@ -367,6 +367,11 @@ class SharedState:
             self.open[tid] = Lease(tid, dict(rec["params"]), p, float(rec["until"]), job_of(rec))
             self.next_id = tid + 1
             return True
+        if kind == "start":  # a PBT child's checkpoint copy is done: where it starts, the rung it trains toward
+            if lease is None or lease.holder != p or not lease.job.pop(COPY, None):
+                return False
+            lease.job.update({k: rec[k] for k in ("target", "start_epochs") if rec.get(k) is not None})
+            return True
         if kind == "resume":  # a paused trial trains on (a schedule's promotion or next step)
             paused = self.finished.get(tid)
             if lease is not None or paused is None or paused.status != "ok" or not paused.rungs:
@@ -444,13 +449,16 @@ class SharedState:
         return [self.finished[i] for i in self.order]
 
 
+#: a PBT child's ``propose`` record's mark: its checkpoint copy is under way, outside the lock (a ``start`` record
+#: from its holder ends it; whoever takes the lease over before that copies it again)
+COPY = "copy"
 #: the fields of a schedule's job in a ``propose`` record (absent in a full search)
 JOB_FIELDS = ("target", "bracket", "parent", "replaces", "start_epochs")
 
 
 def job_of(rec: dict[str, Any]) -> dict[str, Any]:
     """The schedule's job a ``propose`` record carries (empty for a full search)."""
-    return {k: rec[k] for k in JOB_FIELDS if rec.get(k) is not None}
+    return {k: rec[k] for k in (*JOB_FIELDS, COPY) if rec.get(k) is not None}
 
 
 def _value(trial: Trial, objective: Objective) -> float | None:

@@ -10,28 +10,45 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nnlo import liveness
 from nnlo.config import deadline_from_env
-from nnlo.contract import ENV_RUN_DIR, SEARCH_JOURNAL
+from nnlo.contract import BEST_FILE, ENV_RUN_DIR, SEARCH_JOURNAL, TRIALS_CSV, TRIALS_JSON
+from nnlo.device import world_node_place
 from nnlo.errors import ConfigError, NnloError
+from nnlo.models import data_plan, load_model_source
+from nnlo.observe import tracking
 from nnlo.observe.logs import speaking_for_the_run
+from nnlo.observe.progress import Progress
 from nnlo.optimize import space as space_mod
 from nnlo.optimize.assign import make_policy
+from nnlo.optimize.block import run_block
 from nnlo.optimize.coordinator import Coordinator
 from nnlo.optimize.engines import ENGINES, Engine, make_engine
 from nnlo.optimize.failures import FailureRule
 from nnlo.optimize.options import OptimizeOptions, check_schedule, trial_overrides
+from nnlo.optimize.placement import TraitsOf, block_types
+from nnlo.optimize.placement.probe import rank_facts
+from nnlo.optimize.proposers import MpiProposers, run_proposer
+from nnlo.optimize.protocol import rank_label
 from nnlo.optimize.results import Objective
-from nnlo.optimize.runners import TrainRunner
+from nnlo.optimize.runners import HookRunner, TrainRunner
 from nnlo.optimize.schedules import make_schedule
-from nnlo.optimize.search import Search
-from nnlo.optimize.state import STATE_FILE
+from nnlo.optimize.search import Search, describe_schedule
+from nnlo.optimize.shared import participant_name, shared_search
+from nnlo.optimize.state import STATE_FILE, load_state
 from nnlo.optimize.tracking import SearchTracking
-from nnlo.roles import Role, Shape, describe
+from nnlo.optimize.trial_files import TRIALS_DIR
+from nnlo.rankfate import record_rank
+from nnlo.roles import Role, RoleError, Shape, describe
 from nnlo.stop import Stop
+from nnlo.training.driver import given_inputs
+from nnlo.training.failure import describe_exception
 
 log = logging.getLogger("nnlo.optimize")
 
@@ -44,27 +61,39 @@ def build_engine(opts: OptimizeOptions, space: space_mod.Space) -> Engine:
                        n_initial_points=opts.initial_points(), population=opts.ga_populations)
 
 
-def build_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
-    engine = build_engine(opts, space)
-    schedule = make_schedule(opts.schedule, space)
+def build_search(opts: OptimizeOptions, space: space_mod.Space, *, engine: Engine | None = None, stop: Any = None,
+                 **given: Any) -> Search:
+    """The search the options describe, with its collaborators made here or ``given`` (:class:`Search`'s
+    keyword arguments: blocks, assign, block_types, traits_of, deadline, propose); a shared search's storage is
+    the journal in ``out_dir``, its wait for other participants' trials ending at ``stop``."""
+    engine = engine if engine is not None else build_engine(opts, space)
+    common: dict[str, Any] = dict(num_iterations=opts.num_iterations, target=opts.target_objective,
+                                  n_fold=opts.n_fold, schedule=make_schedule(opts.schedule, space),
+                                  failures=FailureRule.parse(opts.max_failures), **given)
     if opts.shared:  # one search across many jobs: the journal in out_dir is the state
-        from nnlo.optimize.shared import SharedSearch, participant_name
-
-        return SharedSearch(engine, Objective.parse(opts.fom), num_iterations=opts.num_iterations,
-                            out_dir=opts.out_dir, target=opts.target_objective, n_fold=opts.n_fold,
-                            participant=participant_name(opts.participant), lease_s=opts.lease_s,
-                            schedule=schedule, failures=FailureRule.parse(opts.max_failures))
-    return Search(engine, Objective.parse(opts.fom), num_iterations=opts.num_iterations, out_dir=opts.out_dir,
-                  target=opts.target_objective, n_fold=opts.n_fold, schedule=schedule,
-                  failures=FailureRule.parse(opts.max_failures))
+        return shared_search(engine, Objective.parse(opts.fom), out_dir=opts.out_dir,
+                             participant=participant_name(opts.participant), lease_s=opts.lease_s, stop=stop,
+                             **common)
+    return Search(engine, Objective.parse(opts.fom), out_dir=opts.out_dir, **common)
 
 
-def prepare_search(opts: OptimizeOptions, space: space_mod.Space) -> Search:
-    """The coordinator's search, restored when asked (or inside a chained job) and refused over old data."""
-    resume = opts.restore or bool(os.environ.get(ENV_RUN_DIR))
-    if resume and not opts.shared:
-        opts = as_started(opts)
-    search = build_search(opts, space)
+def resumes(opts: OptimizeOptions) -> bool:
+    """Whether this job continues the search in ``out_dir`` (asked, or inside a chained job)."""
+    return opts.restore or bool(os.environ.get(ENV_RUN_DIR))
+
+
+def search_options(opts: OptimizeOptions) -> OptimizeOptions:
+    """The options the search runs with: a continued search of its own keeps its initial design
+    (:func:`as_started`)."""
+    return as_started(opts) if resumes(opts) and not opts.shared else opts
+
+
+def prepare_search(opts: OptimizeOptions, space: space_mod.Space, **given: Any) -> Search:
+    """The coordinator's search, restored when asked (or inside a chained job) and refused over old data
+    (``given``: :func:`build_search`'s collaborators)."""
+    resume = resumes(opts)
+    opts = search_options(opts)
+    search = build_search(opts, space, **given)
     has_state = (opts.out_dir / STATE_FILE).exists()
     has_journal = (opts.out_dir / SEARCH_JOURNAL).exists()
     if opts.shared or has_journal:  # joining is resuming: the journal is the state (--opt-restore implied)
@@ -96,10 +125,6 @@ def as_started(opts: OptimizeOptions) -> OptimizeOptions:
     """The options of a search continued from its state in ``out_dir`` (a larger ``--num-iterations`` is the
     common case): the random first points it started with stay its initial design, however many the new budget
     would derive (``--n-initial-points`` given says it explicitly and is taken as given)."""
-    from dataclasses import replace
-
-    from nnlo.optimize.state import load_state
-
     if opts.n_initial_points is not None:
         return opts
     state = load_state(opts.out_dir)
@@ -110,11 +135,6 @@ def as_started(opts: OptimizeOptions) -> OptimizeOptions:
 def clear_search(out_dir: Path) -> None:
     """Delete what a search wrote into ``out_dir`` (``--overwrite``): its state, tables and trials' folders
     (whose checkpoints the new search's trials of the same ids would otherwise resume)."""
-    import shutil
-
-    from nnlo.contract import BEST_FILE, TRIALS_CSV, TRIALS_JSON
-    from nnlo.optimize.trial_files import TRIALS_DIR
-
     for name in (STATE_FILE, TRIALS_JSON, TRIALS_CSV, BEST_FILE, TRIALS_DIR):
         path = out_dir / name
         if path.is_dir() and not path.is_symlink():
@@ -126,8 +146,6 @@ def clear_search(out_dir: Path) -> None:
 
 def check_fold_groups(shape: Shape) -> None:
     """Refuse a block too small for its fold groups, in the terms of the optimize options."""
-    from nnlo.roles import RoleError
-
     f = shape.n_fold
     option = "--block-size" if shape.block_sizes is None else f"--block-sizes {shape.blocks_text()}: size"
     for bs in shape.distinct_block_sizes:
@@ -160,10 +178,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
 
     ``inputs`` (:class:`nnlo.training.context.RunInputs`) and ``space``: a Python caller's model object, data
     sources and search space (:func:`nnlo.optimize` in :mod:`nnlo.api`); None: as the options say."""
-    from nnlo.data.check import check_plan
-    from nnlo.models import data_plan, load_model_source
-    from nnlo.optimize.block import run_block
-    from nnlo.optimize.runners import HookRunner, TrainRunner
+    from nnlo.data.check import check_plan  # lazy: h5py
 
     rank = world.Get_rank()
 
@@ -188,8 +203,6 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         return hierarchy, module, given_space, hook, notes
 
     hierarchy, module, space, hook, notes = _on_every_rank(world, check)
-    from nnlo.optimize.placement.probe import rank_facts
-
     facts = world.allgather(rank_facts(hierarchy[rank].needs_device))  # each block's hardware, for placement
     if rank == 0:
         for note in notes:
@@ -197,24 +210,31 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
         sys.stderr.flush()
 
 
-    from mpi4py import MPI
+    from mpi4py import MPI  # lazy: mpi4py
 
     info = hierarchy[rank]
     undefined = MPI.UNDEFINED
     block_comm = world.Split(undefined if info.block is None else info.block, rank)
     group_comm = world.Split(undefined if info.group is None else info.group, rank)
     label = _record(rank, info, opts.out_dir)
-    from nnlo import liveness
-
     liveness.start(world, label)  # every rank watches its peers: a dead one ends the job (collective)
 
+    # every rank: the coordinator decides on the stop, a block's trainings install their own over this one
+    stop = Stop(deadline_from_env(opts.deadline))
     search: Search | None = None
+    proposers: MpiProposers | None = None
     tracking: SearchTracking | None = None
     error: str | None = None
     if info.role is Role.COORDINATOR:
         try:
             opts.out_dir.mkdir(parents=True, exist_ok=True)
-            search = prepare_search(opts, space)
+            engine = build_engine(search_options(opts), space)
+            if hierarchy.proposers:  # the points come from the proposer ranks, kept busy by the coordinator
+                proposers = MpiProposers(world, hierarchy.proposers, engine)
+            search = prepare_search(opts, space, engine=engine, stop=stop,
+                                    propose=None if proposers is None else proposers.propose,
+                                    deadline=None if stop.deadline is None else stop.deadline - stop.safety_s,
+                                    **placement(opts, config, hierarchy, facts, space, module, hook))
             tracking = _tracking(config, opts)
         except NnloError as e:
             error = str(e)
@@ -224,31 +244,20 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
     if error:
         raise ConfigError(error)
 
-    from nnlo.device import world_node_place
-
-    # every rank: the coordinator decides on the stop, a block's trainings install their own over this one;
     # blocks share nodes: each node's workers are counted over the world when they pick their GPUs
-    with world_node_place(world, info.needs_device), Stop(deadline_from_env(opts.deadline)) as stop:
+    with world_node_place(world, info.needs_device), stop:
         if info.role is Role.COORDINATOR:
             assert search is not None
             log.info("%s; %s search of %d trial(s) over %s, fom %s%s; results in %s", hierarchy.summary(),
                      opts.hyper_opt, opts.num_iterations, ", ".join(space.names), search.objective,
                      _schedule_note(search), opts.out_dir)
             progress = _progress(opts.num_iterations, progress_stream)
-            if opts.shared:  # waiting for trials that run in other jobs ends at this job's stop
-                from nnlo.optimize.shared import SharedSearch
-
-                assert isinstance(search, SharedSearch)
-                search.stop = stop
-            policy = placement_policy(opts, config, search, hierarchy, facts, space, module, hook)
-            log.info("assignment: %s%s", policy.name,
+            log.info("assignment: %s%s", search.assign.name,
                      f"; {len(hierarchy.proposers)} proposer ranks" if hierarchy.proposers else "")
             with liveness.last_words(_last_words(search)):
                 return Coordinator(world, hierarchy, search, stop, grace_s=opts.grace_s, progress=progress,
-                                   assign=policy, tracking=tracking).run()
+                                   proposers=proposers, tracking=tracking).run()
         if info.role is Role.PROPOSER:
-            from nnlo.optimize.proposers import run_proposer
-
             return run_proposer(world, 0, build_engine(opts, space))
         keep = 2 if opts.schedule.name == "pbt" else 1  # a PBT donor's checkpoint may be copied while it trains on
         runner: HookRunner | TrainRunner = (HookRunner(module, Objective.parse(opts.fom).name) if hook
@@ -263,9 +272,7 @@ def optimize(world: Any, opts: OptimizeOptions, config: Any, progress_stream: An
 def check_placement_hooks(space: space_mod.Space, module: Any, where: str) -> None:
     """The model module's placement hooks answer for a few points of the space (same points on every rank),
     so a broken one stops the search before it starts, with one line naming it."""
-    import numpy as np
-
-    from nnlo.optimize.placement import TraitsOf
+    import numpy as np  # lazy: numpy
 
     traits = TraitsOf(space, module, where=where)
     if traits.declared:
@@ -274,16 +281,15 @@ def check_placement_hooks(space: space_mod.Space, module: Any, where: str) -> No
             traits(space.sample(rng))
 
 
-def placement_policy(opts: OptimizeOptions, config: Any, search: Search, hierarchy: Any, facts: list[Any],
-                     space: space_mod.Space, module: Any, hook: bool) -> Any:
-    """The ``--assign`` policy over this job's blocks, their types told to the search (which records what each
-    job cost on them), trials read through the model module's hooks (:mod:`nnlo.optimize.placement.traits`)."""
-    from nnlo.optimize.placement import TraitsOf, block_types
-
-    search.block_types = block_types(hierarchy.blocks, facts)
-    search.traits_of = TraitsOf(space, module, where=str(config.model))
-    if len(set(search.block_types)) > 1:
-        log.info("block types: %s", "; ".join(f"{b}: {t}" for b, t in enumerate(search.block_types)))
+def placement(opts: OptimizeOptions, config: Any, hierarchy: Any, facts: list[Any], space: space_mod.Space,
+              module: Any, hook: bool) -> dict[str, Any]:
+    """The search's placement (:class:`Search`'s keyword arguments): this job's blocks and their types (the
+    search records what each job cost on them), trials read through the model module's hooks
+    (:mod:`nnlo.optimize.placement.traits`), and the ``--assign`` policy over them."""
+    types = block_types(hierarchy.blocks, facts)
+    traits_of = TraitsOf(space, module, where=str(config.model))
+    if len(set(types)) > 1:
+        log.info("block types: %s", "; ".join(f"{b}: {t}" for b, t in enumerate(types)))
 
     def checkpoint_share(params: Any) -> float:
         """The share of a trial before it can be resumed: a hook's whole evaluation; a training's first epoch
@@ -292,13 +298,12 @@ def placement_policy(opts: OptimizeOptions, config: Any, search: Search, hierarc
             return 1.0
         return 1.0 / max(1, int(params.get("epochs", config.epochs)))
 
-    return make_policy(opts.assign, space, search.block_types, search.traits_of, checkpoint_share)
+    return {"blocks": len(hierarchy.blocks), "block_types": types, "traits_of": traits_of,
+            "assign": make_policy(opts.assign, space, types, traits_of, checkpoint_share)}
 
 
 def _tracking(config: Any, opts: OptimizeOptions) -> SearchTracking:
     """The search's experiment trackers (``--tensorboard``, ``--mlflow``), on the coordinator."""
-    from nnlo.observe import tracking
-
     fields = {"hyper_opt": opts.hyper_opt, "num_iterations": opts.num_iterations, "fom": opts.fom,
               "n_fold": opts.n_fold, "schedule": opts.schedule.name}
     return SearchTracking(tracking.for_search(config, opts.out_dir, opts.name, fields), opts.out_dir, opts.n_fold)
@@ -316,19 +321,16 @@ class _GivenInputsRunner(TrainRunner):
         if train is None:
             return super().n_samples()
         if isinstance(train, list):  # HDF5 files: their length, read with the run's dataset names
-            from nnlo.data import H5Dataset
-            from nnlo.models import data_plan, load_model_source
+            from nnlo.data import H5Dataset  # lazy: h5py
 
             model = self.inputs.model or load_model_source(self.config.model)
             with H5Dataset(train, features=data_plan(self.config, model, need=()).features, labels=None) as ds:
                 return len(ds)
-        from nnlo.data.source import as_dataset
+        from nnlo.data.source import as_dataset  # lazy: h5py
 
         return len(as_dataset(train))
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        from nnlo.training.driver import given_inputs
-
         with given_inputs(self.inputs):
             return super().run(*args, **kwargs)
 
@@ -347,9 +349,6 @@ def _on_every_rank(world: Any, fn: Any) -> Any:
     The checks are deterministic, but a file system can answer differently on different nodes: agreeing
     first means no rank goes on into a collective that the failed ranks never join (no hang).
     """
-    from nnlo.roles import RoleError
-    from nnlo.training.failure import describe_exception
-
     value, error = None, None
     try:
         value = fn()
@@ -363,29 +362,22 @@ def _on_every_rank(world: Any, fn: Any) -> Any:
 
 
 def _schedule_note(search: Search) -> str:
-    if search.schedule is None:
+    if not search.staged:
         return ""
-    from nnlo.optimize.search import describe_schedule
-
     budgets = ", ".join(str(b) for b in search.schedule.budgets)
     return f"; schedule {describe_schedule(search.schedule.spec)} (rungs at {budgets} epochs)"
 
 
 def _last_words(search: Search) -> Any:
-    """What the coordinator does when a rank of its job died (:mod:`nnlo.liveness`): a shared search gives its
-    running trials back to the pool at once (never renewing a dead trial's lease), a search of its own saves
-    its state (its running trials are re-run by the next job)."""
-    from nnlo.optimize.shared import SharedSearch
-
-    return search.give_back if isinstance(search, SharedSearch) else search.save
+    """What the coordinator does when a rank of its job died (:mod:`nnlo.liveness`): its storage's last words
+    (a shared search gives its running trials back to the pool at once, never renewing a dead trial's lease;
+    a search of its own saves its state, and its running trials are re-run by the next job)."""
+    return search.last_words
 
 
 def _record(rank: int, info: Any, out_dir: Path) -> str:
     """Record this rank for naming it should it be killed (:mod:`nnlo.rankfate`): "coordinator" or
     "block B <role>", so a dead block member is named with its block; returns that label."""
-    from nnlo.optimize.block import rank_label
-    from nnlo.rankfate import record_rank
-
     label = info.label()
     if info.block is not None and info.role is not Role.COORDINATOR:
         label = rank_label(info.block, label.split(":", 1)[-1])
@@ -394,6 +386,4 @@ def _record(rank: int, info: Any, out_dir: Path) -> str:
 
 
 def _progress(total: int, stream: Any) -> Any:
-    from nnlo.observe.progress import Progress
-
     return Progress("optimize", stream=stream if stream is not None else sys.stderr, total=total)

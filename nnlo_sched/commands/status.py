@@ -23,7 +23,7 @@ from nnlo_sched.state import ACTIVE_STATES
 from nnlo_sched.status import DAMAGED, collect
 
 _JOB_MARK = {"finished": "", "walltime": "", "running": "*", "queued": "…", "failed": "!", "cancelled": "x",
-             "no-checkpoint": "!", "skipped": "-",
+             "no-checkpoint": "!", "skipped": "-", "not-needed": "-",
              "rank-died": "!"}
 
 
@@ -135,7 +135,7 @@ def search_detail(v: dict[str, Any]) -> str:
     ]
     for c in v["chains"]:
         lines.append("")
-        lines.append(f"chain {c['run_id'].rsplit('/', 1)[-1]}: {c['state']} on {c['cluster']}"
+        lines.append(f"chain {c['run_id'].rsplit('/', 1)[-1]}: {c['state']} on {c['cluster']} ({c['dir']})"
                      + (f": {c['error']}" if c.get("error") and c["state"] != "done" else ""))
         own = detail(c).splitlines()
         lines.extend("  " + ln for ln in own[own.index("jobs:"):])  # its jobs (and a failed job's log)
@@ -192,7 +192,8 @@ def status_command(run: str | None, as_json: bool, watch: bool, every: float) ->
     States: queued, running, resubmitting (waiting for its next job), done, failed, cancelled; damaged
     (its record cannot be read: the reason is shown, the other runs are listed as usual).
     Jobs: a chain like 812>813*>814… (* running, … queued, ! failed or a rank died, x cancelled,
-    ? scheduler cannot tell).
+    - not run: the run had ended (a successor not needed, or one that started after the end), ? scheduler
+    cannot tell).
     Runs live under $NNLO_HOME (default ./nnlo-runs). Trainings and searches run with -n or mpirun are not
     submitted runs and are not listed; with no submitted run, status names those in this folder.
     """

@@ -5,7 +5,7 @@ the shape comes from :meth:`nnlo.roles.Shape.for_run` (a submitted run's: ``RunS
 ``RunSpec.layout_on``);
 ``summary(layout)`` is the text that ``nnlo layout`` prints.
 """
-from nnlo_sched.layout.compute import LayoutError, compute_layout, gpu_fraction, oversubscribed
+from nnlo_sched.layout.compute import LayoutError, compute_layout, gpu_fraction, idle_gpu_notes, oversubscribed
 from nnlo_sched.layout.model import Layout, LayoutRecord, Placement
 from nnlo_sched.layout.text import summary
 
@@ -16,6 +16,7 @@ __all__ = [
     "Placement",
     "compute_layout",
     "gpu_fraction",
+    "idle_gpu_notes",
     "oversubscribed",
     "summary",
 ]

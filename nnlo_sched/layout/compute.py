@@ -17,7 +17,7 @@ from nnlo.errors import ConfigError
 from nnlo.roles import RoleError, Shape, describe
 from nnlo_sched.launchers import LaunchPlan, launcher_for
 from nnlo_sched.launchers.base import LaunchError
-from nnlo_sched.layout.model import Layout
+from nnlo_sched.layout.model import Layout, LayoutRecord
 from nnlo_sched.profiles.schema import Profile
 
 #: No layout has more ranks than this. Why a bound at all: an oversubscribed profile (``local``) has no node
@@ -339,6 +339,19 @@ def _place(
     return layout
 
 
+#: how the note on the ranks that compute nothing (coordinator, masters) starts: ``nnlo layout`` prints it with
+#: the layout, and every submission's checks (a dry run too) from the run's layout record (:func:`idle_gpu_notes`)
+NO_GPU_RANKS = "no-GPU ranks: "
+
+
+def idle_gpu_notes(layout: LayoutRecord) -> list[str]:
+    """The note of a layout on GPU nodes that says which ranks have no GPU (or leave their slot's GPU idle);
+    none on CPU nodes, where every rank computes on cores alike."""
+    if not layout.gpus_per_worker:
+        return []
+    return [n for n in layout.notes if n.startswith(NO_GPU_RANKS)]
+
+
 def _server_notes(layout: Layout) -> list[str]:
     servers = layout.server_ranks()
     if not servers:
@@ -358,7 +371,7 @@ def _server_notes(layout: Layout) -> list[str]:
         how = "on the node's spare cores, without a GPU"
     else:
         how = "each in a rank slot whose GPU stays idle"
-    return [f"no-GPU ranks: {'; '.join(parts)} ({how})"]
+    return [f"{NO_GPU_RANKS}{'; '.join(parts)} ({how})"]
 
 
 def _spans(values: list[int]) -> str:

@@ -114,3 +114,21 @@ def test_the_python_submission_api_takes_a_script_run_and_checks_its_file(tmp_pa
     (tmp_path / "mine.py").write_text("def (\n")
     with pytest.raises(ConfigError, match=r"mine\.py:1: "):
         api.preflight(spec, check=False)  # the file compiles, whatever --no-check says
+
+
+def test_a_scripts_stop_question_and_the_guard_leave_the_process_as_they_found_it(tmp_path, monkeypatch) -> None:
+    """``nnlo.stop_requested()`` asked inside a script run by the payload installs the runtime's stop handler
+    (nnlo.script_stop); both are put back when the script ends (here a test's process)."""
+    import signal
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delenv(ENV_DEADLINE, raising=False)
+    before = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)}
+    (tmp_path / "asks.py").write_text(
+        "import signal, sys\nimport nnlo\n"
+        "assert not nnlo.stop_requested()\n"
+        "assert getattr(signal.getsignal(signal.SIGTERM), '__self__', None).__class__.__name__ == 'Stop'\n"
+        "sys.exit(0 if callable(signal.getsignal(signal.SIGUSR1)) else 3)\n")
+    assert run_script([str(tmp_path / "asks.py")]) == 0
+    assert {s: signal.getsignal(s) for s in before} == before

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -19,6 +21,9 @@ import pytest
 from tests.helpers.chain import CHAIN as HERE, wait_for
 from tests.helpers.standins import install as install_standins
 
+from nnlo.contract import CHAINS_DIR
+from nnlo_sched.chain import job_start
+from nnlo_sched.state import read_state
 from tests.sched.cli_runner import run as run_cli
 
 STANDIN = HERE / "standin_batch.py"
@@ -333,6 +338,43 @@ def test_join_dry_run_and_resume_of_a_cancelled_search(standins, search_env, cli
     v = view(nnlo, run_id)
     assert v["state"] == "queued" and [len(c["jobs"]) for c in v["chains"]] == [2, 2]
     assert [c["args"] for c in calls(standins, "bsub")] == [[], [], [], []]  # a new chain each, no dependency
+
+
+# -- every hint a command that works as printed ------------------------------------------------------------------
+HINT = re.compile(r"`(nnlo [^`]+)`")
+
+
+def hints(*texts: str) -> set[str]:
+    """The commands nnlo's words quote (```nnlo resume ID` continues``)."""
+    return {h for text in texts for h in HINT.findall(text)}
+
+
+@pytest.mark.slow
+def test_every_hint_a_stopped_chain_of_a_search_prints_is_a_command_that_works(standins, search_env, cli):
+    """Issue 44: a search chain's status advised "`nnlo resume c1` continues", which answers "no run 'c1'" (the
+    search's id is needed), and said a job that ran to its time limit had "ended". Every quoted command of the
+    status, the chain's own message and a refusal is run here as printed (in this process) and must work."""
+    nnlo = cli
+    run_id = submit(nnlo, "--cluster", "srchlsf", "--jobs", "2", "--no-array", *inner(trials=8))
+    chain = Path(os.environ["NNLO_HOME"]) / run_id / CHAINS_DIR / "c1"
+    first = read_state(chain).jobs[0].job_id
+    assert job_start(chain, first, submit_successor=False).ok
+    # killed with its batch shell at its time limit before any checkpoint: the next job's start stops the chain
+    stopped = job_start(chain, "99999", submit_successor=False)
+    assert not stopped.ok and f"job {first} was killed at its time limit" in stopped.message
+    table, detail = nnlo("status").stdout, nnlo("status", run_id).stdout
+    wrong = nnlo("resume", "c1", check=False)
+    assert wrong.returncode != 0  # the chain's own name is no run id (as before)
+    whole = nnlo("preempt", run_id, check=False)  # a search is preempted a chain at a time: status lists them
+    assert whole.returncode != 0 and f"nnlo status {run_id}" in whole.stderr
+    assert f"({chain})" in detail  # each chain's run directory, which nnlo preempt takes
+    said = hints(stopped.message, table, detail, wrong.stderr, whole.stderr)
+    assert f"nnlo resume {run_id}" in said and "nnlo resume c1" not in said and "nnlo status" in said, said
+    assert " ended without" not in table + detail
+    for command in sorted(said, key=lambda c: "resume" in c):  # the resume last: it changes the run
+        done = nnlo(*shlex.split(command)[1:], check=False)
+        assert done.returncode == 0, f"`{command}` as printed: {done.stderr}"
+    assert read_state(chain).state == "queued"  # resumed: a new chain queued
 
 
 # -- the Python API's dry runs: the plan nnlo submit --dry-run prints ------------------------------------------

@@ -129,3 +129,16 @@ def test_an_update_from_a_stale_read_undoes_no_other(tmp_path, monkeypatch):
     trainer.join(30)
     coordinator.join(30)
     assert real(tmp_path)[PROGRESS_RESULTS] == 2
+
+
+def test_the_successor_of_the_job_that_finished_the_run_reads_as_not_needed(search_run):
+    """Issue 45 item 7: a finished run showed ``jobs 1>2x`` and job 2 'cancelled', as if the user had cancelled
+    the successor that was never needed."""
+    from nnlo_sched.commands.status import _fmt_jobs
+    from nnlo_sched.status import collect
+
+    _job(search_run, "1", [[], [_trial(0)]])
+    assert job_end(search_run, "1", 0) == "done"
+    assert [j.status for j in read_state(search_run).jobs] == ["finished", "not-needed"]
+    (view,) = collect(str(search_run))
+    assert _fmt_jobs(view) == "1>2-" and "cancelled" not in str(view["jobs"])

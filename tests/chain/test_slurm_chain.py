@@ -85,7 +85,7 @@ def test_training_chain_over_three_walltimes_matches_an_uninterrupted_run(slurm,
     assert [(j["status"], j["rc"]) for j in started] == [("walltime", 75), ("walltime", 75), ("finished", 0)]
     for job, succ in zip(view["jobs"], view["jobs"][1:]):  # each successor waited for its job
         assert succ["depends_on"] == job["job_id"]
-    assert view["jobs"][-1]["status"] == "cancelled" and len(view["jobs"]) == 4  # the one behind the last job
+    assert view["jobs"][-1]["status"] == "not-needed" and len(view["jobs"]) == 4  # the one behind the last job
     assert view["progress"]["epoch"] == EPOCHS and view["progress"]["best"] is not None
     table = nnlo("status").stdout
     assert run_id in table and "done" in table and f"epoch {EPOCHS}/{EPOCHS}" in table
@@ -163,7 +163,7 @@ def test_pbs_path_through_slurms_torque_wrappers(slurm, chain_env):
     st = run.state
     assert st.state == "done", st.error
     assert epochs_done(run) == [1, 2, 3]
-    assert st.jobs[1].depends_on == st.jobs[0].job_id and st.jobs[1].status == "cancelled"
+    assert st.jobs[1].depends_on == st.jobs[0].job_id and st.jobs[1].status == "not-needed"
     succ = st.jobs[1].job_id
     state = wait_for("qdel to cancel the successor", lambda: "JobState=CANCELLED" in (
         out := slurm.run("scontrol", "show", "job", succ, check=False).stdout) and out, timeout=60)

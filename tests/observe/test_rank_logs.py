@@ -100,3 +100,53 @@ def test_run_wide_warnings_once_and_details_for_the_files(tmp_path, level):
         text = (tmp_path / "logs" / f"rank-{rank}.log").read_text()
         assert text.count("no validation data") == 2 and "their traceback" in text
         assert ("their traceback" in screens[rank].getvalue()) is (level == "debug")
+
+
+@pytest.fixture
+def users_basic_config():
+    """A root handler as a model module's ``logging.basicConfig()`` installs one (Python's default format); the
+    ``nnlo`` logger's handlers, level and propagation are put back afterwards."""
+    nnlo_logger, root = logging.getLogger("nnlo"), logging.getLogger()
+    saved = (list(nnlo_logger.handlers), nnlo_logger.level, nnlo_logger.propagate)
+    users = io.StringIO()
+    handler = logging.StreamHandler(users)
+    handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
+    root.addHandler(handler)
+    for h in list(nnlo_logger.handlers):
+        nnlo_logger.removeHandler(h)
+    try:
+        yield users
+    finally:
+        root.removeHandler(handler)
+        for h in list(nnlo_logger.handlers):
+            nnlo_logger.removeHandler(h)
+        for h in saved[0]:
+            nnlo_logger.addHandler(h)
+        nnlo_logger.setLevel(saved[1])
+        nnlo_logger.propagate = saved[2]
+
+
+def test_a_models_basic_config_does_not_print_a_search_ranks_records_again(users_basic_config, capsys):
+    """Issue 45 item 4: a failed trial's traceback (a DETAIL record, for the log files) was printed on the
+    console by the root handler a model's logging.basicConfig() installed, as ``ERROR:nnlo.worker:training
+    failed:`` and a traceback, from every rank, beside nnlo's one line; every other record twice."""
+    logs.console_logging("info", 1)
+    log = logging.getLogger("nnlo.worker")
+    log.error("training failed:\nTraceback (most recent call last):\nValueError: odd", extra=logs.DETAIL)
+    log.warning("a warning of nnlo's")
+    assert users_basic_config.getvalue() == ""
+    console = capsys.readouterr().err
+    assert "Traceback" not in console and console.count("a warning of nnlo's") == 1
+
+
+def test_a_models_basic_config_does_not_print_a_trainings_records_again(users_basic_config, tmp_path):
+    console = io.StringIO()
+    handle = logs.RankLogging(tmp_path, 1, "worker:w0", "info", console=True, stream=console)
+    try:
+        logging.getLogger("nnlo.worker").error("training failed:\nTraceback ...\nValueError: odd",
+                                               extra=logs.DETAIL)
+    finally:
+        handle.close()
+    assert users_basic_config.getvalue() == "" and "Traceback" not in console.getvalue()
+    assert "Traceback" in (tmp_path / "logs" / "rank-1.log").read_text()
+    assert logging.getLogger("nnlo").propagate  # put back at close

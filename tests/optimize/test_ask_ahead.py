@@ -35,9 +35,8 @@ class RecordingEngine(RandomEngine):
 
 
 def new_search(tmp_path, blocks=2, n=8) -> Search:
-    s = Search(RecordingEngine(SPACE, seed=5), Objective.parse("val_loss"), num_iterations=n, out_dir=tmp_path)
-    s.blocks = blocks
-    return s
+    return Search(RecordingEngine(SPACE, seed=5), Objective.parse("val_loss"), num_iterations=n, out_dir=tmp_path,
+                  blocks=blocks)
 
 
 def ok(v):

@@ -59,8 +59,8 @@ def test_fifo_takes_the_first_candidate_and_holds_one_proposal():
 def run_search(policy, seed=0, n=40):
     """A serial stand-in for the coordinator: three blocks of speeds 1, 2, 4, each trial taking cost/speed."""
     search = Search(make_engine("random", SPACE, seed), Objective.parse("val_loss"), num_iterations=n,
-                    out_dir="unused")  # never saved here
-    search.blocks, search.assign, search.block_types = 3, policy, [BlockType(int(s)) for s in SPEEDS]
+                    out_dir="unused", blocks=3, assign=policy,  # never saved here
+                    block_types=[BlockType(int(s)) for s in SPEEDS])
     clock, running = 0.0, {}
     for b in range(3):
         t = search.next_trial(b, clock)
@@ -108,8 +108,7 @@ def test_a_block_the_policy_has_wait_gets_nothing_and_is_asked_again_once_someth
             return WAIT if block == 0 else 0
 
     search = Search(make_engine("random", SPACE, 1), Objective.parse("val_loss"), num_iterations=5,
-                    out_dir="unused")
-    search.blocks, search.assign = 2, Stubborn()
+                    out_dir="unused", blocks=2, assign=Stubborn())
     assert search.next_trial(0, 10.0) is None and Stubborn.calls == 1
     assert search.next_trial(0, 10.2) is None and Stubborn.calls == 1  # nothing changed: not asked again
     t = search.next_trial(1, 10.3)
@@ -202,12 +201,12 @@ def test_hardware_aware_defaults():
 
 
 def test_fifo_re_runs_restored_trials_before_it_asks_the_engine_again(tmp_path):
-    search = Search(make_engine("random", SPACE, 2), Objective.parse("val_loss"), num_iterations=6, out_dir=tmp_path)
-    search.blocks = 2
+    search = Search(make_engine("random", SPACE, 2), Objective.parse("val_loss"), num_iterations=6, out_dir=tmp_path,
+                    blocks=2)
     first, second = search.next_trial(0, 0.0), search.next_trial(1, 0.0)
     search.save()  # killed with both running
-    again = Search(make_engine("random", SPACE, 2), Objective.parse("val_loss"), num_iterations=6, out_dir=tmp_path)
-    again.blocks = 2
+    again = Search(make_engine("random", SPACE, 2), Objective.parse("val_loss"), num_iterations=6, out_dir=tmp_path,
+                   blocks=2)
     assert again.restore() and again.engine.n_asked == 2
     assert again.next_trial(1, 5.0).id == first.id and again.next_trial(0, 5.0).id == second.id
     assert again.engine.n_asked == 2 and not again.pool  # no new proposal before the re-runs went out

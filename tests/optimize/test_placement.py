@@ -285,12 +285,10 @@ SPACE = Space([Categorical(["small", "large"], name="model"), Real(0.0, 1.0, nam
 
 
 def two_type_search(tmp_path, policy_name="hardware-aware", n=6, module=None) -> Search:
-    search = Search(make_engine("random", SPACE, 0), Objective.parse("val_loss"), num_iterations=n,
-                    out_dir=tmp_path)
-    search.blocks, search.block_types = 2, [SMALL, BIG]
-    search.traits_of = TraitsOf(SPACE, module or SimpleNamespace(trial_class=lambda p: p["model"]))
-    search.assign = make_policy(policy_name, SPACE, search.block_types, search.traits_of)
-    return search
+    traits_of = TraitsOf(SPACE, module or SimpleNamespace(trial_class=lambda p: p["model"]))
+    return Search(make_engine("random", SPACE, 0), Objective.parse("val_loss"), num_iterations=n,
+                  out_dir=tmp_path, blocks=2, block_types=[SMALL, BIG], traits_of=traits_of,
+                  assign=make_policy(policy_name, SPACE, [SMALL, BIG], traits_of))
 
 
 OOM = [{"error": "MemoryError: out of memory", "oom": True, "code": 1}]
@@ -436,14 +434,14 @@ class Clock:
 
 
 def participant(tmp_path, name, types, clock, n=8):
-    from nnlo.optimize.shared import SharedSearch
+    from nnlo.optimize.shared import shared_search
 
-    s = SharedSearch(make_engine("random", SPACE, 0), Objective.parse("val_loss"), num_iterations=n,
-                     out_dir=tmp_path, participant=name, lease_s=10.0, clock=clock, heartbeat=False)
+    traits_of = TraitsOf(SPACE, SimpleNamespace(trial_class=lambda p: p["model"]))
+    s = shared_search(make_engine("random", SPACE, 0), Objective.parse("val_loss"), num_iterations=n,
+                      out_dir=tmp_path, participant=name, lease_s=10.0, clock=clock, heartbeat=False,
+                      blocks=len(types), block_types=types, traits_of=traits_of,
+                      assign=make_policy("hardware-aware", SPACE, types, traits_of))
     s.restore()
-    s.blocks, s.block_types = len(types), list(types)
-    s.traits_of = TraitsOf(SPACE, SimpleNamespace(trial_class=lambda p: p["model"]))
-    s.assign = make_policy("hardware-aware", SPACE, types, s.traits_of)
     return s
 
 
@@ -470,7 +468,7 @@ def test_every_participant_learns_from_every_participants_jobs(tmp_path):
     t = a.next_trial(0)
     clock.t += 3
     a.record(t.id, [{"metrics": {"val_loss": 1.0}}], 0)
-    b.renew()  # reads the journal
+    b.storage.catch_up()  # reads the journal
     assert [(o.trial, o.block_type, o.outcome, o.seconds) for o in b.costs] == [(t.id, SMALL, "ok", 3.0)]
     assert b.observations()[0][1] == t.params  # with the trial's parameters, for the features
     records = [json.loads(line)["rec"] for line in (tmp_path / "search-journal.jsonl").read_text().splitlines()]
@@ -502,16 +500,15 @@ def test_a_shared_trial_out_of_memory_goes_to_a_block_or_a_participant_it_may_fi
 
 
 # -- with a schedule, and the hooks checked up front ---------------------------------------------------------
-def staged_search(tmp_path, types):
+def staged_search(tmp_path, types, deadline=None):
     from nnlo.optimize.schedules import ScheduleSpec, make_schedule
 
-    search = Search(make_engine("random", SPACE, 0), Objective.parse("val_loss"), num_iterations=9,
-                    out_dir=tmp_path, schedule=make_schedule(ScheduleSpec("asha", max_epochs=9, min_epochs=1,
-                                                                          eta=3), SPACE))
-    search.blocks, search.block_types = len(types), list(types)
-    search.traits_of = TraitsOf(SPACE, SimpleNamespace(trial_class=lambda p: p["model"]))
-    search.assign = make_policy("hardware-aware", SPACE, types, search.traits_of)
-    return search
+    traits_of = TraitsOf(SPACE, SimpleNamespace(trial_class=lambda p: p["model"]))
+    return Search(make_engine("random", SPACE, 0), Objective.parse("val_loss"), num_iterations=9,
+                  out_dir=tmp_path, schedule=make_schedule(ScheduleSpec("asha", max_epochs=9, min_epochs=1, eta=3),
+                                                           SPACE),
+                  blocks=len(types), block_types=types, traits_of=traits_of,
+                  assign=make_policy("hardware-aware", SPACE, types, traits_of), deadline=deadline)
 
 
 def test_under_a_schedule_a_stage_out_of_memory_re_runs_toward_the_same_rung_on_another_type(tmp_path):
@@ -528,15 +525,16 @@ def test_under_a_schedule_a_stage_out_of_memory_re_runs_toward_the_same_rung_on_
 
 def test_under_a_schedule_a_trial_trained_on_must_reach_its_checkpoint_before_the_deadline(tmp_path):
     slow, fast = BlockType(1, node="n"), BlockType(8, node="n")
-    search = staged_search(tmp_path, [slow, fast])
+    # the job's deadline: 12 s after the three first stages end (8 + 1 + 8 s); a promotion trains 2 more epochs:
+    # ~16 s on the slow block, ~2 s on the fast
+    search = staged_search(tmp_path, [slow, fast], deadline=17.0 + 12.0)
     clock = 0.0
     for i in range(3):  # three first stages, 1 epoch each: 8 s on the slow block, 1 s on the fast one
         block = i % 2
         t = search.next_trial(block, clock)
         clock += 8.0 if block == 0 else 1.0
         search.record(t.id, [{"metrics": {"val_loss": 1.0 + i}, "epochs": 1}], block, clock)
-    assert [o.work for o in search.costs] == pytest.approx([1 / 9] * 3)
-    search.deadline = clock + 12.0  # a promotion trains 2 more epochs: ~16 s on the slow block, ~2 s on the fast
+    assert [o.work for o in search.costs] == pytest.approx([1 / 9] * 3) and clock == 17.0
     assert search.next_trial(0, clock) is None  # the slow block would not reach the stage's end in time
     up = search.next_trial(1, clock)
     assert up is not None and up.target == 1 and search.job_epochs(up) == 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import threading
 
 import pytest
 
@@ -15,7 +16,7 @@ from nnlo.optimize.journal import read_journal, rebuild
 from nnlo.optimize.results import Objective
 from nnlo.optimize.schedules import ScheduleSpec, make_schedule
 from nnlo.optimize.search import Search
-from nnlo.optimize.shared import SharedSearch, rebuilt_engine_state
+from nnlo.optimize.shared import rebuilt_engine_state, shared_search
 from nnlo.optimize.space import Integer, from_dimensions, from_model
 from nnlo.optimize.trial_files import inherit, read_hook_state, trial_dir, write_hook_state
 from tests.helpers.env import example
@@ -248,7 +249,7 @@ class Clock:
 
 
 def participant(tmp_path, name, clock, n=9):
-    s = search(tmp_path, n=n, cls=SharedSearch, participant=name, lease_s=10.0, clock=clock, heartbeat=False)
+    s = search(tmp_path, n=n, cls=shared_search, participant=name, lease_s=10.0, clock=clock, heartbeat=False)
     s.restore()
     return s
 
@@ -260,26 +261,26 @@ def test_shared_asha_pauses_in_one_job_and_resumes_in_another_and_replays(tmp_pa
     assert [t.id for t in first] == [0, 1, 2] and all(t.target == 0 for t in first)
     for s, t in zip((a, b, a), first, strict=True):
         run_job(s, t)
-    best = min(first, key=lambda t: a.shared.finished[t.id].fom)
+    best = min(first, key=lambda t: a.storage.shared.finished[t.id].fom)
     up = b.next_trial(1)  # b promotes whichever is best: a trial paused by a's job, or its own
-    assert up.id == best.id and up.target == 1 and up.rungs == a.shared.finished[best.id].rungs
+    assert up.id == best.id and up.target == 1 and up.rungs == a.storage.shared.finished[best.id].rungs
     # b dies while training it on; its lease expires and a takes the job over, toward the same rung
     clock.t += 11
-    a._quiet_until = 0.0
+    a.storage._quiet_until = 0.0
     again = a.next_trial(0)
     assert again.id == best.id and again.target == 1
     run_job(a, again)
     b.record(up.id, [{"metrics": {"val_loss": 99.0}, "epochs": 3}], 1)  # b's late result: the rung is taken
-    assert a.shared.finished[best.id].rungs[-1]["fom"] != 99.0
+    assert a.storage.shared.finished[best.id].rungs[-1]["fom"] != 99.0
     records, skipped = read_journal(tmp_path)
     assert skipped == [] and [r["kind"] for r in records].count("resume") == 1
     state = rebuild(records)  # the pure fold gives what the participants hold
-    assert {i: t.rungs for i, t in state.finished.items()} == {i: t.rungs for i, t in a.shared.finished.items()}
+    assert {i: t.rungs for i, t in state.finished.items()} == {i: t.rungs for i, t in a.storage.shared.finished.items()}
     assert rebuilt_engine_state(tmp_path)["observations"] == a.engine.state_dict()["observations"]
     while (t := a.next_trial(0)) is not None:
         run_job(a, t)
-    assert a.complete() and len(a.shared.finished) == 9
-    assert [r["rung"] for r in a.shared.finished[best.id].rungs][:2] == [0, 1]
+    assert a.complete() and len(a.storage.shared.finished) == 9
+    assert [r["rung"] for r in a.storage.shared.finished[best.id].rungs][:2] == [0, 1]
     a.close()
     b.close()
 
@@ -287,8 +288,8 @@ def test_shared_asha_pauses_in_one_job_and_resumes_in_another_and_replays(tmp_pa
 def test_a_shared_search_with_another_schedule_is_refused(tmp_path):
     clock = Clock()
     participant(tmp_path, "a", clock).close()
-    other = SharedSearch(make_engine("random", SPACE, 3, n_initial_points=3), Objective.parse("val_loss"),
-                         num_iterations=9, out_dir=tmp_path, participant="b", clock=clock, heartbeat=False)
+    other = shared_search(make_engine("random", SPACE, 3, n_initial_points=3), Objective.parse("val_loss"),
+                          num_iterations=9, out_dir=tmp_path, participant="b", clock=clock, heartbeat=False)
     with pytest.raises(ConfigError, match="different schedule"):
         other.restore()
 
@@ -297,8 +298,7 @@ def test_the_assignment_policy_learns_a_stages_cost_per_epoch(tmp_path):
     """Heterogeneous blocks under a schedule: the hardware-aware policy is told every stage's cost on the block
     that ran it, with the share of a whole trial the stage was (its epochs over --epochs), so a trial's cost is
     learnt per epoch, not as a total that grows with the rungs a good trial reaches."""
-    s = search(tmp_path, n=4)
-    s.blocks = 2
+    s = search(tmp_path, n=4, blocks=2)
     for b in range(3):
         t = s.next_trial(b % 2, now=0.0)
         s.record(t.id, [{"metrics": {"val_loss": 1.0 + b}, "epochs": 1}], t.block, now=2.0 * (b + 1))
@@ -310,6 +310,90 @@ def test_the_assignment_policy_learns_a_stages_cost_per_epoch(tmp_path):
     assert costs[:3] == [(0, 2.0, 1 / top, "ok"), (1, 4.0, 1 / top, "ok"), (2, 6.0, 1 / top, "ok")]
     assert costs[3] == (up.id, 20.0, 2 / top, "ok") and len(costs) == 4
     assert s.observations()[3][1] == up.params
+
+
+def test_a_shared_pbt_child_whose_copy_is_further_along_trains_on_to_its_next_step(tmp_path):
+    """Issue 39, defect 10: the donor trained on past the step it was compared at and its checkpoint there is
+    gone, so the child starts from a later one; its job is the next step above that (as in a search of its
+    own), in the journal too - not the step the schedule named, which it already holds: a 0-epoch stage would
+    report the donor's value as the child's."""
+    clock = Clock()
+    a = search(tmp_path, spec=PBT, n=8, cls=shared_search, participant="a", lease_s=10.0, clock=clock,
+               heartbeat=False)
+    a.restore()
+    for _ in range(50):
+        a.storage.catch_up()  # so the peek is the job the next hand-out takes
+        job = a._job()
+        assert job is not None
+        if job.parent is not None:
+            break
+        run_job(a, a.next_trial(0))
+    else:
+        raise AssertionError("PBT never exploited")
+    budgets = a.schedule.budgets
+    donor = trial_dir(tmp_path, job.parent, 0)
+    state, done = read_hook_state(donor)
+    for epochs in (done + 1, budgets[job.rung]):  # the donor trained on: its state at the compared step is gone
+        write_hook_state(donor, state, epochs)
+    child = a.next_trial(0)
+    assert child.parent == job.parent and child.start_epochs == budgets[job.rung]
+    assert a.job_epochs(child) > child.start_epochs  # it trains on: its own result, not the donor's
+    lease = rebuild(read_journal(tmp_path)[0]).open[child.id]  # what any participant taking it over reads
+    assert lease.target == child.target and lease.job["start_epochs"] == child.start_epochs
+    a.close()
+
+
+def test_a_shared_pbt_childs_checkpoint_copy_runs_outside_the_journals_lock(tmp_path):
+    """Issue 39, defect 9: the child is proposed (leased to this job) under the lock, its donor's checkpoint
+    copied outside it - other participants append and this job's heartbeat renews the child's lease meanwhile,
+    so it cannot expire and be trained by another job in the same folder - then a ``start`` record says where
+    it starts."""
+    copying, go = threading.Event(), threading.Event()
+
+    def gated_inherit(*args):
+        if threading.current_thread() is not threading.main_thread():
+            copying.set()
+            assert go.wait(120)
+        return inherit(*args)
+
+    clock = Clock()
+    a = search(tmp_path, spec=PBT, n=8, cls=shared_search, participant="a", lease_s=10.0, clock=clock,
+               heartbeat=False, copy_checkpoint=gated_inherit)
+    a.restore()
+    b = search(tmp_path, spec=PBT, n=8, cls=shared_search, participant="b", lease_s=10.0, clock=clock,
+               heartbeat=False)
+    b.restore()
+    for _ in range(50):
+        a.storage.catch_up()
+        job = a._job()
+        if job is not None and job.parent is not None:
+            break
+        run_job(a, a.next_trial(0))
+    else:
+        raise AssertionError("PBT never exploited")
+    out: list = []
+    claiming = threading.Thread(target=lambda: out.append(a.next_trial(0)), daemon=True)
+    claiming.start()
+    assert copying.wait(120)  # the child is proposed and leased to a; its copy is under way
+    child_id = max(rebuild(read_journal(tmp_path, final=False)[0]).open)
+    renewals: list = []
+    other = threading.Thread(target=lambda: renewals.append((b.storage.renew(), a.storage.renew())), daemon=True)
+    other.start()
+    other.join(120)  # with the lock held by the copy this would wait until the test lets the copy go
+    alive = other.is_alive()
+    go.set()
+    claiming.join(120)
+    other.join(120)
+    assert not alive, "renewals waited for the checkpoint copy: it ran under the journal's lock"
+    assert renewals == [([], [child_id])]  # a's heartbeat renews the child's lease while it is copied
+    [child] = out
+    assert child.id == child_id and child.parent == job.parent and child.start_epochs is not None
+    records, _ = read_journal(tmp_path)
+    assert [r["kind"] for r in records if r.get("id") == child.id][:2] == ["propose", "start"]
+    assert "copy" not in rebuild(records).open[child.id].job
+    a.close()
+    b.close()
+
 
 # -- every trial handed out is pending for the engine (no copies) ------------------------------------------------
 GRID = from_dimensions([Integer(1, 4, name="a"), Integer(1, 4, name="b")])  # 16 points: copies are likely
@@ -323,10 +407,10 @@ def grid_job(s, trial):
 
 
 @pytest.mark.parametrize("spec, cls", [(ASHA, Search), (ScheduleSpec("hyperband", max_epochs=9), Search),
-                                       (ASHA, SharedSearch)], ids=["asha", "hyperband", "shared-asha"])
+                                       (ASHA, shared_search)], ids=["asha", "hyperband", "shared-asha"])
 def test_a_staged_search_never_proposes_a_paused_trials_point_again(tmp_path, spec, cls):
     # random proposals (Bayesian ones copy too, at more cost): 11-12 distinct of 14 before paused trials were pending
-    extra = {"clock": Clock(), "participant": "p", "lease_s": 10.0, "heartbeat": False} if cls is SharedSearch else {}
+    extra = {"clock": Clock(), "participant": "p", "lease_s": 10.0, "heartbeat": False} if cls is shared_search else {}
     s = cls(make_engine("random", GRID, 3, n_initial_points=2), Objective.parse("val_loss"), num_iterations=14,
             out_dir=tmp_path, schedule=make_schedule(spec, GRID), **extra)
     s.restore()

@@ -13,7 +13,7 @@ from nnlo.errors import ConfigError
 from nnlo.optimize.engines import make_engine
 from nnlo.optimize.options import SearchConfig, check_schedule
 from nnlo.optimize.results import Objective, Trial
-from nnlo.optimize.schedules import Job, Ledger, ScheduleError, ScheduleSpec, TrialView, make_schedule
+from nnlo.optimize.schedules import Full, Job, Ledger, ScheduleError, ScheduleSpec, TrialView, make_schedule
 from nnlo.optimize.schedules.asha import Asha, geometric_budgets, keep, promotable, promotion
 from nnlo.optimize.schedules.hyperband import Hyperband, bracket_sizes, next_bracket
 from nnlo.optimize.schedules.ledger import RungResults, feed, ledger, model_rung
@@ -392,7 +392,8 @@ def test_the_model_learns_from_the_highest_rung_with_enough_results():
 
 
 def test_make_schedule_by_name():
-    assert make_schedule(ScheduleSpec(), SPACE) is None
+    full = make_schedule(ScheduleSpec(max_epochs=9), SPACE)  # a schedule object too: no None branches
+    assert isinstance(full, Full) and not full.spec.staged and full.budgets == (9,)
     for name, cls in (("asha", Asha), ("hyperband", Hyperband)):
         assert isinstance(make_schedule(ScheduleSpec(name, max_epochs=9), SPACE), cls)
     assert isinstance(make_schedule(ScheduleSpec("pbt", max_epochs=9, population=2, interval=3), SPACE), Pbt)

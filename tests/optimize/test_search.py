@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import csv
 import json
+import threading
 
 import pytest
 
+from nnlo.contract import OPTIMIZER_STATE_FILE
 from nnlo.errors import ConfigError
 from nnlo.optimize.engines import make_engine
 from nnlo.optimize.results import Objective, Trial
@@ -265,3 +267,34 @@ def test_a_blocks_kept_result_is_found_only_for_the_same_trial_parameters_and_st
     assert read_block_result(tmp_path, 4, {"lr": 0.1, "k": 2}, 4) is None
     (tmp_path / "trials" / "0003" / "block-result.json").write_text("{torn")
     assert read_block_result(tmp_path, 3, {"lr": 0.1, "k": 2}, 4) is None
+
+
+def test_the_last_words_wait_for_a_result_being_recorded(tmp_path):
+    """Issue 39, defect 14: a rank's death makes the liveness thread save the search (its last words) while the
+    coordinator's thread may be recording a result: the save waits for the record, so the state it writes is
+    never half of one (here: the trial finished, its result not yet told to the engine)."""
+    from nnlo.optimize.engines.random import RandomEngine
+
+    telling, go = threading.Event(), threading.Event()
+
+    class GatedTell(RandomEngine):
+        def tell(self, *args, **kwargs):
+            if threading.current_thread() is not threading.main_thread():
+                telling.set()
+                assert go.wait(120)
+            return super().tell(*args, **kwargs)
+
+    s = Search(GatedTell(SPACE, 0), Objective.parse("val_loss"), num_iterations=2, out_dir=tmp_path)
+    t = s.next_trial(0)
+    recording = threading.Thread(target=lambda: s.record(t.id, [ok(0.5)], 0), daemon=True)
+    recording.start()
+    assert telling.wait(120)  # the coordinator's thread is inside the record
+    words = threading.Thread(target=s.last_words, daemon=True)
+    words.start()
+    words.join(5)  # unguarded, the save is done by now (the record stays held until go)
+    go.set()
+    recording.join(120)
+    words.join(120)
+    state = json.loads((tmp_path / OPTIMIZER_STATE_FILE).read_text())
+    assert [d["id"] for d in state["finished"]] == [t.id] and state["rerun"] == []
+    assert len(state["engine_state"]["observations"]) == 1  # the engine was told before the save

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 
 import pytest
@@ -11,9 +12,11 @@ import pytest
 from nnlo.contract import OPTIMIZER_STATE_FILE, SEARCH_JOURNAL
 from nnlo.errors import ConfigError
 from nnlo.optimize.engines import make_engine
+from nnlo.optimize.engines.random import RandomEngine
 from nnlo.optimize.journal import read_journal, rebuild
 from nnlo.optimize.results import Objective
-from nnlo.optimize.shared import SharedSearch, participant_name, rebuilt_engine_state
+from nnlo.optimize.search import Search
+from nnlo.optimize.shared import JournalStorage, participant_name, rebuilt_engine_state, shared_search
 from nnlo.optimize.space import Integer, Real, Space
 from nnlo.stop import Stop
 
@@ -29,9 +32,9 @@ class Clock:
 
 
 def participant(tmp_path, name, clock, engine="random", n=6, seed=0, **kw):
-    s = SharedSearch(make_engine(engine, SPACE, seed, n_initial_points=2), Objective.parse("val_loss"),
-                     num_iterations=n, out_dir=tmp_path, participant=name, lease_s=10.0, clock=clock,
-                     heartbeat=False, **kw)
+    s = shared_search(make_engine(engine, SPACE, seed, n_initial_points=2), Objective.parse("val_loss"),
+                      num_iterations=n, out_dir=tmp_path, participant=name, lease_s=10.0, clock=clock,
+                      heartbeat=False, **kw)
     s.restore()
     return s
 
@@ -56,9 +59,9 @@ def test_two_participants_share_the_budget_exactly_and_a_dead_ones_trials_are_re
     assert b.next_trial(1) is None  # 6 trials exist: the budget is handed out, a's are alive
     # a dies (stops renewing); b renews its own; after the lease timeout b takes a's trials over
     clock.t += 6
-    assert b.renew() == [5]
+    assert b.storage.renew() == [5]
     clock.t += 5  # a's leases (until +10) expired, b's (renewed to +16) not
-    b._quiet_until = 0.0
+    b.storage._quiet_until = 0.0
     again = b.next_trial(1)
     assert again is not None and again.id == 1 and again.params == ta[1].params  # same id, same parameters
     b.record(1, fom(again), 1)
@@ -105,7 +108,7 @@ def test_a_released_trial_is_rerun_by_the_next_free_participant_and_a_restarted_
     a.interrupted(t0.id)  # the deadline: back to the pool at once
     got = b.next_trial(0)
     assert got.id == t0.id and got.params == t0.params
-    a.journal.close()  # a's job is killed with trial 1 running; its chain's next job has the same name
+    a.storage.journal.close()  # a's job is killed with trial 1 running; its chain's next job has the same name
     a2 = participant(tmp_path, "a", clock, n=3)
     mine = a2.next_trial(0)
     assert mine.id == t1.id and mine.params == t1.params  # no wait for the lease to expire
@@ -114,9 +117,9 @@ def test_a_released_trial_is_rerun_by_the_next_free_participant_and_a_restarted_
 
 def test_waiting_for_trials_elsewhere_ends_at_the_stop(tmp_path):
     clock = Clock()
-    a, b = participant(tmp_path, "a", clock, n=1), participant(tmp_path, "b", clock, n=1)
+    a = participant(tmp_path, "a", clock, n=1)
+    b = participant(tmp_path, "b", clock, n=1, stop=Stop(deadline=clock.t + 5))  # within the safety margin: stop now
     assert a.next_trial(0).id == 0
-    b.stop = Stop(deadline=clock.t + 5)  # within the safety margin: stop now
     assert b.next_trial(0) is None and b.can_hand_out() is False
     clock.t += 11
     assert b.can_hand_out() is True  # a's lease expired: b may take it over
@@ -137,8 +140,8 @@ def test_participant_names(monkeypatch):
     with pytest.raises(ConfigError, match="--participant"):
         participant_name("bad\nname", {})
     with pytest.raises(ConfigError, match="--lease-timeout"):
-        SharedSearch(make_engine("random", SPACE, 0), Objective(), num_iterations=1, out_dir=".",
-                     participant="p", lease_s=0.1)
+        shared_search(make_engine("random", SPACE, 0), Objective(), num_iterations=1, out_dir=".",
+                      participant="p", lease_s=0.1)
 
 
 def test_genetic_participants_breed_from_the_other_participants_results(tmp_path):
@@ -156,8 +159,8 @@ def test_genetic_participants_breed_from_the_other_participants_results(tmp_path
 
 
 def test_the_heartbeat_renews_running_trials_until_closed(tmp_path):
-    s = SharedSearch(make_engine("random", SPACE, 0), Objective(), num_iterations=2, out_dir=tmp_path,
-                     participant="a", lease_s=1.0)  # the real clock; a beat every 0.25 s
+    s = shared_search(make_engine("random", SPACE, 0), Objective(), num_iterations=2, out_dir=tmp_path,
+                      participant="a", lease_s=1.0)  # the real clock; a beat every 0.25 s
     s.restore()
     t = s.next_trial(0)
     end = time.monotonic() + 60  # the heartbeat's second renewal, however long a busy machine takes for it
@@ -181,7 +184,7 @@ def test_a_folder_is_joined_only_as_the_kind_of_search_it_holds(tmp_path):
         return OptimizeOptions(out_dir=out, block_size=2, hyper_opt="random", num_iterations=3, **kw)
 
     shared = prepare_search(opts(tmp_path / "s", shared=True, participant="x"), SPACE)
-    assert isinstance(shared, SharedSearch) and (tmp_path / "s" / SEARCH_JOURNAL).exists()
+    assert isinstance(shared.storage, JournalStorage) and (tmp_path / "s" / SEARCH_JOURNAL).exists()
     shared.close()
     with pytest.raises(ConfigError, match="add --shared"):
         prepare_search(opts(tmp_path / "s", restore=True), SPACE)
@@ -232,7 +235,7 @@ def test_random_schedules_of_participants_finish_with_exactly_the_budget(tmp_pat
     twice, every result the first one reported for its trial, every engine equal to the journal's."""
     rng = random.Random(seed)
     clock, n = Clock(), 12
-    live: dict[str, SharedSearch] = {}
+    live: dict[str, Search] = {}
     first: dict[int, float | None] = {}  # the first reported fom of each trial
 
     def report(s, tid):
@@ -250,7 +253,7 @@ def test_random_schedules_of_participants_finish_with_exactly_the_budget(tmp_pat
             continue
         name = rng.choice(sorted(live))
         s = live[name]
-        s._quiet_until = 0.0
+        s.storage._quiet_until = 0.0
         action = rng.random()
         if action < 0.35:
             for block in (0, 1):
@@ -261,9 +264,9 @@ def test_random_schedules_of_participants_finish_with_exactly_the_budget(tmp_pat
         elif action < 0.75 and s.in_flight:
             s.interrupted(rng.choice(sorted(s.in_flight)))
         elif action < 0.85:
-            s.renew()
+            s.storage.renew()
         elif action < 0.92:
-            s.journal.close()  # dies: no release, no leave
+            s.storage.journal.close()  # dies: no release, no leave
             del live[name]
         else:
             s.close()
@@ -272,10 +275,10 @@ def test_random_schedules_of_participants_finish_with_exactly_the_budget(tmp_pat
     # one last participant finishes whatever is left, taking over expired leases
     last = participant(tmp_path, "z", clock, n=n)
     for s in live.values():
-        s.journal.close()
+        s.storage.journal.close()
     for _ in range(10 * n):
         clock.t += 11
-        last._quiet_until = 0.0
+        last.storage._quiet_until = 0.0
         t = last.next_trial(0)
         if t is None:
             break
@@ -291,23 +294,104 @@ def test_random_schedules_of_participants_finish_with_exactly_the_budget(tmp_pat
     assert fresh.engine.n_asked == n and len(fresh.engine.observations) == n
 
 
-def test_a_slow_proposal_renews_the_running_leases_before_appending(tmp_path, caplog):
-    from nnlo.optimize.engines.random import RandomEngine
+class GatedEngine(RandomEngine):
+    """A random engine whose proposals made outside the main thread wait for ``go`` (a proposal as slow as a
+    Gaussian process at hundreds of trials, held for exactly as long as the test needs)."""
 
-    class SlowEngine(RandomEngine):  # a proposal as slow as a Gaussian process at hundreds of trials
-        def _propose(self, pending, rng):
-            time.sleep(0.55)
-            return super()._propose(pending, rng)
+    asking: threading.Event
+    go: threading.Event
 
-    s = SharedSearch(SlowEngine(SPACE, 0), Objective(), num_iterations=3, out_dir=tmp_path, participant="a",
-                     lease_s=1.0, heartbeat=False)
+    def _propose(self, pending, rng):
+        if threading.current_thread() is not threading.main_thread():
+            self.asking.set()
+            assert self.go.wait(120)
+        return super()._propose(pending, rng)
+
+
+def gated(tmp_path, name, clock, n=3, **kw):
+    engine = GatedEngine(SPACE, 0)
+    engine.asking, engine.go = threading.Event(), threading.Event()
+    s = shared_search(engine, Objective(), num_iterations=n, out_dir=tmp_path, participant=name, lease_s=10.0,
+                      clock=clock, heartbeat=False, **kw)
     s.restore()
-    s.next_trial(0)
-    s.next_trial(1)
-    kinds = [(r["kind"], r.get("ids", r.get("id"))) for r in read_journal(tmp_path)[0]]
-    assert kinds[-3:] == [("propose", 0), ("renew", [0]), ("propose", 1)]
-    assert "raise --lease-timeout" in caplog.text
-    s.close()
+    return s
+
+
+def in_thread(fn):
+    """Run ``fn`` in a thread; its result (or exception) in the returned list once joined."""
+    out: list = []
+
+    def run():
+        try:
+            out.append(fn())
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_a_slow_proposal_holds_no_lock_so_another_participants_renewal_goes_through(tmp_path):
+    """Issue 39, defect 9: a participant's proposal (a Gaussian process's ask may take many seconds) is asked
+    outside the journal's lock: another participant's heartbeat renews its leases meanwhile (it used to wait
+    for the ask, and a lease could expire and be taken over while its trial still ran)."""
+    clock = Clock()
+    b = gated(tmp_path, "b", clock)
+    held = b.next_trial(0)  # asked in the main thread: no gate
+    a = gated(tmp_path, "a", clock)
+    asking, out = in_thread(lambda: a.next_trial(0))
+    assert a.engine.asking.wait(120)  # a is inside its ask for trial 1
+    renewing, renewed = in_thread(b.storage.renew)
+    renewing.join(120)  # with the lock held by a's ask this would wait until the test lets the ask go
+    alive = renewing.is_alive()
+    a.engine.go.set()
+    asking.join(120)
+    renewing.join(120)
+    assert not alive, "b's renewal waited for a's proposal: the ask held the journal's lock"
+    assert renewed == [[held.id]]
+    [trial] = out
+    assert trial.id == held.id + 1
+    kinds = [(r["kind"], r["p"], r.get("ids", r.get("id"))) for r in read_journal(tmp_path)[0]]
+    assert kinds[-2:] == [("renew", "b", [held.id]), ("propose", "a", trial.id)]
+    a.close()
+    b.close()
+
+
+def test_a_proposal_made_stale_meanwhile_is_asked_again_for_the_next_id(tmp_path):
+    """The ask outside the lock saw a state another participant changed before it appended: the id it asked
+    for is taken, so the decision is taken again (a new id, its own random stream) - no id proposed twice."""
+    clock = Clock()
+    a, b = gated(tmp_path, "a", clock), gated(tmp_path, "b", clock)
+    asking, out = in_thread(lambda: a.next_trial(0))
+    assert a.engine.asking.wait(120)  # a asks for trial 0 ...
+    assert b.next_trial(0).id == 0  # ... while b proposes it
+    a.engine.go.set()
+    asking.join(120)
+    [trial] = out
+    assert trial.id == 1
+    records, skipped = read_journal(tmp_path)
+    assert not skipped and [r["id"] for r in records if r["kind"] == "propose"] == [0, 1]
+    a.close()
+    b.close()
+
+
+def test_the_quiet_period_after_an_empty_claim_is_an_interval_not_a_wall_time(tmp_path):
+    """Issue 39, defect 14: a participant that found nothing to claim waits a moment before it looks again,
+    measured on the monotonic clock: a wall clock stepped back (NTP) does not keep it quiet for the step.
+    Leases' ends stay wall times, as the journal records them for every node."""
+    wall, mono = Clock(), Clock()
+    a = participant(tmp_path, "a", wall, n=1, monotonic=mono)
+    b = participant(tmp_path, "b", wall, n=1, monotonic=mono)
+    t = a.next_trial(0)
+    assert b.next_trial(0) is None  # nothing to claim: b stays quiet for a moment
+    a.interrupted(t.id)  # back to the pool
+    wall.t -= 3600  # the wall clock is stepped back an hour
+    mono.t += 2 * b.storage.poll_s  # the moment has passed
+    again = b.next_trial(0)
+    assert again is not None and again.id == t.id
+    a.close()
+    b.close()
 
 
 def test_a_dead_rank_gives_the_running_trials_back_at_once_and_stops_their_leases(tmp_path):
@@ -319,7 +403,7 @@ def test_a_dead_rank_gives_the_running_trials_back_at_once_and_stops_their_lease
     a, b = participant(tmp_path, "a", clock, n=4), participant(tmp_path, "b", clock, n=4)
     t0, t1 = a.next_trial(0), a.next_trial(1)
     _last_words(a)()  # the lease (10 s on this clock) has not run out: only the release gives them back
-    assert a.renew() == []
+    assert a.storage.renew() == []
     assert [b.next_trial(0).id, b.next_trial(1).id] == [t0.id, t1.id]
     records, _ = read_journal(tmp_path)
     assert [r["id"] for r in records if r["kind"] == "release"] == [t0.id, t1.id]

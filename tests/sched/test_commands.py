@@ -83,6 +83,25 @@ def test_submit_dry_run_prints_and_writes_nothing(capsys: pytest.CaptureFixture[
     assert list(tmp_path.iterdir()) == []  # no run directory, nothing at all
 
 
+def test_a_dry_run_says_which_ranks_leave_a_gpu_idle_as_layout_does(capsys: pytest.CaptureFixture[str],
+                                                                      tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45 item 7: a dry run that puts the coordinator and the masters on GPU nodes ("GPUs used 2 of 4")
+    said nothing of it; only ``nnlo layout`` noted it. The same note, once; none on CPU nodes."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NNLO_HOME", str(tmp_path / "home"))
+    shape = ("--blocks", "2", "--dry-run", "--no-check", "optimize", "--block-size", "2", "--model", "m.py")
+    code, out, _ = run(capsys, "layout", "perlmutter", "--blocks", "2", "--block-size", "2")
+    (said,) = [line.removeprefix("note      ") for line in out.splitlines() if "no-GPU ranks" in line]
+    code, out, err = run(capsys, "submit", "-c", "perlmutter", "-A", "m1", *shape)
+    assert code == 0, err
+    assert err.count("no-GPU ranks") == 1 and f"nnlo: note: {said}\n" in err
+    assert "coordinator rank 0" in said and "master 2 ranks (1,3)" in said
+    code, out, err = run(capsys, "submit", "-c", "cscs", "-C", "mc", "-A", "s1", *shape)
+    assert code == 0, err
+    assert "no-GPU ranks" not in err
+
+
 def test_submit_dry_run_local_names_run_after_model(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

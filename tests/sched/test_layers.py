@@ -28,10 +28,6 @@ HEAVY = ("torch", "tensorflow", "keras", "skopt", "matplotlib", "horovod", "subm
 #: what a runtime module keeps off its importers' start-up besides HEAVY: the optional extras
 RUNTIME_HEAVY = (*HEAVY, "mlflow", "tensorboard", "google", "pynvml", "psutil", "threadpoolctl")
 RUNTIME_SOURCES = sorted((REPO / "nnlo").rglob("*.py"))
-#: Being rebuilt by the search split of issue 39 (its engineer keeps them free of function-level imports);
-#: remove this exclusion once that work is merged.
-SPLIT_FILES = {"nnlo/optimize/search.py", "nnlo/optimize/shared.py", "nnlo/optimize/coordinator.py",
-               "nnlo/optimize/run.py", "nnlo/optimize/state.py", "nnlo/optimize/journal.py"}
 
 
 def function_level_imports(path: Path) -> list[tuple[int, str, str]]:
@@ -122,7 +118,7 @@ def test_function_level_imports_are_only_lazy_heavy_ones_with_a_reason(path: Pat
     assert problems == [], f"{path.relative_to(REPO)}:\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("path", [p for p in RUNTIME_SOURCES if str(p.relative_to(REPO)) not in SPLIT_FILES],
+@pytest.mark.parametrize("path", RUNTIME_SOURCES,
                          ids=lambda p: str(p.relative_to(REPO)))
 def test_runtime_imports_its_own_modules_inside_a_function_only_for_a_heavy_dependency(path: Path) -> None:
     closures = _heavy_closures()
@@ -154,7 +150,7 @@ def test_the_runtime_scan_tells_a_heavy_import_from_a_light_one() -> None:
 #: The runtime's surface for the orchestration side: what nnlo_sched may import (with its submodules)
 RUNTIME_SURFACE = {
     "nnlo", "nnlo.contract", "nnlo.errors", "nnlo.roles", "nnlo.config", "nnlo.optimize.options", "nnlo.api",
-    "nnlo.job", "nnlo.checkpoint", "nnlo.models", "nnlo.device", "nnlo.atomic", "nnlo.stop", "nnlo.abort",
+    "nnlo.job", "nnlo.checkpoint", "nnlo.models", "nnlo.device", "nnlo.atomic", "nnlo.stop", "nnlo.script_stop", "nnlo.abort",
     "nnlo.rankfate", "nnlo.observe", "nnlo.observe.logs", "nnlo.observe.timeline", "nnlo.observe.summary",
     "nnlo.observe.plots", "nnlo.observe.tracking", "nnlo.data", "nnlo.data.check", "nnlo.data.lists",
     "nnlo.optimize", "nnlo.optimize.space", "nnlo.optimize.surrogate_plot", "nnlo.optimize.journal",

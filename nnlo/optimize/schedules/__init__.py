@@ -1,5 +1,5 @@
-"""Schedules that stop bad trials early (``--schedule asha|hyperband|pbt``); ``full`` trains every trial to
-``--epochs`` and has no schedule object.
+"""Schedules that stop bad trials early (``--schedule asha|hyperband|pbt``), and ``full`` (:mod:`.full`), which
+trains every trial to ``--epochs`` at once: a schedule object like the others, never a missing one.
 
 The rung and promotion logic (:mod:`.asha`, :mod:`.hyperband`) and PBT's exploit and explore (:mod:`.pbt`)
 are pure functions of the trials (:mod:`.base`: :class:`TrialView` in, :class:`Job` out); :mod:`.ledger`
@@ -28,19 +28,20 @@ from nnlo.optimize.schedules.base import (
     pbt_interval,
     rung_of,
 )
+from nnlo.optimize.schedules.full import Full
 from nnlo.optimize.schedules.hyperband import Hyperband
 from nnlo.optimize.schedules.pbt import Pbt
 
-__all__ = ["DEFAULT_ETA", "DEFAULT_MIN_EPOCHS", "PBT_POPULATION", "PBT_STEPS", "SCHEDULES", "Job", "Ledger", "Schedule",
-           "ScheduleError", "ScheduleSpec", "TrialView", "make_schedule", "pbt_interval", "rung_of"]
+__all__ = ["DEFAULT_ETA", "DEFAULT_MIN_EPOCHS", "Full", "PBT_POPULATION", "PBT_STEPS", "SCHEDULES", "Job", "Ledger",
+           "Schedule", "ScheduleError", "ScheduleSpec", "TrialView", "make_schedule", "pbt_interval", "rung_of"]
 
 
-def make_schedule(spec: ScheduleSpec, space: Any) -> Schedule | None:
-    """The schedule ``spec`` names over ``space`` (PBT perturbs points of it); None for ``full``."""
+def make_schedule(spec: ScheduleSpec, space: Any) -> Schedule:
+    """The schedule ``spec`` names over ``space`` (PBT perturbs points of it)."""
     if spec.name == "asha":
         return Asha(spec)
     if spec.name == "hyperband":
         return Hyperband(spec)
     if spec.name == "pbt":
         return Pbt(spec, space)
-    return None
+    return Full(spec.max_epochs)
