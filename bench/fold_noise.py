@@ -51,7 +51,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", help="result JSON path (default bench/results/fold_noise.json)")
     a = p.parse_args(argv)
     if a.quick:
-        a.seeds, a.budget, a.n_initial = 2, 12, 5
+        a.seeds, a.budget, a.n_initial, a.jobs = 1, 8, 5, 1  # one process: a pool's start-up is most of it
     if a.seeds < 1 or a.folds < 2 or a.budget <= a.n_initial:
         p.error("--seeds >= 1, --folds >= 2 and --budget > --n-initial")
     return a

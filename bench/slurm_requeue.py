@@ -12,10 +12,13 @@ training resuming - nnlo's checkpoint-restart chain against submitit's requeue p
   and calls it again. Measured: the signal (the ``checkpoint`` call), and the callable running again.
 
 Both clocks are the same machine's, so the differences are direct. Needs root (the harness starts its own
-munged, slurmctld and slurmd in a temporary folder; ``tests/helpers/slurm.py``) and takes ~3 minutes;
-``bench/run.sh`` runs it only when named. Where Slurm cannot start, the JSON says why and nothing is timed.
+munged, slurmctld and slurmd in a temporary folder; ``bench/private_slurm.py``, the tests' harness too) and
+takes ~3 minutes; ``bench/run.sh`` runs it only when named. Where Slurm cannot start, the JSON says why and
+nothing is timed. ``--quick`` (the smoke test) starts the private Slurm, asks its version and stops it: a
+Slurm walltime is a minute at least, so nothing is timed.
 
     bench/run.sh slurm_requeue
+    bench/run.sh slurm_requeue --quick      # smoke test: the harness only
 """
 from __future__ import annotations
 
@@ -33,9 +36,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import _common as C
+from private_slurm import SlurmCluster, SlurmUnavailable
 
 NAME = "slurm_requeue"
-sys.path.insert(0, str(C.REPO))  # tests.helpers.slurm: the private Slurm of the test suite
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -46,6 +49,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--safety", type=float, default=20,
                    help="NNLO_DEADLINE_SAFETY for the nnlo jobs: seconds kept free before the limit for "
                         "stopping and leaving (nnlo's default is 10; a busy 2-core node needs more)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: start the private Slurm, ask its version, stop it; nothing timed")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder (runs, logs) for inspection")
     p.add_argument("--out", help="result JSON path (default bench/results/slurm_requeue.json)")
     return p.parse_args(argv)
@@ -232,12 +237,6 @@ def main(argv: list[str]) -> int:
     result: dict[str, Any] = {"what": "walltime end -> successor's training resuming: nnlo chain vs submitit "
                                       "requeue, on a private single-node Slurm", "nnlo_deadline_safety_s": a.safety}
     try:
-        from tests.helpers.slurm import SlurmCluster, SlurmUnavailable
-    except ImportError as e:
-        result["skipped"] = f"tests/helpers/slurm.py not importable: {e}"
-        C.write_result(NAME, result, a.out, argv=argv, mpi=False, started_load=load0)
-        return 0
-    try:
         slurm = SlurmCluster.start()
     except SlurmUnavailable as e:
         result["skipped"] = str(e)
@@ -246,10 +245,12 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         result["slurm"] = slurm.run("sinfo", "--version").stdout.strip()
+        if a.quick:
+            result["quick"] = "the private Slurm started and answered; no side run (a walltime is a minute at least)"
         tmp = tempfile.mkdtemp(prefix="nnlo-bench-requeue-", dir="/tmp")
         os.chmod(tmp, 0o755)
         try:
-            for side, fn in (("nnlo", nnlo_side), ("submitit", submitit_side)):
+            for side, fn in () if a.quick else (("nnlo", nnlo_side), ("submitit", submitit_side)):
                 if side in a.skip:
                     carried = earlier_side(a.out, side)
                     if carried is not None:

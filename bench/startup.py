@@ -17,7 +17,7 @@ Also checked: the modules a rank of the end-to-end run imported (``python -X imp
 ``PYTHONPROFILEIMPORTTIME``): none of tensorflow, keras, skopt, matplotlib for a torch model.
 
     bench/run.sh startup                # 3 repeats
-    bench/run.sh startup --quick        # 1 repeat
+    bench/run.sh startup --quick        # 1 repeat, a tenth of the data
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
+from blobs import write_blobs
 
 NAME = "startup"
 HERE = Path(__file__).resolve().parent
@@ -90,7 +91,7 @@ if MPI.COMM_WORLD.Get_rank() == 0:
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--quick", action="store_true", help="one repeat (smoke test)")
+    p.add_argument("--quick", action="store_true", help="one repeat, a tenth of the data (smoke test)")
     p.add_argument("--out", help="result JSON path (default bench/results/startup.json)")
     a = p.parse_args(argv)
     if a.quick:
@@ -129,11 +130,8 @@ def importtime(stderr: str) -> dict[str, Any]:
             "modules": names}
 
 
-def write_data(folder: Path) -> Path:
-    sys.path.insert(0, str(REPO))
-    from tests.runtime.conftest import write_blobs
-
-    return write_blobs(folder, n_train=2000, n_val=200, files=2)
+def write_data(folder: Path, quick: bool = False) -> dict[str, Path]:
+    return write_blobs(folder, n_train=200 if quick else 2000, n_val=20 if quick else 200, files=2)
 
 
 def end_to_end(work: Path, data: dict[str, Path], i: int) -> dict[str, Any]:
@@ -163,7 +161,7 @@ def main(argv: list[str]) -> int:
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="nnlo-startup-") as tmp:
         work = Path(tmp)
-        data = write_data(work / "data")
+        data = write_data(work / "data", a.quick)
         samples: dict[str, list[float]] = {}
         e2e = []
         top_imports: dict[str, Any] = {}

@@ -95,14 +95,15 @@ from nnlo.backends.torch_backend import TorchBackend
 from nnlo.data import H5Dataset, read_list_file
 from nnlo.training.validation import Validator, split_range
 torch.set_num_threads(1)
-part, parts, start, repeats = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+part, parts, repeats = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 torch.manual_seed(0)
 backend = TorchBackend(scaling_mlp.get_model(), "categorical_crossentropy", "adam:lr=0.001")
 ds = H5Dataset(read_list_file(os.environ["BENCH_VAL_LIST"]), preload=True)
 v = Validator(ds, np.arange(len(ds)), 256)
 lo, hi = split_range(0, len(ds), [1] * parts)[part]
 v.sums(backend, lo, hi)
-time.sleep(max(0.0, start - time.time()))
+print("ready", flush=True)
+sys.stdin.readline()  # every part starts at once, when all are ready
 out = []
 for _ in range(repeats):
     t = time.perf_counter(); v.sums(backend, lo, hi); out.append(time.perf_counter() - t)
@@ -114,9 +115,14 @@ def parallel_ceiling(a: argparse.Namespace, val_list: Path, parts: int) -> dict[
     """The best the machine allows right now: ``parts`` plain processes (no MPI, no nnlo protocol) each
     evaluating 1/parts of the samples at the same moment; per repeat, the slowest one."""
     env = dict(env_for(a), BENCH_MODELS=str(C.BENCH_DIR / "models"), BENCH_VAL_LIST=str(val_list))
-    start = time.time() + 15
-    procs = [subprocess.Popen([sys.executable, "-c", _PART, str(i), str(parts), str(start), str(a.repeats + 2)],
-                              env=env, stdout=subprocess.PIPE, text=True) for i in range(parts)]
+    procs = [subprocess.Popen([sys.executable, "-c", _PART, str(i), str(parts), str(a.repeats + 2)],
+                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(parts)]
+    for p in procs:  # each has imported, read its part and evaluated it once
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready", "a part failed to start"
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
     runs = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
     return {"seconds": C.summary([max(r[k] for r in runs) for k in range(len(runs[0]))])}
 

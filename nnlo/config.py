@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nnlo.algorithms.specs import parse_optimizer_spec
-from nnlo.contract import ENV_DEADLINE
+from nnlo.contract import DEADLINE_SAFETY_S, ENV_DEADLINE, ENV_DEADLINE_SAFETY
 from nnlo.errors import ConfigError
 from nnlo.roles import RoleError, Shape
 from nnlo.stop_rules import parse_rule
@@ -263,4 +263,24 @@ def deadline_from_env(explicit: float | None = None, environ: Mapping[str, str] 
     if not value > 0 or value == float("inf"):
         raise ConfigError(f"{ENV_DEADLINE}={raw!r} is not unix seconds; unset it or export a number "
                           f"(e.g. $(date -d '+2 hours' +%s))")
+    return value
+
+
+def deadline_safety_from_env(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds of safety kept before the deadline: ``$NNLO_DEADLINE_SAFETY``, else
+    :data:`~nnlo.contract.DEADLINE_SAFETY_S`; the one reader, for a training's stop and a search's alike.
+
+    A malformed value is a one-line :class:`~nnlo.errors.ConfigError`.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(ENV_DEADLINE_SAFETY, "").strip()
+    if not raw:
+        return DEADLINE_SAFETY_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise ConfigError(f"{ENV_DEADLINE_SAFETY}={raw!r} is not a number of seconds; unset it "
+                          f"(default {DEADLINE_SAFETY_S:g}) or export one (e.g. 30)")
     return value

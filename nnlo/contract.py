@@ -31,7 +31,8 @@ SIGNAL_STATUS_BASE = 128
 # -- environment variables ----------------------------------------------------------------------------
 #: Unix seconds by which the runtime must have stopped with a checkpoint (set by the job script).
 ENV_DEADLINE = "NNLO_DEADLINE"
-#: Seconds of safety the runtime keeps before the deadline (default 10).
+#: Seconds of safety the runtime keeps before the deadline (default :data:`DEADLINE_SAFETY_S`), a training's and a
+#: search's alike (:func:`nnlo.config.deadline_safety_from_env`).
 ENV_DEADLINE_SAFETY = "NNLO_DEADLINE_SAFETY"
 #: The run directory of a submitted run (set by the job script and by ``python -m nnlo_sched run``).
 ENV_RUN_DIR = "NNLO_RUN_DIR"
@@ -60,6 +61,32 @@ ENV_TEST_SIGNAL_AT_UPDATE = "NNLO_TEST_SIGNAL_AT_UPDATE"
 ENV_TEST_SIGNAL_AT_TRIAL = "NNLO_TEST_SIGNAL_AT_TRIAL"
 #: Seconds a node of a job may stay silent before its peers take it for lost (:mod:`nnlo.liveness`; 0: no watch).
 ENV_PEER_TIMEOUT = "NNLO_PEER_TIMEOUT"
+#: Seconds one blocking wait of a training may last before the watchdog ends the job (:mod:`nnlo.training.watchdog`).
+ENV_COMM_TIMEOUT = "NNLO_COMM_TIMEOUT"
+#: The watchdog's limit of one wait before every rank has set up (:mod:`nnlo.training.watchdog`).
+ENV_START_TIMEOUT = "NNLO_START_TIMEOUT"
+#: ``spin`` or ``sleep`` forces how a training's ranks wait for messages (:func:`nnlo.transport.sleeping_waits`).
+ENV_WAIT = "NNLO_WAIT"
+#: TensorFlow's thread pools' size on every rank (:mod:`nnlo.backends.keras_env`).
+ENV_TF_THREADS = "NNLO_TF_THREADS"
+#: How many times a failed batch-system query is tried again (:func:`nnlo_sched.schedulers.base.query_capture`).
+ENV_SCHED_RETRIES = "NNLO_SCHED_RETRIES"
+#: The first pause (seconds) before a failed batch-system query is tried again, doubled each time.
+ENV_SCHED_RETRY_DELAY = "NNLO_SCHED_RETRY_DELAY"
+#: The local scheduler's seconds between SIGTERM and SIGKILL (Slurm's ``KillWait``).
+ENV_LOCAL_KILL_WAIT = "NNLO_LOCAL_KILL_WAIT"
+#: A submitit job's seconds of warning before its deadline (set by its job script).
+ENV_SUBMITIT_LEAD = "NNLO_SUBMITIT_LEAD_S"
+#: The warning signal's name of a submitit job (set by its job script).
+ENV_SUBMITIT_SIGNAL = "NNLO_SUBMITIT_SIGNAL"
+#: A submitit job's walltime in seconds (set by its job script).
+ENV_SUBMITIT_WALLTIME = "NNLO_SUBMITIT_WALLTIME_S"
+#: Seconds the check before queueing gives a model module's import (:mod:`nnlo_sched.checks`).
+ENV_CHECK_TIMEOUT = "NNLO_CHECK_TIMEOUT"
+
+# -- defaults that both sides read ----------------------------------------------------------------------
+#: Seconds of safety the runtime keeps before its deadline where ENV_DEADLINE_SAFETY is unset.
+DEADLINE_SAFETY_S = 10.0
 
 # -- run-directory files ------------------------------------------------------------------------------
 SPEC_FILE = "spec.json"  # the submitted run (nnlo_sched.spec.RunSpec)

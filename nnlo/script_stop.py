@@ -49,7 +49,8 @@ _guard: ScriptGuard | None = None
 def stop_requested() -> bool:
     """Whether this job must save its state and stop now: a stop signal arrived (the batch system's warning
     before the walltime, its SIGTERM, ``nnlo cancel``/``preempt``, Ctrl-C), or the job's deadline
-    (:func:`nnlo.deadline`) is less than :data:`nnlo.stop.SAFETY_S` away. The first call installs the stop
+    (:func:`nnlo.deadline`) is less than its safety margin away (``$NNLO_DEADLINE_SAFETY``, default
+    :data:`nnlo.contract.DEADLINE_SAFETY_S`). The first call installs the stop
     handler (main thread only), so a script that asks is never killed by the warning."""
     job.asked()
     stop = _installed()

@@ -31,13 +31,12 @@ from types import FrameType, TracebackType
 from typing import Any, Self
 
 from nnlo.abort import tell_leaving
+from nnlo.config import deadline_safety_from_env
 from nnlo.contract import INSISTING_SIGNALS, STOP_SIGNALS, STOP_WORDS, signal_status
 from nnlo.observe.logs import ONCE
 
 log = logging.getLogger("nnlo.stop")
 
-#: A search stops handing out trials this long before its deadline.
-SAFETY_S = 10.0
 #: A repeated SIGTERM/SIGINT sooner than this after the first is the same event delivered twice.
 INSIST_AFTER_S = 1.0
 
@@ -49,11 +48,13 @@ class Stop:
     """Records the first stop signal (and a stop the program asks for itself); optionally knows a deadline.
 
     deadline: unix seconds by which a search must have stopped (None: no deadline); see :meth:`reason`.
+    safety_s: seconds kept before it; None: ``$NNLO_DEADLINE_SAFETY`` or its default, as a training keeps
+    (:func:`nnlo.config.deadline_safety_from_env`).
     """
 
-    def __init__(self, deadline: float | None = None, *, safety_s: float = SAFETY_S) -> None:
+    def __init__(self, deadline: float | None = None, *, safety_s: float | None = None) -> None:
         self.deadline = deadline
-        self.safety_s = safety_s
+        self.safety_s = deadline_safety_from_env() if safety_s is None else safety_s
         self.signal_name: str | None = None
         self.requested: str | None = None
         self._first_at = 0.0

@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from nnlo.contract import ENV_WAIT
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
 
@@ -505,7 +506,7 @@ def _check(array: np.ndarray) -> None:
 # master takes the core a worker needs.
 
 #: ``spin`` or ``sleep`` forces how a training's ranks wait for messages; unset or ``auto``: :func:`sleeping_waits`.
-WAIT_VAR = "NNLO_WAIT"
+WAIT_VAR = ENV_WAIT
 #: The longest pause between two tests of a training's sleeping wait: what a message may wait for its reader.
 TRAINING_MAX_PAUSE = 0.002
 

@@ -19,13 +19,14 @@ Nothing heavy is imported here: the runtime (torch, MPI) never is.
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from nnlo.contract import SCRIPT_FILE
+from nnlo.contract import CHAINS_DIR, SCRIPT_FILE
 from nnlo.errors import ConfigError, NnloError
 from nnlo.roles import Shape
 from nnlo_sched.chain import ChainError, cancel_run, preempt_run, preemptable
@@ -45,11 +46,23 @@ from nnlo_sched.runs import (
     submit_run,
 )
 from nnlo_sched.schedulers import SchedulerError, get_scheduler, scheduler_class
-from nnlo_sched.search import cancel_search, check_cancel_search, check_search_options, submit_search, use_array
+from nnlo_sched.search import (
+    ARRAY_SCRIPT,
+    cancel_search,
+    chain_names,
+    chain_spec,
+    check_cancel_search,
+    check_joinable,
+    check_search_options,
+    joining_spec,
+    render_array,
+    submit_search,
+    use_array,
+)
 from nnlo_sched.spec import DEFAULT_MAX_RESUBMITS, DEFAULT_MAX_RETRIES, RunSpec
 from nnlo_sched.state import ACTIVE_STATES, StateError
 from nnlo_sched.status import collect, views
-from nnlo_sched.walltime import parse_walltime
+from nnlo_sched.walltime import DEFAULT_WALLTIME, parse_walltime
 
 RunRef = Run | str | Path
 
@@ -111,9 +124,10 @@ class RunStatus:
 
 
 # -- before submission -------------------------------------------------------------------------------
-def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = None, walltime: str | int = "1h",
-         queue: str | None = None, account: str | None = None, nodes: int | None = None,
-         workers: int | None = None, blocks: int | None = None, gpus_per_worker: float | None = None,
+def spec(kind: str, args: Sequence[str], cluster: str, *, name: str | None = None,
+         walltime: str | int = DEFAULT_WALLTIME, queue: str | None = None, account: str | None = None,
+         nodes: int | None = None, workers: int | None = None, blocks: int | None = None,
+         gpus_per_worker: float | None = None,
          constraint: str | None = None, max_resubmits: int | None = None, max_retries: int | None = None,
          directives: Sequence[str] = (), workdir: str | Path | None = None,
          inner: InnerCommand | None = None) -> RunSpec:
@@ -196,22 +210,91 @@ def check_chaining(profile: Profile, queue: str | None, max_resubmits: int) -> N
 
 
 @dataclass(frozen=True)
+class PlannedScript:
+    """One batch script a submission would write: where, its text, and what the dry run says before it."""
+
+    path: Path
+    text: str
+    caption: str | None = None  # a comment line printed before it (None: none)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The whole of a submission, as ``nnlo submit --dry-run`` prints it: every script it would write (the one
+    of a run; a search's array and its first chain's script, or the first chain's; a joining chain's), the
+    command line that queues the first job, and what the dry run says after them."""
+
+    scripts: tuple[PlannedScript, ...]
+    argv: tuple[str, ...]  # the command that queues the first job (or the job array)
+    lines: tuple[str, ...]  # the dry run's closing comment lines (where the run goes, which chains)
+
+    def text(self) -> str:
+        """The dry run as ``nnlo submit --dry-run`` prints it."""
+        parts = [(f"{s.caption}\n" if s.caption else "") + s.text for s in self.scripts]
+        tail = (*self.lines, f"# submit command: {shlex.join(self.argv)}")
+        return "".join(parts) + "".join(f"{line}\n" for line in tail)
+
+
+@dataclass(frozen=True)
 class Preflight:
-    """What :func:`preflight` found: where the run goes, its script, and the notes for the user."""
+    """What :func:`preflight` found: where the run goes, its scripts, and the notes for the user."""
 
     profile: Profile  # the cluster profile the run was checked against
     run_dir: Path | None  # the run directory asked for, as the run will use it; None: a new one under the home
     shown_dir: Path  # the folder the script names: run_dir, or an example folder under the run home
     script: str  # the batch script rendered for shown_dir (for jobs=K, the first chain's standalone script)
     notes: tuple[str, ...]  # to print before anything else (a sampled data list, a run dir off the site's area)
+    plan: Plan  # every script and the submit command (what --dry-run prints)
     earlier: str | None = None  # the stopped run in run_dir that --overwrite deletes at submission (its id)
+
+
+def _plan(run_spec: RunSpec, profile: Profile, shown: Path, script: str, *, given_dir: bool, jobs: int | None,
+          array: bool | None, join: Run | None, inner_given: bool) -> Plan:
+    """What the submission would write and run (:class:`Plan`): a run's one script; ``jobs`` chains of a
+    search (a job array's script and its first chain's, or the first chain's); a chain joining ``join``."""
+    def argv(where: Path, script_path: Path) -> tuple[str, ...]:
+        return tuple(get_scheduler(profile.scheduler, where).submit_argv(script_path))
+
+    if join is not None:
+        chain_dir = join.dir / CHAINS_DIR / "cN"
+        one = joining_spec(join, run_spec, profile, inner_given=inner_given)
+        return Plan((PlannedScript(chain_dir / SCRIPT_FILE, render_script(one, profile, chain_dir, participant="cN")),),
+                    argv(chain_dir, chain_dir / SCRIPT_FILE),
+                    (f"# --- dry run: nothing was written or submitted; the chain would join search {join.id} as "
+                     "its next free cN ---",))
+    if jobs is not None:
+        arrayed = use_array(profile, jobs, array)
+        names = chain_names(profile.scheduler, jobs, None if arrayed else 0)
+        first_dir = shown / CHAINS_DIR / names[0]
+        first = PlannedScript(first_dir / SCRIPT_FILE, render_script(chain_spec(run_spec, shown), profile, first_dir,
+                                                                     participant=names[0]))
+        scripts: tuple[PlannedScript, ...] = (first,)
+        target = first.path
+        if arrayed:  # the array's task I only starts chain I's own script: show both
+            target = shown / ARRAY_SCRIPT
+            scripts = (PlannedScript(target, render_array(run_spec, profile, shown, names)),
+                       replace(first, caption=f"# --- the job script of chain {names[0]} ({CHAINS_DIR}/{names[0]}/"
+                                              f"{SCRIPT_FILE}), which the array's first task starts and every later "
+                                              "job of the chain runs; the other chains' differ only in their name ---"))
+        how = ", started as one job array" if arrayed else f", each submitted like {names[0]}'s script above"
+        return Plan(scripts, argv(shown, target),
+                    ("# --- dry run: nothing was written or submitted ---",
+                     f"# search run directory: {shlex.quote(str(shown))}; {jobs} chain(s) {', '.join(names)}{how}"))
+    return Plan((PlannedScript(shown / SCRIPT_FILE, script),), argv(shown, shown / SCRIPT_FILE),
+                ("# --- dry run: nothing was written or submitted ---",
+                 f"# run directory: {shlex.quote(str(shown))}"
+                 + ("" if given_dir else " (the real one gets a unique name at submission)")))
 
 
 def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str | Path | None = None,
               check: bool = True, jobs: int | None = None, array: bool | None = None,
-              overwrite: bool = False) -> Preflight:
-    """Everything ``nnlo submit`` checks before anything is queued, with and without ``--dry-run``; nothing
-    is written. Raises the first problem as one line (:class:`~nnlo.errors.ConfigError`).
+              overwrite: bool = False, join: RunRef | None = None, inner_given: bool = True) -> Preflight:
+    """Everything ``nnlo submit`` checks before anything is queued, with and without ``--dry-run``, and its
+    whole plan (:class:`Plan`: every script and the submit command, what ``--dry-run`` prints); nothing is
+    written. Raises the first problem as one line (:class:`~nnlo.errors.ConfigError`).
+
+    ``join``: a chain joining that search run (``nnlo submit --join``) on ``run_spec``'s cluster and resources;
+    ``inner_given=False`` when ``run_spec`` is the search's own (no inner options given to compare).
 
     The queue's chaining rule; for ``jobs`` (one search over K chains) the search's own options and whether a
     job array can be used; the run directory (``run_dir`` new or empty, or holding a stopped run that
@@ -222,6 +305,15 @@ def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str
     """
     profile = load_profile(run_spec.cluster)
     check_chaining(profile, run_spec.queue, run_spec.max_resubmits)
+    joined = None
+    if join is not None:
+        if jobs is not None or array is not None or run_dir is not None:
+            raise ConfigError("--join adds one chain inside a search's run directory; leave out --jobs, --array "
+                              "and --run-dir (join again for more)")
+        joined = find(join, changes=True)
+        check_joinable(joined)
+        if inner_given:
+            check_search_options(run_spec.search)
     if jobs is not None:
         if run_spec.kind != "optimize":
             raise ConfigError("--jobs runs one search across many jobs and needs optimize, not train (a "
@@ -248,7 +340,9 @@ def preflight(run_spec: RunSpec, *, run_dir: str | Path | None = None, home: str
         over = oversubscribed(run_spec.layout.ranks_per_node, cores)
         notes.append(f"{over} of a {profile.label} node (the ranks share them: slower, not wrong)" if over else "")
         notes += idle_gpu_notes(run_spec.layout)  # the GPUs a coordinator or master leaves idle, as layout says
-    return Preflight(profile, target, shown, script, tuple(filter(None, notes)),
+    plan = _plan(run_spec, profile, shown, script, given_dir=target is not None, jobs=jobs, array=array,
+                 join=joined, inner_given=inner_given)
+    return Preflight(profile, target, shown, script, tuple(filter(None, notes)), plan,
                      earlier=choice.earlier if choice is not None else None)
 
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnlo.checkpoint import RESTORE_AUTO, restore_point
 from nnlo.config import TrainConfig
-from nnlo.contract import ENV_HOME, OPTIMIZER_STATE_FILE
+from nnlo.contract import ENV_CHECK_TIMEOUT, ENV_HOME, OPTIMIZER_STATE_FILE
 from nnlo.errors import ConfigError, NnloError
 from nnlo.models import data_plan, load_model_source
 from nnlo.observe import tracking
@@ -36,9 +36,9 @@ from nnlo.optimize.options import SearchConfig, check_schedule, trial_overrides
 if TYPE_CHECKING:
     from nnlo_sched.profiles.schema import Profile
 
-CHECK_TIMEOUT_ENV = "NNLO_CHECK_TIMEOUT"
+CHECK_TIMEOUT_ENV = ENV_CHECK_TIMEOUT
 DEFAULT_TIMEOUT_S = 120.0
-_RESULT = "NNLO_CHECK_RESULT "  # the probe's answer line (a model module may print anything before it)
+_RESULT = "nnlo-check-result: "  # the probe's answer line (a model module may print anything before it)
 
 
 def skipped_checks(import_model: bool = True) -> str:

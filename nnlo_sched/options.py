@@ -38,9 +38,10 @@ from nnlo.contract import (
     TRIALS_JSON,
 )
 from nnlo.errors import ConfigError
-from nnlo.optimize.options import SCHEDULES, SearchConfig
-from nnlo_sched.params import FINITE_FLOAT, finite_range, parse_block_sizes_option
+from nnlo.optimize.options import DEFAULT_ETA, DEFAULT_MIN_EPOCHS, PBT_POPULATION, PBT_STEPS, SCHEDULES, SearchConfig
+from nnlo_sched.params import FINITE_FLOAT, finite_range, parse_block_sizes_option, parse_gpus, parse_walltime_option
 from nnlo_sched.upstream import UpstreamCommand
+from nnlo_sched.walltime import DEFAULT_WALLTIME
 
 #: the run kinds: ``nnlo train`` and ``nnlo optimize``
 KINDS = ("train", "optimize")
@@ -67,12 +68,32 @@ def _field_default(cls: type, name: str) -> Any:
     raise AssertionError(f"{cls.__name__} has no field {name!r} for option {name!r}")  # a declaration's typo
 
 
+#: every declaration below by its long name: (its names, its click attributes), for :func:`declared`
+_DECLARED: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {}
+
+
 def _field_option(cls: type, decls: tuple[str, ...], attrs: dict[str, Any]) -> Decorator:
     """A click option whose default is ``cls``'s field of the option's parameter name (shown when it is a value)."""
     if "default" not in attrs and not attrs.get("required"):
         default = _field_default(cls, _param_name(decls))
         attrs["default"] = default
         attrs.setdefault("show_default", default is not None and not isinstance(default, bool))
+    return _declare(decls, attrs)
+
+
+def _declare(decls: tuple[str, ...], attrs: dict[str, Any]) -> Decorator:
+    _DECLARED[max((d for d in decls if d.startswith("--")), key=len)] = (decls, dict(attrs))
+    return click.option(*decls, **attrs)
+
+
+def declared(name: str, **changes: Any) -> Decorator:
+    """The one declaration of option ``name`` (``--mode``, ``--walltime``) for another command that takes it,
+    with ``changes`` to its click attributes: ``nnlo layout`` lays a run out without choosing its kind, so
+    ``--mode``, ``--n-fold`` and ``--proposers`` have no default there (``default=None``)."""
+    decls, attrs = _DECLARED[name]
+    attrs = {**attrs, **changes}
+    if "default" in changes:
+        attrs["show_default"] = changes["default"] is not None
     return click.option(*decls, **attrs)
 
 
@@ -291,16 +312,39 @@ SEARCH: list[Decorator] = [
                        "of --min-epochs x eta^k epochs, the best 1/eta go on), hyperband (brackets of asha), "
                        "pbt (population-based training)."),
     search_option("--min-epochs", type=int, metavar="E",
-                  help="asha/hyperband: epochs of the lowest rung (default 1); --epochs is the most a trial "
-                       "trains."),
+                  help=f"asha/hyperband: epochs of the lowest rung (default {DEFAULT_MIN_EPOCHS}); --epochs is the "
+                       "most a trial trains."),
     search_option("--reduction-factor", type=FINITE_FLOAT, metavar="ETA",
                   help="asha/hyperband: each rung keeps the best 1/ETA of the one below and trains ETA times "
-                       "longer (default 3, at least 2)."),
+                       f"longer (default {DEFAULT_ETA:g}, at least 2)."),
     search_option("--population", type=int, metavar="P",
-                  help="pbt: trials trained side by side (default 8; --num-iterations, which also counts every "
-                       "exploit's new trial, may start fewer)."),
+                  help=f"pbt: trials trained side by side (default {PBT_POPULATION}; --num-iterations, which also "
+                       "counts every exploit's new trial, may start fewer)."),
     search_option("--pbt-interval", type=int, metavar="E",
-                  help="pbt: epochs between exploit/explore steps (default a tenth of --epochs)."),
+                  help=f"pbt: epochs between exploit/explore steps (default 1/{PBT_STEPS} of --epochs, at least 1)."),
+]
+
+
+#: Where and how big a run's jobs are (fields of the run record, :class:`nnlo_sched.spec.RunSpec`, not of the
+#: run's options): ``nnlo submit`` and ``nnlo layout`` take them alike, through :func:`declared`.
+RESOURCES: list[Decorator] = [
+    _declare(("--cluster", "-c"), dict(default=None, help="Cluster profile (nnlo clusters lists them).")),
+    _declare(("--walltime", "-t"), dict(
+        default=DEFAULT_WALLTIME, show_default=True, callback=parse_walltime_option,
+        help="Per job: MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h, 1.5h (not A:B, which LSF and Slurm read differently); "
+             "checked against the queue's limit. Longer runs resubmit themselves.")),
+    _declare(("--queue", "-q"), dict(default=None, help="Queue / partition (default: the profile's).")),
+    _declare(("--nodes",), dict(type=int, default=None,
+                                help="Nodes; alone, fills them with as many workers/blocks as fit (with --workers: "
+                                     "the nodes to spread them over).")),
+    _declare(("--workers",), dict(type=int, default=None, help="Logical workers (training).")),
+    _declare(("--blocks",), dict(type=int, default=None, help="Optimization blocks.")),
+    _declare(("--gpus-per-worker",), dict(default=None, callback=parse_gpus,
+                                          help="GPUs per worker rank: 1, 2, ..., 0.5 (2 ranks share a GPU); "
+                                               "0 = CPU only.")),
+    _declare(("--constraint", "-C"), dict(default=None,
+                                          help="Node type (Slurm --constraint), e.g. a100, or mc on cscs: its "
+                                               "nodes' cores and GPUs.")),
 ]
 
 
@@ -356,5 +400,5 @@ def search_from_params(params: dict[str, Any]) -> SearchConfig:
     return SearchConfig(**{f.name: params[f.name] for f in dataclasses.fields(SearchConfig) if f.name in params})
 
 
-__all__ = ["KINDS", "SEARCH", "TRAINING", "command", "config_from_params", "options_of",
+__all__ = ["KINDS", "RESOURCES", "SEARCH", "TRAINING", "command", "config_from_params", "declared", "options_of",
            "parse_model_arg", "search_from_params", "search_option", "train_option"]

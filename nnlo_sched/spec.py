@@ -32,6 +32,7 @@ from nnlo_sched.layout import Layout, LayoutRecord, compute_layout
 from nnlo_sched.options import KINDS
 from nnlo_sched.profiles.schema import Profile
 from nnlo_sched.state import StateError
+from nnlo_sched.walltime import DEFAULT_WALLTIME_S
 
 #: a Python function submitted through nnlo's submitit plugins (:mod:`nnlo_sched.submitit`): no run options,
 #: a layout given by the executor; its job runs the function's program, not a run's payload
@@ -65,7 +66,7 @@ class RunSpec:
     args: list[str]
     cluster: str
     name: str = "nnlo"
-    walltime_s: int = 3600
+    walltime_s: int = DEFAULT_WALLTIME_S
     queue: str | None = None
     account: str | None = None
     nodes: int | None = None

@@ -85,3 +85,9 @@ def format_hours_minutes(minutes: int) -> str:
     """``[H:]MM`` from whole minutes (``45``, ``2:00``)."""
     h, m = divmod(int(minutes), 60)
     return f"{h}:{m:02d}" if h else f"{m}"
+
+
+#: A run's walltime where none is given (``nnlo submit -t``, :func:`nnlo_sched.api.spec`, a ``RunSpec``).
+DEFAULT_WALLTIME = "1h"
+#: The same, in seconds.
+DEFAULT_WALLTIME_S = parse_walltime(DEFAULT_WALLTIME)

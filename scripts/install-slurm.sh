@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the private test Slurm's packages (tests/helpers/slurm.py starts and stops the daemons).
+# Install the private test Slurm's packages (bench/private_slurm.py starts and stops the daemons).
 # Idempotent, quiet and fast when everything is present. Needs root and apt-get; otherwise it says why
 # and exits 0, so the Slurm tests skip with that reason (or fail, in CI, where NNLO_REQUIRE_SLURM=1).
 #   slurm-wlm          slurmctld, slurmd, sbatch/squeue/scancel/sacct (22.05 on Debian 12)

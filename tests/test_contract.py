@@ -12,7 +12,13 @@ What counts as writing a fact out:
 * a log-name pattern spelled out (``f"job-{id}.out"``);
 * an exit code as a number: ``SystemExit(2)``, ``sys.exit(0)``, ``os._exit(1)``, ``exit_code = 2``, an
   ``exit_code`` default, ``exit 1`` in a template;
-* a signal as a number: the shell's ``128`` of 128+N, a number given to ``signal.Signals``/``kill``.
+* a signal as a number: the shell's ``128`` of 128+N, a number given to ``signal.Signals``/``kill``;
+* any environment variable name of nnlo's (``NNLO_...``), whether contract.py names it yet or not.
+
+The same scan keeps the defaults written more than once to one owner each (``DEFAULT_OWNERS``): the walltime
+(``nnlo_sched/walltime.py``), the deadline's safety margin (``nnlo/contract.py``) and the schedules' defaults
+(``nnlo/optimize/schedules/base.py``); a literal given elsewhere to a name that holds one of them (a
+parameter's default, a field's, a keyword, a ``--walltime`` option's ``default=``) is a second copy.
 """
 from __future__ import annotations
 
@@ -177,10 +183,106 @@ def template_problems(path: Path, root: Path = REPO) -> Iterator[str]:
             yield f"{where}: signal number written out"
 
 
+#: Any environment variable of nnlo's own, named in contract.py or not (a second copy of a name is a fact whose
+#: spelling can drift; a name not there yet belongs there).
+ENV_NAME = re.compile(r"(?<![\w$])NNLO_[A-Z][A-Z0-9_]*\b")
+
+
+def env_name_problems(path: Path, root: Path = REPO) -> Iterator[str]:
+    """Every environment variable name of nnlo spelled out in code (a template: outside its comments)."""
+    if path.suffix == ".sh":
+        for number, line in enumerate(_template_text(path).splitlines(), 1):
+            for name in ENV_NAME.findall(line):
+                yield f"{path.relative_to(root)}:{number}: environment variable {name} written out"
+        return
+    tree = ast.parse(path.read_text(), str(path))
+    docs = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            for name in ENV_NAME.findall(node.value):
+                yield f"{path.relative_to(root)}:{node.lineno}: environment variable {name} written out"
+
+
+#: The defaults with one owner each: the names a parameter, field, variable or option holding one is given, and
+#: the module that owns it. A literal given to one of these names elsewhere is a second copy of the default.
+DEFAULT_OWNERS = {
+    "walltime": ({"walltime", "walltime_s", "default_walltime", "default_walltime_s"}, "nnlo_sched/walltime.py"),
+    "safety": ({"safety", "safety_s", "deadline_safety", "deadline_safety_s"}, "nnlo/contract.py"),
+    "eta": ({"eta", "reduction_factor", "default_eta"}, "nnlo/optimize/schedules/base.py"),
+    "min_epochs": ({"min_epochs", "default_min_epochs"}, "nnlo/optimize/schedules/base.py"),
+    "population": ({"population", "pbt_population"}, "nnlo/optimize/schedules/base.py"),
+    "pbt_interval": ({"pbt_interval", "interval", "pbt_steps"}, "nnlo/optimize/schedules/base.py"),
+}
+#: Names that mean other things elsewhere: ``interval`` (a monitor's, a progress line's) is PBT's only in a
+#: search; ``population`` in a search engine is the genetic engine's, not PBT's.
+_MEANS_IT_IN = {"interval": lambda rel: rel.startswith("nnlo/optimize/"),
+                "population": lambda rel: not rel.startswith("nnlo/optimize/engines/")}
+
+
+def _default_kind(name: str | None, rel: str = "") -> str | None:
+    """Which owned default a parameter, field, variable or option called ``name`` holds (None: none)."""
+    name = (name or "").lower()
+    for kind, (names, _owner) in DEFAULT_OWNERS.items():
+        if name in names and _MEANS_IT_IN.get(name, lambda rel: True)(rel):
+            return kind
+    return None
+
+
+def _literal(node: ast.AST | None) -> bool:
+    """A number other than 0 (0 and None mean "none given"), or a walltime's text."""
+    return (isinstance(node, ast.Constant) and not isinstance(node.value, bool)
+            and ((isinstance(node.value, (int, float)) and node.value != 0) or node.value == "1h"))
+
+
+def default_problems(path: Path, root: Path = REPO) -> Iterator[str]:
+    """Owned defaults written as literals outside their owner: ``walltime_s: int = 3600``, ``walltime="1h"``,
+    ``safety_s: float = 10.0``, ``eta=3``, ``default="1h"`` of a ``--walltime`` option."""
+    rel = str(path.relative_to(root))
+    tree = ast.parse(path.read_text(), str(path))
+
+    def found(kind: str | None, value: ast.AST | None, line: int) -> Iterator[str]:
+        owner = DEFAULT_OWNERS[kind][1] if kind else rel
+        if owner != rel and _literal(value):
+            yield f"{rel}:{line}: the default {kind} written out; use the name from {owner}"
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            yield from found(_default_kind(node.target.id, rel), node.value, node.lineno)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    yield from found(_default_kind(target.id, rel), node.value, node.lineno)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            positional = args.posonlyargs + args.args
+            pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+            pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+            for arg, default in pairs:
+                yield from found(_default_kind(arg.arg, rel), default, node.lineno)
+        elif isinstance(node, ast.Call):
+            options = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                       and a.value.startswith("--")]
+            kinds = {_default_kind(o.lstrip("-").replace("-", "_"), rel) for o in options} - {None}
+            for keyword in node.keywords:
+                if keyword.arg == "default":
+                    for kind in kinds:
+                        yield from found(kind, keyword.value, node.lineno)
+                elif keyword.arg is not None and not options:
+                    yield from found(_default_kind(keyword.arg, rel), keyword.value, node.lineno)
+
+
 @pytest.mark.parametrize("path", SOURCES + TEMPLATES, ids=lambda p: str(p.relative_to(REPO)))
 def test_no_contract_fact_is_written_out_elsewhere(path: Path) -> None:
     problems = list(template_problems(path) if path.suffix == ".sh" else python_problems(path))
+    problems += env_name_problems(path)
     assert problems == [], "use the name from nnlo/contract.py instead:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_default_is_written_out_twice(path: Path) -> None:
+    """The walltime, the deadline's safety margin and the schedules' defaults each have one owner."""
+    problems = list(default_problems(path))
+    assert problems == [], "\n".join(problems)
 
 
 BAD = '''
@@ -217,3 +319,32 @@ def test_the_template_scan_finds_facts_outside_comments(tmp_path: Path) -> None:
                     'mkdir -p "$dir/logs" || exit 1\n[ "$rc" -gt 128 ]\necho {{ deadline_var }}\n')
     found = [line.split(":", 1)[1] for line in template_problems(path, tmp_path)]
     assert sorted(int(x.split(":")[0]) for x in found) == [2, 3, 3, 4], found
+
+
+BAD_DEFAULTS = '''
+import click
+from dataclasses import dataclass
+def spec(kind, walltime="1h", *, eta=3.0, min_epochs=None):
+    """Docstrings may say NNLO_COMM_TIMEOUT and walltime="1h"."""
+    return os.environ.get("NNLO_DEADLINE_SAFETY", "10"), dict(safety_s=10.0)
+@dataclass
+class Spec:
+    walltime_s: int = 3600
+    population: int = 8
+option = click.option("--walltime", "-t", default="1h")
+layout = click.option("--walltime", "-t", default=None)
+'''
+
+
+def test_the_scans_find_an_env_name_and_each_default_written_out(tmp_path: Path) -> None:
+    """The scans themselves can fail: a file with an environment variable name and each owned default written
+    out is caught once per copy (``min_epochs=None`` and ``default=None`` give no default)."""
+    path = tmp_path / "bad.py"
+    path.write_text(BAD_DEFAULTS)
+    assert [p.split(":")[1] for p in env_name_problems(path, tmp_path)] == ["6"]
+    found = sorted((int(p.split(":")[1]), p.split("default ")[1].split(" ")[0]) for p in default_problems(path, tmp_path))
+    assert found == [(4, "eta"), (4, "walltime"), (6, "safety"), (9, "walltime"), (10, "population"),
+                     (11, "walltime")], found
+    template = tmp_path / "bad.sh"
+    template.write_text("{# NNLO_WAIT in a comment is fine #}\nexport NNLO_WAIT=spin\n")
+    assert [p.split(":")[1] for p in env_name_problems(template, tmp_path)] == ["2"]

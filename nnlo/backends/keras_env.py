@@ -35,7 +35,7 @@ import sys
 from collections.abc import Iterator
 from types import ModuleType
 
-from nnlo.contract import DISTRIBUTION
+from nnlo.contract import DISTRIBUTION, ENV_TF_THREADS
 from nnlo.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -74,15 +74,15 @@ def under_mpi() -> bool:
 
 def thread_count() -> int | None:
     """TensorFlow pool size to set, or None for TensorFlow's default (see the module docstring)."""
-    raw = os.environ.get("NNLO_TF_THREADS", "").strip()
+    raw = os.environ.get(ENV_TF_THREADS, "").strip()
     if raw:
         try:
             n = int(raw)
         except ValueError:
-            raise ModelError(f"NNLO_TF_THREADS={raw!r} is not a whole number; set e.g. NNLO_TF_THREADS=4 "
+            raise ModelError(f"{ENV_TF_THREADS}={raw!r} is not a whole number; set e.g. {ENV_TF_THREADS}=4 "
                              f"(0 = TensorFlow's default)") from None
         if n < 0:
-            raise ModelError(f"NNLO_TF_THREADS={n} is negative; set 0 (TensorFlow's default) or more")
+            raise ModelError(f"{ENV_TF_THREADS}={n} is negative; set 0 (TensorFlow's default) or more")
         return n or None
     return 1 if under_mpi() else None
 

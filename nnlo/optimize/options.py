@@ -23,7 +23,16 @@ from nnlo.contract import MAX_FAILURES as FAILURES
 from nnlo.errors import ConfigError
 from nnlo.models import run_name
 from nnlo.optimize.failures import FailureRule
-from nnlo.optimize.schedules import DEFAULT_ETA, PBT_POPULATION, SCHEDULES, ScheduleError, ScheduleSpec
+from nnlo.optimize.schedules import (
+    DEFAULT_ETA,
+    DEFAULT_MIN_EPOCHS,
+    PBT_POPULATION,
+    SCHEDULES,
+    ScheduleError,
+    ScheduleSpec,
+    pbt_interval,
+)
+from nnlo.optimize.schedules import PBT_STEPS as PBT_STEPS  # re-exported: nnlo_sched's help of --pbt-interval
 from nnlo.roles import RoleError, Shape
 
 #: the policies that assign trials to blocks (:mod:`nnlo.optimize.assign`), and ``--assign``'s choices
@@ -161,10 +170,10 @@ class SearchConfig:
     proposers: int = 1  # --proposers P: P > 1 adds P proposer ranks after the coordinator
     assign: str = "auto"  # --assign auto|fifo|hardware-aware
     schedule: str = "full"  # --schedule full|asha|hyperband|pbt (nnlo.optimize.schedules)
-    min_epochs: int | None = None  # --min-epochs: asha/hyperband's lowest rung (None: 1)
-    reduction_factor: float | None = None  # --reduction-factor eta: asha/hyperband (None: 3)
+    min_epochs: int | None = None  # --min-epochs: asha/hyperband's lowest rung (None: DEFAULT_MIN_EPOCHS)
+    reduction_factor: float | None = None  # --reduction-factor eta: asha/hyperband (None: DEFAULT_ETA)
     population: int | None = None  # --population: pbt (None: PBT_POPULATION, at most --num-iterations)
-    pbt_interval: int | None = None  # --pbt-interval: epochs per pbt step (None: a tenth of --epochs, >= 1)
+    pbt_interval: int | None = None  # --pbt-interval: epochs per pbt step (None: schedules.pbt_interval(--epochs))
     max_failures: str = FAILURES  # --max-failures FRACTION[:MIN]: stop when more than FRACTION of MIN+ trials fail
 
     def __post_init__(self) -> None:
@@ -212,10 +221,10 @@ class SearchConfig:
         try:
             return ScheduleSpec(
                 name=self.schedule, max_epochs=train.epochs,
-                min_epochs=1 if self.min_epochs is None else self.min_epochs,
+                min_epochs=DEFAULT_MIN_EPOCHS if self.min_epochs is None else self.min_epochs,
                 eta=DEFAULT_ETA if self.reduction_factor is None else self.reduction_factor,
                 population=(PBT_POPULATION if self.population is None else self.population) if pbt else 0,
-                interval=(max(1, train.epochs // 10) if self.pbt_interval is None else self.pbt_interval) if pbt else 0,
+                interval=(pbt_interval(train.epochs) if self.pbt_interval is None else self.pbt_interval) if pbt else 0,
             )
         except ScheduleError as e:
             raise ConfigError(str(e)) from None

@@ -4,7 +4,8 @@ Why: a batch job that is killed at its walltime loses everything since its last 
 (``nnlo submit --chain``) only resume cleanly from a *fresh complete* checkpoint. So the runtime knows its
 deadline (``--deadline`` / ``NNLO_DEADLINE``, unix seconds) and stops early enough to write one: the margin
 is the last checkpoint's duration (an estimate before the first one) times 1.5, plus the slowest recent
-exchange round and validation, plus a fixed safety (``NNLO_DEADLINE_SAFETY``, default 10 s).
+exchange round and validation, plus a fixed safety (``NNLO_DEADLINE_SAFETY``, default
+:data:`nnlo.contract.DEADLINE_SAFETY_S`; :func:`nnlo.config.deadline_safety_from_env`).
 
 The signals batch systems send before the end (and Ctrl-C) are caught by :class:`nnlo.stop.Stop`, which
 the training installs for as long as it runs.
@@ -15,10 +16,9 @@ an exact, reproducible point through the real signal path.
 """
 from __future__ import annotations
 
-import os
 import time
 
-from nnlo.contract import ENV_DEADLINE_SAFETY
+from nnlo.config import deadline_safety_from_env
 
 
 class Deadline:
@@ -26,7 +26,7 @@ class Deadline:
 
     def __init__(self, deadline: float | None, model_bytes: int = 0, safety: float | None = None) -> None:
         self.deadline = deadline
-        self.safety = float(os.environ.get(ENV_DEADLINE_SAFETY, "10")) if safety is None else safety
+        self.safety = deadline_safety_from_env() if safety is None else safety
         # Before the first checkpoint: several copies of the model at a conservative 100 MB/s, plus 1 s.
         self.checkpoint_s = 1.0 + 4 * model_bytes / 100e6
         self.round_s = 0.0

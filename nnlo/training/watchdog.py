@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from nnlo.abort import abort_rank
-from nnlo.contract import EXIT_FAILED
+from nnlo.contract import ENV_COMM_TIMEOUT, ENV_START_TIMEOUT, EXIT_FAILED
 
 DEFAULT_TIMEOUT = 1800.0
-TIMEOUT_VAR = "NNLO_COMM_TIMEOUT"
-START_TIMEOUT_VAR = "NNLO_START_TIMEOUT"
+TIMEOUT_VAR = ENV_COMM_TIMEOUT
+START_TIMEOUT_VAR = ENV_START_TIMEOUT
 
 
 def _seconds(name: str, default: float) -> float:

@@ -5,11 +5,10 @@ import json
 
 import click
 
-from nnlo.config import MODES
 from nnlo.errors import ConfigError
 from nnlo_sched import api
 from nnlo_sched.layout import summary
-from nnlo_sched.params import parse_block_sizes_option, parse_gpus, parse_walltime_option
+from nnlo_sched.options import declared
 
 
 def pick_cluster(option: str | None, positional: str | None, command: str) -> str:
@@ -25,30 +24,21 @@ def pick_cluster(option: str | None, positional: str | None, command: str) -> st
 
 @click.command("layout")
 @click.argument("cluster_word", metavar="[CLUSTER]", required=False)
-@click.option("--cluster", "-c", default=None,
-              help="Cluster profile (nnlo clusters lists them); may also be given as the first word.")
-@click.option("--constraint", "-C", default=None,
-              help="Node type (Slurm --constraint), e.g. mc on cscs: its nodes' cores and GPUs.")
-@click.option("--workers", type=int, default=None, help="Logical workers (training).")
-@click.option("--nodes", type=int, default=None,
-              help="Nodes to fill with as many workers/blocks as fit (or to spread the workers over).")
-@click.option("--gpus-per-worker", default=None, callback=parse_gpus,
-              help="GPUs per worker rank: 1, 2, ... or 0.5 for 2 ranks sharing a GPU; 0 = CPU only.")
-@click.option("--n-masters", type=int, default=1, show_default=True,
-              help="0 = all-reduce, 1 = one master, M > 1 = an uber-master over M-1 masters.")
-@click.option("--n-processes", type=int, default=1, show_default=True, help="Ranks per worker (all-reduce group).")
-@click.option("--mode", type=click.Choice(MODES), default=None,
-              help="Training mode; 'allreduce' means --n-masters 0.")
-@click.option("--blocks", type=int, default=None, help="Optimization blocks.")
-@click.option("--block-size", type=int, default=None, help="Ranks per optimization block.")
-@click.option("--block-sizes", default=None, callback=parse_block_sizes_option,
-              help="Heterogeneous blocks: the ranks of each block, e.g. 6,6,3,3 (instead of --block-size).")
-@click.option("--n-fold", type=int, default=None, help="Fold groups per block.")
-@click.option("--proposers", type=int, default=None,
-              help="Proposer ranks of an optimization (P > 1 adds P ranks after the coordinator).")
-@click.option("--walltime", "-t", default=None, callback=parse_walltime_option,
-              help="Checked against the queue's limit: MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h, 1.5h.")
-@click.option("--queue", "-q", default=None, help="Queue / partition (default: the profile's).")
+@declared("--cluster")
+@declared("--constraint")
+@declared("--workers")
+@declared("--nodes")
+@declared("--gpus-per-worker")
+@declared("--n-masters")
+@declared("--n-processes")
+@declared("--mode", default=None)  # none named: the shape follows --n-masters (0: all-reduce)
+@declared("--blocks")
+@declared("--block-size")
+@declared("--block-sizes")
+@declared("--n-fold", default=None)  # given: a search's layout
+@declared("--proposers", default=None)  # given: a search's layout
+@declared("--walltime")
+@declared("--queue")
 @click.option("--json", "as_json", is_flag=True, help="Print the full structure, one entry per rank.")
 def layout_command(
     cluster_word: str | None,
@@ -65,7 +55,7 @@ def layout_command(
     block_sizes: tuple[int, ...] | None,
     n_fold: int | None,
     proposers: int | None,
-    walltime: int | None,
+    walltime: int,
     queue: str | None,
     as_json: bool,
 ) -> None:

@@ -16,25 +16,16 @@ from pathlib import Path
 
 import click
 
-from nnlo.contract import CHAINS_DIR, ENV_HOME, SCRIPT_FILE
+from nnlo.contract import CHAINS_DIR, ENV_HOME
 from nnlo.errors import ConfigError
 from nnlo_sched import api
 from nnlo_sched.inner import SCRIPT, InnerCommand, InnerOptionError, parse_inner, parser
-from nnlo_sched.options import KINDS
-from nnlo_sched.params import TypedCommand, parse_gpus, parse_walltime_option, typed_args
-from nnlo_sched.render import render_script
+from nnlo_sched.options import KINDS, declared
+from nnlo_sched.params import TypedCommand, typed_args
 from nnlo_sched.runs import Run, chain_runs, find_run
-from nnlo_sched.schedulers import get_scheduler
 from nnlo_sched.search import (
-    ARRAY_SCRIPT,
-    chain_names,
-    chain_spec,
     check_joinable,
-    check_search_options,
     join_search,
-    joining_spec,
-    render_array,
-    use_array,
 )
 from nnlo_sched.spec import DEFAULT_MAX_RESUBMITS, DEFAULT_MAX_RETRIES
 
@@ -163,20 +154,17 @@ def _parse_inner(kind: str, args: tuple[str, ...]) -> InnerCommand:
     cls=TypedCommand,  # a usage error prints the corrected command line
     context_settings=dict(ignore_unknown_options=True, allow_interspersed_args=False),
 )
-@click.option("--cluster", "-c", default=None, help="Cluster profile (nnlo clusters lists them); required.")
+@declared("--cluster")
 @click.option("--name", default=None, help="Run and job name (default: --trial-name, else the model module's "
                                            "get_name(), else the model file's name, as train/optimize name runs).")
-@click.option("--walltime", "-t", default="1h", show_default=True, callback=parse_walltime_option,
-              help="Per job: MM, HH:MM:SS, D-HH:MM:SS, 90m, 2h, 1.5h (not A:B, which LSF and Slurm read differently). "
-                   "Longer runs resubmit themselves.")
-@click.option("--queue", "-q", default=None, help="Queue / partition (default: the profile's).")
+@declared("--walltime")
+@declared("--queue")
 @click.option("--account", "-A", default=None, help="Project to charge (bsub -P, #PBS -A, --account).")
-@click.option("--nodes", type=int, default=None, help="Nodes; alone, fills them with as many workers/blocks as fit.")
-@click.option("--workers", type=int, default=None, help="Logical workers (training).")
-@click.option("--blocks", type=int, default=None, help="Optimization blocks.")
-@click.option("--gpus-per-worker", default=None, callback=parse_gpus,
-              help="GPUs per worker rank: 1, 2, ..., 0.5 (2 ranks share a GPU); 0 = CPU only.")
-@click.option("--constraint", "-C", default=None, help="Node feature (Slurm --constraint), e.g. a100.")
+@declared("--nodes")
+@declared("--workers")
+@declared("--blocks")
+@declared("--gpus-per-worker")
+@declared("--constraint")
 @click.option("--max-resubmits", type=int, default=DEFAULT_MAX_RESUBMITS, show_default=True,
               help="Jobs the checkpoint-restart chain may add after the first.")
 @click.option("--max-retries", type=int, default=DEFAULT_MAX_RETRIES, show_default=True,
@@ -283,55 +271,19 @@ def submit_command(
         sys.stdout.flush()
         return
 
-    if join is not None:
-        check_search_options(spec.search)
-    found = api.preflight(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array, overwrite=overwrite)
+    found = api.preflight(spec, run_dir=run_dir, check=not no_check, jobs=jobs, array=array, overwrite=overwrite,
+                          join=search_run if join is not None else None, inner_given=inner_given)
     for text in found.notes:
         note(text)
     if found.earlier is not None and dry_run:
         note(f"--overwrite: the earlier run {found.earlier} in {found.run_dir} would be deleted")
-    profile = found.profile
-    if join is not None:
-        if not dry_run:
-            chain, job = join_search(search_run, spec, profile, inner_given=inner_given)
-            click.echo(f"joined search {search_run.id}: chain {chain} on {profile.name} as job {job} "
-                       f"({search_run.dir / CHAINS_DIR / chain})")
-            sys.stdout.flush()
-            return
-        one = joining_spec(search_run, spec, profile, inner_given=inner_given)
-        chain_dir = search_run.dir / CHAINS_DIR / "cN"
-        click.echo(render_script(one, profile, chain_dir, participant="cN"), nl=False)
-        argv = get_scheduler(profile.scheduler, chain_dir).submit_argv(chain_dir / SCRIPT_FILE)
-        click.echo(f"# --- dry run: nothing was written or submitted; the chain would join search {search_run.id} "
-                   "as its next free cN ---")
-        click.echo(f"# submit command: {shlex.join(argv)}")
+    if not dry_run:  # --join: add the chain
+        chain, job = join_search(search_run, spec, found.profile, inner_given=inner_given)
+        click.echo(f"joined search {search_run.id}: chain {chain} on {found.profile.name} as job {job} "
+                   f"({search_run.dir / CHAINS_DIR / chain})")
+        sys.stdout.flush()
         return
-    shown_dir = found.shown_dir
-    if jobs is not None:
-        arrayed = use_array(profile, jobs, array)
-        names = chain_names(profile.scheduler, jobs, None if arrayed else 0)
-        first = render_script(chain_spec(spec, shown_dir), profile, shown_dir / CHAINS_DIR / names[0],
-                              participant=names[0])
-        target = shown_dir / (ARRAY_SCRIPT if arrayed else Path(CHAINS_DIR, names[0], SCRIPT_FILE))
-        argv = get_scheduler(profile.scheduler, shown_dir).submit_argv(target)
-        if arrayed:  # the array's task I only starts chain I's own script: show both
-            click.echo(render_array(spec, profile, shown_dir, names), nl=False)
-            click.echo(f"# --- the job script of chain {names[0]} ({CHAINS_DIR}/{names[0]}/{SCRIPT_FILE}), which the "
-                       "array's first task starts and every later job of the chain runs; the other chains' differ "
-                       "only in their name ---")
-        click.echo(first, nl=False)
-        click.echo("# --- dry run: nothing was written or submitted ---")
-        click.echo(f"# search run directory: {shlex.quote(str(shown_dir))}; {jobs} chain(s) "
-                   f"{', '.join(names)}" + (", started as one job array" if arrayed else
-                                             f", each submitted like {names[0]}'s script above"))
-        click.echo(f"# submit command: {shlex.join(argv)}")
-        return
-    argv = get_scheduler(profile.scheduler, shown_dir).submit_argv(shown_dir / SCRIPT_FILE)
-    click.echo(found.script, nl=False)
-    click.echo("# --- dry run: nothing was written or submitted ---")
-    click.echo(f"# run directory: {shlex.quote(str(shown_dir))}"
-               + ("" if found.run_dir else " (the real one gets a unique name at submission)"))
-    click.echo(f"# submit command: {shlex.join(argv)}")
+    click.echo(found.plan.text(), nl=False)
 
 
 def _check_join_options(jobs: int | None, array: bool | None, run_dir: Path | None, kind: str | None) -> None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from nnlo.contract import ENV_SCHED_RETRIES, ENV_SCHED_RETRY_DELAY
 from nnlo.errors import ConfigError, NnloError
 from nnlo_sched.walltime import format_hms
 
@@ -288,8 +289,8 @@ def query_capture(argv: list[str], *, what: str, answers: Sequence[str] = ()) ->
     program that is missing or that hung for the whole timeout (retrying would multiply the wait). Submits
     never come here: a submit that failed may still have queued the job.
     """
-    retries = _env_count("NNLO_SCHED_RETRIES", QUERY_RETRIES)
-    delay = _env_seconds("NNLO_SCHED_RETRY_DELAY", RETRY_DELAY_S)
+    retries = _env_count(ENV_SCHED_RETRIES, QUERY_RETRIES)
+    delay = _env_seconds(ENV_SCHED_RETRY_DELAY, RETRY_DELAY_S)
     for attempt in range(retries + 1):
         proc = run_capture(argv, what=what)
         if proc.returncode == 0 or attempt == retries:

@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from nnlo.contract import ENV_JOB_ID, EXIT_DONE, LOG_DIR, STOP_SIGNALS, job_log, signal_status
+from nnlo.contract import ENV_JOB_ID, ENV_LOCAL_KILL_WAIT, EXIT_DONE, LOG_DIR, STOP_SIGNALS, job_log, signal_status
 from nnlo.errors import NnloError
 from nnlo_sched.schedulers.base import (
     CANCELLED,
@@ -57,15 +57,17 @@ ORPHAN_NOTE = "ended while its local supervisor was not running (exit status unk
 QUEUE_FILE = "queue.json"
 SUPERVISOR_LOCK = "supervisor.lock"
 POLL_S = 0.25
+#: Seconds between SIGTERM and SIGKILL where ENV_LOCAL_KILL_WAIT is unset
+KILL_WAIT_S = 30.0
 FINAL = (COMPLETED, FAILED, TIMEOUT, CANCELLED)
 
 
 def kill_wait_s() -> float:
     """Seconds between SIGTERM and SIGKILL at the limit or on cancel (Slurm's ``KillWait``)."""
     try:
-        return float(os.environ.get("NNLO_LOCAL_KILL_WAIT", "30"))
+        return float(os.environ.get(ENV_LOCAL_KILL_WAIT, "") or KILL_WAIT_S)
     except ValueError:
-        return 30.0
+        return KILL_WAIT_S
 
 
 class LocalScheduler(Scheduler):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from submitit.core import core, job_environment, logger, utils
 
-from nnlo.contract import ENV_DEADLINE, LOG_DIR
+from nnlo.contract import ENV_DEADLINE, ENV_SUBMITIT_LEAD, ENV_SUBMITIT_SIGNAL, ENV_SUBMITIT_WALLTIME, LOG_DIR
 from nnlo.errors import ConfigError
 from nnlo.roles import Shape
 from nnlo_sched.layout import LayoutRecord, compute_layout
@@ -44,9 +44,11 @@ SUCCESSOR = "{job_id}_successor"
 #: the file ``job.cancel()`` writes, so that a cancelled job's state reads CANCELLED on every batch system
 CANCELLED_MARK = "{job_id}_cancelled"
 #: environment of the job script (read by :class:`NnloJobEnvironment`)
-ENV_LEAD = "NNLO_SUBMITIT_LEAD_S"
-ENV_SIGNAL = "NNLO_SUBMITIT_SIGNAL"
-ENV_WALLTIME = "NNLO_SUBMITIT_WALLTIME_S"
+ENV_LEAD = ENV_SUBMITIT_LEAD
+ENV_SIGNAL = ENV_SUBMITIT_SIGNAL
+ENV_WALLTIME = ENV_SUBMITIT_WALLTIME
+#: a job's ``timeout_min`` where none is given (submitit's own default)
+DEFAULT_TIMEOUT_MIN = 5
 
 def marker(folder: Path | str, name: str, job_id: str) -> Path:
     """A per-job marker file of the folder (``SUCCESSOR`` or ``CANCELLED_MARK``)."""
@@ -258,7 +260,7 @@ class NnloJobEnvironment(job_environment.JobEnvironment):
             raise utils.UncompletedJobError(f"job {current} was cancelled: no successor is queued")
         here = utils.JobPaths(folder, job_id=current)
         sched = get_scheduler(self.scheduler)
-        walltime = int(os.environ.get(ENV_WALLTIME, "0") or 0) or 60
+        walltime = int(os.environ.get(ENV_WALLTIME, "0") or 0) or DEFAULT_TIMEOUT_MIN * 60
         new = sched.submit(here.submission_file, depends_on=current, walltime_s=walltime, cwd=Path.cwd())
         there = utils.JobPaths(folder, job_id=new)
         there.folder.mkdir(parents=True, exist_ok=True)
@@ -370,7 +372,7 @@ class NnloExecutor(core.PicklingExecutor):
         return profile
 
     def _walltime_s(self) -> int:
-        return max(1, round(float(self.parameters.get("timeout_min", 5)) * 60))
+        return max(1, round(float(self.parameters.get("timeout_min", DEFAULT_TIMEOUT_MIN)) * 60))
 
     def _lead_s(self, profile: Profile, walltime_s: int) -> int:
         lead = self.parameters.get("checkpoint_lead_s")

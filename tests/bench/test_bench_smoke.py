@@ -1,5 +1,8 @@
 """Smoke tests of the benchmarks: each script runs end to end in its ``--quick`` setting (real mpirun, real
-``nnlo train``/``nnlo optimize``/``nnlo status`` subprocesses) and writes a well-formed JSON result.
+``nnlo train``/``nnlo optimize``/``nnlo status`` subprocesses) and writes a well-formed JSON result. Every
+benchmark has one here (``test_every_benchmark_has_a_smoke_test``), so a broken benchmark fails the test
+command, and no benchmark imports the tests (what both need lives in ``bench/``: ``blobs.py``,
+``private_slurm.py``).
 
 Nothing here asserts a speed: timings on a shared 2-core machine say nothing, and the numbers belong in
 docs/performance.md, not in a pass/fail. What is asserted is the shape and the internal consistency of
@@ -8,8 +11,11 @@ medians), so a benchmark that silently stops measuring something fails here.
 """
 from __future__ import annotations
 
+import ast
 import json
 import math
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +29,7 @@ BENCH = REPO / "bench"
 def run_bench(name: str, tmp_path: Path, env: dict[str, str], *extra: str) -> dict:
     out = tmp_path / f"{name}.json"
     proc = subprocess.run([sys.executable, str(BENCH / f"{name}.py"), "--quick", "--out", str(out), *extra],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     doc = json.loads(out.read_text())
     assert doc["schema"] == "nnlo-bench-1" and doc["benchmark"] == name
@@ -176,3 +182,109 @@ def test_committed_results_are_valid_json():
         # NAME.json, or NAME-VARIANT.json for the same benchmark run with other options
         assert doc["schema"] == "nnlo-bench-1" and path.stem.split("-")[0] == doc["benchmark"]
         assert doc["machine"]["cores"] >= 1
+
+
+@pytest.mark.slow
+def test_hetero(tmp_path, nnlo_env):
+    """Where typed placement pays, on simulated clocks (the real placement and search code)."""
+    doc = run_bench("hetero", tmp_path, nnlo_env)
+    assert doc["seeds"] == 2
+    for key in ("typed_speedup_throughput_ratio", "small_batch_makespan_ratio", "small_batch_makespan_ratio_learned",
+                "hardware_aware_lost_rank_seconds", "fifo_lost_rank_seconds", "time_to_target_no_worse_seeds"):
+        assert isinstance(doc[key], (int, float)), key
+    typed = doc["typed"]["random"]
+    assert [r["seed"] for r in typed["rows"]] == [0, 1]
+    for r in typed["rows"]:
+        assert r["fifo_trials"] > 0 and r["throughput_ratio"] == r["ha_trials"] / r["fifo_trials"]
+    assert doc["typed_speedup_throughput_ratio"] == typed["median_throughput_ratio"]
+    for r in doc["small_batch"]["declared"]["rows"]:
+        assert r["ratio"] == r["fifo_makespan"] / r["ha_makespan"] and r["lower_bound"] <= r["ha_makespan"] + 1e-9
+    chain = doc["chain"]
+    assert doc["deadline_nothing_fits"] in ("cheaper", "end")
+    assert doc["fifo_lost_rank_seconds"] == sum(r["fifo"]["lost_rank_s"] for r in chain["rows"])
+    assert doc["hardware_aware_lost_rank_seconds"] == sum(r[doc["deadline_nothing_fits"]]["lost_rank_s"]
+                                                          for r in chain["rows"])
+
+
+@pytest.mark.slow
+def test_proposers(tmp_path, nnlo_env):
+    """More proposer ranks leave the blocks less idle (simulated clocks)."""
+    doc = run_bench("proposers", tmp_path, nnlo_env)
+    idle = {r["proposers"]: r["mean_idle_fraction"] for r in doc["rows"]}
+    assert set(idle) == {1, 2, 4} and idle[4] < idle[2] < idle[1]
+
+
+@pytest.mark.slow
+def test_fold_noise(tmp_path, nnlo_env):
+    """One seed of noisy k-fold Branin, both engines: the counts follow from the seed."""
+    doc = run_bench("fold_noise", tmp_path, nnlo_env)
+    (row,) = doc["per_seed"]
+    assert doc["seeds"] == 1 and doc["budget"] == 8
+    for label in ("noise_aware", "mean_only"):
+        hit = row[label]
+        assert (hit is None) == row[f"{label}_censored"] and (hit is None or 1 <= hit <= doc["budget"])
+        assert row[f"{label}_best_true"] >= 0.397887 - 1e-6  # Branin's global minimum
+        check_summary(doc["wall_s_per_search"][label])
+    assert doc["noise_aware_fewer"] + doc["ties"] + doc["noise_aware_more"] == 1
+
+
+@pytest.mark.mpi
+def test_startup(tmp_path, nnlo_env, mpirun):
+    doc = run_bench("startup", tmp_path, nnlo_env)
+    e2e = doc["end_to_end"]
+    check_summary(e2e["total_s"])
+    check_summary(e2e["to_first_batch_s"])
+    assert e2e["to_first_batch_s"]["median"] < e2e["total_s"]["median"]
+    assert e2e["forbidden_imported"] == [] and doc["rank_imports_without_a_model"] == []
+    assert {"interpreter (python -c pass)", "import torch", "first batch"} <= set(doc["phases_s"])
+    for phase in doc["phases_s"].values():
+        assert phase["n"] == 1
+
+
+@pytest.mark.mpi
+def test_validation(tmp_path, nnlo_env, mpirun):
+    doc = run_bench("validation", tmp_path, nnlo_env)
+    run = doc["runs"]["downpour"]["2"]
+    check_summary(run["validate_s"])
+    check_summary(doc["single_rank"]["seconds"])
+    assert run["ranks_with_a_share"] == 2 and doc["epochs"] == 2 and run["validate_s"]["n"] == 2
+    assert math.isclose(run["measured_over_ideal"], run["validate_s"]["median"] / run["ideal_s"])
+
+
+@pytest.mark.slurm
+def test_slurm_requeue(tmp_path, nnlo_env):
+    """--quick starts the benchmark's private Slurm and stops it (a walltime is a minute at least)."""
+    doc = run_bench("slurm_requeue", tmp_path, nnlo_env)
+    if "skipped" in doc:
+        if os.environ.get("NNLO_REQUIRE_SLURM") == "1":
+            pytest.fail(f"NNLO_REQUIRE_SLURM=1 but the benchmark's Slurm cannot start: {doc['skipped']}")
+        pytest.skip(f"no private Slurm: {doc['skipped']}")
+    assert doc["slurm"].startswith("slurm") and doc["quick"]
+    assert "nnlo" not in doc and "submitit" not in doc
+
+
+def _run_sh_names() -> list[str]:
+    text = (BENCH / "run.sh").read_text()
+    return [n for group in ("all", "extra") for n in re.search(rf"^{group}=\(([^)]*)\)", text, re.M).group(1).split()]
+
+
+def test_every_benchmark_has_a_smoke_test():
+    """Every script bench/run.sh knows has a --quick setting and a test above that runs it; every script of
+    bench/ with a --quick is one run.sh knows."""
+    names = _run_sh_names()
+    quick = sorted(p.stem for p in BENCH.glob("*.py") if '"--quick"' in p.read_text())
+    assert sorted(names) == quick
+    tree = ast.parse(Path(__file__).read_text())
+    smoked = {node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
+              and getattr(node.func, "id", None) == "run_bench" and isinstance(node.args[0], ast.Constant)}
+    assert smoked == set(names), f"no smoke test: {sorted(set(names) - smoked)}"
+
+
+def test_no_benchmark_imports_the_tests():
+    for path in sorted(BENCH.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad = [m for m in modules if m == "tests" or m.startswith("tests.")]
+            assert not bad, f"{path.relative_to(REPO)}:{node.lineno} imports {bad[0]}: move what it needs into bench/"

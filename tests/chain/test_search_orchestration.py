@@ -375,3 +375,44 @@ def test_every_hint_a_stopped_chain_of_a_search_prints_is_a_command_that_works(s
         done = nnlo(*shlex.split(command)[1:], check=False)
         assert done.returncode == 0, f"`{command}` as printed: {done.stderr}"
     assert read_state(chain).state == "queued"  # resumed: a new chain queued
+
+
+# -- the Python API's dry runs: the plan nnlo submit --dry-run prints ------------------------------------------
+def test_the_apis_dry_run_of_jobs_is_the_whole_plan(search_env, cli):
+    """api.preflight(spec, jobs=3) returns every script and the submit command (the array's and its first
+    chain's), and nnlo submit --jobs 3 --dry-run prints exactly that plan."""
+    from nnlo.contract import CHAINS_DIR, SCRIPT_FILE
+    from nnlo_sched import api
+    from nnlo_sched.search import ARRAY_SCRIPT
+
+    spec = api.spec("optimize", inner()[1:], "srchslurm")
+    found = api.preflight(spec, jobs=3, check=False)
+    array, chain = found.plan.scripts
+    assert array.path == found.shown_dir / ARRAY_SCRIPT and "#SBATCH --array=0-2" in array.text
+    assert chain.path == found.shown_dir / CHAINS_DIR / "c0" / SCRIPT_FILE and chain.caption
+    assert "export NNLO_PARTICIPANT=c0" in chain.text and "--array" not in chain.text
+    assert found.plan.argv == ("sbatch", "--parsable", str(array.path))
+    assert "3 chain(s) c0, c1, c2, started as one job array" in found.plan.lines[-1]
+    out = cli("submit", "--no-check", "--cluster", "srchslurm", "--jobs", "3", "--dry-run", *inner()).stdout
+    assert out == found.plan.text()
+    (one,) = api.preflight(spec, jobs=3, array=False, check=False).plan.scripts  # each chain a job of its own
+    assert one.path == chain.path and one.caption is None
+
+
+@pytest.mark.slow
+def test_the_apis_dry_run_of_join_is_the_joining_chain(standins, search_env, cli):
+    """api.preflight(spec, join=RUN) plans the chain that would join the search, submits nothing, and nnlo
+    submit --join RUN --dry-run prints exactly that plan."""
+    from nnlo.contract import CHAINS_DIR, SCRIPT_FILE
+    from nnlo_sched import api
+
+    run_id = submit(cli, "--cluster", "srchlsf", "--jobs", "2", "--no-array", *inner(trials=8))
+    search = api.find(run_id)
+    found = api.preflight(api.spec("optimize", inner(trials=8)[1:], "srchpbs"), join=run_id, check=False)
+    (chain,) = found.plan.scripts
+    assert chain.path == search.dir / CHAINS_DIR / "cN" / SCRIPT_FILE
+    assert "#PBS -l walltime" in chain.text and "export NNLO_PARTICIPANT=cN" in chain.text
+    assert found.plan.argv[0] == "qsub" and f"would join search {run_id}" in found.plan.lines[-1]
+    out = cli("submit", "--no-check", "--join", run_id, "--cluster", "srchpbs", "--dry-run", *inner(trials=8)).stdout
+    assert out == found.plan.text()
+    assert not calls(standins, "qsub")  # nothing submitted by either

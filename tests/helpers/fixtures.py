@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.private_slurm import SlurmCluster, SlurmUnavailable
 from tests.helpers.env import subprocess_env, tool
 from tests.helpers.runtime import MODELS, TIMEOUT, Run, write_blobs
-from tests.helpers.slurm import SlurmCluster, SlurmUnavailable
 from tests.helpers.world import MpiWorld, WorldRun
 
 

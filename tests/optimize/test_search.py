@@ -186,15 +186,30 @@ def test_a_trial_interrupted_by_the_deadline_is_kept_for_a_rerun(tmp_path):
     assert s.next_trial(1).params == t.params  # re-run in this job too if there is time
 
 
-def test_stop_request_deadline_and_signals():
-    from nnlo.stop import SAFETY_S, Stop
+def test_stop_request_deadline_and_signals(monkeypatch):
+    from nnlo.contract import DEADLINE_SAFETY_S, ENV_DEADLINE_SAFETY
+    from nnlo.stop import Stop
 
+    monkeypatch.delenv(ENV_DEADLINE_SAFETY, raising=False)
+    SAFETY_S = DEADLINE_SAFETY_S
     stop = Stop(deadline=1000.0)
     assert stop.reason(1000.0 - SAFETY_S - 1) is None and stop.reason(1000.0 - SAFETY_S) == "deadline"
     assert stop.no_time_for(typical_s=100.0, now=900.0) and not stop.no_time_for(typical_s=None, now=900.0)
     stop.signal_name = "SIGUSR2"
     assert stop.reason(0.0) == "signal SIGUSR2"
     assert Stop(None).reason(1e12) is None
+
+
+def test_a_search_keeps_the_deadline_safety_the_environment_asks_for(monkeypatch):
+    """``NNLO_DEADLINE_SAFETY`` is the margin of a search's stop as of a training's (it was a fixed 10 s)."""
+    from nnlo.contract import ENV_DEADLINE_SAFETY
+    from nnlo.stop import Stop
+    from nnlo.training.deadline import Deadline
+
+    monkeypatch.setenv(ENV_DEADLINE_SAFETY, "30")
+    stop = Stop(deadline=1000.0)
+    assert stop.reason(969.0) is None and stop.reason(971.0) == "deadline"
+    assert stop.safety_s == Deadline(1000.0).safety == 30.0
 
 
 def test_an_interrupted_training_stops_the_hand_out():

@@ -5,6 +5,7 @@ import re
 from dataclasses import replace
 from fractions import Fraction
 
+import click
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -12,6 +13,7 @@ from nnlo.errors import ConfigError
 from nnlo.roles import Role, Shape, describe
 from nnlo_sched.inner import parse_inner
 from nnlo_sched.layout import LayoutError, compute_layout
+from nnlo_sched.walltime import DEFAULT_WALLTIME
 from nnlo_sched.profiles import Profile, load_profile
 
 
@@ -558,3 +560,31 @@ def test_every_example_of_layout_help_runs_as_written() -> None:
         result = CliRunner().invoke(layout_command, words[2:])
         assert result.exit_code == 0, f"{shlex.join(words)}: {result.output}"
         assert "rank map" in result.output or "node map" in result.output or "nodes" in result.output
+
+
+def test_layout_takes_the_declarations_of_submit_and_of_the_run() -> None:
+    """One declaration per option: nnlo layout's resource options are nnlo submit's (the walltime's default
+    included), its shape options nnlo train's and optimize's; only a kind it does not choose leaves --mode,
+    --n-fold and --proposers without a default."""
+    from nnlo_sched.commands.layout import layout_command
+    from nnlo_sched.commands.submit import submit_command
+    from nnlo_sched.options import command
+
+    def options(cmd):
+        return {p.opts[0] if p.opts[0].startswith("--") else p.opts[-1]: p for p in cmd.params
+                if isinstance(p, click.Option)}
+
+    def declaration(p: click.Option) -> tuple:
+        return p.opts, p.secondary_opts, p.type, p.help, p.callback
+
+    layout, submit = options(layout_command), options(submit_command)
+    run = {**options(command("train")), **options(command("optimize"))}
+    for name in ("--cluster", "--constraint", "--workers", "--nodes", "--gpus-per-worker", "--blocks", "--walltime",
+                 "--queue"):
+        assert declaration(layout[name]) == declaration(submit[name]), name
+        assert layout[name].default == submit[name].default, name
+    assert layout["--walltime"].default == DEFAULT_WALLTIME  # it was none: not checked against the queue's limit
+    for name in ("--n-masters", "--n-processes", "--mode", "--block-size", "--block-sizes", "--n-fold", "--proposers"):
+        assert declaration(layout[name]) == declaration(run[name]), name
+        expected = None if name in ("--mode", "--n-fold", "--proposers") else run[name].default
+        assert layout[name].default == expected, name

@@ -51,13 +51,17 @@ def test_smallest_share_is_laid_out_sharing(capsys) -> None:
 
 
 @pytest.mark.parametrize("argv, words", [
-    (("--n-processes", "0"), "--n-processes must be at least 1"),
-    (("--n-fold", "0"), "--n-fold must be at least 1"),
-    (("--block-size", "0"), "--block-size must be at least 1"),
-    (("--n-masters", "-1"), "--n-masters must be 0 or more"),
+    (("--n-processes", "0"), "'--n-processes': 0 is not in the range x>=1"),
+    (("--n-fold", "0"), "'--n-fold': 0 is not in the range x>=1"),
+    (("--block-size", "0"), "'--block-size': 0 is not in the range x>=1"),
+    (("--n-masters", "-1"), "'--n-masters': -1 is not in the range x>=0"),
 ])
 def test_layout_run_options_are_not_bent_into_range(capsys, argv, words: str) -> None:
+    """nnlo layout takes the run's own declarations of these options (nnlo_sched/options.py): the same range
+    and the same line as nnlo train/optimize."""
     code, out, err = run(capsys, "layout", "-c", "local", *argv)
+    assert words in one_line_error(code, err)
+    code, out, err = run(capsys, "optimize", *argv, "--model", "m.py", "--space", "s.toml")
     assert words in one_line_error(code, err)
 
 

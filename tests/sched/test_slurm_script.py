@@ -20,7 +20,7 @@ from nnlo_sched.render import render_script
 from nnlo_sched.schedulers.slurm import SlurmScheduler
 from nnlo_sched.spec import RunSpec
 
-from tests.helpers.slurm import SlurmCluster
+from bench.private_slurm import SlurmCluster
 
 STANDIN = """#!/bin/bash
 # stands in for python: records how it was called, and as the program ("-m nnlo_sched run") waits for USR2

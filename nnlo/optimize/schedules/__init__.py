@@ -15,7 +15,9 @@ from typing import Any
 from nnlo.optimize.schedules.asha import Asha
 from nnlo.optimize.schedules.base import (
     DEFAULT_ETA,
+    DEFAULT_MIN_EPOCHS,
     PBT_POPULATION,
+    PBT_STEPS,
     SCHEDULES,
     Job,
     Ledger,
@@ -23,14 +25,15 @@ from nnlo.optimize.schedules.base import (
     ScheduleError,
     ScheduleSpec,
     TrialView,
+    pbt_interval,
     rung_of,
 )
 from nnlo.optimize.schedules.full import Full
 from nnlo.optimize.schedules.hyperband import Hyperband
 from nnlo.optimize.schedules.pbt import Pbt
 
-__all__ = ["DEFAULT_ETA", "Full", "PBT_POPULATION", "SCHEDULES", "Job", "Ledger", "Schedule", "ScheduleError",
-           "ScheduleSpec", "TrialView", "make_schedule", "rung_of"]
+__all__ = ["DEFAULT_ETA", "DEFAULT_MIN_EPOCHS", "Full", "PBT_POPULATION", "PBT_STEPS", "SCHEDULES", "Job", "Ledger",
+           "Schedule", "ScheduleError", "ScheduleSpec", "TrialView", "make_schedule", "pbt_interval", "rung_of"]
 
 
 def make_schedule(spec: ScheduleSpec, space: Any) -> Schedule:

@@ -25,6 +25,10 @@ import numpy as np
 SCHEDULES = ("full", "asha", "hyperband", "pbt")
 #: ASHA's reduction factor (eta) when none is given: keep the top third of every rung
 DEFAULT_ETA = 3.0
+#: ASHA's and Hyperband's lowest rung (epochs) when none is given
+DEFAULT_MIN_EPOCHS = 1
+#: PBT: the steps in ``--epochs`` when no interval is given (an interval of a tenth of the epochs, at least 1)
+PBT_STEPS = 10
 #: PBT: the population when none is given (at most --num-iterations): Ray Tune's examples use 4-8; the budget
 #: of trials beyond it is what the exploits spend, and a fixed default stays the same when the budget is raised
 PBT_POPULATION = 8
@@ -32,6 +36,11 @@ PBT_POPULATION = 8
 PBT_QUANTILE = 0.25
 #: PBT: the probability that explore draws a parameter afresh from its prior instead of perturbing it
 PBT_RESAMPLE = 0.25
+
+
+def pbt_interval(epochs: int) -> int:
+    """PBT's epochs per step where ``--pbt-interval`` is not given: a :data:`PBT_STEPS`-th of ``epochs``, >= 1."""
+    return max(1, epochs // PBT_STEPS)
 
 
 class ScheduleError(ValueError):
@@ -45,7 +54,7 @@ class ScheduleSpec:
 
     name: str = "full"
     max_epochs: int = 1
-    min_epochs: int = 1
+    min_epochs: int = DEFAULT_MIN_EPOCHS
     eta: float = DEFAULT_ETA
     population: int = 0  # PBT only
     interval: int = 0  # PBT only: epochs per step

@@ -1,4 +1,4 @@
-"""A private single-node Slurm for the tests: munged, slurmctld, slurmd (and optionally slurmdbd + MariaDB).
+"""A private single-node Slurm for the tests and the benchmarks: munged, slurmctld, slurmd (and optionally slurmdbd + MariaDB).
 
 Why a real Slurm rather than a fake: the chain logic depends on facts only the real thing shows - when an
 ``afterany`` successor starts, what ``squeue`` prints for many ids at once, how a job ends at its time
@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.helpers.env import REPO
+#: the repository (this module sits in its bench/; a benchmark never imports the tests, the tests import this)
+REPO = Path(__file__).resolve().parents[1]
 INSTALL_SCRIPT = REPO / "scripts" / "install-slurm.sh"
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol")
 ACCOUNTING_BINARIES = ("slurmdbd", "sacct", "sacctmgr", "mariadbd", "mariadb-install-db")
@@ -144,7 +145,7 @@ class SlurmCluster:
                 "JobAcctGatherType=jobacct_gather/linux\n"
                 if self.accounting else "AccountingStorageType=accounting_storage/none\n"
                 "JobAcctGatherType=jobacct_gather/none\n")
-        (r / "slurm.conf").write_text(f"""# private test cluster written by tests/helpers/slurm.py
+        (r / "slurm.conf").write_text(f"""# private test cluster written by bench/private_slurm.py
 ClusterName={CLUSTER_NAME}
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={self.ctld_port}
