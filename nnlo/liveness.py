@@ -452,8 +452,8 @@ class Watch(threading.Thread):
 
 # -- the process's watch -------------------------------------------------------------------------------------------
 _watch: Watch | None = None
-#: :func:`leaving` is registered to run at exit once per process, at the first start (after MPI's own exit hook,
-#: so that it runs before it), not once per training
+#: :func:`leaving` is registered to run at exit once per watch, at its start (after MPI's own exit hook, so that
+#: it runs before it), not once per training that keeps the watch; a watch ended by leaving registers anew
 _leaving_registered = False
 
 
@@ -505,13 +505,14 @@ def leaving(code: int | None = None) -> None:
     (a warm test world, a Python caller) watches each job's own ranks: :func:`start` is collective, and every
     rank of the next job must find no watch left from the last one.
     """
-    global _watch
+    global _watch, _leaving_registered
     watch = _watch
     if watch is None:
         return
     watch.leave(code)
     if code is None:
         _watch = None
+        _leaving_registered = False  # the next job's watch is left at that job's exit (a warm world's run end)
         with contextlib.suppress(Exception):  # the exit of a rank never fails on its watch
             watch.close()
 

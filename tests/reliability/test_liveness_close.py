@@ -50,7 +50,7 @@ class _World:
         return [mine, (other, "tok")]
 
 
-def test_the_exit_hook_is_registered_once_however_many_trainings_start(monkeypatch: pytest.MonkeyPatch):
+def test_the_exit_hook_is_registered_once_per_watch_however_many_trainings_start(monkeypatch: pytest.MonkeyPatch):
     registered: list[Any] = []
     monkeypatch.setattr(atexit, "register", lambda fn, *a, **k: registered.append(fn))
     monkeypatch.setattr(Watch, "start", lambda self: None)  # the links are not what this test is about
@@ -58,10 +58,17 @@ def test_the_exit_hook_is_registered_once_however_many_trainings_start(monkeypat
     monkeypatch.setattr(liveness, "_leaving_registered", False, raising=False)
     monkeypatch.setenv("NNLO_PEER_TIMEOUT", "30")
     before = _open_fds()
-    for _ in range(3):  # three trainings one after another in one process
-        watch = liveness.start(_World(), "solo")
-        assert watch is not None and liveness.current() is watch
-        liveness.leaving()  # a training's end: its watch is closed
-        assert liveness.current() is None
+    first = liveness.start(_World(), "solo")
+    for _ in range(3):  # more trainings of one job in one process (a search's block): the watch is kept
+        assert liveness.start(_World(), "solo") is first
     assert registered == [liveness.leaving]
+    # the job's exit (a warm test world's run end runs the hooks a run registered, as a real exit does): the
+    # next job in the same process has a watch of its own, left at its own exit - its hook is registered anew,
+    # else the next job's ranks would find the last job's watch and never connect to each other's
+    liveness.leaving()
+    assert liveness.current() is None
+    second = liveness.start(_World(), "solo")
+    assert second is not None and second is not first
+    assert registered == [liveness.leaving, liveness.leaving]
+    liveness.leaving()
     assert _open_fds() == before
