@@ -7,7 +7,10 @@ Layout (``<dir>`` is the run's ``checkpoints/`` folder)::
         master.pkl                   central weights, master optimizer, history, early-stopping state, RNG
         worker-0.pkl ...             each worker's optimizer, data position (epoch, batch), RNG, and the
                                      worker's own weights where the algorithm keeps them (EASGD) or GEM's
-                                     proxy velocity
+                                     proxy velocity; an all-reduce group leader's part keeps every
+                                     member's RNG (nnlo.training.streams)
+        replica.pkl                  an all-reduce run's one part (rank 0's): the replicas' shared state
+                                     and every replica's own RNG
 
 Why a directory written by every rank: tensors never travel over MPI just to be saved (each worker writes its
 own optimizer state to the shared file system, as HPC checkpointing does), and the checkpoint appears only

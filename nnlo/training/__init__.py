@@ -19,6 +19,7 @@ module                what it holds
 ``watchdog``          aborts the job when a blocking wait outlives ``NNLO_COMM_TIMEOUT`` (dead peer)
 ``allreduce``         pure all-reduce data parallelism (``--mode allreduce`` / ``--n-masters 0``)
 ``groups``            all-reduce worker groups (``--n-processes K``) acting as one worker
+``streams``           a rank's random streams in the checkpoint: every rank's kept, each rank's restored
 ``submaster``         sub-masters under an uber-master (``--n-masters M > 1``)
 ``serve``             the exchange loop masters and sub-masters share: barrier, stops, failure protocol
 ``buffers``           the mean of the workers' BatchNorm-like buffers, for a model that never trains

@@ -14,7 +14,9 @@ stop/fail vote) travel in one contiguous float32 buffer through the chosen engin
 or a rank whose step failed, stops every rank at the same step: nobody waits for a peer that left.
 
 Only rank 0 writes: ``history.json``, ``model.pt`` and the checkpoints (one ``replica.pkl`` part: the
-replicas are identical, so one copy is the whole state). Restore reads that part on every rank.
+replicas are identical, so one copy is the whole state - except their random streams, each rank's own: the
+part keeps every rank's, gathered at the checkpoint, :mod:`nnlo.training.streams`). Restore reads that part on
+every rank.
 """
 from __future__ import annotations
 
@@ -33,9 +35,12 @@ from nnlo.allreduce.bucketed import BucketedReducer, describe_buckets, make_redu
 from nnlo.backends.base import Backend
 from nnlo.backends.native_model import save_final_model, write_checkpoint_model
 from nnlo.config import TrainConfig
+from nnlo.contract import ENV_TEST_SIGNAL_AT_UPDATE
 from nnlo.data.sampling import shard
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
+from nnlo.stop import InjectedSignal
+from nnlo.training import streams
 from nnlo.training.context import RunContext
 from nnlo.training.deadline import Deadline
 from nnlo.training.failure import RankFailure
@@ -85,13 +90,16 @@ class AllreduceReplica:
         if self.rank == 0 and ctx.checkpoint_dir is not None:
             self.writer = ckpt.CheckpointWriter(ctx.checkpoint_dir, self.cfg.checkpoint_keep)
         self.deadline = Deadline(self.cfg.deadline, 4 * n)
+        # test hook: rank 0 signals itself after the N-th update (the vote stops every rank at the next step)
+        self.injected = InjectedSignal(ENV_TEST_SIGNAL_AT_UPDATE)
         self._t_start = self._t_epoch = time.monotonic()
         self._restored = False
         if checkpoint:
             self._load(checkpoint)
 
     # -- state -------------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, rng: list[streams.Streams] | None = None) -> dict[str, Any]:
+        """The part rank 0 writes; ``rng``: every rank's random streams (:func:`streams.gather`)."""
         return {
             "weights": self.backend.get_weights(),
             "optimizer": self.backend.optimizer_state(),
@@ -102,6 +110,7 @@ class AllreduceReplica:
             "validations": self.validations,
             "stopper": self.stopper.state_dict(),
             "epoch_stats": dict(self.stats, seconds=self.stats["seconds"] + time.monotonic() - self._t_epoch),
+            **({"rng": rng} if rng is not None else {}),
         }
 
     def _load(self, checkpoint: str) -> None:
@@ -127,6 +136,7 @@ class AllreduceReplica:
         self.validations = list(state.get("validations", []))
         self.stopper.load_state_dict(state.get("stopper", {}))
         self.stats.update(state.get("epoch_stats", {}))
+        streams.restore(state.get("rng"), self.backend, self.rank)
         self._restored = True
 
     # -- start -------------------------------------------------------------------------------------
@@ -178,6 +188,8 @@ class AllreduceReplica:
             with get_tracer().span("apply gradients", "compute"):
                 self.backend.apply_gradients(self.buf[:self.n])
             self.updates += 1
+            if self.rank == 0:
+                self.injected.tick()
             every = self.cfg.validate_every
             if every and self.validator is not None and self.updates % every == 0:  # same step on every rank
                 self.validations.append(periodic_entry(self.epoch, self.updates, self._validate()))
@@ -288,17 +300,21 @@ class AllreduceReplica:
 
     # -- checkpoints and results (rank 0 only writes) ------------------------------------------------
     def _checkpoint(self, force: bool) -> None:
-        if self.rank != 0 or self.writer is None:
+        """Collective (every rank decides alike): rank 0 writes the checkpoint, with every rank's streams."""
+        if self.ctx.checkpoint_dir is None:
             return
         due = force or (self.cfg.checkpoint and (
             self.stop_reason is not None
             or (self.cfg.checkpoint_interval > 0 and self.epoch % self.cfg.checkpoint_interval == 0)))
         if not due:
             return
+        rng = streams.gather(self.comm, self.backend, self.ctx.watchdog)
+        if self.rank != 0 or self.writer is None:
+            return
         with get_tracer().span("checkpoint", "io"):
             tmp = self.writer.begin(self.epoch, self.updates)
             try:
-                ckpt.write_part(tmp, PART, self.state_dict())
+                ckpt.write_part(tmp, PART, self.state_dict(rng))
                 native = write_checkpoint_model(self.backend, tmp)  # Keras: model.keras; torch: None
                 self.writer.commit(tmp, {
                     "epoch": self.epoch, "updates": self.updates, "mode": self.cfg.effective_mode,

@@ -10,9 +10,9 @@ exchange round and validation, plus a fixed safety (``NNLO_DEADLINE_SAFETY``, de
 The signals batch systems send before the end (and Ctrl-C) are caught by :class:`nnlo.stop.Stop`, which
 the training installs for as long as it runs.
 
-Testing hook: ``NNLO_TEST_SIGNAL_AT_UPDATE=N`` makes the master send itself ``SIGUSR1`` after the N-th update
-of its job (:class:`nnlo.stop.InjectedSignal`), so tests can interrupt a run at an exact, reproducible point
-through the real signal path.
+Testing hook: ``NNLO_TEST_SIGNAL_AT_UPDATE=N`` makes the master (an all-reduce run's rank 0) send itself
+``SIGUSR1`` after the N-th update of its job (:class:`nnlo.stop.InjectedSignal`), so tests can interrupt a run at
+an exact, reproducible point through the real signal path.
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ members' replicas stay identical, so the group is exactly one worker with a K-ti
 
 Only the leader (member 0) talks to the master; after each exchange it broadcasts the master's reply
 header (small, pickled) and its resulting weights (one ``Bcast`` of the flat buffer) to the members. Only
-the leader writes the worker's checkpoint part: the members' optimizer state is the leader's.
+the leader writes the worker's checkpoint part: the members' optimizer state is the leader's; their random
+streams are their own, so the part keeps every member's (:mod:`nnlo.training.streams`).
 
 A member whose step fails votes "failed" in the same all-reduce; the leader forwards the first failure to
 the master (which stops the other workers), and every member raises the same
@@ -27,6 +28,7 @@ from nnlo.allreduce import Engine, make_engine
 from nnlo.allreduce.bucketed import BucketedReducer, make_reducer
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
+from nnlo.training import streams
 from nnlo.training.failure import RankFailure, describe_exception, failure_line
 from nnlo.training.validation import SUMS, split_range
 from nnlo.training.voted_step import EXTRA, allreduce_step
@@ -54,6 +56,7 @@ class GroupWorker(Worker):
         assert self.group_comm is not None
         self.member = self.group_comm.Get_rank()
         self.leader = self.member == 0
+        self.streams_index = self.member  # the leader's part keeps every member's streams (_write_part)
         self.engine_name, self.device = engine_name, device
         self.engine: Engine | None = None
         self.reducer: BucketedReducer | None = None
@@ -172,5 +175,9 @@ class GroupWorker(Worker):
         raise RankFailure.from_dict(data, report=data.get("rank") == self.ctx.rank) from None
 
     def _write_part(self, directory: str) -> None:
-        if self.leader:  # the members' state is the leader's: one part per logical worker
-            super()._write_part(directory)
+        """Collective over the group: the leader writes the logical worker's part (the members' weights and
+        optimizer are the leader's), with every member's own random streams (their dropout differs)."""
+        members = streams.gather(self.group_comm, self.backend, self.ctx.watchdog)
+        if self.leader:  # one part per logical worker
+            self._write_state(directory, dict(self.state_dict(), rng=members))
+

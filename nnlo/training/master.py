@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from nnlo.backends.native_model import save_final_model
 from nnlo.errors import TrainingError
 from nnlo.observe.progress import for_terminal
 from nnlo.observe.trace import get_tracer
+from nnlo.training import streams
 from nnlo.training.checkpoint_round import CheckpointRound
 from nnlo.training.context import RunContext
 from nnlo.training.failure import RankFailure
@@ -73,8 +73,7 @@ class Master(WorkerServer):
             "stopper": self.stopper.state_dict(),
             "epoch_stats": stats,
             **self.buffers.state_dict(),
-            "rng": {"numpy": np.random.get_state(), "python": random.getstate(),
-                    "backend": self.backend.rng_state()},
+            "rng": streams.capture(self.backend),
         }
 
     def _load(self, state: dict[str, Any]) -> None:
@@ -92,13 +91,7 @@ class Master(WorkerServer):
         self.stopper.load_state_dict(state.get("stopper", {}))
         self.stats = EpochStats(**state.get("epoch_stats", {}))
         self.buffers.load_state_dict(state)
-        rng = state.get("rng", {})
-        if "numpy" in rng:
-            np.random.set_state(rng["numpy"])
-        if "python" in rng:
-            random.setstate(rng["python"])
-        if rng.get("backend"):
-            self.backend.set_rng_state(rng["backend"])
+        streams.restore(state.get("rng"), self.backend)
 
     # -- main loop ---------------------------------------------------------------------------------
     def run(self) -> TrainResult:

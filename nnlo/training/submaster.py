@@ -34,6 +34,7 @@ import numpy as np
 from nnlo import checkpoint as ckpt
 from nnlo.backends.base import Backend
 from nnlo.errors import TrainingError
+from nnlo.training import streams
 from nnlo.training.context import RunContext
 from nnlo.training.failure import RankFailure
 from nnlo.training.history import EpochStats, TrainResult
@@ -81,9 +82,11 @@ class SubMaster(WorkerServer):
         if restored is not None:
             self.optimizer.load_state_dict(restored["optimizer"])
             self.epoch, self.updates = int(restored["epoch"]), int(restored["updates"])
+            streams.restore(restored.get("rng"), self.backend)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "epoch": self.epoch, "updates": self.updates}
+        return {"optimizer": self.optimizer.state_dict(), "epoch": self.epoch, "updates": self.updates,
+                "rng": streams.capture(self.backend)}
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def run(self) -> TrainResult:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import time
 from typing import Any, NoReturn
 
@@ -26,6 +25,7 @@ from nnlo import checkpoint as ckpt
 from nnlo.backends.base import Backend
 from nnlo.errors import TrainingError
 from nnlo.observe.trace import get_tracer
+from nnlo.training import streams
 from nnlo.training.context import RunContext
 from nnlo.training.failure import RankFailure, failure_line, in_model
 from nnlo.training.modes import WorkerRule
@@ -42,6 +42,7 @@ class Worker:
         self.epoch, self.batch = position
         self.index = ctx.worker_index
         self.validator = validator
+        self.streams_index = 0  # this rank's entry in its part's random streams (a worker writes its own)
         rule.validate = self._validate_share
 
     # -- state -------------------------------------------------------------------------------------
@@ -51,8 +52,7 @@ class Worker:
             "position": {"epoch": self.epoch, "batch": self.batch},
             "rule": self.rule.state_dict(),
             **({"buffers": self.backend.get_buffers()} if self.backend.n_buffers else {}),
-            "rng": {"numpy": np.random.get_state(), "python": random.getstate(),
-                    "backend": self.backend.rng_state()},
+            "rng": streams.capture(self.backend),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -60,13 +60,7 @@ class Worker:
         self.rule.load_state_dict(state.get("rule", {}))
         if self.backend.n_buffers and "buffers" in state:
             self.backend.set_buffers(np.asarray(state["buffers"], dtype=np.float32))
-        rng = state.get("rng", {})
-        if "numpy" in rng:
-            np.random.set_state(rng["numpy"])
-        if "python" in rng:
-            random.setstate(rng["python"])
-        if rng.get("backend"):
-            self.backend.set_rng_state(rng["backend"])
+        streams.restore(state.get("rng"), self.backend, self.streams_index)
 
     # -- main loop ---------------------------------------------------------------------------------
     def run(self) -> None:
@@ -153,10 +147,14 @@ class Worker:
         return action == "stop"
 
     def _write_part(self, directory: str) -> None:
+        self._write_state(directory, self.state_dict())
+
+    def _write_state(self, directory: str, state: dict[str, Any]) -> None:
+        """Write ``state`` as this worker's part of the checkpoint in ``directory`` and tell the master."""
         error = None
         try:
             with get_tracer().span("checkpoint part", "io"):
-                ckpt.write_part(directory, ckpt.part_name("worker", self.index), self.state_dict())
+                ckpt.write_part(directory, ckpt.part_name("worker", self.index), state)
         except Exception as e:  # noqa: BLE001
             error = f"{type(e).__name__}: {e}"
         self.rule.link.ack(self.rule.master, error)

@@ -150,3 +150,20 @@ def test_interrupted_keras_run_resumes_on_the_same_curve(synchronous_run, digits
         return np.array([[e["loss"], e["val_loss"], e["val_accuracy"]] for e in h["history"]])
 
     np.testing.assert_allclose(curve(resumed), curve(whole), rtol=1e-5, atol=1e-6)
+
+
+def test_a_restored_allreduce_run_with_dropout_continues_the_straight_curve(digits, nnlo_keras, nnlo_env, tmp_path):
+    """Keras's random streams (each Dropout layer's seed generator) are every replica's own, as torch's are: a
+    restore gives each replica back its own, so the resumed curve is the straight one exactly (the torch shapes:
+    tests/runtime/test_runtime_restore_mpi.py)."""
+    args = ["--model", str(EXAMPLES / "digits_keras.py"), "--model-arg", "dropout=0.5", *data_args(digits),
+            "--mode", "allreduce", "--worker-optimizer", "sgd:lr=0.05", "--batch", "64", "--checkpoint-interval", "0"]
+    straight_proc, straight = nnlo_train(nnlo_keras, nnlo_env, 2, tmp_path / "straight", *args, "--epochs", "2")
+    assert straight_proc.returncode == 0, straight_proc.stderr[-3000:]
+    first, _ = nnlo_train(nnlo_keras, nnlo_env, 2, tmp_path / "cut", *args, "--epochs", "1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    second, resumed = nnlo_train(nnlo_keras, nnlo_env, 2, tmp_path / "cut", *args, "--epochs", "2",
+                                 "--restore", "auto")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert [(e["loss"], e["val_loss"]) for e in resumed["history"]] == \
+        [(e["loss"], e["val_loss"]) for e in straight["history"]]

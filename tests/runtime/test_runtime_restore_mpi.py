@@ -44,6 +44,54 @@ def test_interrupted_synchronous_run_resumes_on_the_same_curve(run_train, tmp_pa
     assert [e["samples"] for e in resumed["history"]] == [96, 96, 96]
 
 
+# A model with dropout draws from each rank's random streams (every rank its own: the seed and the rank): a
+# restore continues them only if every rank's streams are in the checkpoint, so the resumed curve is the
+# straight one to the last bit of float32, not merely close (a replayed dropout mask moves the loss by 1e-3).
+DROPOUT = ["--model-arg", "dropout=0.5", "--worker-optimizer", "sgd:lr=0.1,momentum=0.9", "--batch", "8",
+           "--checkpoint-interval", "0"]
+SHAPES = {  # every kind of training rank that draws from its streams
+    "allreduce": (2, ["--mode", "allreduce"]),  # replicas: only rank 0 writes
+    "groups": (5, ["--mode", "downpour", "--synchronous", "--n-processes", "2"]),  # group leaders write
+    "workers": (3, ["--mode", "downpour", "--synchronous"]),  # a master and workers, each writing its part
+    "solo": (1, []),  # one rank, its own master
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_restored_run_with_dropout_continues_the_straight_curve(run_train, tmp_path, shape) -> None:
+    n, mode = SHAPES[shape]
+    args = [*mode, *DROPOUT]
+    straight = run_train(n, *args, "--epochs", "3", out_dir=tmp_path / "straight")
+    assert straight.rc == 0, straight.err
+    cut = tmp_path / "cut"
+    first = run_train(n, *args, "--epochs", "1", out_dir=cut)
+    assert first.rc == 0, first.err
+    resumed = run_train(n, *args, "--epochs", "3", "--restore", "auto", out_dir=cut)
+    assert resumed.rc == 0, resumed.err
+    assert resumed.history["epochs_done"] == 3
+    assert _losses(resumed.history) == _losses(straight.history)
+
+
+@pytest.mark.parametrize("shape, update", [("allreduce", 9), ("groups", 5)])  # of 6 and 3 updates an epoch
+def test_a_run_with_dropout_stopped_mid_epoch_resumes_on_the_straight_curve(run_train, tmp_path, shape,
+                                                                             update) -> None:
+    """The streams as they are at the stop's step, on every rank (the update: in the middle of epoch 2)."""
+    n, mode = SHAPES[shape]
+    args = [*mode, *DROPOUT, "--epochs", "2"]
+    straight = run_train(n, *args, out_dir=tmp_path / "straight")
+    assert straight.rc == 0, straight.err
+    cut = tmp_path / "cut"
+    first = run_train(n, *args, out_dir=cut, env={"NNLO_TEST_SIGNAL_AT_UPDATE": str(update)})
+    assert first.rc == 75, first.err
+    resumed = run_train(n, *args, "--restore", "auto", out_dir=cut)
+    assert resumed.rc == 0, resumed.err
+    assert _losses(resumed.history) == _losses(straight.history)
+
+
+def _losses(history: dict) -> list[tuple[float, float]]:
+    return [(e["loss"], e["val_loss"]) for e in history["history"]]
+
+
 def test_deadline_already_reached_writes_checkpoint_and_exits_75(run_train, tmp_path) -> None:
     out = tmp_path / "late"
     run = run_train(3, "--mode", "gem", "--epochs", "5", "--batch", "8", "--deadline", "1", out_dir=out)
